@@ -1,0 +1,3 @@
+from dcpcheck.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""Where kernels run: natively on a CUDA device, or through Triton's CPU interpreter.
+
+Triton decides between compiling and interpreting when a ``@triton.jit`` function is
+*defined*, from ``TRITON_INTERPRET``. So the choice must be made before any kernel module
+is imported; ``select_backend`` does that, and kernel modules are imported lazily by the
+registry after it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+
+class BackendError(ValueError):
+    """The requested device cannot be used in this process."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    device: torch.device
+    interpreted: bool
+
+    def describe(self) -> str:
+        if self.interpreted:
+            return "cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use)"
+        return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
+
+
+_selected: Backend | None = None
+
+
+def _kernel_modules_loaded() -> bool:
+    return any(name.startswith("dcpcheck.kernels.") for name in sys.modules)
+
+
+def select_backend(device: str = "auto") -> Backend:
+    """Pick the device for this process: ``auto`` (CUDA if present), ``cuda`` or ``cpu``.
+
+    The first call fixes the choice; a later call asking for a different one is an error,
+    because kernels already defined cannot switch between compiled and interpreted.
+    """
+    global _selected
+    if device not in ("auto", "cuda", "cpu"):
+        raise BackendError(f"unknown device {device!r} (expected auto, cuda or cpu)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BackendError("--device cuda asked for, but torch sees no CUDA device")
+    want_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    chosen = Backend(torch.device("cuda" if want_cuda else "cpu"), interpreted=not want_cuda)
+    if _selected is not None:
+        if _selected != chosen and device != "auto":
+            raise BackendError(
+                f"backend already fixed to {_selected.describe()}; cannot switch to {device}"
+            )
+        return _selected
+    if chosen.interpreted:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        if _kernel_modules_loaded():
+            raise BackendError("kernels were defined under TRITON_INTERPRET=1; cannot use cuda")
+        os.environ["TRITON_INTERPRET"] = "0"
+    _selected = chosen
+    return chosen
+
+
+def current_backend() -> Backend:
+    """The backend chosen so far, choosing ``auto`` if none was."""
+    return _selected if _selected is not None else select_backend("auto")

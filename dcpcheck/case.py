@@ -1,0 +1,305 @@
+"""One case: a scenario at one DCP size, turned into the buffers every simulated rank gets.
+
+The harness owns every buffer a kernel writes (DESIGN §7):
+
+* outputs are allocated here and **poisoned** (NaN, top-k with a sentinel) so an
+  unwritten row can never pass by luck;
+* each cache lives inside a larger byte *storage* with ``GUARD_BLOCKS`` guard blocks
+  before and after the addressable range, all filled with a seeded random byte pattern,
+  so "unchanged" and "no out-of-bounds write" are both checked bytewise;
+* the cached prefix of every request is pre-written with real encodings, so a kernel
+  that rewrites a prefix entry is caught even if it writes plausible data.
+
+Activations depend only on the scenario and its seed, never on the DCP size, so DCP1
+and DCPn runs (and every rank) see identical inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+import torch
+
+import reference
+from dcpcheck.contract import (
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+    ModelPreset,
+    index_entry_bytes,
+    mla_entry_bytes,
+)
+from dcpcheck.dcp import SlotMappings, num_blocks, slot_mappings
+from dcpcheck.scenario import Scenario
+
+GUARD_BLOCKS = 2
+"""Guard blocks on each side of a cache: an off-by-one block index lands inside them."""
+
+TOPK_SENTINEL = 0x5EED
+"""Value the top-k buffer starts with: must survive on shared layers, vanish on indexer ones."""
+
+
+@dataclass
+class Activations:
+    """The token values of a scenario, identical for every rank and DCP size."""
+
+    q_c: torch.Tensor
+    q_weight: torch.Tensor
+    kv_c: torch.Tensor
+    kv_weight: torch.Tensor
+    k_pe: torch.Tensor
+    positions: torch.Tensor
+    cos_sin: torch.Tensor
+    index_k: torch.Tensor | None
+    index_weight: torch.Tensor | None
+    index_bias: torch.Tensor | None
+
+
+@dataclass
+class GuardedCache:
+    """A cache view inside a storage tensor with guard blocks around it."""
+
+    storage: torch.Tensor  # [GUARD + num_blocks + GUARD, B, entry] uint8
+    initial: torch.Tensor  # copy of storage before the launch
+
+    @property
+    def view(self) -> torch.Tensor:
+        return self.storage[GUARD_BLOCKS : self.storage.shape[0] - GUARD_BLOCKS]
+
+    @property
+    def initial_view(self) -> torch.Tensor:
+        return self.initial[GUARD_BLOCKS : self.initial.shape[0] - GUARD_BLOCKS]
+
+
+@dataclass
+class RankLaunch:
+    """Everything one simulated rank hands to the kernel and gets back."""
+
+    rank: int
+    inputs: FusedOpInputs
+    outputs: FusedOpOutputs
+    mla: GuardedCache
+    index: GuardedCache | None
+    prefix_slots: torch.Tensor  # [P] this rank's slots of cached-prefix tokens (-1 foreign)
+    index_prefix_slots: torch.Tensor | None
+
+    @property
+    def caches(self) -> FusedOpCaches:
+        return FusedOpCaches(self.mla.view, self.index.view if self.index else None)
+
+
+@dataclass
+class Case:
+    """A scenario at one DCP size: the mappings, the oracle's answer, and one launch per rank."""
+
+    scenario: Scenario
+    dcp_size: int
+    mappings: SlotMappings
+    index_mappings: SlotMappings | None  # None on shared layers
+    activations: Activations
+    expected: reference.FusedReference
+    ranks: list[RankLaunch]
+
+    @property
+    def label(self) -> str:
+        return f"{self.scenario.name}[dcp{self.dcp_size}]"
+
+
+@cache
+def _cos_sin(preset: ModelPreset, device: torch.device) -> torch.Tensor:
+    return reference.cos_sin_table(preset.max_position, preset.rope_dim, preset.rope_base).to(
+        device
+    )
+
+
+def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Activations:
+    """Seeded token values on the CPU generator (same bits on every device), then moved."""
+    preset, dtype = scenario.model, scenario.torch_dtype
+    gen = torch.Generator().manual_seed(seed)
+    tokens = scenario.batch.num_tokens
+
+    def randn(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * scale + shift).to(dtype).to(device)
+
+    positions = slot_mappings(
+        scenario.batch, scenario.layout(1), scenario.block_tables(1)
+    ).positions
+    act = Activations(
+        q_c=randn(tokens, preset.q_lora_rank),
+        q_weight=randn(preset.q_lora_rank, scale=0.1, shift=1.0),
+        kv_c=randn(tokens, preset.kv_lora_rank),
+        kv_weight=randn(preset.kv_lora_rank, scale=0.1, shift=1.0),
+        k_pe=randn(tokens, preset.rope_dim),
+        positions=positions.to(device),
+        cos_sin=_cos_sin(preset, device),
+        index_k=None,
+        index_weight=None,
+        index_bias=None,
+    )
+    if scenario.has_indexer:
+        act.index_k = randn(tokens, preset.index_head_dim)
+        act.index_weight = (torch.randn(preset.index_head_dim, generator=gen) * 0.1 + 1.0).to(
+            device
+        )
+        act.index_bias = (torch.randn(preset.index_head_dim, generator=gen) * 0.1).to(device)
+    return act
+
+
+def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference:
+    return reference.fused_norm_rope(
+        act.q_c,
+        act.q_weight,
+        act.kv_c,
+        act.kv_weight,
+        act.k_pe,
+        act.positions,
+        act.cos_sin,
+        scenario.model.eps,
+        cache_layout=scenario.cache_layout.value,
+        mla_scale=scenario.mla_scale,
+        index_k=act.index_k,
+        index_weight=act.index_weight,
+        index_bias=act.index_bias,
+        index_rope_interleaved=scenario.model.index_rope_interleaved,
+    )
+
+
+def _random_storage(blocks: int, block_size: int, entry: int, gen: torch.Generator, device):
+    shape = (blocks + 2 * GUARD_BLOCKS, block_size, entry)
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8).to(device)
+
+
+def _prefix_values(scenario: Scenario, count: int, gen: torch.Generator, device):
+    """Plausible fp32 values for the cached prefix, so pre-written entries are real encodings."""
+    p = scenario.model
+    kv = torch.randn(count, p.kv_lora_rank, generator=gen).to(device)
+    kpe = torch.randn(count, p.rope_dim, generator=gen).to(device)
+    index = torch.randn(count, p.index_head_dim, generator=gen).to(device)
+    return kv, kpe, index
+
+
+def build_case(
+    scenario: Scenario,
+    dcp_size: int,
+    device: torch.device,
+    *,
+    seed: int | None = None,
+    activations: Activations | None = None,
+    expected: reference.FusedReference | None = None,
+) -> Case:
+    """Lay out ``scenario`` at ``dcp_size``: mappings, poisoned outputs, guarded caches.
+
+    ``activations`` and ``expected`` may be passed in to share them between DCP sizes.
+    """
+    seed = scenario.seed if seed is None else seed
+    preset, dtype, batch = scenario.model, scenario.torch_dtype, scenario.batch
+    act = activations or make_activations(scenario, seed, device)
+    ref = expected or run_oracle(scenario, act)
+
+    tables = scenario.block_tables(dcp_size)
+    mappings = slot_mappings(batch, scenario.layout(dcp_size), tables)
+    mla_blocks = num_blocks(tables)
+
+    index_mappings, index_blocks = None, 0
+    if scenario.indexer == "sharded":
+        index_mappings, index_blocks = mappings, mla_blocks
+    elif scenario.indexer == "replicated":
+        global_tables = scenario.block_tables(1)
+        global_map = slot_mappings(batch, scenario.layout(1), global_tables)
+        # Replicated: every rank holds every token under its global slot.
+        index_mappings = replace(
+            global_map,
+            per_rank=global_map.per_rank.expand(dcp_size, -1).clone(),
+            prefix_per_rank=global_map.prefix_per_rank.expand(dcp_size, -1).clone(),
+        )
+        index_blocks = num_blocks(global_tables)
+
+    mla_bytes = mla_entry_bytes(scenario.cache_layout, preset.kv_lora_rank, preset.rope_dim, dtype)
+    idx_bytes = index_entry_bytes(preset.index_head_dim)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + dcp_size)
+    num_prefix = mappings.prefix_owner.numel()
+    prefix_kv, prefix_kpe, prefix_index = _prefix_values(scenario, num_prefix, gen, device)
+    prefix_entries = reference.encode_mla_entries(
+        prefix_kv, prefix_kpe, scenario.cache_layout.value, dtype, scenario.mla_scale
+    )
+    prefix_index_values, prefix_index_scales = reference.encode_index_entries(prefix_index)
+
+    ranks = []
+    for rank in range(dcp_size):
+        slots = None if scenario.profiling else mappings.per_rank[rank].to(device)
+        prefix_slots = mappings.prefix_per_rank[rank].to(device)
+        mla_storage = _random_storage(mla_blocks, scenario.block_size, mla_bytes, gen, device)
+        mla_view = mla_storage[GUARD_BLOCKS : GUARD_BLOCKS + mla_blocks]
+        mla_view.copy_(reference.write_mla_cache(mla_view, prefix_slots, prefix_entries))
+
+        index_cache, index_slots, index_prefix_slots = None, None, None
+        if index_mappings is not None:
+            index_prefix_slots = index_mappings.prefix_per_rank[rank].to(device)
+            storage = _random_storage(index_blocks, scenario.block_size, idx_bytes, gen, device)
+            view = storage[GUARD_BLOCKS : GUARD_BLOCKS + index_blocks]
+            view.copy_(
+                reference.write_index_cache(
+                    view, index_prefix_slots, prefix_index_values, prefix_index_scales
+                )
+            )
+            index_cache = GuardedCache(storage, storage.clone())
+            if not scenario.profiling:
+                index_slots = index_mappings.per_rank[rank].to(device)
+
+        inputs = FusedOpInputs(
+            q_c=act.q_c,
+            q_weight=act.q_weight,
+            kv_c=act.kv_c,
+            kv_weight=act.kv_weight,
+            k_pe=act.k_pe,
+            positions=act.positions,
+            cos_sin=act.cos_sin,
+            eps=preset.eps,
+            block_size=scenario.block_size,
+            cache_layout=scenario.cache_layout,
+            mla_scale=scenario.mla_scale,
+            slot_mapping=slots,
+            index_k=act.index_k,
+            index_weight=act.index_weight,
+            index_bias=act.index_bias,
+            index_rope_interleaved=preset.index_rope_interleaved,
+            index_slot_mapping=index_slots,
+        )
+        ranks.append(
+            RankLaunch(
+                rank=rank,
+                inputs=inputs,
+                outputs=poisoned_outputs(scenario, device),
+                mla=GuardedCache(mla_storage, mla_storage.clone()),
+                index=index_cache,
+                prefix_slots=prefix_slots,
+                index_prefix_slots=index_prefix_slots,
+            )
+        )
+    return Case(scenario, dcp_size, mappings, index_mappings, act, ref, ranks)
+
+
+def poisoned_outputs(scenario: Scenario, device: torch.device) -> FusedOpOutputs:
+    """Outputs a kernel must overwrite: NaN everywhere, top-k at ``TOPK_SENTINEL``."""
+    p, dtype, tokens = scenario.model, scenario.torch_dtype, scenario.batch.num_tokens
+
+    def nan(width: int) -> torch.Tensor:
+        return torch.full((tokens, width), float("nan"), dtype=dtype, device=device)
+
+    return FusedOpOutputs(
+        q_out=nan(p.q_lora_rank),
+        kv_out=nan(p.kv_lora_rank),
+        kpe_out=nan(p.rope_dim),
+        topk_indices=torch.full((tokens, p.topk), TOPK_SENTINEL, dtype=torch.int32, device=device),
+        index_k_out=nan(p.index_head_dim) if scenario.has_indexer else None,
+    )
+
+
+def snapshot_inputs(inputs: FusedOpInputs) -> dict[str, torch.Tensor]:
+    """Copies of every input tensor, to prove afterwards the kernel did not modify them."""
+    return {
+        name: value.clone()
+        for name, value in vars(inputs).items()
+        if isinstance(value, torch.Tensor)
+    }

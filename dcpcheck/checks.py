@@ -1,0 +1,571 @@
+"""The contract checks of DESIGN §2, each a small function returning a ``CheckResult``.
+
+Per rank (after one launch): ``outputs`` (1), ``topk``, ``cache_owned`` (2, the written
+entries), ``cache_foreign`` (2, nothing else in range changed), ``prefix_intact``,
+``padding_inert`` (5), ``profiling_no_write`` (6), ``guard_bands`` (out-of-bounds
+writes), ``inputs_unmodified``. Across runs: ``ranks_agree`` (3) and
+``shards_reassemble`` (4).
+
+Every finding names the check, the field, the rank, the first bad token and whether that
+token is owned by, foreign to, or padding on that rank, and the largest error. Values
+are compared on the device; only verdicts move to the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import reference
+from dcpcheck import tolerances
+from dcpcheck.case import GUARD_BLOCKS, TOPK_SENTINEL, Case, GuardedCache, RankLaunch
+from dcpcheck.contract import DS_MLA_NOPE_DIM, CacheLayout
+from dcpcheck.dcp import FOREIGN, OWNED, PADDING
+
+OWNERSHIP_NAMES = {OWNED: "owned", FOREIGN: "foreign", PADDING: "padding"}
+
+OUTPUT_FIELDS = ("q_out", "kv_out", "kpe_out", "index_k_out")
+
+ATTRIBUTION_MIN_MATCH = 0.5
+"""A stray cache entry is attributed to the token whose oracle encoding shares the most
+bytes with it, if at least this fraction: random initial bytes match by chance ~1/256."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One way a check failed, located as precisely as the evidence allows."""
+
+    field: str
+    rank: int | None
+    detail: str
+    token: int | None = None
+    ownership: str | None = None  # of ``token`` on ``rank``: owned / foreign / padding
+    max_error: str | None = None  # in steps of the stored format, or "NaN (unwritten)"
+    count: int = 1  # how many rows/entries/bytes are bad
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    findings: tuple[Finding, ...] = ()
+    skipped: str | None = None  # reason; a skipped check is reported, never counted as passed
+
+    @property
+    def passed(self) -> bool:
+        return self.skipped is None and not self.findings
+
+
+@dataclass(frozen=True)
+class EntryPart:
+    """A byte range of a cache entry, the format stored there, and its tolerance."""
+
+    name: str
+    start: int
+    stop: int
+    dtype: torch.dtype  # torch.uint8 means fp8 e4m3 bytes
+    tolerance: tolerances.Tolerance
+
+
+def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.dtype):
+    """The parts of one MLA cache entry (DESIGN §2 table)."""
+    if layout is CacheLayout.AUTO:
+        kv_end = kv_dim * act.itemsize
+        return (
+            EntryPart("kv", 0, kv_end, act, tolerances.MLA_AUTO_ENTRY),
+            EntryPart(
+                "kpe", kv_end, kv_end + rope_dim * act.itemsize, act, tolerances.MLA_AUTO_ENTRY
+            ),
+        )
+    if layout is CacheLayout.FP8:
+        return (
+            EntryPart("kv", 0, kv_dim, torch.uint8, tolerances.FP8_VALUE),
+            EntryPart("kpe", kv_dim, kv_dim + rope_dim, torch.uint8, tolerances.FP8_VALUE),
+        )
+    scales_end = DS_MLA_NOPE_DIM + 16
+    return (
+        EntryPart("nope", 0, DS_MLA_NOPE_DIM, torch.uint8, tolerances.FP8_VALUE),
+        EntryPart("scales", DS_MLA_NOPE_DIM, scales_end, torch.float32, tolerances.DS_MLA_SCALE),
+        EntryPart(
+            "rope",
+            scales_end,
+            scales_end + 2 * rope_dim,
+            torch.bfloat16,
+            tolerances.BF16_ROPE_IN_CACHE,
+        ),
+    )
+
+
+def index_entry_parts(index_dim: int):
+    """Indexer rows as the checks see them: fp8 values then the fp32 UE8M0 scale."""
+    return (
+        EntryPart("values", 0, index_dim, torch.uint8, tolerances.FP8_VALUE),
+        EntryPart("scale", index_dim, index_dim + 4, torch.float32, tolerances.UE8M0_SCALE),
+    )
+
+
+def _steps(actual: torch.Tensor, expected: torch.Tensor, part: EntryPart) -> torch.Tensor:
+    """Per-row maximum distance, in steps, of one part of byte rows [K, E]."""
+    a = actual[:, part.start : part.stop].contiguous()
+    e = expected[:, part.start : part.stop].contiguous()
+    if part.dtype == torch.uint8:
+        dist = tolerances.fp8_step_distance(a, e)
+    else:
+        dist = tolerances.ulp_distance(a.view(part.dtype), e.view(part.dtype))
+    return dist.amax(dim=1)
+
+
+def _describe_steps(steps: int) -> str:
+    return "NaN (unwritten)" if steps == torch.iinfo(torch.int64).max else f"{steps} steps"
+
+
+def _first_bad(
+    bad: torch.Tensor, tokens: torch.Tensor, steps: torch.Tensor, case: Case, rank: int
+) -> tuple[int, str, str, int]:
+    """(first bad token, its ownership, max error, bad count) for a row mask over ``tokens``."""
+    idx = torch.nonzero(bad).flatten()
+    token = int(tokens[idx[0]])
+    ownership = OWNERSHIP_NAMES[int(case.mappings.ownership(rank)[token])]
+    return token, ownership, _describe_steps(int(steps[bad].max())), int(idx.numel())
+
+
+def _real_tokens(case: Case) -> torch.Tensor:
+    return torch.nonzero(case.mappings.owner >= 0).flatten()
+
+
+def check_outputs(case: Case) -> CheckResult:
+    """Contract 1: every output equals the oracle's on every real token, whatever its slot."""
+    tokens = _real_tokens(case)
+    findings = []
+    for launch in case.ranks:
+        for field in OUTPUT_FIELDS:
+            actual = getattr(launch.outputs, field)
+            expected = getattr(case.expected, field)
+            if actual is None or expected is None:
+                continue
+            dev = tokens.to(actual.device)
+            steps = tolerances.ulp_distance(actual[dev], expected[dev]).amax(dim=1).cpu()
+            bad = steps > tolerances.OUTPUT.max_steps
+            if bad.any():
+                token, own, err, count = _first_bad(bad, tokens, steps, case, launch.rank)
+                findings.append(
+                    Finding(
+                        field,
+                        launch.rank,
+                        f"{count} token row(s) differ from the oracle",
+                        token,
+                        own,
+                        err,
+                        count,
+                    )
+                )
+    return CheckResult("outputs", tuple(findings))
+
+
+def check_topk(case: Case) -> CheckResult:
+    """Indexer layers fill every real row with -1; shared layers leave the buffer untouched."""
+    tokens = _real_tokens(case)
+    findings = []
+    for launch in case.ranks:
+        rows = launch.outputs.topk_indices[tokens.to(launch.outputs.topk_indices.device)].cpu()
+        want = -1 if case.scenario.has_indexer else TOPK_SENTINEL
+        bad = (rows != want).any(dim=1)
+        if bad.any():
+            steps = torch.zeros(len(tokens), dtype=torch.int64)
+            token, own, _, count = _first_bad(bad, tokens, steps, case, launch.rank)
+            what = "not filled with -1" if want == -1 else "written on a shared (no-indexer) layer"
+            findings.append(
+                Finding(
+                    "topk_indices", launch.rank, f"{count} row(s) {what}", token, own, None, count
+                )
+            )
+    return CheckResult("topk", tuple(findings))
+
+
+def _owned(slots: torch.Tensor | None) -> torch.Tensor:
+    if slots is None:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.nonzero(slots.cpu() >= 0).flatten()
+
+
+def _index_rows(cache: torch.Tensor, slots: torch.Tensor, index_dim: int) -> torch.Tensor:
+    values, scales = reference.read_index_cache(cache, slots, index_dim)
+    return torch.cat([values, scales.contiguous().view(torch.uint8).view(-1, 4)], dim=1)
+
+
+def _expected_index_rows(case: Case, tokens: torch.Tensor) -> torch.Tensor:
+    values = case.expected.index_values[tokens]
+    scales = case.expected.index_scales[tokens].contiguous().view(torch.uint8).view(-1, 4)
+    return torch.cat([values, scales], dim=1)
+
+
+def _compare_entries(
+    case: Case,
+    rank: int,
+    field: str,
+    tokens: torch.Tensor,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    parts,
+) -> list[Finding]:
+    findings = []
+    for part in parts:
+        steps = _steps(actual, expected, part).cpu()
+        bad = steps > part.tolerance.max_steps
+        if bad.any():
+            token, own, err, count = _first_bad(bad, tokens, steps, case, rank)
+            findings.append(
+                Finding(
+                    f"{field}.{part.name}",
+                    rank,
+                    f"{count} owned entr(y/ies) differ from the oracle's encoding",
+                    token,
+                    own,
+                    err,
+                    count,
+                )
+            )
+    return findings
+
+
+def check_cache_owned(case: Case) -> CheckResult:
+    """Contract 2a: each entry this rank owns holds the oracle's encoding of its token."""
+    if case.scenario.profiling:
+        return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
+    s, p = case.scenario, case.scenario.model
+    parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
+    findings = []
+    for launch in case.ranks:
+        tokens = _owned(launch.inputs.slot_mapping)
+        if len(tokens):
+            slots = launch.inputs.slot_mapping[tokens.to(launch.inputs.slot_mapping.device)]
+            actual = reference.read_mla_cache(launch.mla.view, slots)
+            expected = case.expected.mla_entries[tokens.to(actual.device)]
+            findings += _compare_entries(
+                case, launch.rank, "mla_cache", tokens, actual, expected, parts
+            )
+        if launch.index is not None:
+            tokens = _owned(launch.inputs.index_slot_mapping)
+            if len(tokens):
+                slots = launch.inputs.index_slot_mapping[tokens.to(launch.index.view.device)]
+                actual = _index_rows(launch.index.view, slots, p.index_head_dim)
+                expected = _expected_index_rows(case, tokens.to(actual.device))
+                findings += _compare_entries(
+                    case,
+                    launch.rank,
+                    "index_cache",
+                    tokens,
+                    actual,
+                    expected,
+                    index_entry_parts(p.index_head_dim),
+                )
+    return CheckResult("cache_owned", tuple(findings))
+
+
+@dataclass(frozen=True)
+class StrayWrite:
+    """A cache entry (or guard entry) that changed although no token of this step owns it."""
+
+    cache: str  # "mla_cache" / "index_cache"
+    rank: int
+    slot: int  # entry index relative to the first addressable entry (negative: guard before)
+    where: str  # "guard before" / "guard after" / "prefix" / "unowned"
+    token: int | None  # token whose oracle encoding it holds, if recognisable
+    bytes_changed: int
+
+
+def _entry_of_bytes(
+    flat_index: torch.Tensor, cache: str, block_size: int, row: int, index_dim: int
+) -> torch.Tensor:
+    """Map byte offsets in a cache storage to the entry (slot) they belong to.
+
+    The MLA cache stores entries contiguously. The indexer packs a block as all its
+    fp8 rows first, then all its scales (DESIGN §2), so a byte's slot depends on which
+    half of the block it sits in.
+    """
+    if cache == "mla_cache":
+        return flat_index // row
+    block_bytes = block_size * row
+    block, pos = flat_index // block_bytes, flat_index % block_bytes
+    values_end = block_size * index_dim
+    offset = torch.where(pos < values_end, pos // index_dim, (pos - values_end) // 4)
+    return block * block_size + offset
+
+
+def _stray_writes(
+    case: Case,
+    launch: RankLaunch,
+    cache: GuardedCache,
+    name: str,
+    owned_slots: torch.Tensor | None,
+    prefix_slots: torch.Tensor,
+    read_entry,
+    encodings: torch.Tensor | None,
+) -> list[StrayWrite]:
+    storage, initial = cache.storage, cache.initial
+    blocks, block_size, row = storage.shape
+    index_dim = case.scenario.model.index_head_dim
+    changed = torch.nonzero((storage != initial).flatten()).flatten()
+    if not len(changed):
+        return []
+    entries = _entry_of_bytes(changed, name, block_size, row, index_dim)
+    changed_per_entry = torch.bincount(entries, minlength=blocks * block_size)
+    first_entry = GUARD_BLOCKS * block_size
+    if owned_slots is not None:
+        changed_per_entry[owned_slots[owned_slots >= 0] + first_entry] = 0
+    stray = torch.nonzero(changed_per_entry).flatten().cpu()
+    last_entry = blocks * block_size - first_entry
+    prefix = set(prefix_slots[prefix_slots >= 0].tolist())
+    writes = []
+    for entry in stray[:64].tolist():  # bounded: a report needs the first few, not all
+        slot = entry - first_entry
+        if entry < first_entry:
+            where = "guard before"
+        elif entry >= last_entry:
+            where = "guard after"
+        elif slot in prefix:
+            where = "prefix"
+        else:
+            where = "unowned"
+        held = read_entry(storage, torch.tensor([entry], device=storage.device))[0]
+        writes.append(
+            StrayWrite(
+                name,
+                launch.rank,
+                slot,
+                where,
+                _attribute(held, encodings),
+                int(changed_per_entry[entry]),
+            )
+        )
+    return writes
+
+
+def _attribute(entry: torch.Tensor, encodings: torch.Tensor | None) -> int | None:
+    """The token whose oracle encoding this stray entry most resembles, if any does."""
+    if encodings is None or not len(encodings):
+        return None
+    width = min(entry.numel(), encodings.shape[1])
+    same = (encodings[:, :width] == entry[:width]).sum(dim=1)
+    best = int(same.argmax())
+    return best if int(same[best]) >= ATTRIBUTION_MIN_MATCH * width else None
+
+
+def collect_stray_writes(case: Case) -> list[StrayWrite]:
+    """Every changed entry that no token of this step owned, on every rank and cache."""
+    index_dim = case.scenario.model.index_head_dim
+    writes = []
+    for launch in case.ranks:
+        writes += _stray_writes(
+            case,
+            launch,
+            launch.mla,
+            "mla_cache",
+            launch.inputs.slot_mapping,
+            launch.prefix_slots,
+            reference.read_mla_cache,
+            case.expected.mla_entries,
+        )
+        if launch.index is not None:
+            writes += _stray_writes(
+                case,
+                launch,
+                launch.index,
+                "index_cache",
+                launch.inputs.index_slot_mapping,
+                launch.index_prefix_slots,
+                lambda c, s: _index_rows(c, s, index_dim),
+                _expected_index_rows(case, _real_and_padding(case)),
+            )
+    return writes
+
+
+def _real_and_padding(case: Case) -> torch.Tensor:
+    return torch.arange(case.scenario.batch.num_tokens, device=case.expected.q_out.device)
+
+
+def _stray_finding(case: Case, w: StrayWrite) -> Finding:
+    own = None
+    if w.token is not None:
+        own = OWNERSHIP_NAMES[int(case.mappings.ownership(w.rank)[w.token])]
+    who = f", holds token {w.token}'s encoding" if w.token is not None else ""
+    return Finding(
+        w.cache,
+        w.rank,
+        f"entry {w.slot} ({w.where}) changed: {w.bytes_changed} byte(s){who}",
+        w.token,
+        own,
+        f"{w.bytes_changed} bytes",
+    )
+
+
+def stray_write_checks(case: Case) -> list[CheckResult]:
+    """Contract 2b, 5, 6 and out-of-bounds writes, from one scan of every cache byte.
+
+    Each stray write goes to exactly one check: a guard band if outside the cache;
+    ``profiling_no_write`` on a profiling call; ``prefix_intact`` on a cached-prefix
+    entry; ``padding_inert`` if it holds a padding row's encoding; else ``cache_foreign``.
+    """
+    buckets: dict[str, list[Finding]] = {
+        "guard_bands": [],
+        "prefix_intact": [],
+        "padding_inert": [],
+        "cache_foreign": [],
+    }
+    profiling = case.scenario.profiling
+    if profiling:
+        buckets = {"guard_bands": [], "profiling_no_write": []}
+    for w in collect_stray_writes(case):
+        if w.where.startswith("guard"):
+            bucket = "guard_bands"
+        elif profiling:
+            bucket = "profiling_no_write"
+        elif w.where == "prefix":
+            bucket = "prefix_intact"
+        elif w.token is not None and int(case.mappings.owner[w.token]) < 0:
+            bucket = "padding_inert"
+        else:
+            bucket = "cache_foreign"
+        buckets[bucket].append(_stray_finding(case, w))
+    results = [CheckResult(name, tuple(found)) for name, found in buckets.items()]
+    if not profiling and int(case.mappings.owner.lt(0).sum()) == 0:
+        results = [
+            r
+            if r.check != "padding_inert" or r.findings
+            else CheckResult("padding_inert", skipped="no padding rows in this batch")
+            for r in results
+        ]
+    return results
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-row bitwise equality (NaN-safe: compares the bytes)."""
+    a8 = a.contiguous().view(torch.uint8).view(a.shape[0], -1)
+    b8 = b.contiguous().view(torch.uint8).view(b.shape[0], -1)
+    return (a8 == b8).all(dim=1)
+
+
+def input_changes(launch: RankLaunch, before: dict[str, torch.Tensor]) -> list[Finding]:
+    """Inputs (slot mappings included) that one rank's launch modified, bitwise."""
+    findings = []
+    for name, original in before.items():
+        after = getattr(launch.inputs, name)
+        rows = after.reshape(after.shape[0], -1) if after.dim() else after.reshape(1, 1)
+        same = _bits_equal(rows, original.reshape(rows.shape)).cpu()
+        if not same.all():
+            first = int(torch.nonzero(~same).flatten()[0])
+            findings.append(
+                Finding(
+                    name,
+                    launch.rank,
+                    f"input modified (first row {first})",
+                    count=int((~same).sum()),
+                )
+            )
+    return findings
+
+
+def check_inputs_unmodified(changes: list[Finding]) -> CheckResult:
+    """The kernel must only read its inputs (the runner restores them after each launch,
+    so one rank's scribble cannot leak into the next rank's run)."""
+    return CheckResult("inputs_unmodified", tuple(changes))
+
+
+def check_ranks_agree(case: Case, baseline: Case) -> CheckResult:
+    """Contract 3: outputs bitwise identical across ranks and equal to the DCP1 run."""
+    if case.dcp_size == 1:
+        return CheckResult("ranks_agree", skipped="DCP1 is the baseline")
+    tokens = _real_tokens(case)
+    findings = []
+    reference_launch = baseline.ranks[0]
+    for launch in case.ranks:
+        for field in OUTPUT_FIELDS:
+            actual = getattr(launch.outputs, field)
+            if actual is None:
+                continue
+            want = getattr(reference_launch.outputs, field)
+            dev = tokens.to(actual.device)
+            same = _bits_equal(actual[dev], want[dev]).cpu()
+            if not same.all():
+                bad = ~same
+                steps = tolerances.ulp_distance(actual[dev], want[dev]).amax(dim=1).cpu()
+                token, own, err, count = _first_bad(bad, tokens, steps, case, launch.rank)
+                findings.append(
+                    Finding(
+                        field,
+                        launch.rank,
+                        f"{count} row(s) differ bitwise from the DCP1 run",
+                        token,
+                        own,
+                        err,
+                        count,
+                    )
+                )
+    return CheckResult("ranks_agree", tuple(findings))
+
+
+def check_shards_reassemble(case: Case, baseline: Case) -> CheckResult:
+    """Contract 4: each token's entry read from its owner rank equals, byte for byte,
+    the DCP1 cache entry of that token (replicated indexer: every rank's entry does)."""
+    if case.dcp_size == 1:
+        return CheckResult("shards_reassemble", skipped="DCP1 is the baseline")
+    if case.scenario.profiling:
+        return CheckResult("shards_reassemble", skipped="profiling call writes no cache")
+    findings = []
+    tokens = _real_tokens(case)
+    base = baseline.ranks[0]
+    findings += _reassemble(
+        case,
+        tokens,
+        "mla_cache",
+        base.mla.view,
+        baseline.mappings.per_rank[0],
+        case.mappings,
+        lambda r: case.ranks[r].mla.view,
+        read=reference.read_mla_cache,
+    )
+    if case.index_mappings is not None:
+        index_dim = case.scenario.model.index_head_dim
+
+        def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+            return _index_rows(cache, slots, index_dim)
+
+        findings += _reassemble(
+            case,
+            tokens,
+            "index_cache",
+            base.index.view,
+            baseline.index_mappings.per_rank[0],
+            case.index_mappings,
+            lambda r: case.ranks[r].index.view,
+            read=read_index,
+        )
+    return CheckResult("shards_reassemble", tuple(findings))
+
+
+def _reassemble(case, tokens, field, base_cache, base_slots, mappings, cache_of, read):
+    findings = []
+    for rank in range(case.dcp_size):
+        slots = mappings.per_rank[rank][tokens]
+        mine = tokens[slots >= 0]
+        if not len(mine):
+            continue
+        actual = read(cache_of(rank), mappings.per_rank[rank][mine].to(base_cache.device))
+        want = read(base_cache, base_slots[mine].to(base_cache.device))
+        same = (actual == want).all(dim=1).cpu()
+        if not same.all():
+            bad = ~same
+            bytes_off = (actual != want).sum(dim=1).cpu()
+            token, own, _, count = _first_bad(bad, mine, bytes_off, case, rank)
+            findings.append(
+                Finding(
+                    field,
+                    rank,
+                    f"{count} entr(y/ies) differ from the DCP1 cache entry",
+                    token,
+                    own,
+                    f"{int(bytes_off.max())} bytes",
+                    count,
+                )
+            )
+    return findings

@@ -1,0 +1,281 @@
+"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.runner``.
+
+Exit codes (part of the interface; ``git bisect run`` relies on 125):
+
+\b
+  0    every check passed
+  1    a check failed (or the kernel raised)
+  2    usage error or bad input, found before any work starts
+  125  the kernel under test could not be loaded or compiled
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from dcpcheck import report
+from dcpcheck.backend import BackendError, select_backend
+from dcpcheck.contract import Kernel
+from dcpcheck.kernel_loading import KernelLoadError, load_kernel
+from dcpcheck.runner import CaseResult, RunConfig, run
+from dcpcheck.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_KERNEL_LOAD = 0, 1, 2, 125
+
+out = Console(highlight=False)
+"""Results go to stdout; findings and replay commands print one line each (soft wrap)
+so they can be grepped and pasted."""
+err = Console(stderr=True, highlight=False)
+
+
+class InputError(click.ClickException):
+    """Bad input: one line on stderr, exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class KernelLoadFailure(click.ClickException):
+    """The kernel under test cannot be loaded: exit 125 so ``git bisect run`` skips."""
+
+    exit_code = EXIT_KERNEL_LOAD
+
+
+def parse_dcp_sizes(text: str) -> tuple[int, ...]:
+    """``"4"`` or ``"1,2,4,8"`` -> sizes, each a positive integer."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part)
+        except ValueError:
+            raise InputError(
+                f"--dcp: {part.strip()!r} is not an integer (e.g. --dcp 1,2,4)"
+            ) from None
+        if size < 1:
+            raise InputError(f"--dcp: DCP size must be >= 1, got {size}")
+        sizes.append(size)
+    return tuple(dict.fromkeys(sizes))
+
+
+@click.group(help=__doc__, context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    pass
+
+
+@cli.command("run", epilog=__doc__.split("\n\n", 1)[1])
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default=None,
+    metavar="N[,N...]",
+    help="DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
+    "DCP1 always runs as the baseline for the cross-rank checks.",
+)
+@click.option(
+    "--kernel",
+    "kernel_name",
+    default="default",
+    show_default=True,
+    help="Registry name (see `dcpcheck list kernels`), package.module:function, "
+    "or path/to/file.py:function implementing the kernel protocol.",
+)
+@click.option(
+    "--scenario",
+    "patterns",
+    multiple=True,
+    metavar="NAME|GLOB",
+    help="Scenario names or globs (repeatable; default: all shipped scenarios).",
+)
+@click.option(
+    "--scenario-dir",
+    type=click.Path(path_type=Path),
+    default=SCENARIO_DIR,
+    show_default=True,
+    help="Where scenario TOML files live.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Override every scenario's value seed (explores new values).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if present, else Triton's interpreter on the CPU.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a JSON report here (atomically).",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a JUnit XML report here (atomically).",
+)
+@click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
+def run_command(
+    dcp_text, kernel_name, patterns, scenario_dir, seed, device, json_path, junit_path, fail_fast
+) -> None:
+    """Run the contract checks of a kernel over scenarios x DCP sizes."""
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    for path in (json_path, junit_path):
+        if path is not None:
+            try:
+                report.ensure_writable(path)
+            except report.ReportPathError as exc:
+                raise InputError(str(exc)) from None
+    try:
+        scenarios = load_scenarios(list(patterns), scenario_dir)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    backend = _backend(device)
+    kernel = _kernel(kernel_name)
+    config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
+    results = _run_with_progress(kernel, scenarios, config, backend, json_path, junit_path)
+    raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
+
+
+def _backend(device: str):
+    try:
+        backend = select_backend(device)
+    except BackendError as exc:
+        raise InputError(str(exc)) from None
+    err.print(f"[bold]backend:[/] {backend.describe()}")
+    return backend
+
+
+def _kernel(name: str) -> Kernel:
+    try:
+        return load_kernel(name)
+    except KernelLoadError as exc:
+        raise KernelLoadFailure(str(exc)) from None
+
+
+def _run_with_progress(kernel, scenarios, config, backend, json_path, junit_path):
+    """Run with a progress bar; reports are written even when interrupted (marked partial)."""
+    results: list[CaseResult] = []
+    total = sum(len(config.dcp_sizes or s.dcp_sizes) for s in scenarios)
+    partial = True
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("checking", total=total)
+
+            def on_result(result: CaseResult) -> None:
+                results.append(result)
+                progress.update(
+                    task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
+                )
+
+            run(kernel, scenarios, config, backend, on_result=on_result)
+        partial = False
+    finally:
+        _write_reports(results, config, backend, json_path, junit_path, partial)
+    print_results(results)
+    return results
+
+
+def _write_reports(results, config, backend, json_path, junit_path, partial) -> None:
+    backend_name = "interpreter" if backend.interpreted else "cuda"
+    if json_path is not None:
+        report.write_atomic(
+            json_path,
+            report.to_json(
+                results, kernel=config.kernel_name, backend=backend_name, partial=partial
+            ),
+        )
+    if junit_path is not None:
+        report.write_atomic(
+            junit_path, report.to_junit(results, kernel=config.kernel_name, partial=partial)
+        )
+
+
+def print_results(results: list[CaseResult]) -> None:
+    """A table of scenario x DCP size with the checks that failed, then one line per
+    finding and a replay command per failing case, then the summary line."""
+    table = Table(title="dcpcheck")
+    for column in ("case", "result", "checks", "s"):
+        table.add_column(column, justify="right" if column == "s" else "left")
+    for r in results:
+        if r.status == "error":
+            verdict, detail = "[red]ERROR[/]", "kernel raised: see below"
+        else:
+            ran = [c for c in r.checks if c.skipped is None]
+            failed = [c.check for c in r.failed_checks]
+            verdict = "[bold red]FAIL[/]" if failed else "[green]pass[/]"
+            detail = (
+                "failed: " + ", ".join(failed)
+                if failed
+                else f"{len(ran)} passed, {len(r.checks) - len(ran)} not applicable"
+            )
+        table.add_row(escape(f"{r.scenario}[dcp{r.dcp_size}]"), verdict, detail, f"{r.seconds:.1f}")
+    out.print(table)
+    for r in results:
+        label = escape(f"{r.scenario}[dcp{r.dcp_size}]")
+        if r.status == "error":
+            out.print(f"[red]ERROR[/] {label}: {escape(r.error or '')}", soft_wrap=True)
+            out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
+        for c in r.failed_checks:
+            for f in c.findings[:8]:
+                line = escape(report.format_finding(c.check, f))
+                out.print(f"[red]FAIL[/] {label} {line}", soft_wrap=True)
+            if len(c.findings) > 8:
+                out.print(f"  ... and {len(c.findings) - 8} more {c.check} finding(s)")
+            out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
+    s = report.summarize(results)
+    colour = "green" if s["fail"] == s["error"] == 0 else "red"
+    out.print(
+        f"[{colour}]{s['cases']} case(s): {s['pass']} passed, {s['fail']} failed, "
+        f"{s['error']} error(s)[/]"
+    )
+
+
+@cli.command("list")
+@click.argument("what", type=click.Choice(["kernels", "scenarios"]), default="kernels")
+def list_command(what: str) -> None:
+    """List the registered kernels or the shipped scenarios."""
+    if what == "kernels":
+        from dcpcheck.kernels import KERNELS
+
+        for entry in KERNELS.values():
+            out.print(f"{entry.name:24} {entry.description}")
+        return
+    try:
+        scenarios = load_scenarios([], SCENARIO_DIR)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    for s in scenarios:
+        out.print(f"{s.name:32} {s.description}")
+
+
+def main() -> None:
+    """Entry point: click's errors become one line on stderr with their exit code."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        err.print(f"dcpcheck: error: {exc.format_message()}", markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err.print("dcpcheck: interrupted", markup=False)
+        sys.exit(130)

@@ -1,0 +1,85 @@
+"""fp8 e4m3 encoding and UE8M0 scales as integer arithmetic on fp32 bit patterns.
+
+Why not ``x.to(tl.float8e4nv)``: Triton's CPU interpreter (checked on triton 3.9) converts
+fp32 to fp8 with its own bit-twiddling, which rounds ties away from zero, flushes fp8
+subnormals to zero, and drops the carry when rounding up crosses into a binade with an odd
+exponent (1.99 encodes as 1.0, not 2.0: eight fp8 steps off). A few percent of random
+values hit one of these, far beyond the one-step tolerance. The integer encoding below is
+round-to-nearest-even with fp8 subnormals, i.e. exactly what the GPU's
+``cvt.rn.satfinite.e4m3x2.f32`` and torch's ``.to(torch.float8_e4m3fn)`` produce, so the
+kernel's cache bytes do not depend on the backend.
+
+The UE8M0 exponent is likewise taken from the bits (``ceil(log2(r))`` is the exponent
+field, plus one when any mantissa bit is set): a floating ``log2`` is approximate on the
+GPU and can round onto the integer just above a power of two, which would halve the scale
+and push ``|x / scale|`` past 448.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dcpcheck.contract import FP8_E4M3_MAX, UE8M0_AMAX_FLOOR
+
+FP8_MAX = tl.constexpr(FP8_E4M3_MAX)
+AMAX_FLOOR = tl.constexpr(UE8M0_AMAX_FLOOR)
+
+FP32_MANTISSA_BITS = tl.constexpr(23)
+FP32_EXPONENT_BIAS = tl.constexpr(127)
+E4M3_MANTISSA_BITS = tl.constexpr(3)
+E4M3_EXPONENT_BIAS = tl.constexpr(7)
+E4M3_NAN_CODE = tl.constexpr(0x7F)
+
+DROPPED_MANTISSA_BITS = tl.constexpr(FP32_MANTISSA_BITS.value - E4M3_MANTISSA_BITS.value)
+"""fp32 -> e4m3 drops 20 mantissa bits."""
+
+JUST_BELOW_HALF = tl.constexpr((1 << (DROPPED_MANTISSA_BITS.value - 1)) - 1)
+"""0x7FFFF: added before dropping 20 bits, it rounds up from just above the halfway point;
+the dropped part's odd/even bit decides the tie itself."""
+
+REBIAS = tl.constexpr((FP32_EXPONENT_BIAS.value - E4M3_EXPONENT_BIAS.value) << 3)
+"""Subtracting 120 << 3 from ``bits >> 20`` turns an fp32 exponent:mantissa into e4m3's."""
+
+E4M3_MIN_NORMAL_BITS = tl.constexpr((FP32_EXPONENT_BIAS.value - 6) << FP32_MANTISSA_BITS.value)
+"""fp32 bits of 2^-6, the smallest normal e4m3 value; below it e4m3 counts in 2^-9 steps."""
+
+SUBNORMAL_SHIFT_BASE = tl.constexpr(FP32_MANTISSA_BITS.value - 9)
+"""A value ``m * 2^(e - 23)`` (24-bit ``m``) is ``m >> (14 - e)`` steps of 2^-9."""
+
+MAX_SUBNORMAL_SHIFT = tl.constexpr(25)
+"""Shifting a 24-bit significand right by 25 or more rounds it to 0; capping the shift
+keeps it inside an int32 (zero and tiny inputs would ask for up to 141)."""
+
+
+@triton.jit
+def fp8_e4m3_codes(x):
+    """The float8_e4m3fn byte (as int32, 0..255) of fp32 ``x``: saturated to +-448 first,
+    as production kernels clamp before the cast, then rounded to nearest even."""
+    is_nan = x != x
+    x = tl.minimum(tl.maximum(x, -FP8_MAX), FP8_MAX)
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 31) & 1
+    magnitude = bits & 0x7FFFFFFF
+    # Normal range: round the mantissa to 3 bits, nearest even; a carry out of the mantissa
+    # moves into the exponent, which is exactly the next e4m3 value.
+    odd = (magnitude >> DROPPED_MANTISSA_BITS) & 1
+    normal = ((magnitude + JUST_BELOW_HALF + odd) >> DROPPED_MANTISSA_BITS) - REBIAS
+    # Subnormal range: the value in units of 2^-9, rounded to nearest even (8 = 2^-6).
+    exponent = (magnitude >> FP32_MANTISSA_BITS) - FP32_EXPONENT_BIAS
+    significand = (magnitude & 0x7FFFFF) | 0x800000
+    shift = tl.minimum(SUBNORMAL_SHIFT_BASE - exponent, MAX_SUBNORMAL_SHIFT)
+    round_up = (1 << (shift - 1)) - 1 + ((significand >> shift) & 1)
+    subnormal = (significand + round_up) >> shift
+    code = tl.where(magnitude >= E4M3_MIN_NORMAL_BITS, normal, subnormal) | (sign << 7)
+    return tl.where(is_nan, E4M3_NAN_CODE, code)
+
+
+@triton.jit
+def ue8m0_scale(amax):
+    """``2^ceil(log2(max(amax, 1e-4) / 448))`` in fp32, exactly (module docstring)."""
+    ratio = tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX)
+    bits = ratio.to(tl.int32, bitcast=True)
+    exponent = bits >> FP32_MANTISSA_BITS  # ratio > 0: no sign bit
+    exponent = tl.where((bits & 0x7FFFFF) != 0, exponent + 1, exponent)
+    return (exponent << FP32_MANTISSA_BITS).to(tl.float32, bitcast=True)

@@ -1,0 +1,493 @@
+"""The project's fused MLA norm + RoPE + cache-write kernel (DESIGN §2), in Triton.
+
+Grid
+----
+One launch covers the whole op on a 2-D grid, laid out like the production kernels:
+
+* axis 0 walks the tokens, ``BLOCK_T`` consecutive tokens per program. Tokens sit on axis
+  0 because it is the only axis that may exceed 65,535 programs (axes 1 and 2 are capped
+  there), and a prefill batch is easily 65,536 tokens or more.
+* axis 1 is the sub-task, each an independent piece of per-token work:
+
+  ====  =================================================================================
+  0     indexer K: LayerNorm * w + b, RoPE over the first ``rope_dim`` lanes (interleaved
+        or NeoX), fp8 with a UE8M0 row scale into the indexer cache (indexer slot mapping)
+  1     KV: RMSNorm -> ``kv_out`` and the cache's NoPE part; k_pe: interleaved RoPE ->
+        ``kpe_out`` and the cache's RoPE part
+  2     Q: RMSNorm -> ``q_out``
+  3     top-k fill: the row of ``topk_indices`` set to -1
+  ====  =================================================================================
+
+  Shared (no-indexer) layers launch sub-tasks 1 and 2 only, so the indexer and the top-k
+  buffer are not touched at all.
+
+Every sub-task computes in fp32 and rounds once, on store. Outputs are written for every
+token whatever its slot; only the cache writes look at the slot, and only where it is
+``>= 0`` (the DCP contract: a token owned by another rank still needs its normalized
+K and Q on this rank). Cache encodings start from the fp32 values.
+
+Addressing
+----------
+Row offsets and cache offsets are computed in 64-bit: the program id is widened to int64
+before it is multiplied by ``BLOCK_T``, and slots are int64 loads. ``token * row_stride``
+passes 2^31 at about a million tokens of a 2048-wide bf16 row, and ``slot * 656`` passes
+it at 3.3 million cache slots, both within reach of real deployments; in 32-bit either
+product would wrap to a negative offset and write far outside the buffer.
+
+Caches arrive as ``uint8`` byte tensors (``dcpcheck.contract``): the kernel addresses
+every entry in bytes and casts the pointer to the element type it stores (fp32 scales,
+bf16 RoPE values, activation-dtype ``auto`` entries).
+
+Variants
+--------
+The ``MUTATION`` constexpr compiles one of the known DCP bugs into the same kernel
+(``dcpcheck.kernels.Mutation``); ``Mutation.NONE`` is the correct kernel.
+
+Tokens per program
+------------------
+On a GPU each program handles one token (``BLOCK_T = 1``), the production shape. Triton's
+CPU interpreter runs every program instance as a sequence of numpy calls, so its cost is
+per program, not per element: the wrapper gives it wide tiles of up to
+``INTERPRETER_TILE_ELEMENTS`` values instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dcpcheck.backend import current_backend
+from dcpcheck.contract import (
+    DS_MLA_NOPE_DIM,
+    DS_MLA_TILE,
+    FP8_E4M3_MAX,
+    CacheLayout,
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+    Kernel,
+)
+from dcpcheck.kernels import DEFAULT_VARIANT, KernelVariant, Mutation
+from dcpcheck.kernels.fp8_codes import fp8_e4m3_codes, ue8m0_scale
+from dcpcheck.kernels.launch_checks import check_launch
+
+TASK_INDEXER_K = tl.constexpr(0)
+TASK_KV = tl.constexpr(1)
+TASK_Q = tl.constexpr(2)
+TASK_TOPK_FILL = tl.constexpr(3)
+
+_LAYOUT_CODES = {layout: code for code, layout in enumerate(CacheLayout)}
+LAYOUT_AUTO = tl.constexpr(_LAYOUT_CODES[CacheLayout.AUTO])
+LAYOUT_FP8 = tl.constexpr(_LAYOUT_CODES[CacheLayout.FP8])
+LAYOUT_FP8_DS_MLA = tl.constexpr(_LAYOUT_CODES[CacheLayout.FP8_DS_MLA])
+
+DS_MLA_NUM_TILES = tl.constexpr(DS_MLA_NOPE_DIM // DS_MLA_TILE)
+DS_MLA_TILE_WIDTH = tl.constexpr(DS_MLA_TILE)
+DS_MLA_SCALES_OFFSET = tl.constexpr(DS_MLA_NOPE_DIM)
+"""Byte 512 of a ds_mla entry: the 4 fp32 tile scales follow the 512 fp8 NoPE bytes."""
+DS_MLA_ROPE_OFFSET = tl.constexpr(DS_MLA_NOPE_DIM + 4 * (DS_MLA_NOPE_DIM // DS_MLA_TILE))
+"""Byte 528 of a ds_mla entry: the 64 bf16 RoPE values follow the scales."""
+INV_FP8_MAX = tl.constexpr(1.0 / FP8_E4M3_MAX)
+"""ds_mla tile scales *multiply* amax by 1/448 (rounded to fp32), as the production kernel
+does; dividing by 448 differs in the last bit for some amax."""
+FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
+"""Floor of a ds_mla tile scale: an all-zero tile still gets a normal, nonzero scale."""
+INDEX_SCALE_BYTES = tl.constexpr(4)
+
+Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(int(Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT))
+KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(
+    int(Mutation.KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT)
+)
+
+GPU_TOKENS_PER_PROGRAM = 1
+"""One token per program on a GPU, as in the production kernels."""
+
+INTERPRETER_TILE_ELEMENTS = 1 << 20
+"""Under the interpreter, ``BLOCK_T * widest row`` stays below this (4 MiB of fp32 per
+temporary): wide enough that a 2,000-token launch is a handful of programs, small enough
+that numpy's temporaries stay cheap."""
+
+
+# ----------------------------------------------------------------------------------------
+# Building blocks
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_rows(ptr, row_stride, tokens, live, DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows ``tokens`` of a ``[T, DIM]`` tensor as an fp32 ``[BLOCK_T, BLOCK]`` tile (0-padded)."""
+    lanes = tl.arange(0, BLOCK)
+    mask = live[:, None] & (lanes < DIM)[None, :]
+    values = tl.load(ptr + tokens[:, None] * row_stride + lanes[None, :], mask=mask, other=0.0)
+    return values.to(tl.float32)
+
+
+@triton.jit
+def _store_rows(ptr, row_stride, tokens, rows, values, DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """Round the fp32 tile ``values`` once to ``ptr``'s dtype and store the ``rows`` selected."""
+    lanes = tl.arange(0, BLOCK)
+    mask = rows[:, None] & (lanes < DIM)[None, :]
+    offsets = tokens[:, None] * row_stride + lanes[None, :]
+    tl.store(ptr + offsets, values.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_vector(ptr, DIM: tl.constexpr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    return tl.load(ptr + lanes, mask=lanes < DIM, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _local_slots(slot_ptr, tokens, live):
+    """This rank's slots of ``tokens`` (int64, -1 past the end) and which of them are owned."""
+    slots = tl.load(slot_ptr + tokens, mask=live, other=-1)
+    return slots, live & (slots >= 0)
+
+
+@triton.jit
+def _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride):
+    """Byte offset (int64) of each owned slot's entry: ``block * block_stride + offset *
+    entry_stride``. Unowned rows get entry 0; every store through it is masked off."""
+    slots = tl.where(owned, slots, 0)
+    return (slots // cache_block_size) * block_stride + (slots % cache_block_size) * entry_stride
+
+
+@triton.jit
+def _rms_norm(x, weight, eps, DIM: tl.constexpr):
+    """``x * rsqrt(mean(x^2) + eps) * weight`` per row; rsqrt as a correctly rounded
+    1/sqrt, because the GPU's ``rsqrt.approx`` is a few fp32 ulps off."""
+    mean_square = tl.math.div_rn(tl.sum(x * x, axis=1), DIM)
+    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
+    return x * inv_rms[:, None] * weight[None, :]
+
+
+@triton.jit
+def _layer_norm_stats(x, lane_ok, eps, DIM: tl.constexpr):
+    """Per-row mean and ``rsqrt(biased variance + eps)`` of a 0-padded tile."""
+    mean = tl.math.div_rn(tl.sum(x, axis=1), DIM)
+    centered = tl.where(lane_ok[None, :], x - mean[:, None], 0.0)
+    variance = tl.math.div_rn(tl.sum(centered * centered, axis=1), DIM)
+    inv_std = tl.math.div_rn(1.0, tl.sqrt_rn(variance + eps))
+    return mean, inv_std
+
+
+@triton.jit
+def _rope_pairing(lanes, ROPE_DIM: tl.constexpr, NEOX: tl.constexpr):
+    """For each lane of a RoPE'd vector: the frequency it turns by, the other lane of its
+    rotation plane, and whether it is the plane's first lane.
+
+    Interleaved planes are lanes ``(2i, 2i+1)``; NeoX planes are ``(i, i + ROPE_DIM/2)``.
+    """
+    if NEOX:
+        first = lanes < ROPE_DIM // 2
+        freq = tl.where(first, lanes, lanes - ROPE_DIM // 2)
+        partner = tl.where(first, lanes + ROPE_DIM // 2, lanes - ROPE_DIM // 2)
+    else:
+        first = (lanes % 2) == 0
+        freq = lanes // 2
+        partner = tl.where(first, lanes + 1, lanes - 1)
+    return freq, partner, first
+
+
+@triton.jit
+def _rotate(x, x_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
+            ROPE_DIM: tl.constexpr):
+    """RoPE of a tile whose plane partners are ``x_partner``: ``r1 = x1*cos - x2*sin``,
+    ``r2 = x2*cos + x1*sin`` on the ``rotated`` lanes, ``x`` unchanged elsewhere.
+
+    ``cos_sin`` row ``p`` is ``[cos(p f_0..) | sin(p f_0..)]``; ``positions`` are int64, so
+    ``position * stride`` cannot wrap.
+    """
+    row = positions[:, None] * cos_sin_stride
+    mask = rotated[None, :] & (positions >= 0)[:, None]
+    cos = tl.load(cos_sin_ptr + row + freq[None, :], mask=mask, other=1.0)
+    sin = tl.load(cos_sin_ptr + row + ROPE_DIM // 2 + freq[None, :], mask=mask, other=0.0)
+    turned = tl.where(first[None, :], x * cos - x_partner * sin, x * cos + x_partner * sin)
+    return tl.where(rotated[None, :], turned, x)
+
+
+# ----------------------------------------------------------------------------------------
+# Sub-tasks
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
+            eps, Q_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, HAS_SLOTS: tl.constexpr,
+            MUTATION: tl.constexpr):
+    x = _load_rows(q_ptr, q_stride, tokens, live, Q_DIM, BLOCK_Q)
+    q = _rms_norm(x, _load_vector(q_weight_ptr, Q_DIM, BLOCK_Q), eps, Q_DIM)
+    rows = live
+    if MUTATION == Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT:
+        if HAS_SLOTS:  # the historical early-out on "no local slot" swallowed Q as well
+            _, rows = _local_slots(slot_ptr, tokens, live)
+    _store_rows(q_out_ptr, q_out_stride, tokens, rows, q, Q_DIM, BLOCK_Q)
+
+
+@triton.jit
+def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.constexpr,
+                       ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
+                       BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
+                       CACHE_LAYOUT: tl.constexpr):
+    """Encode fp32 ``kv``/``kpe`` tiles into the MLA cache entries at byte offsets ``entry``."""
+    kv_lanes = tl.arange(0, BLOCK_KV)
+    rope_lanes = tl.arange(0, BLOCK_ROPE)
+    kv_mask = owned[:, None] & (kv_lanes < KV_DIM)[None, :]
+    rope_mask = owned[:, None] & (rope_lanes < ROPE_DIM)[None, :]
+    entry_ptr = cache_ptr + entry
+    if CACHE_LAYOUT == LAYOUT_AUTO:
+        # [kv | kpe] in the activation dtype, i.e. the outputs' rounding of the same fp32.
+        act_ptr = entry_ptr.to(tl.pointer_type(kv.dtype))[:, None]
+        tl.store(act_ptr + kv_lanes[None, :], kv, mask=kv_mask)
+        tl.store(act_ptr + KV_DIM + rope_lanes[None, :], kpe, mask=rope_mask)
+    elif CACHE_LAYOUT == LAYOUT_FP8:
+        kv_codes = fp8_e4m3_codes(tl.math.div_rn(kv, mla_scale))
+        kpe_codes = fp8_e4m3_codes(tl.math.div_rn(kpe, mla_scale))
+        tl.store(entry_ptr[:, None] + kv_lanes[None, :], kv_codes.to(tl.uint8), mask=kv_mask)
+        tl.store(entry_ptr[:, None] + KV_DIM + rope_lanes[None, :], kpe_codes.to(tl.uint8),
+                 mask=rope_mask)
+    else:
+        # fp8_ds_mla: 4 tiles of 128 NoPE values, each divided by its own scale, then the
+        # 4 fp32 scales, then the RoPE part in bf16 (KV_DIM == BLOCK_KV == 512 here).
+        tiles = tl.reshape(kv, (BLOCK_T, DS_MLA_NUM_TILES, DS_MLA_TILE_WIDTH))
+        amax = tl.max(tl.abs(tiles), axis=2)
+        scales = tl.maximum(amax * INV_FP8_MAX, FLT_MIN)
+        codes = fp8_e4m3_codes(tl.math.div_rn(tiles, scales[:, :, None]))
+        tile_ids = tl.arange(0, DS_MLA_NUM_TILES)
+        tile_lanes = tl.arange(0, DS_MLA_TILE_WIDTH)
+        nope_ptr = (entry_ptr[:, None, None] + tile_ids[None, :, None] * DS_MLA_TILE_WIDTH
+                    + tile_lanes[None, None, :])
+        tl.store(nope_ptr, codes.to(tl.uint8), mask=owned[:, None, None])
+        scale_ptr = entry_ptr[:, None] + DS_MLA_SCALES_OFFSET + tile_ids[None, :] * 4
+        tl.store(scale_ptr.to(tl.pointer_type(tl.float32)), scales, mask=owned[:, None])
+        rope_ptr = (entry_ptr + DS_MLA_ROPE_OFFSET).to(tl.pointer_type(tl.bfloat16))
+        tl.store(rope_ptr[:, None] + rope_lanes[None, :], kpe.to(tl.bfloat16), mask=rope_mask)
+
+
+@triton.jit
+def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
+             kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
+             positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
+             mla_cache_ptr, mla_block_stride, mla_entry_stride, cache_block_size,
+             tokens, live, eps, mla_scale,
+             KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
+             BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
+             HAS_SLOTS: tl.constexpr, MUTATION: tl.constexpr):
+    # KV: RMSNorm of the latent.
+    x = _load_rows(kv_ptr, kv_stride, tokens, live, KV_DIM, BLOCK_KV)
+    kv = _rms_norm(x, _load_vector(kv_weight_ptr, KV_DIM, BLOCK_KV), eps, KV_DIM)
+    # k_pe: interleaved RoPE; each lane also loads the other lane of its plane.
+    lanes = tl.arange(0, BLOCK_ROPE)
+    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, False)
+    rotated = lanes < ROPE_DIM
+    k = _load_rows(kpe_ptr, kpe_stride, tokens, live, ROPE_DIM, BLOCK_ROPE)
+    k_partner = tl.load(kpe_ptr + tokens[:, None] * kpe_stride + partner[None, :],
+                        mask=live[:, None] & rotated[None, :], other=0.0).to(tl.float32)
+    positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
+    kpe = _rotate(k, k_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
+                  ROPE_DIM)
+
+    rows = live
+    if HAS_SLOTS:
+        slots, owned = _local_slots(slot_ptr, tokens, live)
+        if MUTATION == KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT:
+            rows = owned  # outputs produced only alongside the cache write
+    _store_rows(kv_out_ptr, kv_out_stride, tokens, rows, kv, KV_DIM, BLOCK_KV)
+    _store_rows(kpe_out_ptr, kpe_out_stride, tokens, rows, kpe, ROPE_DIM, BLOCK_ROPE)
+    if HAS_SLOTS:
+        entry = _paged_entry(slots, owned, cache_block_size, mla_block_stride, mla_entry_stride)
+        if CACHE_LAYOUT == LAYOUT_AUTO:
+            kv = kv.to(kv_out_ptr.dtype.element_ty)
+            kpe = kpe.to(kv_out_ptr.dtype.element_ty)
+        _write_mla_entries(mla_cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM, ROPE_DIM,
+                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT)
+
+
+@triton.jit
+def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
+                    index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
+                    cos_sin_stride, index_slot_ptr, index_cache_ptr, index_block_stride,
+                    cache_block_size, tokens, live, eps,
+                    INDEX_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_INDEX: tl.constexpr,
+                    NEOX: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr):
+    lanes = tl.arange(0, BLOCK_INDEX)
+    lane_ok = lanes < INDEX_DIM
+    # LayerNorm * w + b over the whole head.
+    x = _load_rows(index_ptr, index_stride, tokens, live, INDEX_DIM, BLOCK_INDEX)
+    mean, inv_std = _layer_norm_stats(x, lane_ok, eps, INDEX_DIM)
+    weight = _load_vector(index_weight_ptr, INDEX_DIM, BLOCK_INDEX)
+    bias = _load_vector(index_bias_ptr, INDEX_DIM, BLOCK_INDEX)
+    y = (x - mean[:, None]) * inv_std[:, None] * weight[None, :] + bias[None, :]
+    # RoPE over the first ROPE_DIM lanes: normalize each lane's plane partner the same way.
+    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, NEOX)
+    rotated = lanes < ROPE_DIM
+    partner_mask = live[:, None] & rotated[None, :]
+    x_partner = tl.load(index_ptr + tokens[:, None] * index_stride + partner[None, :],
+                        mask=partner_mask, other=0.0).to(tl.float32)
+    weight_partner = tl.load(index_weight_ptr + partner, mask=rotated, other=0.0)
+    bias_partner = tl.load(index_bias_ptr + partner, mask=rotated, other=0.0)
+    y_partner = ((x_partner - mean[:, None]) * inv_std[:, None] * weight_partner[None, :]
+                 + bias_partner[None, :])
+    positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
+    k = _rotate(y, y_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
+                ROPE_DIM)
+    _store_rows(index_out_ptr, index_out_stride, tokens, live, k, INDEX_DIM, BLOCK_INDEX)
+
+    if WRITES_INDEX_CACHE:
+        # fp8 with one power-of-two scale per row. Per block: block_size * INDEX_DIM value
+        # bytes (token-major), then block_size fp32 scales.
+        slots, owned = _local_slots(index_slot_ptr, tokens, live)
+        scale = ue8m0_scale(tl.max(tl.where(lane_ok[None, :], tl.abs(k), 0.0), axis=1))
+        codes = fp8_e4m3_codes(tl.math.div_rn(k, scale[:, None]))
+        slots = tl.where(owned, slots, 0)
+        block = index_cache_ptr + (slots // cache_block_size) * index_block_stride
+        offset = slots % cache_block_size
+        value_ptr = block[:, None] + offset[:, None] * INDEX_DIM + lanes[None, :]
+        tl.store(value_ptr, codes.to(tl.uint8), mask=owned[:, None] & lane_ok[None, :])
+        scale_ptr = block + cache_block_size * INDEX_DIM + offset * INDEX_SCALE_BYTES
+        tl.store(scale_ptr.to(tl.pointer_type(tl.float32)), scale, mask=owned)
+
+
+@triton.jit
+def _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK: tl.constexpr,
+                    BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr):
+    fill = tl.full((BLOCK_T, BLOCK_TOPK), -1, tl.int32)
+    _store_rows(topk_ptr, topk_stride, tokens, live, fill, TOPK, BLOCK_TOPK)
+
+
+# ----------------------------------------------------------------------------------------
+# The kernel
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fused_norm_rope_kernel(
+    q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride,
+    kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
+    kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
+    index_ptr, index_stride, index_weight_ptr, index_bias_ptr, index_out_ptr, index_out_stride,
+    topk_ptr, topk_stride,
+    positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr, index_slot_ptr,
+    mla_cache_ptr, mla_block_stride, mla_entry_stride, index_cache_ptr, index_block_stride,
+    num_tokens, cache_block_size, eps, mla_scale,
+    Q_DIM: tl.constexpr, KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr,
+    INDEX_DIM: tl.constexpr, TOPK: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_ROPE: tl.constexpr,
+    BLOCK_INDEX: tl.constexpr, BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr,
+    FIRST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr, HAS_SLOTS: tl.constexpr,
+    WRITES_INDEX_CACHE: tl.constexpr, INDEX_ROPE_NEOX: tl.constexpr, MUTATION: tl.constexpr,
+):
+    # The tokens of this program, widened to int64 before any multiplication (module doc).
+    tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+    live = tokens < num_tokens
+    task = tl.program_id(1) + FIRST_TASK
+    if task == TASK_INDEXER_K:
+        _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
+                        index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
+                        cos_sin_stride, index_slot_ptr, index_cache_ptr, index_block_stride,
+                        cache_block_size, tokens, live, eps, INDEX_DIM, ROPE_DIM, BLOCK_INDEX,
+                        INDEX_ROPE_NEOX, WRITES_INDEX_CACHE)
+    elif task == TASK_KV:
+        _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
+                 kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
+                 positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
+                 mla_cache_ptr, mla_block_stride, mla_entry_stride, cache_block_size,
+                 tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T,
+                 CACHE_LAYOUT, HAS_SLOTS, MUTATION)
+    elif task == TASK_Q:
+        _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
+                eps, Q_DIM, BLOCK_Q, HAS_SLOTS, MUTATION)
+    else:
+        _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
+
+
+# ----------------------------------------------------------------------------------------
+# Host wrapper
+# ----------------------------------------------------------------------------------------
+
+
+def tokens_per_program(num_tokens: int, widest_block: int, interpreted: bool) -> int:
+    """``BLOCK_T`` for a launch (module docstring: one token on a GPU, wide tiles when
+    interpreted)."""
+    if not interpreted:
+        return GPU_TOKENS_PER_PROGRAM
+    fitting = max(1, INTERPRETER_TILE_ELEMENTS // widest_block)
+    return min(triton.next_power_of_2(num_tokens), triton.next_power_of_2(fitting + 1) // 2)
+
+
+def fused_norm_rope(
+    inputs: FusedOpInputs,
+    outputs: FusedOpOutputs,
+    caches: FusedOpCaches,
+    *,
+    variant: KernelVariant = DEFAULT_VARIANT,
+    block_tokens: int | None = None,
+) -> None:
+    """Run the fused op once: write ``outputs`` for every token and ``caches`` where owned.
+
+    ``variant`` picks the mutation compiled in (``dcpcheck.kernels.VARIANTS``);
+    ``block_tokens`` overrides ``BLOCK_T`` (a power of two), e.g. to test tiles that end
+    past the last token. Raises ``ValueError`` naming the first buffer that does not match
+    the contract (``dcpcheck.kernels.launch_checks``).
+    """
+    backend = current_backend()
+    shape = check_launch(inputs, outputs, caches, backend.device)
+    if shape.num_tokens == 0:
+        return
+    has_indexer = shape.index_dim > 0
+    block_q = triton.next_power_of_2(shape.q_dim)
+    block_kv = triton.next_power_of_2(shape.kv_dim)
+    block_rope = triton.next_power_of_2(shape.rope_dim)
+    block_index = triton.next_power_of_2(max(shape.index_dim, 1))
+    block_topk = triton.next_power_of_2(max(shape.topk, 1))
+    if block_tokens is None:
+        widest = max(block_q, block_kv, block_index, block_topk)
+        block_tokens = tokens_per_program(shape.num_tokens, widest, backend.interpreted)
+    elif block_tokens < 1 or block_tokens & (block_tokens - 1):
+        raise ValueError(f"block_tokens: expected a power of two, got {block_tokens}")
+
+    # Buffers a launch does not use are still passed (Triton needs a pointer); the
+    # constexpr flags compile every access to them away.
+    unused = inputs.positions
+    index_k = inputs.index_k if has_indexer else inputs.q_c
+    index_out = outputs.index_k_out if has_indexer else outputs.q_out
+    index_weight = inputs.index_weight if has_indexer else inputs.q_weight
+    index_bias = inputs.index_bias if has_indexer else inputs.q_weight
+    slots = inputs.slot_mapping if shape.writes_mla_cache else unused
+    index_slots = inputs.index_slot_mapping if shape.writes_index_cache else unused
+    index_cache = caches.index if shape.writes_index_cache else caches.mla
+    first_task, last_task = (TASK_INDEXER_K, TASK_TOPK_FILL) if has_indexer else (TASK_KV, TASK_Q)
+
+    grid = (triton.cdiv(shape.num_tokens, block_tokens), last_task.value - first_task.value + 1)
+    _fused_norm_rope_kernel[grid](
+        inputs.q_c, inputs.q_c.stride(0), inputs.q_weight, outputs.q_out, outputs.q_out.stride(0),
+        inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
+        outputs.kv_out, outputs.kv_out.stride(0),
+        inputs.k_pe, inputs.k_pe.stride(0), outputs.kpe_out, outputs.kpe_out.stride(0),
+        index_k, index_k.stride(0), index_weight, index_bias, index_out, index_out.stride(0),
+        outputs.topk_indices, outputs.topk_indices.stride(0),
+        inputs.positions, inputs.cos_sin, inputs.cos_sin.stride(0), slots, index_slots,
+        caches.mla, caches.mla.stride(0), caches.mla.stride(1),
+        index_cache, index_cache.stride(0),
+        shape.num_tokens, inputs.block_size, float(inputs.eps),
+        1.0 if inputs.mla_scale is None else float(inputs.mla_scale),
+        Q_DIM=shape.q_dim, KV_DIM=shape.kv_dim, ROPE_DIM=shape.rope_dim,
+        INDEX_DIM=max(shape.index_dim, 1), TOPK=shape.topk,
+        BLOCK_Q=block_q, BLOCK_KV=block_kv, BLOCK_ROPE=block_rope, BLOCK_INDEX=block_index,
+        BLOCK_TOPK=block_topk, BLOCK_T=block_tokens, FIRST_TASK=first_task.value,
+        CACHE_LAYOUT=_LAYOUT_CODES[inputs.cache_layout], HAS_SLOTS=shape.writes_mla_cache,
+        WRITES_INDEX_CACHE=shape.writes_index_cache,
+        INDEX_ROPE_NEOX=not inputs.index_rope_interleaved, MUTATION=int(variant.mutation),
+    )
+
+
+def make_kernel(variant: KernelVariant) -> Kernel:
+    """``variant`` as a harness kernel ``kernel(inputs, outputs, caches) -> None``."""
+
+    def kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
+        fused_norm_rope(inputs, outputs, caches, variant=variant)
+
+    kernel.__name__ = kernel.__qualname__ = f"fused_norm_rope[{variant.name}]"
+    kernel.__doc__ = variant.description
+    return kernel

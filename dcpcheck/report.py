@@ -1,0 +1,125 @@
+"""Machine-readable reports: JSON and JUnit XML, written atomically and deterministically.
+
+Same inputs and seed give the same bytes: no timestamps, no wall times, sorted keys.
+A report is written to a temporary file beside its target and renamed over it, so a
+reader (CI, a crashed run's post-mortem) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from pathlib import Path
+
+from dcpcheck import __version__
+from dcpcheck.runner import CaseResult
+
+
+class ReportPathError(ValueError):
+    """An output path that cannot be written; raised before any work starts."""
+
+
+def ensure_writable(path: Path) -> None:
+    """Fail early, with one line, if ``path`` cannot be written as a report."""
+    if path.is_dir():
+        raise ReportPathError(f"{path}: is a directory, expected a file path")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ReportPathError(f"{path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ReportPathError(f"{path}: directory {parent} is not writable")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def summarize(results: list[CaseResult]) -> dict[str, int]:
+    counts = {"cases": len(results), "pass": 0, "fail": 0, "error": 0}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return counts
+
+
+def _case_json(r: CaseResult) -> dict:
+    return {
+        "scenario": r.scenario,
+        "dcp": r.dcp_size,
+        "status": r.status,
+        "error": r.error,
+        "replay": r.replay,
+        "checks": [
+            {
+                "check": c.check,
+                "status": "skip" if c.skipped else ("pass" if c.passed else "fail"),
+                "skipped": c.skipped,
+                "findings": [asdict(f) for f in c.findings],
+            }
+            for c in r.checks
+        ],
+    }
+
+
+def to_json(results: list[CaseResult], *, kernel: str, backend: str, partial: bool) -> str:
+    doc = {
+        "dcpcheck": __version__,
+        "kernel": kernel,
+        "backend": backend,
+        "partial": partial,
+        "summary": summarize(results),
+        "cases": [_case_json(r) for r in results],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def to_junit(results: list[CaseResult], *, kernel: str, partial: bool) -> str:
+    """One testcase per scenario x DCP size x check (one per case on a kernel error)."""
+    suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for r in results:
+        classname = f"{r.scenario}[dcp{r.dcp_size}]"
+        if r.status == "error":
+            case = ET.SubElement(suite, "testcase", classname=classname, name="launch")
+            ET.SubElement(case, "error", message=r.error or "").text = r.replay
+            counts["tests"] += 1
+            counts["errors"] += 1
+            continue
+        for c in r.checks:
+            case = ET.SubElement(suite, "testcase", classname=classname, name=c.check)
+            counts["tests"] += 1
+            if c.skipped:
+                ET.SubElement(case, "skipped", message=c.skipped)
+                counts["skipped"] += 1
+            elif c.findings:
+                lines = [format_finding(c.check, f) for f in c.findings]
+                first = lines[0]
+                ET.SubElement(case, "failure", message=first).text = "\n".join(
+                    [*lines, f"replay: {r.replay}"]
+                )
+                counts["failures"] += 1
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    if partial:
+        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="partial", value="true")
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def format_finding(check: str, f) -> str:
+    """One line a kernel engineer can act on."""
+    where = f"rank {f.rank}" if f.rank is not None else "all ranks"
+    token = f", first bad token {f.token} ({f.ownership})" if f.token is not None else ""
+    err = f", max error {f.max_error}" if f.max_error else ""
+    return f"{check}: {f.field} on {where}{token}{err}: {f.detail}"

@@ -1,0 +1,173 @@
+"""Run a kernel over scenarios x DCP sizes, one simulated rank at a time, and check it.
+
+For each scenario the DCP1 run is the baseline (checks 3 and 4 compare with it); each
+requested DCP size then runs every rank with that rank's slot mapping, in one process
+and on one device. The oracle runs once per scenario: its answer does not depend on the
+DCP size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from dcpcheck import checks
+from dcpcheck.backend import Backend
+from dcpcheck.case import Case, build_case, make_activations, run_oracle, snapshot_inputs
+from dcpcheck.contract import Kernel
+from dcpcheck.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What one ``dcpcheck run`` was asked to do; enough to print a replay command."""
+
+    kernel_name: str
+    dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
+    seed: int | None = None  # None: each scenario's own seed
+    fail_fast: bool = False
+
+    def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
+        seed = f" --seed {self.seed}" if self.seed is not None else ""
+        if scenario.source is not None and scenario.source.parent.name != "scenarios":
+            return f"dcpcheck repro {scenario.source} --kernel {self.kernel_name}{seed}"
+        return (
+            f"dcpcheck run --scenario {scenario.name} --dcp {dcp_size} "
+            f"--kernel {self.kernel_name}{seed}"
+        )
+
+
+@dataclass
+class CaseResult:
+    """The verdict of one scenario at one DCP size."""
+
+    scenario: str
+    dcp_size: int
+    status: str  # "pass" | "fail" | "error"
+    checks: list[checks.CheckResult] = field(default_factory=list)
+    error: str | None = None  # the kernel's exception, for status "error"
+    replay: str = ""
+    seconds: float = 0.0  # wall time; reported on screen, never in JSON (determinism)
+    ownership: dict[str, int] = field(default_factory=dict)  # rank launches by mapping shape
+
+    @property
+    def failed_checks(self) -> list[checks.CheckResult]:
+        return [c for c in self.checks if not c.passed and c.skipped is None]
+
+
+class KernelError(RuntimeError):
+    """The kernel under test raised; the case fails with this text, the run goes on."""
+
+
+def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
+    """Launch every rank in order; return the inputs any launch modified (then restored)."""
+    changes = []
+    for launch in case.ranks:
+        before = snapshot_inputs(launch.inputs)
+        try:
+            kernel(launch.inputs, launch.outputs, launch.caches)
+        except Exception as exc:  # any exception of the kernel under test is its failure
+            raise KernelError(f"rank {launch.rank}: {type(exc).__name__}: {exc}") from exc
+        found = checks.input_changes(launch, before)
+        for finding in found:
+            getattr(launch.inputs, finding.field).copy_(before[finding.field])
+        changes += found
+    return changes
+
+
+def check_case(
+    case: Case, baseline: Case, input_changes: list[checks.Finding]
+) -> list[checks.CheckResult]:
+    """Every contract check of DESIGN §2 on one launched case."""
+    return [
+        checks.check_outputs(case),
+        checks.check_topk(case),
+        checks.check_cache_owned(case),
+        *checks.stray_write_checks(case),
+        checks.check_inputs_unmodified(input_changes),
+        checks.check_ranks_agree(case, baseline),
+        checks.check_shards_reassemble(case, baseline),
+    ]
+
+
+def _ownership_shapes(case: Case) -> dict[str, int]:
+    """How many rank launches saw an all-negative, mixed or fully-owned slot mapping."""
+    shapes = {"all_negative": 0, "mixed": 0, "fully_owned": 0}
+    real = case.mappings.owner >= 0
+    for rank in range(case.dcp_size):
+        owned = (case.mappings.per_rank[rank] >= 0) & real
+        if not owned.any():
+            shapes["all_negative"] += 1
+        elif bool(owned.sum() == real.sum()):
+            shapes["fully_owned"] += 1
+        else:
+            shapes["mixed"] += 1
+    return shapes
+
+
+def run_scenario(
+    kernel: Kernel, scenario: Scenario, config: RunConfig, backend: Backend
+) -> Iterator[CaseResult]:
+    """Yield one ``CaseResult`` per DCP size of ``scenario`` (DCP1 baseline run first)."""
+    sizes = config.dcp_sizes or scenario.dcp_sizes
+    seed = scenario.seed if config.seed is None else config.seed
+    act = make_activations(scenario, seed, backend.device)
+    expected = run_oracle(scenario, act)
+
+    def launched(dcp_size: int) -> tuple[Case, list[checks.Finding], float, str | None]:
+        start = time.perf_counter()
+        case = build_case(
+            scenario, dcp_size, backend.device, seed=seed, activations=act, expected=expected
+        )
+        try:
+            changes = launch_all(kernel, case)
+        except KernelError as exc:
+            return case, [], time.perf_counter() - start, str(exc)
+        return case, changes, time.perf_counter() - start, None
+
+    baseline, base_changes, base_seconds, base_error = launched(1)
+    for dcp_size in sizes:
+        if dcp_size == 1:
+            case, changes, seconds, error = baseline, base_changes, base_seconds, base_error
+        else:
+            case, changes, seconds, error = launched(dcp_size)
+        result = CaseResult(
+            scenario.name,
+            dcp_size,
+            "pass",
+            replay=config.replay_command(scenario, dcp_size),
+            ownership=_ownership_shapes(case),
+        )
+        start = time.perf_counter()
+        if error is not None:
+            result.status, result.error = "error", error
+        elif base_error is not None:
+            result.status = "error"
+            result.error = f"the DCP1 baseline run failed: {base_error}"
+        else:
+            result.checks = check_case(case, baseline, changes)
+            if result.failed_checks:
+                result.status = "fail"
+        result.seconds = seconds + time.perf_counter() - start
+        yield result
+
+
+def run(
+    kernel: Kernel,
+    scenarios: Sequence[Scenario],
+    config: RunConfig,
+    backend: Backend,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run every scenario; ``on_result`` sees each result as it lands (progress, partial
+    reports). Stops after the first failing case when ``config.fail_fast``."""
+    results: list[CaseResult] = []
+    for scenario in scenarios:
+        for result in run_scenario(kernel, scenario, config, backend):
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+            if config.fail_fast and result.status != "pass":
+                return results
+    return results

@@ -1,0 +1,97 @@
+"""How close a kernel's result must be to the oracle's, per field, and why.
+
+Defined once here; the checks and the tests both use these. Distances are measured in
+representable steps (ULPs) of the stored format rather than by rtol/atol, because the
+op rounds an fp32 pipeline exactly once: a correct kernel can only land on the other
+side of a rounding tie, never further.
+
+Comparisons *between runs on one backend* (rank against rank, DCPn against DCP1, shard
+reassembly) are bitwise and use no tolerance at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed distance of one field from the oracle, in steps of its stored format."""
+
+    max_steps: int
+    why: str
+
+
+def _ordered_int(bits: torch.Tensor, sign_bit: int) -> torch.Tensor:
+    """Map IEEE sign-magnitude bit patterns to integers ordered like the values they encode,
+    so that the difference of two mapped values is their distance in representable steps."""
+    as_int = bits.to(torch.int64)
+    magnitude = as_int & (sign_bit - 1)
+    return torch.where(as_int & sign_bit != 0, -magnitude, magnitude)
+
+
+def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in ULPs between two bf16/fp16/fp32 tensors of one dtype.
+
+    NaN against anything (NaN included) counts as infinitely far: an unwritten, poisoned
+    output must never pass.
+    """
+    if actual.dtype != expected.dtype:
+        raise TypeError(f"dtype mismatch: {actual.dtype} vs {expected.dtype}")
+    int_dtype = {2: torch.int16, 4: torch.int32}[actual.element_size()]
+    sign_bit = 1 << (8 * actual.element_size() - 1)
+    a = _ordered_int(actual.contiguous().view(int_dtype), sign_bit)
+    e = _ordered_int(expected.contiguous().view(int_dtype), sign_bit)
+    dist = (a - e).abs()
+    nan = actual.isnan() | expected.isnan()
+    return torch.where(nan, torch.full_like(dist, torch.iinfo(torch.int64).max), dist)
+
+
+def fp8_step_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in representable float8_e4m3fn steps between two uint8 byte
+    tensors holding fp8 values. NaN encodings (0x7F / 0xFF) count as infinitely far."""
+    a = _ordered_int(actual, 0x80)
+    e = _ordered_int(expected, 0x80)
+    dist = (a - e).abs()
+    nan = ((actual & 0x7F) == 0x7F) | ((expected & 0x7F) == 0x7F)
+    return torch.where(nan, torch.full_like(dist, torch.iinfo(torch.int64).max), dist)
+
+
+OUTPUT = Tolerance(
+    1,
+    "bf16/fp16 outputs: the fp32 pipeline is rounded once, so a kernel whose fp32 "
+    "reductions run in another order can land one step across a rounding tie; and "
+    "Triton's CPU interpreter truncates fp32->bf16 where the GPU rounds to nearest "
+    "even (shared/vectors/README.md), which is again at most one step toward zero.",
+)
+
+FP8_VALUE = Tolerance(
+    1,
+    "fp8 cache values (per-tensor fp8, fp8_ds_mla NoPE, indexer): encoded from fp32, so "
+    "the same one-tie argument applies; fp8's steps are coarse, so a different "
+    "reduction order (or a one-ulp different ds_mla scale) moves a value by one step.",
+)
+
+DS_MLA_SCALE = Tolerance(
+    8,
+    "fp8_ds_mla tile scales are stored in fp32 = amax(kv_fp32) * (1/448), so they carry "
+    "the fp32 error of the RMSNorm itself: a 512-term mean of squares summed in another "
+    "order (~log2(512) half-ulps at worst) and a hardware rsqrt (2 ulp on NVIDIA's "
+    "rsqrt.approx). The H200 golden vectors sit within 1 ulp, the CPU interpreter within "
+    "3; 8 ulps (~5e-7 relative) bounds the error model. A wrong tile (row-wide amax) or "
+    "a bf16-rounded input is off by 1e-3 relative or more, thousands of ulps.",
+)
+
+UE8M0_SCALE = Tolerance(
+    0,
+    "Indexer scales are powers of two (UE8M0): 2^ceil(log2(amax/448)). The exponent is "
+    "exact arithmetic on an exact amax, so any difference is a bug.",
+)
+
+BF16_ROPE_IN_CACHE = OUTPUT
+"""fp8_ds_mla stores the RoPE part in bf16: same argument as the outputs."""
+
+MLA_AUTO_ENTRY = OUTPUT
+"""The `auto` cache stores kv/kpe in the activation dtype: same as the outputs."""

@@ -1,0 +1,343 @@
+"""Scenario files (dcpcheck.scenario): the shipped ones load and round-trip, and every kind of
+mistake in a file is an error that names the file and the key, on one line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dcpcheck.contract import PRESETS, CacheLayout, ModelPreset
+from dcpcheck.dcp import Batch, Request
+from dcpcheck.scenario import (
+    SCENARIO_DIR,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
+
+SHIPPED = sorted(SCENARIO_DIR.glob("*.toml"))
+
+REQUIRED_SHIPPED = {
+    "glm5-prefill-512",
+    "glm5-prefill-1536-prefix",
+    "decode-single-dcp4",
+    "mixed-prefill-decode-padding",
+    "fp8-cache",
+    "fp8-ds-mla-cache",
+    "indexer-replicated",
+    "indexer-sharded",
+    "shared-layer-no-indexer",
+    "profiling-call",
+    "positions-near-max",
+    "shuffled-block-table",
+    "interleave-block",
+    "fp16-interleaved-indexer",
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Shipped scenarios
+
+
+def test_the_promised_scenarios_are_shipped() -> None:
+    assert REQUIRED_SHIPPED.issubset(path.stem for path in SHIPPED)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_scenario_loads(path: Path) -> None:
+    scenario = load_scenario(path)
+    assert scenario.name == path.stem
+    assert scenario.source == path
+    assert len(scenario.description) > 40  # says what it catches
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_scenario_round_trips(path: Path, tmp_path: Path) -> None:
+    scenario = load_scenario(path)
+    text = scenario_to_toml(scenario)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    again = load_scenario(copy)
+    assert again == scenario
+    assert scenario_to_toml(again) == text  # deterministic
+
+
+def test_shipped_scenarios_have_the_shapes_they_promise() -> None:
+    by_name = {s.name: s for s in load_scenarios([])}
+    decode = by_name["decode-single-dcp4"]
+    assert decode.dcp_sizes == (4,)
+    assert decode.batch == Batch((Request(prefix=37, new=1),))
+    prefill = by_name["glm5-prefill-1536-prefix"]
+    assert (prefill.preset, prefill.block_size) == ("glm-5", 64)
+    assert prefill.batch.requests == (Request(prefix=1024, new=1536),)
+    assert by_name["glm5-prefill-512"].batch.num_tokens == 512
+    mixed = by_name["mixed-prefill-decode-padding"].batch
+    assert mixed.padding > 0
+    assert {r.new for r in mixed.requests} >= {1, 3}
+    near_max = by_name["positions-near-max"]
+    assert max(r.length for r in near_max.batch.requests) == near_max.model.max_position
+    assert by_name["fp8-cache"].cache_layout is CacheLayout.FP8
+    assert by_name["fp8-ds-mla-cache"].cache_layout is CacheLayout.FP8_DS_MLA
+    assert by_name["profiling-call"].profiling
+    assert not by_name["shared-layer-no-indexer"].has_indexer
+    assert by_name["indexer-replicated"].indexer == "replicated"
+    assert by_name["interleave-block"].interleave > 1
+    fp16 = by_name["fp16-interleaved-indexer"]
+    assert fp16.dtype == "float16"
+    assert fp16.model.index_rope_interleaved
+
+
+def test_shuffled_scenario_gets_non_identity_block_tables() -> None:
+    scenario = load_scenario(SCENARIO_DIR / "shuffled-block-table.toml")
+    for dcp_size in scenario.dcp_sizes:
+        ids = [block for table in scenario.block_tables(dcp_size) for block in table]
+        assert sorted(ids) == list(range(len(ids)))
+        assert ids != sorted(ids)
+    identity = dataclasses.replace(scenario, block_table="identity")
+    ids = [block for table in identity.block_tables(2) for block in table]
+    assert ids == list(range(len(ids)))
+
+
+# ---------------------------------------------------------------------------------------
+# Selecting scenarios by name
+
+
+def test_patterns_select_sorted_unique_scenarios() -> None:
+    chosen = load_scenarios(["fp8-*", "decode-single-dcp4", "fp8-cache"], SCENARIO_DIR)
+    assert [s.name for s in chosen] == ["decode-single-dcp4", "fp8-cache", "fp8-ds-mla-cache"]
+
+
+def test_no_patterns_select_everything() -> None:
+    assert [s.name for s in load_scenarios([], SCENARIO_DIR)] == [p.stem for p in SHIPPED]
+
+
+def test_a_pattern_matching_nothing_is_an_error() -> None:
+    with pytest.raises(ScenarioError, match="no scenario matches 'decode-singel'"):
+        load_scenarios(["decode-single-dcp4", "decode-singel"], SCENARIO_DIR)
+
+
+# ---------------------------------------------------------------------------------------
+# Bad files
+
+REQUESTS = """
+[[requests]]
+prefix = 3
+new = 4
+
+[[requests]]
+prefix = 9
+new = 1
+"""
+
+VALID = (
+    """\
+name = "case"
+description = "a scenario for the loader's tests"
+preset = "small-neox"
+dtype = "bfloat16"
+cache_layout = "auto"
+indexer = "sharded"
+block_size = 16
+interleave = 1
+dcp = [1, 2]
+seed = 0
+"""
+    + REQUESTS
+)
+
+
+def write_case(tmp_path: Path, text: str, name: str = "case") -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_valid_base_case_loads_with_defaults(tmp_path: Path) -> None:
+    scenario = load_scenario(write_case(tmp_path, VALID))
+    assert scenario == Scenario(
+        name="case",
+        description="a scenario for the loader's tests",
+        preset="small-neox",
+        dtype="bfloat16",
+        cache_layout=CacheLayout.AUTO,
+        mla_scale=None,
+        indexer="sharded",
+        block_size=16,
+        interleave=1,
+        dcp_sizes=(1, 2),
+        seed=0,
+        block_table="identity",
+        profiling=False,
+        batch=Batch((Request(3, 4), Request(9, 1)), padding=0),
+    )
+
+
+# (case id, text replaced in VALID, replacement, key the message must name, words it must hold)
+BAD_FILES = [
+    ("unknown-top-level-key", "seed = 0", "seed = 0\nblok_size = 16", "blok_size", "known: "),
+    ("unknown-request-key", "new = 4", "neww = 4", "requests[0].neww", "known: new, prefix"),
+    ("wrong-type", "block_size = 16", 'block_size = "16"', "block_size", 'got "16" (string)'),
+    ("bool-for-int-list", "dcp = [1, 2]", "dcp = true", "dcp", "got true (boolean)"),
+    ("bool-in-int-list", "dcp = [1, 2]", "dcp = [1, true]", "dcp", "array of integers"),
+    ("bool-for-int", "block_size = 16", "block_size = true", "block_size", "expected integer"),
+    ("int-for-bool", "seed = 0", "seed = 0\nprofiling = 1", "profiling", "expected boolean"),
+    ("float-for-int", "new = 4", "new = 4.0", "requests[0].new", "got 4.0 (float)"),
+    ("missing-required-key", 'preset = "small-neox"\n', "", "preset", "required"),
+    (
+        "missing-requests",
+        REQUESTS,
+        "\n",
+        "requests",
+        "required",
+    ),
+    ("requests-not-tables", REQUESTS, "\nrequests = [1]\n", "requests", "array of tables"),
+    (
+        "empty-requests",
+        REQUESTS,
+        "\nrequests = []\n",
+        "requests",
+        "at least one request",
+    ),
+    (
+        "interleave-not-dividing",
+        "interleave = 1",
+        "interleave = 3",
+        "interleave",
+        "does not divide",
+    ),
+    ("interleave-zero", "interleave = 1", "interleave = 0", "interleave", ">= 1"),
+    ("block-size-zero", "block_size = 16", "block_size = 0", "block_size", ">= 1"),
+    ("dcp-size-zero", "dcp = [1, 2]", "dcp = [1, 0]", "dcp", ">= 1, got 0"),
+    ("dcp-empty", "dcp = [1, 2]", "dcp = []", "dcp", "at least one"),
+    ("dcp-repeated", "dcp = [1, 2]", "dcp = [2, 2]", "dcp", "repeats"),
+    ("bad-layout", 'cache_layout = "auto"', 'cache_layout = "fp16"', "cache_layout", "known: "),
+    ("fp8-without-scale", 'cache_layout = "auto"', 'cache_layout = "fp8"', "mla_scale", "required"),
+    (
+        "scale-with-auto",
+        'cache_layout = "auto"',
+        'cache_layout = "auto"\nmla_scale = 0.3',
+        "mla_scale",
+        "only allowed with cache_layout 'fp8'",
+    ),
+    (
+        "scale-with-ds-mla",
+        'cache_layout = "auto"',
+        'cache_layout = "fp8_ds_mla"\nmla_scale = 0.3',
+        "mla_scale",
+        "only allowed",
+    ),
+    (
+        "scale-zero",
+        'cache_layout = "auto"',
+        'cache_layout = "fp8"\nmla_scale = 0.0',
+        "mla_scale",
+        "> 0",
+    ),
+    (
+        "scale-nan",
+        'cache_layout = "auto"',
+        'cache_layout = "fp8"\nmla_scale = nan',
+        "mla_scale",
+        "finite",
+    ),
+    ("name-not-file-stem", 'name = "case"', 'name = "other"', "name", "does not match the file"),
+    ("position-past-max", "prefix = 9", "prefix = 4096", "requests[1]", "max_position 4096"),
+    ("unknown-preset", 'preset = "small-neox"', 'preset = "glm-6"', "preset", "unknown preset"),
+    ("unknown-dtype", 'dtype = "bfloat16"', 'dtype = "float32"', "dtype", "known: bfloat16"),
+    ("unknown-indexer", 'indexer = "sharded"', 'indexer = "global"', "indexer", "known: none"),
+    ("unknown-block-table", "seed = 0", 'seed = 0\nblock_table = "random"', "block_table", "known"),
+    ("zero-new-tokens", "new = 4", "new = 0", "requests[0].new", ">= 1, got 0"),
+    ("negative-prefix", "prefix = 3", "prefix = -1", "requests[0].prefix", ">= 0, got -1"),
+    ("negative-padding", "seed = 0", "seed = 0\npadding = -2", "padding", ">= 0, got -2"),
+    ("negative-seed", "seed = 0", "seed = -1", "seed", ">= 0"),
+    ("empty-description", "a scenario for the loader's tests", " ", "description", "blank"),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "words"),
+    [case[1:] for case in BAD_FILES],
+    ids=[case[0] for case in BAD_FILES],
+)
+def test_bad_file_names_file_and_key(
+    tmp_path: Path, old: str, new: str, key: str, words: str
+) -> None:
+    assert old in VALID
+    path = write_case(tmp_path, VALID.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: key '{key}': "), message
+    assert words in message
+    assert "\n" not in message
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    path = write_case(tmp_path, VALID.replace("block_size = 16", "block_size = = 16"))
+    with pytest.raises(ScenarioError, match=r"invalid TOML: .*line 7") as raised:
+        load_scenario(path)
+    assert str(raised.value).startswith(f"{path}: ")
+
+
+def test_missing_file_is_a_scenario_error(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        load_scenario(tmp_path / "nowhere.toml")
+
+
+def test_ds_mla_needs_a_512_64_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    narrow = ModelPreset("narrow-kv", 256, 256, 64, 128, False, 4096, 16)
+    monkeypatch.setitem(PRESETS, narrow.name, narrow)
+    text = VALID.replace('preset = "small-neox"', 'preset = "narrow-kv"').replace(
+        'cache_layout = "auto"', 'cache_layout = "fp8_ds_mla"'
+    )
+    path = write_case(tmp_path, text)
+    with pytest.raises(ScenarioError, match="kv_lora_rank 512") as raised:
+        load_scenario(path)
+    assert str(raised.value).startswith(f"{path}: key 'cache_layout': ")
+
+
+def test_errors_name_the_path_relative_to_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Changing a loaded scenario in code (a --dcp override) is checked like a file, and the
+    message points at the file as a user in the repository would type it."""
+    monkeypatch.chdir(SCENARIO_DIR.parent)
+    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    with pytest.raises(ScenarioError) as raised:
+        dataclasses.replace(scenario, dcp_sizes=(3,), interleave=3)
+    assert str(raised.value) == (
+        "scenarios/decode-single-dcp4.toml: key 'interleave': "
+        "interleave 3 does not divide block_size 16"
+    )
+
+
+def test_a_scenario_built_in_code_is_named_by_its_name() -> None:
+    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    unsaved = dataclasses.replace(scenario, source=None)
+    with pytest.raises(ScenarioError, match=r"^scenario 'decode-single-dcp4': key 'dcp': "):
+        dataclasses.replace(unsaved, dcp_sizes=(0,))
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+
+
+def test_round_trip_keeps_awkward_strings_and_floats(tmp_path: Path) -> None:
+    scenario = load_scenario(write_case(tmp_path, VALID))
+    awkward = dataclasses.replace(
+        scenario,
+        description='quotes " and \\ backslash\nnew line\ttab \x7f del, ünïcode, 😀',
+        cache_layout=CacheLayout.FP8,
+        mla_scale=1e-05,
+        block_table="shuffled",
+        profiling=True,
+        batch=Batch((Request(0, 1),), padding=3),
+    )
+    copy_dir = tmp_path / "copy"
+    copy_dir.mkdir()
+    path = write_case(copy_dir, scenario_to_toml(awkward))
+    assert load_scenario(path) == awkward
