@@ -72,9 +72,9 @@ def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.
     if layout is CacheLayout.AUTO:
         kv_end = kv_dim * act.itemsize
         return (
-            EntryPart("kv", 0, kv_end, act, tolerances.MLA_AUTO_ENTRY),
+            EntryPart("kv", 0, kv_end, act, tolerances.MLA_AUTO_KV),
             EntryPart(
-                "kpe", kv_end, kv_end + rope_dim * act.itemsize, act, tolerances.MLA_AUTO_ENTRY
+                "kpe", kv_end, kv_end + rope_dim * act.itemsize, act, tolerances.MLA_AUTO_KPE
             ),
         )
     if layout is CacheLayout.FP8:
@@ -104,15 +104,30 @@ def index_entry_parts(index_dim: int):
     )
 
 
-def _steps(actual: torch.Tensor, expected: torch.Tensor, part: EntryPart) -> torch.Tensor:
-    """Per-row maximum distance, in steps, of one part of byte rows [K, E]."""
+def row_violations(
+    actual: torch.Tensor, expected: torch.Tensor, tolerance: tolerances.Tolerance
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bad rows, worst steps per row among the out-of-tolerance elements), on the host.
+
+    ``actual``/``expected`` are float rows ``[K, W]``, or fp8 byte rows when the
+    tolerance is counted in fp8 steps (uint8)."""
+    if actual.dtype == torch.uint8:
+        steps = tolerances.fp8_step_distance(actual, expected)
+        bad = steps > tolerance.max_steps
+    else:
+        steps = tolerances.ulp_distance(actual, expected)
+        bad = tolerances.out_of_tolerance(actual, expected, tolerance)
+    worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
+    return bad.any(dim=1).cpu(), worst.cpu()
+
+
+def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPart):
+    """``row_violations`` of one part of byte rows [K, E], viewed in the part's format."""
     a = actual[:, part.start : part.stop].contiguous()
     e = expected[:, part.start : part.stop].contiguous()
-    if part.dtype == torch.uint8:
-        dist = tolerances.fp8_step_distance(a, e)
-    else:
-        dist = tolerances.ulp_distance(a.view(part.dtype), e.view(part.dtype))
-    return dist.amax(dim=1)
+    if part.dtype != torch.uint8:
+        a, e = a.view(part.dtype), e.view(part.dtype)
+    return row_violations(a, e, part.tolerance)
 
 
 def _describe_steps(steps: int) -> str:
@@ -144,8 +159,8 @@ def check_outputs(case: Case) -> CheckResult:
             if actual is None or expected is None:
                 continue
             dev = tokens.to(actual.device)
-            steps = tolerances.ulp_distance(actual[dev], expected[dev]).amax(dim=1).cpu()
-            bad = steps > tolerances.OUTPUT.max_steps
+            tolerance = tolerances.OUTPUT_TOLERANCES[field]
+            bad, steps = row_violations(actual[dev], expected[dev], tolerance)
             if bad.any():
                 token, own, err, count = _first_bad(bad, tokens, steps, case, launch.rank)
                 findings.append(
@@ -210,8 +225,7 @@ def _compare_entries(
 ) -> list[Finding]:
     findings = []
     for part in parts:
-        steps = _steps(actual, expected, part).cpu()
-        bad = steps > part.tolerance.max_steps
+        bad, steps = part_violations(actual, expected, part)
         if bad.any():
             token, own, err, count = _first_bad(bad, tokens, steps, case, rank)
             findings.append(

@@ -1,4 +1,4 @@
-"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.runner``.
+"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.runner`` and ``dcpcheck.search``.
 
 Exit codes (part of the interface; ``git bisect run`` relies on 125):
 
@@ -12,6 +12,7 @@ Exit codes (part of the interface; ``git bisect run`` relies on 125):
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -20,12 +21,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from dcpcheck import report
+from dcpcheck import report, search
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.contract import Kernel
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
 from dcpcheck.runner import CaseResult, RunConfig, run
-from dcpcheck.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
+from dcpcheck.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_KERNEL_LOAD = 0, 1, 2, 125
 
@@ -103,7 +104,46 @@ def cli() -> None:
     "--seed",
     type=int,
     default=None,
-    help="Override every scenario's value seed (explores new values).",
+    help="Override every scenario's value seed (explores new values). For the property "
+    "search: Hypothesis's seed, so it draws other scenarios (default: a fixed seed, the "
+    "same scenarios on every run).",
+)
+@click.option(
+    "--examples",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="After the named scenarios, run the property search over N drawn scenarios "
+    "(default with --profile or --property-only: the profile's count).",
+)
+@click.option(
+    "--property-only",
+    is_flag=True,
+    help="Run only the property search, no named scenarios.",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(search.PROFILES)),
+    default=None,
+    help="Property search sizes and counts (runs the search; default ci). "
+    + "; ".join(f"{p.name}: {p.description}" for p in search.PROFILES.values())
+    + ".",
+)
+@click.option(
+    "--stats",
+    is_flag=True,
+    help="Report cases / examples run, per second, and how many rank launches had an "
+    "all-negative, mixed or fully-owned slot mapping.",
+)
+@click.option(
+    "--home",
+    type=click.Path(path_type=Path),
+    default=search.DEFAULT_HOME,
+    show_default=True,
+    envvar=search.HOME_ENV,
+    help=f"Run directory (env {search.HOME_ENV}): shrunk failures go to HOME/failures/, "
+    "Hypothesis's example database to HOME/hypothesis/.",
 )
 @click.option(
     "--device",
@@ -128,10 +168,26 @@ def cli() -> None:
 )
 @click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
 def run_command(
-    dcp_text, kernel_name, patterns, scenario_dir, seed, device, json_path, junit_path, fail_fast
+    dcp_text,
+    kernel_name,
+    patterns,
+    scenario_dir,
+    seed,
+    examples,
+    property_only,
+    profile_name,
+    stats,
+    home,
+    device,
+    json_path,
+    junit_path,
+    fail_fast,
 ) -> None:
-    """Run the contract checks of a kernel over scenarios x DCP sizes."""
+    """Run the contract checks of a kernel over scenarios x DCP sizes, then, if asked, the
+    property search over drawn scenarios (a failure is shrunk and saved under HOME)."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    if property_only and patterns:
+        raise InputError("--scenario and --property-only exclude each other")
     for path in (json_path, junit_path):
         if path is not None:
             try:
@@ -139,13 +195,78 @@ def run_command(
             except report.ReportPathError as exc:
                 raise InputError(str(exc)) from None
     try:
-        scenarios = load_scenarios(list(patterns), scenario_dir)
+        scenarios = [] if property_only else load_scenarios(list(patterns), scenario_dir)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    search_config = None
+    if property_only or examples is not None or profile_name is not None:
+        profile = search.PROFILES[profile_name or "ci"]
+        search_config = search.SearchConfig(kernel_name, profile, examples, dcp_sizes, seed, home)
+    backend = _backend(device)
+    kernel = _kernel(kernel_name)
+    config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
+
+    named: list[CaseResult] = []
+    searched: search.SearchResult | None = None
+    started = time.perf_counter()
+    partial = True
+    try:
+        _run_with_progress(kernel, scenarios, config, backend, named)
+        named_seconds = time.perf_counter() - started
+        failed = any(r.status != "pass" for r in named)
+        if search_config is not None and not (fail_fast and failed):
+            searched = _search_with_progress(kernel, search_config, backend)
+        partial = False
+    finally:
+        # The shrunk failure's replay goes into the reports like any other case.
+        replayed = searched.replay if searched is not None else []
+        _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
+    if scenarios:
+        print_results(named)
+    if searched is not None:
+        print_search(searched, search_config)
+    if stats:
+        print_stats(named, named_seconds, searched)
+    passed = all(r.status == "pass" for r in named) and (searched is None or searched.passed)
+    raise SystemExit(EXIT_OK if passed else EXIT_FAIL)
+
+
+@cli.command("repro")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--kernel",
+    "kernel_name",
+    default="default",
+    show_default=True,
+    help="The kernel to replay it on (as for `dcpcheck run --kernel`).",
+)
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default=None,
+    metavar="N[,N...]",
+    help="DCP sizes to simulate instead of the file's own.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if present, else Triton's interpreter on the CPU.",
+)
+def repro_command(file: Path, kernel_name: str, dcp_text: str | None, device: str) -> None:
+    """Replay one scenario FILE, such as a shrunk failure the property search saved under
+    .dcpcheck/failures/: exit 1 if the kernel still fails it, 0 if it passes."""
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    try:
+        scenario = load_scenario(file)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     backend = _backend(device)
     kernel = _kernel(kernel_name)
-    config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
-    results = _run_with_progress(kernel, scenarios, config, backend, json_path, junit_path)
+    results: list[CaseResult] = []
+    _run_with_progress(kernel, [scenario], RunConfig(kernel_name, dcp_sizes), backend, results)
+    print_results(results)
     raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
 
 
@@ -165,33 +286,48 @@ def _kernel(name: str) -> Kernel:
         raise KernelLoadFailure(str(exc)) from None
 
 
-def _run_with_progress(kernel, scenarios, config, backend, json_path, junit_path):
-    """Run with a progress bar; reports are written even when interrupted (marked partial)."""
-    results: list[CaseResult] = []
+def _run_with_progress(
+    kernel: Kernel,
+    scenarios: list[Scenario],
+    config: RunConfig,
+    backend,
+    results: list[CaseResult],
+) -> None:
+    """Run with a progress bar on stderr, appending to ``results`` as each case lands, so
+    that an interrupted run still reports what it did (marked partial)."""
+    if not scenarios:
+        return
     total = sum(len(config.dcp_sizes or s.dcp_sizes) for s in scenarios)
-    partial = True
-    try:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("checking", total=total)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("checking", total=total)
 
-            def on_result(result: CaseResult) -> None:
-                results.append(result)
-                progress.update(
-                    task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
-                )
+        def on_result(result: CaseResult) -> None:
+            results.append(result)
+            progress.update(
+                task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
+            )
 
-            run(kernel, scenarios, config, backend, on_result=on_result)
-        partial = False
-    finally:
-        _write_reports(results, config, backend, json_path, junit_path, partial)
-    print_results(results)
-    return results
+        run(kernel, scenarios, config, backend, on_result=on_result)
+
+
+def _search_with_progress(
+    kernel: Kernel, config: search.SearchConfig, backend
+) -> search.SearchResult:
+    """The property search with a count of examples on stderr (shrinking runs past the
+    requested count, so no bar)."""
+    with Progress(TextColumn("{task.description}"), console=err, transient=True) as progress:
+        task = progress.add_task("property search")
+
+        def on_example(count: int) -> None:
+            progress.update(task, description=f"property search: example {count}")
+
+        return search.search(kernel, config, backend, on_example=on_example)
 
 
 def _write_reports(results, config, backend, json_path, junit_path, partial) -> None:
@@ -247,6 +383,56 @@ def print_results(results: list[CaseResult]) -> None:
         f"[{colour}]{s['cases']} case(s): {s['pass']} passed, {s['fail']} failed, "
         f"{s['error']} error(s)[/]"
     )
+
+
+def print_search(result: search.SearchResult, config: search.SearchConfig) -> None:
+    """One line for a passing search; for a failure, the shrunk scenario, where it was
+    saved, and its replay's findings (through ``print_results``)."""
+    seed = search.DEFAULT_SEED if config.seed is None else config.seed
+    what = f"profile {config.profile.name}, seed {seed}"
+    if result.passed:
+        out.print(f"[green]property: {result.examples_run} example(s) passed[/] ({what})")
+        return
+    shrunk = result.shrunk
+    batch = shrunk.batch
+    out.print(
+        f"[bold red]property: FAIL[/] ({what}): first failure at example "
+        f"{result.examples_to_first_failure}, shrunk to {len(batch.requests)} request(s), "
+        f"{batch.num_real_tokens} token(s) + {batch.padding} padding, DCP "
+        f"{', '.join(map(str, shrunk.dcp_sizes))}; failed: {', '.join(result.failed_checks)}",
+        soft_wrap=True,
+    )
+    out.print(f"  saved: {escape(str(result.saved_path))}", soft_wrap=True)
+    print_results(result.replay)
+    if all(r.status == "pass" for r in result.replay):
+        out.print(
+            "[red]the saved scenario passed when run again: the kernel is not deterministic[/]"
+        )
+
+
+def print_stats(
+    named: list[CaseResult], named_seconds: float, searched: search.SearchResult | None
+) -> None:
+    """Throughput and the ownership shapes the run covered (``CaseResult.ownership``)."""
+
+    def shapes(counts: dict[str, int]) -> str:
+        return ", ".join(f"{counts.get(shape, 0)} {shape}" for shape in search.OWNERSHIP_SHAPES)
+
+    if named:
+        totals = search.ownership_totals(named)
+        rate = len(named) / named_seconds if named_seconds > 0 else 0.0
+        out.print(
+            f"stats: scenarios: {len(named)} case(s) in {named_seconds:.1f} s "
+            f"({rate:.2f} cases/s); rank launches: {shapes(totals)}",
+            soft_wrap=True,
+        )
+    if searched is not None:
+        out.print(
+            f"stats: property: {searched.examples_run} example(s) in {searched.seconds:.1f} s "
+            f"({searched.examples_per_second:.2f} examples/s); rank launches: "
+            f"{shapes(searched.ownership)}",
+            soft_wrap=True,
+        )
 
 
 @cli.command("list")

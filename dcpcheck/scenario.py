@@ -24,6 +24,8 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     interleave = 1                    # optional, default 1
     dcp = [1, 2, 4]                   # DCP sizes to run
     seed = 0
+    values = "normal"                 # optional: or "zero-rows", "fp8-saturating",
+                                      #   "exact-ties" (VALUE_REGIMES: the token values)
     block_table = "identity"          # optional, or "shuffled"
     profiling = false                 # optional: a call with no slot mapping
     padding = 0                       # optional: CUDA-graph padding rows
@@ -68,6 +70,14 @@ INDEXER_MODES = ("sharded", "replicated", "none")
 """``sharded``: the indexer cache uses the MLA cache's DCP mapping; ``replicated``: every rank
 stores every token at its DCP1 slot; ``none``: a shared layer with no indexer at all."""
 
+VALUE_REGIMES = ("normal", "zero-rows", "fp8-saturating", "exact-ties")
+"""How ``case.make_activations`` fills the token values (details in its docstring):
+``normal``: seeded Gaussian rows; ``zero-rows``: every even row of ``q_c``/``kv_c``/``index_k``
+is zero (the norms' ``eps`` keeps them finite); ``fp8-saturating``: kv weights and ``k_pe``
+scaled so every cached value exceeds ``448 * s`` for any per-tensor fp8 scale ``s <= 1``;
+``exact-ties``: small-integer rows whose RMSNorm is exact in fp32 and lands on rounding ties
+of the output dtype. Part of the scenario, so a failure found in one regime replays in it."""
+
 BLOCK_TABLE_MODES = ("identity", "shuffled")
 """``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""
 
@@ -100,6 +110,7 @@ class Scenario:
     block_table: str
     profiling: bool
     batch: Batch
+    values: str = "normal"
     source: Path | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +157,8 @@ class Scenario:
             self._fail("dtype", f"unknown dtype {self.dtype!r} (known: {_known(DTYPES)})")
         if self.indexer not in INDEXER_MODES:
             self._fail("indexer", f"unknown mode {self.indexer!r} (known: {_known(INDEXER_MODES)})")
+        if self.values not in VALUE_REGIMES:
+            self._fail("values", f"unknown regime {self.values!r} (known: {_known(VALUE_REGIMES)})")
         if self.block_table not in BLOCK_TABLE_MODES:
             self._fail(
                 "block_table",
@@ -290,6 +303,7 @@ _TOP_LEVEL_KEYS: dict[str, _Key] = {
     "interleave": _Key("integer", _integer, 1),
     "dcp": _Key("array of integers", _integer_array),
     "seed": _Key("integer", _integer),
+    "values": _Key("string", _string, "normal"),
     "block_table": _Key("string", _string, "identity"),
     "profiling": _Key("boolean", _boolean, False),
     "padding": _Key("integer", _integer, 0),
@@ -383,6 +397,7 @@ def load_scenario(path: Path) -> Scenario:
         block_table=values["block_table"],
         profiling=values["profiling"],
         batch=_read_batch(values["requests"], values["padding"], where),
+        values=values["values"],
         source=path,
     )
 
@@ -454,6 +469,7 @@ def scenario_to_toml(scenario: Scenario) -> str:
         ("interleave", s.interleave),
         ("dcp", list(s.dcp_sizes)),
         ("seed", s.seed),
+        ("values", s.values),
         ("block_table", s.block_table),
         ("profiling", s.profiling),
         ("padding", s.batch.padding),

@@ -2,6 +2,10 @@
 
 Inputs of any float dtype are upcast to fp32 first and nothing is rounded here: the op
 rounds its fp32 pipeline exactly once, on store, and that rounding belongs to the caller.
+
+The inverse root is ``1 / sqrt(.)``, two correctly rounded IEEE operations, rather than
+``torch.rsqrt``: CUDA's rsqrt is approximate (up to 2 fp32 ulps), so the oracle would
+give different bits on the GPU than on the CPU. Written this way it is the same on both.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """
     x32 = x.float()
     mean_square = x32.square().mean(dim=-1, keepdim=True)
-    return x32 * torch.rsqrt(mean_square + eps) * weight.float()
+    return x32 * (1.0 / torch.sqrt(mean_square + eps)) * weight.float()
 
 
 def layer_norm(
@@ -31,4 +35,4 @@ def layer_norm(
     x32 = x.float()
     centered = x32 - x32.mean(dim=-1, keepdim=True)
     variance = centered.square().mean(dim=-1, keepdim=True)
-    return centered * torch.rsqrt(variance + eps) * weight.float() + bias.float()
+    return centered * (1.0 / torch.sqrt(variance + eps)) * weight.float() + bias.float()

@@ -10,6 +10,10 @@ from dcpcheck.backend import current_backend
 
 BACKEND = current_backend()
 
+# The suite runs many tiny tensor ops; on a 2-core CI machine torch's intra-op threads
+# cost more in hand-offs than they win (measured: 5 s single-threaded vs 47-79 s busy).
+torch.set_num_threads(1)
+
 requires_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (none visible to torch)"
 )

@@ -27,7 +27,7 @@ from dcpcheck.tolerances import (
     BF16_ROPE_IN_CACHE,
     DS_MLA_SCALE,
     FP8_VALUE,
-    MLA_AUTO_ENTRY,
+    MLA_AUTO_KV,
     OUTPUT,
     UE8M0_SCALE,
     fp8_step_distance,
@@ -130,7 +130,7 @@ def test_auto_mla_cache(name):
     theirs = case["out_mla_cache"]
     ours = mla_cache.view(theirs.dtype)
     assert ours.shape == theirs.shape
-    assert int(ulp_distance(ours, theirs).max()) <= MLA_AUTO_ENTRY.max_steps
+    assert int(ulp_distance(ours, theirs).max()) <= MLA_AUTO_KV.max_steps
 
 
 def test_fp8_mla_cache():

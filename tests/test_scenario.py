@@ -174,6 +174,7 @@ def test_the_valid_base_case_loads_with_defaults(tmp_path: Path) -> None:
         profiling=False,
         batch=Batch((Request(3, 4), Request(9, 1)), padding=0),
     )
+    assert scenario.values == "normal"  # the optional value regime's default
 
 
 # (case id, text replaced in VALID, replacement, key the message must name, words it must hold)
@@ -254,6 +255,8 @@ BAD_FILES = [
     ("negative-prefix", "prefix = 3", "prefix = -1", "requests[0].prefix", ">= 0, got -1"),
     ("negative-padding", "seed = 0", "seed = 0\npadding = -2", "padding", ">= 0, got -2"),
     ("negative-seed", "seed = 0", "seed = -1", "seed", ">= 0"),
+    ("unknown-values", "seed = 0", 'seed = 0\nvalues = "spiky"', "values", "known: exact-ties"),
+    ("values-not-string", "seed = 0", "seed = 0\nvalues = 1", "values", "expected string"),
     ("empty-description", "a scenario for the loader's tests", " ", "description", "blank"),
 ]
 
@@ -336,6 +339,7 @@ def test_round_trip_keeps_awkward_strings_and_floats(tmp_path: Path) -> None:
         block_table="shuffled",
         profiling=True,
         batch=Batch((Request(0, 1),), padding=3),
+        values="exact-ties",
     )
     copy_dir = tmp_path / "copy"
     copy_dir.mkdir()

@@ -26,6 +26,18 @@ token whatever its slot; only the cache writes look at the slot, and only where 
 ``>= 0`` (the DCP contract: a token owned by another rank still needs its normalized
 K and Q on this rank). Cache encodings start from the fp32 values.
 
+Rounding
+--------
+The kernel is compiled without FMA contraction (``enable_fp_fusion=False``), so every
+fp32 multiply and add rounds on its own, exactly as the oracle's torch ops do. Contracted,
+``x1*cos - x2*sin`` keeps the unrounded product: where the two products nearly cancel,
+the rotated value moved by up to 32 bf16 ulps from the oracle (k_pe, 65,536 tokens on an
+H200), far outside any output tolerance, although neither result is wrong. Reductions
+(mean of squares, LayerNorm statistics, amax) still run in Triton's order, so those agree
+with the oracle to a few fp32 ulps, not bitwise. Divisions and square roots are the
+correctly rounded ``div_rn`` / ``sqrt_rn``, because the GPU's default ``/`` and ``rsqrt``
+are approximate.
+
 Addressing
 ----------
 Row offsets and cache offsets are computed in 64-bit: the program id is widened to int64
@@ -57,6 +69,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dcpcheck import contract
 from dcpcheck.backend import current_backend
 from dcpcheck.contract import (
     DS_MLA_NOPE_DIM,
@@ -89,11 +102,11 @@ DS_MLA_SCALES_OFFSET = tl.constexpr(DS_MLA_NOPE_DIM)
 DS_MLA_ROPE_OFFSET = tl.constexpr(DS_MLA_NOPE_DIM + 4 * (DS_MLA_NOPE_DIM // DS_MLA_TILE))
 """Byte 528 of a ds_mla entry: the 64 bf16 RoPE values follow the scales."""
 INV_FP8_MAX = tl.constexpr(1.0 / FP8_E4M3_MAX)
-"""ds_mla tile scales *multiply* amax by 1/448 (rounded to fp32), as the production kernel
-does; dividing by 448 differs in the last bit for some amax."""
+"""ds_mla tile scales *multiply* amax by 1/448 rounded to fp32 (DESIGN §2); dividing by
+448 differs in the last bit for some amax."""
 FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
 """Floor of a ds_mla tile scale: an all-zero tile still gets a normal, nonzero scale."""
-INDEX_SCALE_BYTES = tl.constexpr(4)
+INDEX_SCALE_BYTES = tl.constexpr(contract.INDEX_SCALE_BYTES)
 
 Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(int(Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT))
 KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(
@@ -104,9 +117,9 @@ GPU_TOKENS_PER_PROGRAM = 1
 """One token per program on a GPU, as in the production kernels."""
 
 INTERPRETER_TILE_ELEMENTS = 1 << 20
-"""Under the interpreter, ``BLOCK_T * widest row`` stays below this (4 MiB of fp32 per
-temporary): wide enough that a 2,000-token launch is a handful of programs, small enough
-that numpy's temporaries stay cheap."""
+"""Under the interpreter, ``BLOCK_T * widest row`` stays within this, which is also
+Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``). Measured on 2 cores: 4x smaller
+tiles made a 2,048-token glm-5 launch 1.5x slower (0.68 s against 0.44 s)."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -219,9 +232,9 @@ def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, to
     x = _load_rows(q_ptr, q_stride, tokens, live, Q_DIM, BLOCK_Q)
     q = _rms_norm(x, _load_vector(q_weight_ptr, Q_DIM, BLOCK_Q), eps, Q_DIM)
     rows = live
-    if MUTATION == Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT:
-        if HAS_SLOTS:  # the historical early-out on "no local slot" swallowed Q as well
-            _, rows = _local_slots(slot_ptr, tokens, live)
+    if MUTATION == Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT and HAS_SLOTS:
+        # The historical early-out on "no local slot" swallowed the Q sub-task as well.
+        _, rows = _local_slots(slot_ptr, tokens, live)
     _store_rows(q_out_ptr, q_out_stride, tokens, rows, q, Q_DIM, BLOCK_Q)
 
 
@@ -479,6 +492,7 @@ def fused_norm_rope(
         CACHE_LAYOUT=_LAYOUT_CODES[inputs.cache_layout], HAS_SLOTS=shape.writes_mla_cache,
         WRITES_INDEX_CACHE=shape.writes_index_cache,
         INDEX_ROPE_NEOX=not inputs.index_rope_interleaved, MUTATION=int(variant.mutation),
+        enable_fp_fusion=False,  # see "Rounding" in the module docstring
     )
 
 

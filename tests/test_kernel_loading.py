@@ -1,0 +1,166 @@
+"""Resolving ``--kernel``: every form that loads, and every way of failing, each a
+:class:`KernelLoadError` with one line naming the cause, which the CLI turns into exit
+code 125 (``git bisect run``'s "skip")."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dcpcheck.adapters.vllm import ApiShape, VllmFusedNormRope
+from dcpcheck.cli import EXIT_KERNEL_LOAD, cli
+from dcpcheck.kernel_loading import KernelLoadError, load_kernel
+from dcpcheck.runner import RunConfig, run_scenario
+from dcpcheck.scenario import load_scenarios
+from tests.conftest import BACKEND
+from tests.kernels_under_test import oracle_kernel
+
+REPO = Path(__file__).parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
+
+# name -> (file contents or None, spec with {file} for its path, adapter, cause in message)
+BAD_KERNELS = {
+    "unknown registry name": (None, "regress/nope", "auto", "unknown kernel 'regress/nope'"),
+    "missing file": (None, "{dir}/missing.py:fused", "auto", "no such kernel file"),
+    "file without the function": (
+        "def other(inputs, outputs, caches):\n    pass\n",
+        "{file}:fused",
+        "auto",
+        "has no function 'fused'",
+    ),
+    "syntax error": ("def fused(inputs,:\n    pass\n", "{file}:fused", "auto", ":1: syntax error"),
+    "import error inside the file": (
+        "import dcpcheck_no_such_module\n",
+        "{file}:fused",
+        "auto",
+        "No module named 'dcpcheck_no_such_module'",
+    ),
+    "exception at import": (
+        "raise RuntimeError('no GPU of that kind')\n",
+        "{file}:fused",
+        "auto",
+        "import failed: RuntimeError: no GPU of that kind",
+    ),
+    "non-callable": ("fused = 3\n", "{file}:fused", "auto", "fused is not callable"),
+    "missing module": (
+        None,
+        "dcpcheck_no_such_package.kernels:fused",
+        "auto",
+        "cannot import: No module named 'dcpcheck_no_such_package'",
+    ),
+    "file without :function": (None, "{dir}/kernels.py", "auto", "name the function too"),
+    "neither protocol nor vLLM signature": (
+        "def fused(x):\n    pass\n",
+        "{file}:fused",
+        "auto",
+        "neither kernel(inputs, outputs, caches) nor a known vLLM",
+    ),
+    "vLLM host module without a stand-in": (
+        "from vllm.utils.torch_utils import direct_register_custom_op\n",
+        "{file}:fused",
+        "auto",
+        "needs vllm.utils, and vllm is not installed",
+    ),
+    "vllm adapter on a protocol kernel": (
+        "def fused(inputs, outputs, caches):\n    pass\n",
+        "{file}:fused",
+        "vllm",
+        "not a known vLLM fused_norm_rope signature",
+    ),
+    "registry kernel with the vllm adapter": (None, "default", "vllm", "does not apply"),
+    "unknown adapter": (None, "default", "cuda-graphs", "unknown adapter 'cuda-graphs'"),
+}
+CLI_EXPRESSIBLE = [name for name, (_, _, adapter, _) in BAD_KERNELS.items() if adapter == "auto"]
+
+
+def _spec(name: str, tmp_path: Path) -> str:
+    contents, spec, _, _ = BAD_KERNELS[name]
+    file = tmp_path / "kernels.py"
+    if contents is not None:
+        file.write_text(contents)
+    return spec.format(file=file, dir=tmp_path)
+
+
+def _skip_if_vllm_installed(name: str):
+    if name == "vLLM host module without a stand-in" and VLLM_INSTALLED:
+        pytest.skip("vllm is installed, so no stand-in is used")
+
+
+@pytest.mark.parametrize("name", list(BAD_KERNELS))
+def test_bad_kernel_raises_one_line_naming_the_cause(tmp_path, name):
+    _skip_if_vllm_installed(name)
+    spec = _spec(name, tmp_path)
+    modules_before = set(sys.modules)
+    with pytest.raises(KernelLoadError) as raised:
+        load_kernel(spec, adapter=BAD_KERNELS[name][2])
+    message = str(raised.value)
+    assert "\n" not in message
+    assert BAD_KERNELS[name][3] in message
+    leftovers = {m for m in set(sys.modules) - modules_before if m.split(".")[0] == "vllm"}
+    assert not leftovers, "stand-ins must not outlive a failed load"
+
+
+@pytest.mark.parametrize("name", CLI_EXPRESSIBLE)
+def test_cli_exit_code_is_125_for_a_bad_kernel(tmp_path, name):
+    _skip_if_vllm_installed(name)
+    spec = _spec(name, tmp_path)
+    result = CliRunner().invoke(cli, ["run", "--kernel", spec, "--scenario", "decode-single-dcp4"])
+    assert result.exit_code == EXIT_KERNEL_LOAD == 125, result.output
+
+
+def test_dcpcheck_process_prints_one_error_line_and_exits_125(tmp_path):
+    broken = tmp_path / "kernels.py"
+    broken.write_text("def fused(inputs,:\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "run", "--kernel", f"{broken}:fused", "--device", "cpu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 125
+    errors = [line for line in done.stderr.splitlines() if line.startswith("dcpcheck: error:")]
+    assert len(errors) == 1
+    assert errors[0].startswith(f"dcpcheck: error: {broken}:1: syntax error")
+
+
+def test_registry_module_and_file_forms_load():
+    assert callable(load_kernel("default"))
+    assert load_kernel("tests.kernels_under_test:oracle_kernel") is oracle_kernel
+    from_file = load_kernel(f"{REPO}/tests/kernels_under_test.py:oracle_kernel")
+    assert from_file.__name__ == "oracle_kernel"
+    assert from_file is not oracle_kernel  # its own module, loaded from the file
+
+
+@pytest.mark.parametrize(
+    ("function", "verdict"), [("oracle_kernel", "pass"), ("skips_foreign_kv", "fail")]
+)
+def test_a_kernel_loaded_from_a_file_is_judged_like_any_other(function, verdict):
+    kernel = load_kernel(f"{REPO}/tests/kernels_under_test.py:{function}")
+    [scenario] = load_scenarios(["decode-single-dcp4"])
+    [result] = run_scenario(kernel, scenario, RunConfig(function, (4,)), BACKEND)
+    assert result.status == verdict
+
+
+@pytest.mark.parametrize(
+    ("file", "shape"),
+    [
+        ("vllm_inplace_api.py", ApiShape.IN_PLACE),
+        ("vllm_separate_outputs_api.py", ApiShape.SEPARATE_OUTPUTS),
+    ],
+)
+@pytest.mark.parametrize("adapter", ["auto", "vllm"])
+def test_vllm_signatures_get_the_vllm_adapter(file, shape, adapter):
+    kernel = load_kernel(f"{FIXTURES / file}:fused_norm_rope", adapter=adapter)
+    assert isinstance(kernel, VllmFusedNormRope)
+    assert kernel.shape is shape
+
+
+def test_native_adapter_refuses_a_vllm_signature():
+    with pytest.raises(KernelLoadError, match="neither kernel"):
+        load_kernel(f"{FIXTURES / 'vllm_separate_outputs_api.py'}:fused_norm_rope", "native")

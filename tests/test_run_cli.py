@@ -1,0 +1,120 @@
+"""`dcpcheck run` end to end on the project's Triton kernel: verdicts, reports, exit codes.
+
+Runs through click's test runner in this process (the backend is already fixed by
+conftest), plus a few real subprocesses for the one-line error format of ``main``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dcpcheck.cli import cli
+
+REPO = Path(__file__).parents[1]
+SMALL = ["--scenario", "decode-single-dcp4", "--scenario", "mixed-prefill-decode-padding"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def run_json(tmp_path: Path, *args: str) -> tuple[int, dict]:
+    path = tmp_path / "report.json"
+    result = invoke("run", *args, "--json", str(path))
+    return result.exit_code, json.loads(path.read_text())
+
+
+def failing_findings(report: dict) -> list[dict]:
+    return [
+        {**f, "check": c["check"], "scenario": case["scenario"]}
+        for case in report["cases"]
+        for c in case["checks"]
+        if c["status"] == "fail"
+        for f in c["findings"]
+    ]
+
+
+def test_default_kernel_passes(tmp_path):
+    code, report = run_json(tmp_path, "--dcp", "1,4", *SMALL)
+    assert code == 0
+    assert report["summary"] == {"cases": 4, "pass": 4, "fail": 0, "error": 0}
+
+
+@pytest.mark.parametrize(
+    ("kernel", "fields"),
+    [("regress/pre-54908", {"kv_out", "kpe_out"}), ("regress/pre-50005", {"q_out"})],
+)
+def test_regressions_fail_at_dcp4_on_foreign_tokens_and_pass_at_dcp1(tmp_path, kernel, fields):
+    code, report = run_json(tmp_path, "--dcp", "4", "--kernel", kernel, *SMALL)
+    assert code == 1
+    outputs = [f for f in failing_findings(report) if f["check"] == "outputs"]
+    assert {f["field"] for f in outputs} == fields
+    assert {f["ownership"] for f in outputs} == {"foreign"}
+    # decode-single-dcp4: one token, so the three ranks without it are the failing ones
+    decode = {f["rank"] for f in outputs if f["scenario"] == "decode-single-dcp4"}
+    assert len(decode) == 3
+    assert all(f["max_error"] == "NaN (unwritten)" for f in outputs)
+    replay = next(c["replay"] for c in report["cases"] if c["status"] == "fail")
+    assert replay.startswith("dcpcheck run --scenario ") and f"--kernel {kernel}" in replay
+
+    code, _ = run_json(tmp_path, "--dcp", "1", "--kernel", kernel, *SMALL)
+    assert code == 0
+
+
+def test_identical_runs_write_identical_json(tmp_path):
+    args = ["--dcp", "4", "--kernel", "regress/pre-54908", *SMALL]
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    invoke("run", *args, "--json", str(first))
+    invoke("run", *args, "--json", str(second))
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_junit_lists_every_check_and_the_failures(tmp_path):
+    path = tmp_path / "junit.xml"
+    result = invoke("run", "--dcp", "4", "--kernel", "regress/pre-54908", *SMALL,
+                    "--junit", str(path))
+    assert result.exit_code == 1
+    suite = ET.parse(path).getroot()
+    assert int(suite.get("failures")) > 0
+    names = {case.get("name") for case in suite.iter("testcase")}
+    assert {"outputs", "cache_owned", "ranks_agree", "shards_reassemble"} <= names
+
+
+def test_list_kernels_names_default_and_both_regressions():
+    result = invoke("list", "kernels")
+    assert result.exit_code == 0
+    for name in ("default", "regress/pre-50005", "regress/pre-54908"):
+        assert name in result.output
+
+
+def test_list_scenarios():
+    result = invoke("list", "scenarios")
+    assert "decode-single-dcp4" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--dcp", "0"], 2, "DCP size must be >= 1"),
+        (["--dcp", "four"], 2, "'four' is not an integer"),
+        (["--scenario", "no-such-scenario"], 2, "no scenario matches 'no-such-scenario'"),
+        (["--json", "/no/such/dir/r.json"], 2, "does not exist"),
+        (["--kernel", "no-such-kernel"], 125, "unknown kernel 'no-such-kernel'"),
+    ],
+)
+def test_bad_input_is_one_line_with_its_exit_code(args, code, message):
+    proc = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "run", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == code, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("dcpcheck: error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,249 @@
+"""Property search (dcpcheck.search) and its command line (``run --examples``, ``repro``).
+
+The kernels are fast oracle-based ones (tests/kernels_under_test.py) plus one defined here
+whose flaw needs a batch of at least three rows, so the search must generate past the
+first (minimal) example and then shrink. Every search writes into ``tmp_path``, never into
+the checkout's ``.dcpcheck/``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dcpcheck import search
+from dcpcheck.cli import cli
+from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
+from dcpcheck.scenario import load_scenario, load_scenarios, scenario_to_toml
+from tests.conftest import BACKEND
+from tests.kernels_under_test import oracle_kernel, raises, skips_foreign_kv
+
+ROWS_NEEDED = 3
+"""``skips_foreign_kv_from_three_rows`` is correct on batches of fewer rows."""
+
+BROKEN = "tests.test_search:skips_foreign_kv_from_three_rows"
+ORACLE = "tests.kernels_under_test:oracle_kernel"
+
+
+def skips_foreign_kv_from_three_rows(
+    inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
+) -> None:
+    """The PR-54908 flaw, only on launches of at least ``ROWS_NEEDED`` rows (padding counts)."""
+    if inputs.num_tokens >= ROWS_NEEDED:
+        skips_foreign_kv(inputs, outputs, caches)
+    else:
+        oracle_kernel(inputs, outputs, caches)
+
+
+def run_search(home: Path, kernel=skips_foreign_kv_from_three_rows, name=BROKEN, **options):
+    config = search.SearchConfig(name, search.PROFILES["smoke"], home=home, **options)
+    return search.search(kernel, config, BACKEND)
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="module")
+def found(home: Path) -> search.SearchResult:
+    """One search against the broken kernel, shared by the tests that read its result."""
+    return run_search(home, examples=60)
+
+
+# ---------------------------------------------------------------------------------------
+# Finding, shrinking, saving
+
+
+def test_a_broken_kernel_is_found_and_shrunk_to_a_tiny_scenario(found) -> None:
+    assert not found.passed
+    assert found.examples_to_first_failure is not None
+    assert found.examples_to_first_failure > 1  # the minimal example has one row: it passes
+    shrunk = found.shrunk
+    assert len(shrunk.batch.requests) <= 2
+    assert shrunk.batch.num_real_tokens <= 4
+    assert shrunk.batch.num_tokens == ROWS_NEEDED  # no row more than the flaw needs
+    assert max(shrunk.dcp_sizes) >= 2  # the flaw is invisible without a foreign token
+    assert found.failed_checks == ("outputs", "ranks_agree")
+
+
+def test_the_failure_is_saved_as_a_scenario_named_after_its_file(found, home: Path) -> None:
+    path = found.saved_path
+    assert path.parent == home / search.FAILURES_DIR
+    assert re.fullmatch(rf"shrunk-{re.escape(search.kernel_slug(BROKEN))}-[0-9a-f]{{8}}", path.stem)
+    saved = load_scenario(path)
+    assert saved.name == path.stem
+    assert saved == found.shrunk
+    assert path.read_text(encoding="utf-8") == scenario_to_toml(saved)
+    # The description says what failed: checks, fields, kernel.
+    for words in ("outputs on kv_out, kpe_out", "ranks_agree", BROKEN, "foreign"):
+        assert words in saved.description
+
+
+def test_the_saved_file_can_be_copied_into_a_scenario_directory_as_is(
+    found, tmp_path: Path
+) -> None:
+    shutil.copy(found.saved_path, tmp_path)
+    (copied,) = load_scenarios([], tmp_path)
+    assert copied.name == found.saved_path.stem
+    assert copied == found.shrunk
+
+
+def test_the_search_replays_the_saved_file_before_returning(found) -> None:
+    assert [r.scenario for r in found.replay] == [found.shrunk.name] * len(found.replay)
+    assert all(r.status == "fail" for r in found.replay)
+    assert found.replay[0].replay.startswith(f"dcpcheck repro {found.saved_path} --kernel")
+
+
+def test_a_rerun_tries_the_last_failure_first(found, home: Path) -> None:
+    assert (home / search.DATABASE_DIR / search.kernel_slug(BROKEN)).is_dir()
+    again = run_search(home, examples=60)
+    assert again.examples_to_first_failure == 1  # replayed from HOME/hypothesis/<kernel>/
+    assert again.saved_path == found.saved_path
+
+
+def test_the_default_seed_makes_runs_reproducible(found, tmp_path: Path) -> None:
+    """A fresh home (no database to replay) draws the same examples, finds the same failure."""
+    fresh = run_search(tmp_path, examples=60)
+    assert fresh.examples_to_first_failure == found.examples_to_first_failure
+    assert fresh.shrunk == found.shrunk
+
+
+def test_an_explicit_seed_draws_other_scenarios(tmp_path: Path) -> None:
+    default = run_search(tmp_path / "a", kernel=oracle_kernel, name=ORACLE, examples=10)
+    explored = run_search(tmp_path / "b", kernel=oracle_kernel, name=ORACLE, examples=10, seed=1)
+    assert explored.ownership != default.ownership
+
+
+def test_a_kernel_that_raises_is_a_failure_too(tmp_path: Path) -> None:
+    result = run_search(tmp_path, kernel=raises, name="raises", examples=5)
+    assert result.failed_checks == ("error",)
+    assert result.shrunk.batch.num_real_tokens == 1
+    assert "the kernel raised (rank 0: RuntimeError: kernel exploded)" in result.shrunk.description
+
+
+def test_a_correct_kernel_passes_and_writes_no_failure(tmp_path: Path) -> None:
+    result = run_search(tmp_path, kernel=oracle_kernel, name=ORACLE, examples=10)
+    assert result.passed
+    assert result.examples_run == 10
+    assert result.examples_to_first_failure is None
+    assert not (tmp_path / search.FAILURES_DIR).exists()
+    assert sum(result.ownership.values()) > 0
+
+
+def test_kernel_slugs_are_file_names() -> None:
+    assert search.kernel_slug("regress/pre-54908") == "regress-pre-54908"
+    assert search.kernel_slug(BROKEN) == "tests.test_search-skips_foreign_kv_from_"
+    assert search.kernel_slug("../k.py:fused") == "k.py-fused"
+    assert len(search.kernel_slug("x" * 100)) == search.SLUG_MAX
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+def test_repro_replays_the_saved_failure_and_passes_a_correct_kernel(found) -> None:
+    path = str(found.saved_path)
+    failing = invoke("repro", path, "--kernel", BROKEN)
+    assert failing.exit_code == 1
+    assert "outputs: kv_out on rank" in failing.output
+    assert "ranks_agree: kv_out on rank" in failing.output
+    assert invoke("repro", path, "--kernel", ORACLE).exit_code == 0
+
+
+def test_repro_dcp_override_replays_at_other_sizes(found) -> None:
+    result = invoke("repro", str(found.saved_path), "--kernel", BROKEN, "--dcp", "1,8")
+    assert result.exit_code == 1  # DCP1 passes, DCP8 has foreign tokens
+    assert "2 case(s): 1 passed, 1 failed" in result.output
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ("missing", "no such scenario file"),
+        ("bad TOML", "invalid TOML"),
+        ("renamed", "does not match the file name"),
+        ("new key", "key 'kernel': unknown key"),
+    ],
+)
+def test_repro_file_errors_are_one_line_exit_2(found, tmp_path: Path, change, words) -> None:
+    path = tmp_path / "case.toml"
+    text = found.saved_path.read_text(encoding="utf-8")
+    if change == "bad TOML":
+        path.write_text(text.replace("dcp = [", "dcp = = ["), encoding="utf-8")
+    elif change == "renamed":
+        path.write_text(text, encoding="utf-8")
+    elif change == "new key":
+        path.write_text('kernel = "x"\n' + text.replace(found.shrunk.name, "case"))
+    result = CliRunner().invoke(cli, ["repro", str(path)])
+    assert result.exit_code == 2
+    (line,) = [line for line in result.output.splitlines() if words in line]
+    assert str(path) in line
+
+
+def test_run_property_only_saves_under_dcpcheck_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = invoke(
+        "run", "--property-only", "--profile", "smoke", "--examples", "60", "--kernel", BROKEN,
+        env={search.HOME_ENV: str(home)},
+    )  # fmt: skip
+    assert result.exit_code == 1
+    (saved,) = (home / search.FAILURES_DIR).glob("*.toml")
+    assert f"saved: {saved}" in result.output
+    assert "property: FAIL" in result.output
+
+
+def test_run_home_defaults_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(search.HOME_ENV, raising=False)
+    result = invoke(
+        "run", "--property-only", "--examples", "3", "--kernel", "tests.kernels_under_test:raises"
+    )
+    assert result.exit_code == 1
+    assert len(list((tmp_path / ".dcpcheck" / search.FAILURES_DIR).glob("*.toml"))) == 1
+
+
+def test_run_stats_count_examples_and_rank_launches(tmp_path: Path) -> None:
+    result = invoke(
+        "run", "--property-only", "--examples", "8", "--dcp", "4", "--kernel", ORACLE,
+        "--stats", "--home", str(tmp_path),
+    )  # fmt: skip
+    assert result.exit_code == 0
+    stats = re.search(
+        r"stats: property: (\d+) example\(s\) in [\d.]+ s \(([\d.]+) examples/s\); rank "
+        r"launches: (\d+) all_negative, (\d+) mixed, (\d+) fully_owned",
+        result.output,
+    )
+    assert stats is not None, result.output
+    examples, rate, *shapes = stats.groups()
+    assert int(examples) == 8
+    assert float(rate) > 0
+    assert sum(map(int, shapes)) == 4 * 8  # DCP4: four rank launches per example
+    assert int(shapes[0]) > 0 and int(shapes[1]) > 0  # both shapes the search is built for
+
+
+def test_run_named_scenarios_then_the_property(tmp_path: Path) -> None:
+    result = invoke(
+        "run", "--scenario", "decode-single-dcp4", "--examples", "3", "--kernel", ORACLE,
+        "--stats", "--home", str(tmp_path),
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert "decode-single-dcp4[dcp4]" in result.output
+    assert "stats: scenarios: 1 case(s)" in result.output
+    assert "property: 3 example(s) passed (profile ci, seed 0)" in result.output
+
+
+def test_property_only_and_scenario_exclude_each_other() -> None:
+    result = CliRunner().invoke(cli, ["run", "--property-only", "--scenario", "fp8-cache"])
+    assert result.exit_code == 2
+    assert "--scenario and --property-only exclude each other" in result.output

@@ -1,0 +1,202 @@
+"""Token streams of the tiny MLA model under DCP1 and DCPn (DESIGN §5).
+
+A correct kernel must give the same SHA256 stream digests at every DCP size and on every
+rank; a kernel with a DCP flaw must not, and the report must point at the first diverging
+token with a wide DCP1 margin (a genuine bug, not a near-tie). Most tests use the oracle
+kernel (fast on the CPU); one small test runs the project's Triton kernels through the
+registry, on the interpreter here and natively on a GPU.
+
+The default configuration (3 prompts of 4..9 tokens, 12 steps, block size 4) gives
+requests of up to 20 tokens: past several block boundaries at DCP1/2/4, and at DCP8
+(virtual block of 32) short requests leave whole ranks with an empty shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOpOutputs
+from dcpcheck.kernel_loading import load_kernel
+from dcpcheck.token_streams import (
+    NEAR_TIE_MARGIN,
+    Divergence,
+    StreamComparison,
+    StreamConfig,
+    compare_streams,
+    generate,
+    prompt_tokens,
+    token_digest,
+)
+from tests.conftest import requires_cuda
+from tests.kernels_under_test import oracle_kernel, skips_foreign_kv
+
+DCP_SIZES = (2, 4, 8)
+CONFIG = StreamConfig(steps=12)
+LAYOUTS = {
+    "auto": StreamConfig(steps=12),
+    "fp8": StreamConfig(steps=12, cache_layout=CacheLayout.FP8, mla_scale=0.5),
+    "fp8_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.FP8_DS_MLA),
+}
+TRITON_CONFIG = StreamConfig(prompts=2, max_prompt_length=6, steps=3)
+"""Small enough for Triton's interpreter: 2 requests, 3 generated tokens each."""
+
+
+def assert_identical(comparison: StreamComparison) -> None:
+    assert comparison.first_divergence is None, comparison.first_divergence.describe()
+    assert comparison.identical
+    baseline = comparison.digests[0]
+    for digests in comparison.digests:
+        assert digests.requests == baseline.requests, (digests.dcp_size, digests.rank)
+
+
+def assert_diverges_at_dcp(comparison: StreamComparison, dcp_size: int) -> None:
+    """Ranks of ``dcp_size`` hash differently from DCP1, and the first divergence is a
+    genuine one at that size."""
+    assert not comparison.identical
+    divergence = comparison.first_divergence
+    assert divergence is not None
+    assert divergence.dcp_size == dcp_size
+    assert not divergence.near_tie, divergence.describe()
+    assert divergence.baseline_margin >= NEAR_TIE_MARGIN
+    baseline = comparison.runs[0]
+    assert divergence.baseline_token == int(baseline.tokens[0, divergence.request, divergence.step])
+    assert divergence.token != divergence.baseline_token
+    assert "genuine divergence" in divergence.describe()
+
+
+@pytest.fixture(scope="module")
+def oracle_streams(device):
+    """The correct kernel's comparison for every cache layout (shared by several tests)."""
+    return {
+        name: compare_streams(oracle_kernel, config, DCP_SIZES, device)
+        for name, config in LAYOUTS.items()
+    }
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_correct_kernel_gives_identical_streams_at_every_dcp_size(oracle_streams, layout):
+    comparison = oracle_streams[layout]
+    assert [run.dcp_size for run in comparison.runs] == [1, *DCP_SIZES]
+    assert len(comparison.digests) == 1 + sum(DCP_SIZES)  # one per rank of every run
+    assert_identical(comparison)
+    tokens = comparison.runs[0].tokens[0]
+    assert tokens.shape == (CONFIG.prompts, CONFIG.steps)
+    for request in tokens:  # the streams are not degenerate
+        assert len(set(request.tolist())) > 1
+    assert torch.isfinite(comparison.runs[0].margins).all()
+
+
+@pytest.mark.parametrize("interleave", [2, 4])
+def test_interleaved_ownership_gives_identical_streams(device, interleave):
+    """Runs of 2 positions per rank, and a whole block per rank (a short request then
+    lives on rank 0 alone: one shard holds everything)."""
+    config = StreamConfig(steps=8, interleave=interleave, seed=3)
+    assert_identical(compare_streams(oracle_kernel, config, DCP_SIZES, device))
+
+
+def test_cache_layout_changes_the_streams(oracle_streams):
+    """Decode reads the caches: the fp8 layouts' quantization shows in the tokens."""
+    auto = oracle_streams["auto"].digests[0].stream
+    assert oracle_streams["fp8"].digests[0].stream != auto
+    assert oracle_streams["fp8_ds_mla"].digests[0].stream != auto
+
+
+def test_pr_54908_flaw_diverges_under_dcp4_only(device, oracle_streams):
+    comparison = compare_streams(skips_foreign_kv, CONFIG, (4,), device)
+    assert_diverges_at_dcp(comparison, 4)
+    divergence = comparison.first_divergence
+    # Every prompt's prefill has foreign tokens on every rank: the very first token breaks,
+    # and the NaN-poisoned kv_out rows reach the logits.
+    assert divergence.step == 0
+    assert divergence.margin != divergence.margin  # NaN
+    assert comparison.digests[0] == oracle_streams["auto"].digests[0]  # DCP1 hides the flaw
+
+
+def skips_cache_write(
+    inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
+) -> None:
+    """Correct outputs, but the cache keeps its old (random) bytes."""
+    before = caches.mla.clone()
+    oracle_kernel(inputs, outputs, caches)
+    caches.mla.copy_(before)
+
+
+def test_decode_reads_what_the_kernel_wrote(device, oracle_streams):
+    """Without cache writes the chunked prefill and decode attend over random bytes, so
+    even the DCP1 stream changes: the model really consumes the kernel's cache."""
+    broken = generate(skips_cache_write, CONFIG, 1, device)
+    assert not torch.equal(broken.tokens, oracle_streams["auto"].runs[0].tokens)
+
+
+def test_generation_is_deterministic(device, oracle_streams):
+    again = generate(oracle_kernel, CONFIG, 4, device)
+    first = oracle_streams["auto"].runs[2]
+    assert first.dcp_size == 4
+    assert torch.equal(again.tokens, first.tokens)
+    assert torch.equal(again.margins, first.margins)
+
+
+def test_prompts_have_distinct_lengths():
+    lengths = [len(p) for p in prompt_tokens(CONFIG)]
+    assert len(set(lengths)) == CONFIG.prompts
+    assert min(lengths) >= 4
+
+
+def test_digests_hash_little_endian_int32_token_ids(oracle_streams):
+    assert (
+        token_digest([1, 256, -1])
+        == hashlib.sha256(
+            b"\x01\x00\x00\x00" + b"\x00\x01\x00\x00" + b"\xff\xff\xff\xff"
+        ).hexdigest()
+    )
+    run = oracle_streams["auto"].runs[0]
+    requests = [row.tolist() for row in run.tokens[0]]
+    as_bytes = [b"".join(t.to_bytes(4, "little", signed=True) for t in r) for r in requests]
+    assert run.request_digests(0) == tuple(hashlib.sha256(b).hexdigest() for b in as_bytes)
+    assert run.stream_digest(0) == hashlib.sha256(b"".join(as_bytes)).hexdigest()
+
+
+def test_divergence_below_the_threshold_is_a_near_tie():
+    near = Divergence(4, 1, 0, 5, 17, 18, NEAR_TIE_MARGIN / 2, NEAR_TIE_MARGIN / 3)
+    assert near.near_tie
+    assert "near-tie" in near.describe()
+    assert not Divergence(4, 1, 0, 5, 17, 18, 0.5, float("nan")).near_tie
+
+
+def test_config_rejects_inconsistent_fields():
+    with pytest.raises(ValueError, match="mla_scale"):
+        StreamConfig(cache_layout=CacheLayout.FP8)
+    with pytest.raises(ValueError, match="mla_scale"):
+        StreamConfig(mla_scale=0.5)
+    with pytest.raises(ValueError, match="distinct prompt lengths"):
+        StreamConfig(prompts=7, max_prompt_length=9)
+
+
+@pytest.fixture(scope="module")
+def triton_default_streams(device):
+    return compare_streams(load_kernel("default"), TRITON_CONFIG, (2, 4), device)
+
+
+def test_triton_kernel_gives_identical_streams(triton_default_streams):
+    assert_identical(triton_default_streams)
+
+
+@pytest.mark.parametrize("regression", ["regress/pre-54908", "regress/pre-50005"])
+def test_triton_regressions_diverge_under_dcp4(device, triton_default_streams, regression):
+    comparison = compare_streams(load_kernel(regression), TRITON_CONFIG, (4,), device)
+    assert_diverges_at_dcp(comparison, 4)
+    assert comparison.digests[0] == triton_default_streams.digests[0]
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", [CacheLayout.AUTO, CacheLayout.FP8_DS_MLA])
+def test_full_width_model_on_gpu(device, layout):
+    """DeepSeek-V3.2 widths (hidden 7168, 128 heads) with the Triton kernel, natively."""
+    config = StreamConfig(preset="deepseek-v3.2", cache_layout=layout, steps=6)
+    assert_identical(compare_streams(load_kernel("default"), config, (2, 4, 8), device))
+    flawed = compare_streams(load_kernel("regress/pre-54908"), config, (4,), device)
+    assert_diverges_at_dcp(flawed, 4)
