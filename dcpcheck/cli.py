@@ -21,19 +21,24 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from dcpcheck import bisect as bisection
 from dcpcheck import report, search
+from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
-from dcpcheck.contract import Kernel
+from dcpcheck.contract import CacheLayout, Kernel
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-from dcpcheck.runner import CaseResult, RunConfig, run
+from dcpcheck.runner import CaseResult, RunConfig, run, token_stream_case
 from dcpcheck.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_KERNEL_LOAD = 0, 1, 2, 125
+from dcpcheck.token_streams import StreamComparison, compare_streams, stream_config_for
 
 out = Console(highlight=False)
 """Results go to stdout; findings and replay commands print one line each (soft wrap)
 so they can be grepped and pasted."""
 err = Console(stderr=True, highlight=False)
+
+FINDINGS_SHOWN = 6
+"""Findings printed per failing case; the JSON and JUnit reports hold every one."""
 
 
 class InputError(click.ClickException):
@@ -166,6 +171,20 @@ def cli() -> None:
     default=None,
     help="Write a JUnit XML report here (atomically).",
 )
+@click.option(
+    "--adapter",
+    type=click.Choice(ADAPTER_NAMES),
+    default="auto",
+    show_default=True,
+    help="How to call an external kernel: auto picks vLLM's adapter when the function's "
+    "signature is a known vLLM fused_norm_rope shape, native the harness's protocol.",
+)
+@click.option(
+    "--no-tokens",
+    is_flag=True,
+    help="Skip the end-to-end token-stream check (a tiny MLA model's greedy streams at "
+    "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
+)
 @click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
 def run_command(
     dcp_text,
@@ -181,6 +200,8 @@ def run_command(
     device,
     json_path,
     junit_path,
+    adapter,
+    no_tokens,
     fail_fast,
 ) -> None:
     """Run the contract checks of a kernel over scenarios x DCP sizes, then, if asked, the
@@ -203,7 +224,7 @@ def run_command(
         profile = search.PROFILES[profile_name or "ci"]
         search_config = search.SearchConfig(kernel_name, profile, examples, dcp_sizes, seed, home)
     backend = _backend(device)
-    kernel = _kernel(kernel_name)
+    kernel = _kernel(kernel_name, adapter)
     config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
 
     named: list[CaseResult] = []
@@ -212,6 +233,10 @@ def run_command(
     partial = True
     try:
         _run_with_progress(kernel, scenarios, config, backend, named)
+        failed = any(r.status != "pass" for r in named)
+        if scenarios and not no_tokens and not (fail_fast and failed):
+            with err.status("token streams: tiny MLA model, DCP1 vs DCPn"):
+                named.append(token_stream_case(kernel, config, backend))
         named_seconds = time.perf_counter() - started
         failed = any(r.status != "pass" for r in named)
         if search_config is not None and not (fail_fast and failed):
@@ -279,9 +304,9 @@ def _backend(device: str):
     return backend
 
 
-def _kernel(name: str) -> Kernel:
+def _kernel(name: str, adapter: str = "auto") -> Kernel:
     try:
-        return load_kernel(name)
+        return load_kernel(name, adapter)
     except KernelLoadError as exc:
         raise KernelLoadFailure(str(exc)) from None
 
@@ -370,12 +395,13 @@ def print_results(results: list[CaseResult]) -> None:
         if r.status == "error":
             out.print(f"[red]ERROR[/] {label}: {escape(r.error or '')}", soft_wrap=True)
             out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
-        for c in r.failed_checks:
-            for f in c.findings[:8]:
-                line = escape(report.format_finding(c.check, f))
-                out.print(f"[red]FAIL[/] {label} {line}", soft_wrap=True)
-            if len(c.findings) > 8:
-                out.print(f"  ... and {len(c.findings) - 8} more {c.check} finding(s)")
+        findings = [(c.check, f) for c in r.failed_checks for f in c.findings]
+        for check, f in findings[:FINDINGS_SHOWN]:
+            line = escape(report.format_finding(check, f))
+            out.print(f"[red]FAIL[/] {label} {line}", soft_wrap=True)
+        if len(findings) > FINDINGS_SHOWN:
+            out.print(f"  ... and {len(findings) - FINDINGS_SHOWN} more finding(s) (all in --json)")
+        if findings:
             out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
     s = report.summarize(results)
     colour = "green" if s["fail"] == s["error"] == 0 else "red"
@@ -433,6 +459,217 @@ def print_stats(
             f"{shapes(searched.ownership)}",
             soft_wrap=True,
         )
+
+
+@cli.command("hash")
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default="1,4",
+    show_default=True,
+    metavar="N[,N...]",
+    help="DCP sizes to generate at (DCP1 always runs as the baseline).",
+)
+@click.option(
+    "--kernel",
+    "kernel_name",
+    default="default",
+    show_default=True,
+    help="The kernel under test (as for `dcpcheck run --kernel`).",
+)
+@click.option(
+    "--prompts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Requests in the batch, of different prompt lengths.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Greedy decode steps per request (crosses block boundaries).",
+)
+@click.option(
+    "--layout",
+    "layout_name",
+    type=click.Choice([c.value for c in CacheLayout]),
+    default="auto",
+    show_default=True,
+    help="MLA cache layout of the model's caches.",
+)
+@click.option(
+    "--preset",
+    default=None,
+    help="Model widths: a preset name (default: small-neox on the CPU, deepseek-v3.2 on a GPU).",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Weights, prompts and cache bytes."
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if present, else Triton's interpreter.",
+)
+@click.option(
+    "--adapter",
+    type=click.Choice(ADAPTER_NAMES),
+    default="auto",
+    show_default=True,
+    help="How to call an external kernel (as for `dcpcheck run`).",
+)
+def hash_command(
+    dcp_text, kernel_name, prompts, steps, layout_name, preset, seed, device, adapter
+) -> None:
+    """Generate greedy token streams with a tiny seeded MLA model at each DCP size and
+    compare their SHA256 digests: exit 1 when any rank of any size differs from DCP1."""
+    dcp_sizes = parse_dcp_sizes(dcp_text)
+    backend = _backend(device)
+    try:
+        stream_config = stream_config_for(
+            backend,
+            CacheLayout(layout_name),
+            preset=preset,
+            prompts=prompts,
+            steps=steps,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    kernel = _kernel(kernel_name, adapter)
+    with err.status("generating token streams"):
+        comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
+    print_streams(comparison)
+    raise SystemExit(EXIT_OK if comparison.identical else EXIT_FAIL)
+
+
+def print_streams(comparison: StreamComparison) -> None:
+    """Digests per DCP size and rank (whole stream, then per request), and the verdict."""
+    c = comparison.config
+    out.print(
+        f"model: {c.preset}, {c.layers} layers, cache {c.cache_layout.value}, "
+        f"{c.prompts} requests, {c.steps} steps, seed {c.seed}",
+        soft_wrap=True,
+    )
+    table = Table(title="token streams (SHA256)")
+    for column in ("DCP", "rank", "stream", "per request"):
+        table.add_column(column)
+    baseline = comparison.digests[0].stream
+    for d in comparison.digests:
+        mark = "" if d.stream == baseline else "[bold red] (differs)[/]"
+        table.add_row(
+            str(d.dcp_size),
+            str(d.rank),
+            f"{d.stream[:16]}{mark}",
+            " ".join(r[:8] for r in d.requests),
+        )
+    out.print(table)
+    if comparison.identical:
+        out.print(
+            f"[green]identical streams[/] (narrowest DCP1 top-2 logit margin "
+            f"{comparison.min_baseline_margin:.3g})"
+        )
+    else:
+        out.print(
+            f"[bold red]streams differ[/]: first divergence at "
+            f"{escape(comparison.first_divergence.describe())}",
+            soft_wrap=True,
+        )
+
+
+@cli.command("bisect")
+@click.argument("kernel_spec", metavar="FILE:FUNCTION", required=False)
+@click.option(
+    "--repo",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    show_default=True,
+    help="The git repository holding the kernel file.",
+)
+@click.option(
+    "--file",
+    "rel_file",
+    default=None,
+    help="The kernel file, relative to --repo (or give FILE:FUNCTION).",
+)
+@click.option(
+    "--function",
+    "function",
+    default="fused_norm_rope",
+    show_default=True,
+    help="The kernel function in that file.",
+)
+@click.option("--good", required=True, help="A revision where the kernel passes.")
+@click.option("--bad", default="HEAD", show_default=True, help="A revision where it fails.")
+@click.option(
+    "--scenario",
+    "patterns",
+    multiple=True,
+    metavar="NAME|GLOB",
+    help="Scenarios to check each revision with (default: all; a few small ones "
+    "keep each step to seconds).",
+)
+@click.option("--dcp", "dcp_text", default=None, metavar="N[,N...]", help="DCP sizes.")
+@click.option("--seed", type=int, default=None, help="Value seed override.")
+@click.option(
+    "--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True
+)
+@click.option(
+    "--scenario-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where scenario files live (default: the shipped ones).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds one revision's run may take.",
+)
+def bisect_command(
+    kernel_spec,
+    repo,
+    rel_file,
+    function,
+    good,
+    bad,
+    patterns,
+    dcp_text,
+    seed,
+    device,
+    scenario_dir,
+    timeout_s,
+) -> None:
+    """Find the first commit that broke a kernel file: walk its history with `git show`
+    (no checkout, no rebuild), run the checks at each midpoint in a fresh process,
+    and skip revisions that do not load. Exit 0 when the first bad commit is named."""
+    if kernel_spec is not None:
+        rel_file, _, named_function = kernel_spec.rpartition(":")
+        function = named_function or function
+    if not rel_file:
+        raise InputError("bisect: give --file REL (or FILE:FUNCTION)")
+    if dcp_text is not None:
+        parse_dcp_sizes(dcp_text)
+    options = bisection.RunOptions(
+        scenarios=tuple(patterns),
+        dcp=dcp_text,
+        seed=seed,
+        device=device,
+        scenario_dir=scenario_dir,
+        timeout_s=timeout_s,
+    )
+    try:
+        result = bisection.bisect(repo, rel_file, good, bad, function, options)
+    except bisection.BisectError as exc:
+        raise InputError(str(exc)) from None
+    for line in bisection.render(result):
+        out.print(escape(line), soft_wrap=True)
+    raise SystemExit(EXIT_OK if result.first_bad is not None else EXIT_FAIL)
 
 
 @cli.command("list")

@@ -12,11 +12,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from dcpcheck import checks
+from dcpcheck import adapters, checks
 from dcpcheck.backend import Backend
 from dcpcheck.case import Case, build_case, make_activations, run_oracle, snapshot_inputs
 from dcpcheck.contract import Kernel
 from dcpcheck.scenario import Scenario
+from dcpcheck.token_streams import compare_streams, stream_config_for
+
+TOKEN_STREAM_DCP = 4
+"""DCP size of the token-stream check when the run names none (scenarios' own sizes)."""
 
 
 @dataclass(frozen=True)
@@ -146,11 +150,36 @@ def run_scenario(
             result.status = "error"
             result.error = f"the DCP1 baseline run failed: {base_error}"
         else:
-            result.checks = check_case(case, baseline, changes)
+            result.checks = adapters.apply_limitations(
+                check_case(case, baseline, changes),
+                adapters.kernel_limitations(kernel, [launch.inputs for launch in case.ranks]),
+            )
             if result.failed_checks:
                 result.status = "fail"
         result.seconds = seconds + time.perf_counter() - start
         yield result
+
+
+def token_stream_case(kernel: Kernel, config: RunConfig, backend: Backend) -> CaseResult:
+    """The end-to-end check (DESIGN §5) as one more case: the tiny MLA model's greedy
+    token streams at DCP1 and at the largest requested DCP size must hash identically."""
+    dcp_size = max(config.dcp_sizes or (TOKEN_STREAM_DCP,))
+    replay = f"dcpcheck hash --dcp 1,{dcp_size} --kernel {config.kernel_name}"
+    result = CaseResult("token-streams", dcp_size, "pass", replay=replay)
+    start = time.perf_counter()
+    try:
+        comparison = compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
+    except Exception as exc:  # the kernel under test raised inside the model
+        result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
+    else:
+        findings: tuple[checks.Finding, ...] = ()
+        if not comparison.identical:
+            d = comparison.first_divergence
+            findings = (checks.Finding("tokens", d.rank, d.describe()),)
+            result.status = "fail"
+        result.checks = [checks.CheckResult("token_streams", findings)]
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 def run(

@@ -74,9 +74,10 @@ VALUE_REGIMES = ("normal", "zero-rows", "fp8-saturating", "exact-ties")
 """How ``case.make_activations`` fills the token values (details in its docstring):
 ``normal``: seeded Gaussian rows; ``zero-rows``: every even row of ``q_c``/``kv_c``/``index_k``
 is zero (the norms' ``eps`` keeps them finite); ``fp8-saturating``: kv weights and ``k_pe``
-scaled so every cached value exceeds ``448 * s`` for any per-tensor fp8 scale ``s <= 1``;
-``exact-ties``: small-integer rows whose RMSNorm is exact in fp32 and lands on rounding ties
-of the output dtype. Part of the scenario, so a failure found in one regime replays in it."""
+scaled so every token's ``kv_out`` and ``kpe_out`` rows reach far beyond ``448 * s`` for any
+per-tensor fp8 scale ``s <= 1``; ``exact-ties``: small-integer rows whose RMSNorm is exact in
+fp32 and lands 3/8 of the outputs exactly on rounding ties of the output dtype. Part of the
+scenario, so a failure found in one regime replays in it."""
 
 BLOCK_TABLE_MODES = ("identity", "shuffled")
 """``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""

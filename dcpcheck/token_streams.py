@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dcpcheck.backend import Backend
 from dcpcheck.contract import PRESETS, CacheLayout, Kernel
 from dcpcheck.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
 from dcpcheck.mla_model import WIDTHS_BY_PRESET, CacheSpec, MlaModel, plan_step
@@ -96,6 +97,35 @@ class StreamConfig:
     @property
     def cache_spec(self) -> CacheSpec:
         return CacheSpec(self.cache_layout, self.mla_scale, self.block_size)
+
+
+FP8_STREAM_SCALE = 0.5
+"""Per-tensor scale of the model's fp8 caches: normalized K rows (|x| of a few units) stay
+far inside fp8's range and keep several steps of precision."""
+
+CPU_PRESET, GPU_PRESET = "small-neox", "deepseek-v3.2"
+"""Model widths by backend: small on the CPU interpreter, real MLA dims on a GPU."""
+
+
+def stream_config_for(
+    backend: Backend,
+    cache_layout: CacheLayout = CacheLayout.AUTO,
+    *,
+    preset: str | None = None,
+    prompts: int = 3,
+    steps: int = 8,
+    seed: int = 0,
+) -> StreamConfig:
+    """The configuration ``dcpcheck hash`` and ``dcpcheck run`` use on ``backend``."""
+    return StreamConfig(
+        preset=preset or (CPU_PRESET if backend.interpreted else GPU_PRESET),
+        cache_layout=cache_layout,
+        mla_scale=FP8_STREAM_SCALE if cache_layout is CacheLayout.FP8 else None,
+        prompts=prompts,
+        max_prompt_length=MIN_PROMPT_LENGTH + 2 * prompts + 2,
+        steps=steps,
+        seed=seed,
+    )
 
 
 def prompt_tokens(config: StreamConfig) -> tuple[tuple[int, ...], ...]:

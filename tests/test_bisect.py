@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from dcpcheck import bisect as bisection
-from dcpcheck import cli
 from dcpcheck.bisect import BisectError, RunOptions, Step, Verdict, bisect, render
 from tests.fixtures import kernel_history
 
@@ -163,12 +162,3 @@ def test_bisect_refuses_ranges_it_cannot_walk(history, good, bad, message):
     repo, _ = history
     with pytest.raises(BisectError, match=message):
         bisect(repo, KERNEL, good, bad, "fused", DECODE_DCP4)
-
-
-def test_exit_codes_are_the_clis():
-    assert (bisection.EXIT_PASS, bisection.EXIT_FAIL, bisection.EXIT_USAGE) == (
-        cli.EXIT_OK,
-        cli.EXIT_FAIL,
-        cli.EXIT_USAGE,
-    )
-    assert bisection.EXIT_KERNEL_LOAD == cli.EXIT_KERNEL_LOAD

@@ -52,8 +52,18 @@ bf16 RoPE values, activation-dtype ``auto`` entries).
 
 Variants
 --------
-The ``MUTATION`` constexpr compiles one of the known DCP bugs into the same kernel
-(``dcpcheck.kernels.Mutation``); ``Mutation.NONE`` is the correct kernel.
+The ``MUTATION`` constexpr compiles one of the known DCP bugs, or one mutant of the
+catalog ``dcpcheck selftest`` runs, into the same kernel (``dcpcheck.kernels.Mutation``
+says what each one does); ``Mutation.NONE`` is the correct kernel, and every
+``if MUTATION == ...`` branch is resolved at compile time, so none of them reaches its
+code. The one argument only mutants read, ``mla_num_blocks``, is not specialized on, so it
+adds no compiled variants either.
+
+Mutants that address the cache wrongly are kept inside the cache's storage: a wrong
+address that would land outside the addressable range (block and offset swapped, a
+32-bit offset that wrapped negative) is masked off instead of written. The real bug
+would scribble over unrelated memory (or fault); the mutant leaves the owned entry
+unwritten, which the harness reports, and the process survives to report it.
 
 Tokens per program
 ------------------
@@ -82,7 +92,7 @@ from dcpcheck.contract import (
     Kernel,
 )
 from dcpcheck.kernels import DEFAULT_VARIANT, KernelVariant, Mutation
-from dcpcheck.kernels.fp8_codes import fp8_e4m3_codes, ue8m0_scale
+from dcpcheck.kernels.fp8_codes import AMAX_FLOOR, FP8_MAX, fp8_e4m3_codes, ue8m0_scale
 from dcpcheck.kernels.launch_checks import check_launch
 
 TASK_INDEXER_K = tl.constexpr(0)
@@ -108,10 +118,30 @@ FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
 """Floor of a ds_mla tile scale: an all-zero tile still gets a normal, nonzero scale."""
 INDEX_SCALE_BYTES = tl.constexpr(contract.INDEX_SCALE_BYTES)
 
+# The mutations, as constexprs the kernel can compare ``MUTATION`` with.
 Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(int(Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT))
 KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(
     int(Mutation.KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT)
 )
+FOREIGN_ROWS_WRITE_CACHE = tl.constexpr(int(Mutation.FOREIGN_ROWS_WRITE_CACHE))
+NEGATIVE_SLOT_WRAPS = tl.constexpr(int(Mutation.NEGATIVE_SLOT_WRAPS))
+BLOCK_OFFSET_OFF_BY_ONE = tl.constexpr(int(Mutation.BLOCK_OFFSET_OFF_BY_ONE))
+BLOCK_AND_OFFSET_SWAPPED = tl.constexpr(int(Mutation.BLOCK_AND_OFFSET_SWAPPED))
+KPE_ROPE_NEOX = tl.constexpr(int(Mutation.KPE_ROPE_NEOX))
+INDEXER_ROPE_STYLE_FLIPPED = tl.constexpr(int(Mutation.INDEXER_ROPE_STYLE_FLIPPED))
+EPS_OUTSIDE_RSQRT = tl.constexpr(int(Mutation.EPS_OUTSIDE_RSQRT))
+NORM_IN_ACTIVATION_DTYPE = tl.constexpr(int(Mutation.NORM_IN_ACTIVATION_DTYPE))
+TOKEN_INDEX_AS_POSITION = tl.constexpr(int(Mutation.TOKEN_INDEX_AS_POSITION))
+DS_MLA_ROW_SCALE = tl.constexpr(int(Mutation.DS_MLA_ROW_SCALE))
+UE8M0_ROUNDED_DOWN = tl.constexpr(int(Mutation.UE8M0_ROUNDED_DOWN))
+TOPK_FILL_SKIPPED = tl.constexpr(int(Mutation.TOPK_FILL_SKIPPED))
+TOPK_FILL_ON_SHARED_LAYER = tl.constexpr(int(Mutation.TOPK_FILL_ON_SHARED_LAYER))
+INDEXER_USES_MLA_SLOTS = tl.constexpr(int(Mutation.INDEXER_USES_MLA_SLOTS))
+PREVIOUS_ENTRY_OVERWRITTEN = tl.constexpr(int(Mutation.PREVIOUS_ENTRY_OVERWRITTEN))
+ADDRESS_ARITHMETIC_32BIT = tl.constexpr(int(Mutation.ADDRESS_ARITHMETIC_32BIT))
+FP32_EXPONENT_MASK = tl.constexpr(0x7F800000)
+"""The exponent field of an fp32: kept alone, it is the power of two at or below the value
+(``UE8M0_ROUNDED_DOWN``)."""
 
 GPU_TOKENS_PER_PROGRAM = 1
 """One token per program on a GPU, as in the production kernels."""
@@ -167,12 +197,75 @@ def _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride):
 
 
 @triton.jit
-def _rms_norm(x, weight, eps, DIM: tl.constexpr):
+def _mla_entry(slots, owned, live, cache_block_size, block_stride, entry_stride,
+               mla_num_blocks, MUTATION: tl.constexpr):
+    """Byte offsets of the MLA entries to store and which rows store one: the owned rows
+    at ``_paged_entry``, unless ``MUTATION`` compiles in an addressing mutant."""
+    entry = _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride)
+    stored = owned
+    if MUTATION == FOREIGN_ROWS_WRITE_CACHE:
+        stored = live  # no ownership test: slot -1 stays parked on entry 0
+    elif MUTATION == NEGATIVE_SLOT_WRAPS:
+        wrapped = tl.where(slots < 0, slots + mla_num_blocks.to(tl.int64) * cache_block_size,
+                           slots)
+        entry = _paged_entry(wrapped, live, cache_block_size, block_stride, entry_stride)
+        stored = live
+    elif MUTATION == BLOCK_OFFSET_OFF_BY_ONE:
+        entry += entry_stride
+    elif MUTATION == BLOCK_AND_OFFSET_SWAPPED:
+        parked = tl.where(owned, slots, 0)
+        entry = ((parked % cache_block_size) * block_stride
+                 + (parked // cache_block_size) * entry_stride)
+        stored = owned & _inside_cache(entry, cache_block_size, block_stride, entry_stride,
+                                       mla_num_blocks)
+    elif MUTATION == ADDRESS_ARITHMETIC_32BIT:
+        narrow = tl.where(owned, slots, 0).to(tl.int32)
+        entry = ((narrow // cache_block_size) * block_stride.to(tl.int32)
+                 + (narrow % cache_block_size) * entry_stride.to(tl.int32))
+        stored = owned & _inside_cache(entry, cache_block_size, block_stride, entry_stride,
+                                       mla_num_blocks)
+    return entry, stored
+
+
+@triton.jit
+def _inside_cache(entry, cache_block_size, block_stride, entry_stride, mla_num_blocks):
+    """Whether each byte offset starts an entry inside the MLA cache (module docstring:
+    mutants that address wrongly are kept inside the storage)."""
+    end = (mla_num_blocks - 1).to(tl.int64) * block_stride + cache_block_size * entry_stride
+    return (entry >= 0) & (entry.to(tl.int64) < end)
+
+
+@triton.jit
+def _rope_positions(positions_ptr, tokens, live, MUTATION: tl.constexpr):
+    """The position each token's RoPE turns by (-1 past the end)."""
+    if MUTATION == TOKEN_INDEX_AS_POSITION:
+        positions = tl.where(live, tokens, -1)
+    else:
+        positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
+    return positions
+
+
+@triton.jit
+def _rms_norm(x, weight, eps, DIM: tl.constexpr, ACT_DTYPE: tl.constexpr,
+              MUTATION: tl.constexpr):
     """``x * rsqrt(mean(x^2) + eps) * weight`` per row; rsqrt as a correctly rounded
-    1/sqrt, because the GPU's ``rsqrt.approx`` is a few fp32 ulps off."""
-    mean_square = tl.math.div_rn(tl.sum(x * x, axis=1), DIM)
-    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
-    return x * inv_rms[:, None] * weight[None, :]
+    1/sqrt, because the GPU's ``rsqrt.approx`` is a few fp32 ulps off. ``ACT_DTYPE`` (the
+    outputs' dtype) is read by the ``NORM_IN_ACTIVATION_DTYPE`` mutant only."""
+    if MUTATION == NORM_IN_ACTIVATION_DTYPE:
+        # Every intermediate rounded to the activation dtype, as if never upcast.
+        square = (x * x).to(ACT_DTYPE).to(tl.float32)
+        mean_square = tl.math.div_rn(tl.sum(square, axis=1), DIM).to(ACT_DTYPE).to(tl.float32)
+        inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
+        inv_rms = inv_rms.to(ACT_DTYPE).to(tl.float32)
+        normalized = (x * inv_rms[:, None]).to(ACT_DTYPE).to(tl.float32)
+    else:
+        mean_square = tl.math.div_rn(tl.sum(x * x, axis=1), DIM)
+        if MUTATION == EPS_OUTSIDE_RSQRT:
+            inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square)) + eps
+        else:
+            inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
+        normalized = x * inv_rms[:, None]
+    return normalized * weight[None, :]
 
 
 @triton.jit
@@ -230,7 +323,8 @@ def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, to
             eps, Q_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, HAS_SLOTS: tl.constexpr,
             MUTATION: tl.constexpr):
     x = _load_rows(q_ptr, q_stride, tokens, live, Q_DIM, BLOCK_Q)
-    q = _rms_norm(x, _load_vector(q_weight_ptr, Q_DIM, BLOCK_Q), eps, Q_DIM)
+    q = _rms_norm(x, _load_vector(q_weight_ptr, Q_DIM, BLOCK_Q), eps, Q_DIM,
+                  q_out_ptr.dtype.element_ty, MUTATION)
     rows = live
     if MUTATION == Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT and HAS_SLOTS:
         # The historical early-out on "no local slot" swallowed the Q sub-task as well.
@@ -242,7 +336,7 @@ def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, to
 def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.constexpr,
                        ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
                        BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
-                       CACHE_LAYOUT: tl.constexpr):
+                       CACHE_LAYOUT: tl.constexpr, MUTATION: tl.constexpr):
     """Encode fp32 ``kv``/``kpe`` tiles into the MLA cache entries at byte offsets ``entry``."""
     kv_lanes = tl.arange(0, BLOCK_KV)
     rope_lanes = tl.arange(0, BLOCK_ROPE)
@@ -265,6 +359,8 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         # 4 fp32 scales, then the RoPE part in bf16 (KV_DIM == BLOCK_KV == 512 here).
         tiles = tl.reshape(kv, (BLOCK_T, DS_MLA_NUM_TILES, DS_MLA_TILE_WIDTH))
         amax = tl.max(tl.abs(tiles), axis=2)
+        if MUTATION == DS_MLA_ROW_SCALE:
+            amax = tl.broadcast_to(tl.max(amax, axis=1)[:, None], (BLOCK_T, DS_MLA_NUM_TILES))
         scales = tl.maximum(amax * INV_FP8_MAX, FLT_MIN)
         codes = fp8_e4m3_codes(tl.math.div_rn(tiles, scales[:, :, None]))
         tile_ids = tl.arange(0, DS_MLA_NUM_TILES)
@@ -282,22 +378,23 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
 def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
              kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
              positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
-             mla_cache_ptr, mla_block_stride, mla_entry_stride, cache_block_size,
-             tokens, live, eps, mla_scale,
+             mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
+             cache_block_size, tokens, live, eps, mla_scale,
              KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
              BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
              HAS_SLOTS: tl.constexpr, MUTATION: tl.constexpr):
     # KV: RMSNorm of the latent.
     x = _load_rows(kv_ptr, kv_stride, tokens, live, KV_DIM, BLOCK_KV)
-    kv = _rms_norm(x, _load_vector(kv_weight_ptr, KV_DIM, BLOCK_KV), eps, KV_DIM)
+    kv = _rms_norm(x, _load_vector(kv_weight_ptr, KV_DIM, BLOCK_KV), eps, KV_DIM,
+                   kv_out_ptr.dtype.element_ty, MUTATION)
     # k_pe: interleaved RoPE; each lane also loads the other lane of its plane.
     lanes = tl.arange(0, BLOCK_ROPE)
-    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, False)
+    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, MUTATION == KPE_ROPE_NEOX)
     rotated = lanes < ROPE_DIM
     k = _load_rows(kpe_ptr, kpe_stride, tokens, live, ROPE_DIM, BLOCK_ROPE)
     k_partner = tl.load(kpe_ptr + tokens[:, None] * kpe_stride + partner[None, :],
                         mask=live[:, None] & rotated[None, :], other=0.0).to(tl.float32)
-    positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
+    positions = _rope_positions(positions_ptr, tokens, live, MUTATION)
     kpe = _rotate(k, k_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
                   ROPE_DIM)
 
@@ -309,21 +406,30 @@ def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
     _store_rows(kv_out_ptr, kv_out_stride, tokens, rows, kv, KV_DIM, BLOCK_KV)
     _store_rows(kpe_out_ptr, kpe_out_stride, tokens, rows, kpe, ROPE_DIM, BLOCK_ROPE)
     if HAS_SLOTS:
-        entry = _paged_entry(slots, owned, cache_block_size, mla_block_stride, mla_entry_stride)
+        entry, stored = _mla_entry(slots, owned, live, cache_block_size, mla_block_stride,
+                                   mla_entry_stride, mla_num_blocks, MUTATION)
         if CACHE_LAYOUT == LAYOUT_AUTO:
             kv = kv.to(kv_out_ptr.dtype.element_ty)
             kpe = kpe.to(kv_out_ptr.dtype.element_ty)
-        _write_mla_entries(mla_cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM, ROPE_DIM,
-                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT)
+        _write_mla_entries(mla_cache_ptr, entry, stored, kv, kpe, mla_scale, KV_DIM, ROPE_DIM,
+                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, MUTATION)
+        if MUTATION == PREVIOUS_ENTRY_OVERWRITTEN:
+            # A store window that starts one slot early: the entry before each owned one.
+            behind = owned & (slots >= 1)
+            previous = _paged_entry(slots - 1, behind, cache_block_size, mla_block_stride,
+                                    mla_entry_stride)
+            _write_mla_entries(mla_cache_ptr, previous, behind, kv, kpe, mla_scale, KV_DIM,
+                               ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, MUTATION)
 
 
 @triton.jit
 def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
                     index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
-                    cos_sin_stride, index_slot_ptr, index_cache_ptr, index_block_stride,
-                    cache_block_size, tokens, live, eps,
+                    cos_sin_stride, slot_ptr, index_slot_ptr, index_cache_ptr,
+                    index_block_stride, cache_block_size, tokens, live, eps,
                     INDEX_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_INDEX: tl.constexpr,
-                    NEOX: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr):
+                    NEOX: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
+                    MUTATION: tl.constexpr):
     lanes = tl.arange(0, BLOCK_INDEX)
     lane_ok = lanes < INDEX_DIM
     # LayerNorm * w + b over the whole head.
@@ -333,7 +439,8 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
     bias = _load_vector(index_bias_ptr, INDEX_DIM, BLOCK_INDEX)
     y = (x - mean[:, None]) * inv_std[:, None] * weight[None, :] + bias[None, :]
     # RoPE over the first ROPE_DIM lanes: normalize each lane's plane partner the same way.
-    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, NEOX)
+    freq, partner, first = _rope_pairing(lanes, ROPE_DIM,
+                                         (MUTATION == INDEXER_ROPE_STYLE_FLIPPED) != NEOX)
     rotated = lanes < ROPE_DIM
     partner_mask = live[:, None] & rotated[None, :]
     x_partner = tl.load(index_ptr + tokens[:, None] * index_stride + partner[None, :],
@@ -342,7 +449,7 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
     bias_partner = tl.load(index_bias_ptr + partner, mask=rotated, other=0.0)
     y_partner = ((x_partner - mean[:, None]) * inv_std[:, None] * weight_partner[None, :]
                  + bias_partner[None, :])
-    positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
+    positions = _rope_positions(positions_ptr, tokens, live, MUTATION)
     k = _rotate(y, y_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
                 ROPE_DIM)
     _store_rows(index_out_ptr, index_out_stride, tokens, live, k, INDEX_DIM, BLOCK_INDEX)
@@ -350,8 +457,19 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
     if WRITES_INDEX_CACHE:
         # fp8 with one power-of-two scale per row. Per block: block_size * INDEX_DIM value
         # bytes (token-major), then block_size fp32 scales.
-        slots, owned = _local_slots(index_slot_ptr, tokens, live)
-        scale = ue8m0_scale(tl.max(tl.where(lane_ok[None, :], tl.abs(k), 0.0), axis=1))
+        if MUTATION == INDEXER_USES_MLA_SLOTS:
+            # In bounds: the MLA cache never has more entries than the indexer cache
+            # (equal when sharded; fewer blocks than the DCP1 layout when replicated).
+            slots, owned = _local_slots(slot_ptr, tokens, live)
+        else:
+            slots, owned = _local_slots(index_slot_ptr, tokens, live)
+        amax = tl.max(tl.where(lane_ok[None, :], tl.abs(k), 0.0), axis=1)
+        if MUTATION == UE8M0_ROUNDED_DOWN:
+            ratio = tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX)
+            bits = ratio.to(tl.int32, bitcast=True) & FP32_EXPONENT_MASK
+            scale = bits.to(tl.float32, bitcast=True)
+        else:
+            scale = ue8m0_scale(amax)
         codes = fp8_e4m3_codes(tl.math.div_rn(k, scale[:, None]))
         slots = tl.where(owned, slots, 0)
         block = index_cache_ptr + (slots // cache_block_size) * index_block_stride
@@ -374,7 +492,7 @@ def _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK: tl.constexpr,
 # ----------------------------------------------------------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["mla_num_blocks"])
 def _fused_norm_rope_kernel(
     q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride,
     kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
@@ -382,8 +500,8 @@ def _fused_norm_rope_kernel(
     index_ptr, index_stride, index_weight_ptr, index_bias_ptr, index_out_ptr, index_out_stride,
     topk_ptr, topk_stride,
     positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr, index_slot_ptr,
-    mla_cache_ptr, mla_block_stride, mla_entry_stride, index_cache_ptr, index_block_stride,
-    num_tokens, cache_block_size, eps, mla_scale,
+    mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
+    index_cache_ptr, index_block_stride, num_tokens, cache_block_size, eps, mla_scale,
     Q_DIM: tl.constexpr, KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr,
     INDEX_DIM: tl.constexpr, TOPK: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_ROPE: tl.constexpr,
@@ -398,21 +516,26 @@ def _fused_norm_rope_kernel(
     if task == TASK_INDEXER_K:
         _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
                         index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
-                        cos_sin_stride, index_slot_ptr, index_cache_ptr, index_block_stride,
-                        cache_block_size, tokens, live, eps, INDEX_DIM, ROPE_DIM, BLOCK_INDEX,
-                        INDEX_ROPE_NEOX, WRITES_INDEX_CACHE)
+                        cos_sin_stride, slot_ptr, index_slot_ptr, index_cache_ptr,
+                        index_block_stride, cache_block_size, tokens, live, eps, INDEX_DIM,
+                        ROPE_DIM, BLOCK_INDEX, INDEX_ROPE_NEOX, WRITES_INDEX_CACHE, MUTATION)
     elif task == TASK_KV:
         _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
                  kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
                  positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
-                 mla_cache_ptr, mla_block_stride, mla_entry_stride, cache_block_size,
-                 tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T,
-                 CACHE_LAYOUT, HAS_SLOTS, MUTATION)
+                 mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
+                 cache_block_size, tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV,
+                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, HAS_SLOTS, MUTATION)
     elif task == TASK_Q:
         _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
                 eps, Q_DIM, BLOCK_Q, HAS_SLOTS, MUTATION)
+        if MUTATION == TOPK_FILL_ON_SHARED_LAYER and FIRST_TASK == TASK_KV:
+            # The fill keyed on the wrong flag: a shared layer's grid has no top-k
+            # sub-task, so the Q programs fill the buffer instead.
+            _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
     else:
-        _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
+        if MUTATION != TOPK_FILL_SKIPPED:  # compile-time, inside the runtime dispatch
+            _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
 
 
 # ----------------------------------------------------------------------------------------
@@ -481,7 +604,7 @@ def fused_norm_rope(
         index_k, index_k.stride(0), index_weight, index_bias, index_out, index_out.stride(0),
         outputs.topk_indices, outputs.topk_indices.stride(0),
         inputs.positions, inputs.cos_sin, inputs.cos_sin.stride(0), slots, index_slots,
-        caches.mla, caches.mla.stride(0), caches.mla.stride(1),
+        caches.mla, caches.mla.stride(0), caches.mla.stride(1), caches.mla.shape[0],
         index_cache, index_cache.stride(0),
         shape.num_tokens, inputs.block_size, float(inputs.eps),
         1.0 if inputs.mla_scale is None else float(inputs.mla_scale),

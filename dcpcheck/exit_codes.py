@@ -1,0 +1,14 @@
+"""Exit codes of every dcpcheck command: part of the interface (CI gates on 1, ``git
+bisect run`` skips a commit on 125)."""
+
+EXIT_OK = 0
+"""Every check passed."""
+
+EXIT_FAIL = 1
+"""A check failed, or the kernel raised while running a case."""
+
+EXIT_USAGE = 2
+"""Usage error or bad input, found before any work starts."""
+
+EXIT_KERNEL_LOAD = 125
+"""The kernel under test could not be loaded or compiled."""
