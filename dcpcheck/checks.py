@@ -43,6 +43,7 @@ class Finding:
     ownership: str | None = None  # of ``token`` on ``rank``: owned / foreign / padding
     max_error: str | None = None  # in steps of the stored format, or "NaN (unwritten)"
     count: int = 1  # how many rows/entries/bytes are bad
+    tokens: tuple[int, ...] = ()  # every bad token, where rows are tokens (ownership maps)
 
 
 @dataclass(frozen=True)
@@ -134,14 +135,31 @@ def _describe_steps(steps: int) -> str:
     return "NaN (unwritten)" if steps == torch.iinfo(torch.int64).max else f"{steps} steps"
 
 
-def _first_bad(
-    bad: torch.Tensor, tokens: torch.Tensor, steps: torch.Tensor, case: Case, rank: int
-) -> tuple[int, str, str, int]:
-    """(first bad token, its ownership, max error, bad count) for a row mask over ``tokens``."""
+def _row_finding(
+    field: str,
+    rank: int,
+    detail: str,
+    bad: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: torch.Tensor,
+    case: Case,
+    max_error: str | None = None,
+) -> Finding:
+    """A finding over token rows: ``bad`` masks ``tokens``; ``steps`` gives each row's
+    error (reported as the maximum over bad rows unless ``max_error`` is given).
+    ``detail`` may use ``{count}``."""
     idx = torch.nonzero(bad).flatten()
     token = int(tokens[idx[0]])
-    ownership = OWNERSHIP_NAMES[int(case.mappings.ownership(rank)[token])]
-    return token, ownership, _describe_steps(int(steps[bad].max())), int(idx.numel())
+    return Finding(
+        field=field,
+        rank=rank,
+        detail=detail.format(count=int(idx.numel())),
+        token=token,
+        ownership=OWNERSHIP_NAMES[int(case.mappings.ownership(rank)[token])],
+        max_error=max_error or _describe_steps(int(steps[bad].max())),
+        count=int(idx.numel()),
+        tokens=tuple(tokens[idx].tolist()),
+    )
 
 
 def _real_tokens(case: Case) -> torch.Tensor:
@@ -162,16 +180,15 @@ def check_outputs(case: Case) -> CheckResult:
             tolerance = tolerances.OUTPUT_TOLERANCES[field]
             bad, steps = row_violations(actual[dev], expected[dev], tolerance)
             if bad.any():
-                token, own, err, count = _first_bad(bad, tokens, steps, case, launch.rank)
                 findings.append(
-                    Finding(
+                    _row_finding(
                         field,
                         launch.rank,
-                        f"{count} token row(s) differ from the oracle",
-                        token,
-                        own,
-                        err,
-                        count,
+                        "{count} token row(s) differ from the oracle",
+                        bad,
+                        tokens,
+                        steps,
+                        case,
                     )
                 )
     return CheckResult("outputs", tuple(findings))
@@ -187,11 +204,17 @@ def check_topk(case: Case) -> CheckResult:
         bad = (rows != want).any(dim=1)
         if bad.any():
             steps = torch.zeros(len(tokens), dtype=torch.int64)
-            token, own, _, count = _first_bad(bad, tokens, steps, case, launch.rank)
             what = "not filled with -1" if want == -1 else "written on a shared (no-indexer) layer"
             findings.append(
-                Finding(
-                    "topk_indices", launch.rank, f"{count} row(s) {what}", token, own, None, count
+                _row_finding(
+                    "topk_indices",
+                    launch.rank,
+                    "{count} row(s) " + what,
+                    bad,
+                    tokens,
+                    steps,
+                    case,
+                    max_error="-",
                 )
             )
     return CheckResult("topk", tuple(findings))
@@ -227,16 +250,15 @@ def _compare_entries(
     for part in parts:
         bad, steps = part_violations(actual, expected, part)
         if bad.any():
-            token, own, err, count = _first_bad(bad, tokens, steps, case, rank)
             findings.append(
-                Finding(
+                _row_finding(
                     f"{field}.{part.name}",
                     rank,
-                    f"{count} owned entr(y/ies) differ from the oracle's encoding",
-                    token,
-                    own,
-                    err,
-                    count,
+                    "{count} owned entr(y/ies) differ from the oracle's encoding",
+                    bad,
+                    tokens,
+                    steps,
+                    case,
                 )
             )
     return findings
@@ -503,16 +525,15 @@ def check_ranks_agree(case: Case, baseline: Case) -> CheckResult:
             if not same.all():
                 bad = ~same
                 steps = tolerances.ulp_distance(actual[dev], want[dev]).amax(dim=1).cpu()
-                token, own, err, count = _first_bad(bad, tokens, steps, case, launch.rank)
                 findings.append(
-                    Finding(
+                    _row_finding(
                         field,
                         launch.rank,
-                        f"{count} row(s) differ bitwise from the DCP1 run",
-                        token,
-                        own,
-                        err,
-                        count,
+                        "{count} row(s) differ bitwise from the DCP1 run",
+                        bad,
+                        tokens,
+                        steps,
+                        case,
                     )
                 )
     return CheckResult("ranks_agree", tuple(findings))
@@ -570,16 +591,16 @@ def _reassemble(case, tokens, field, base_cache, base_slots, mappings, cache_of,
         if not same.all():
             bad = ~same
             bytes_off = (actual != want).sum(dim=1).cpu()
-            token, own, _, count = _first_bad(bad, mine, bytes_off, case, rank)
             findings.append(
-                Finding(
+                _row_finding(
                     field,
                     rank,
-                    f"{count} entr(y/ies) differ from the DCP1 cache entry",
-                    token,
-                    own,
-                    f"{int(bytes_off.max())} bytes",
-                    count,
+                    "{count} entr(y/ies) differ from the DCP1 cache entry",
+                    bad,
+                    mine,
+                    bytes_off,
+                    case,
+                    max_error=f"{int(bytes_off.max())} bytes",
                 )
             )
     return findings

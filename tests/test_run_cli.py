@@ -44,7 +44,22 @@ def failing_findings(report: dict) -> list[dict]:
 def test_default_kernel_passes(tmp_path):
     code, report = run_json(tmp_path, "--dcp", "1,4", *SMALL)
     assert code == 0
-    assert report["summary"] == {"cases": 4, "pass": 4, "fail": 0, "error": 0}
+    assert report["summary"] == {"cases": 5, "pass": 5, "fail": 0, "error": 0}
+    assert [c["scenario"] for c in report["cases"]][-1] == "token-streams"
+
+
+def test_no_tokens_skips_the_token_stream_case(tmp_path):
+    _, report = run_json(tmp_path, "--dcp", "4", "--no-tokens", *SMALL)
+    assert "token-streams" not in {c["scenario"] for c in report["cases"]}
+
+
+def test_token_streams_catch_the_regression(tmp_path):
+    code, report = run_json(tmp_path, "--dcp", "4", "--kernel", "regress/pre-54908",
+                            "--scenario", "decode-single-dcp4")
+    assert code == 1
+    tokens = next(c for c in report["cases"] if c["scenario"] == "token-streams")
+    assert tokens["status"] == "fail"
+    assert "genuine divergence" in tokens["checks"][0]["findings"][0]["detail"]
 
 
 @pytest.mark.parametrize(
