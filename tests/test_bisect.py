@@ -36,21 +36,7 @@ def git(repo: Path, *args: str) -> str:
 def history(tmp_path_factory) -> tuple[Path, dict[int, str]]:
     """The throwaway repository and the commit of each kernel revision."""
     repo = tmp_path_factory.mktemp("kernel-repo")
-    git(repo, "init", "-q")
-    git(repo, "config", "user.name", "dcpcheck tests")
-    git(repo, "config", "user.email", "dcpcheck-tests@example.invalid")
-    git(repo, "config", "commit.gpgsign", "false")
-    commits = {}
-    for revision in kernel_history.revisions():
-        (repo / KERNEL).write_text(revision.source)
-        git(repo, "add", KERNEL)
-        git(repo, "commit", "-q", "--no-verify", "-m", revision.subject)
-        commits[revision.number] = git(repo, "rev-parse", "HEAD")
-        if revision.number and revision.number % kernel_history.OTHER_FILE_EVERY == 0:
-            with (repo / "NOTES.md").open("a") as notes:
-                notes.write(f"revision {revision.number} benchmarked\n")
-            git(repo, "add", "NOTES.md")
-            git(repo, "commit", "-q", "--no-verify", "-m", f"notes ({revision.number})")
+    commits = kernel_history.build_repo(repo, KERNEL)
     return repo, commits
 
 
