@@ -3,7 +3,9 @@
 The harness owns every buffer a kernel writes (DESIGN §7):
 
 * outputs are allocated here and **poisoned** (NaN, top-k with a sentinel) so an
-  unwritten row can never pass by luck;
+  unwritten row can never pass by luck; each lives inside a larger storage with
+  ``OUTPUT_GUARD_ROWS`` rows of ``OUTPUT_GUARD_BYTE`` before and after it, so a write past
+  either end is seen even when it crashes nothing;
 * each cache lives inside a larger byte *storage* with ``GUARD_BLOCKS`` guard blocks
   before and after the addressable range, all filled with a seeded random byte pattern,
   so "unchanged" and "no out-of-bounds write" are both checked bytewise;
@@ -39,6 +41,14 @@ GUARD_BLOCKS = 2
 TOPK_SENTINEL = 0x5EED
 """Value the top-k buffer starts with: must survive on shared layers, vanish on indexer ones."""
 
+OUTPUT_GUARD_ROWS = 2
+"""Guard rows on each side of every output: a token index one past the end (or one before
+the start) lands inside them rather than in memory nobody checks."""
+
+OUTPUT_GUARD_BYTE = 0xA5
+"""Every byte of an output's guard rows. Not zero and not NaN (what an unwritten or
+skipped row holds), and as bf16/fp16/fp32 a tiny negative number no kernel computes."""
+
 
 @dataclass
 class Activations:
@@ -72,6 +82,42 @@ class GuardedCache:
         return self.initial[GUARD_BLOCKS : self.initial.shape[0] - GUARD_BLOCKS]
 
 
+@dataclass(frozen=True)
+class OutputGuardWrite:
+    """Bytes changed in the guard rows on one side of an output."""
+
+    side: str  # "before" / "after"
+    row: int  # first changed row, as a token index (-2, -1 before; T, T + 1 after)
+    bytes_changed: int
+
+
+@dataclass
+class GuardedOutput:
+    """An output view inside a storage with ``OUTPUT_GUARD_ROWS`` guard rows around it."""
+
+    storage: torch.Tensor  # [GUARD + T + GUARD, W], guard rows all OUTPUT_GUARD_BYTE
+
+    @property
+    def view(self) -> torch.Tensor:
+        """What the kernel gets: the ``T`` rows between the guards (contiguous)."""
+        return self.storage[OUTPUT_GUARD_ROWS : self.storage.shape[0] - OUTPUT_GUARD_ROWS]
+
+    def guard_writes(self) -> list[OutputGuardWrite]:
+        """The guard rows on each side that no longer hold ``OUTPUT_GUARD_BYTE`` only."""
+        rows = self.storage.shape[0] - 2 * OUTPUT_GUARD_ROWS
+        as_bytes = self.storage.view(torch.uint8)
+        writes = []
+        for side, guard, first_row in (
+            ("before", as_bytes[:OUTPUT_GUARD_ROWS], -OUTPUT_GUARD_ROWS),
+            ("after", as_bytes[OUTPUT_GUARD_ROWS + rows :], rows),
+        ):
+            changed = (guard != OUTPUT_GUARD_BYTE).cpu()
+            if changed.any():
+                row = int(torch.nonzero(changed.any(dim=1)).flatten()[0])
+                writes.append(OutputGuardWrite(side, first_row + row, int(changed.sum())))
+        return writes
+
+
 @dataclass
 class RankLaunch:
     """Everything one simulated rank hands to the kernel and gets back."""
@@ -83,6 +129,7 @@ class RankLaunch:
     index: GuardedCache | None
     prefix_slots: torch.Tensor  # [P] this rank's slots of cached-prefix tokens (-1 foreign)
     index_prefix_slots: torch.Tensor | None
+    output_guards: dict[str, GuardedOutput]  # by FusedOpOutputs field; ``outputs`` are views
 
     @property
     def caches(self) -> FusedOpCaches:
@@ -361,34 +408,51 @@ def build_case(
             index_rope_interleaved=preset.index_rope_interleaved,
             index_slot_mapping=index_slots,
         )
+        guards = poisoned_outputs(scenario, device)
+        outputs = FusedOpOutputs(
+            q_out=guards["q_out"].view,
+            kv_out=guards["kv_out"].view,
+            kpe_out=guards["kpe_out"].view,
+            topk_indices=guards["topk_indices"].view,
+            index_k_out=guards["index_k_out"].view if "index_k_out" in guards else None,
+        )
         ranks.append(
             RankLaunch(
                 rank=rank,
                 inputs=inputs,
-                outputs=poisoned_outputs(scenario, device),
+                outputs=outputs,
                 mla=GuardedCache(mla_storage, mla_storage.clone()),
                 index=index_cache,
                 prefix_slots=prefix_slots,
                 index_prefix_slots=index_prefix_slots,
+                output_guards=guards,
             )
         )
     return Case(scenario, dcp_size, mappings, index_mappings, act, ref, ranks)
 
 
-def poisoned_outputs(scenario: Scenario, device: torch.device) -> FusedOpOutputs:
-    """Outputs a kernel must overwrite: NaN everywhere, top-k at ``TOPK_SENTINEL``."""
+def _guarded(width: int, dtype: torch.dtype, poison: float, tokens: int, device) -> GuardedOutput:
+    storage = torch.empty((tokens + 2 * OUTPUT_GUARD_ROWS, width), dtype=dtype, device=device)
+    storage.view(torch.uint8).fill_(OUTPUT_GUARD_BYTE)
+    output = GuardedOutput(storage)
+    output.view.fill_(poison)
+    return output
+
+
+def poisoned_outputs(scenario: Scenario, device: torch.device) -> dict[str, GuardedOutput]:
+    """Outputs a kernel must overwrite, by ``FusedOpOutputs`` field (``index_k_out`` only on
+    indexer layers): NaN everywhere, top-k at ``TOPK_SENTINEL``, inside guard rows."""
     p, dtype, tokens = scenario.model, scenario.torch_dtype, scenario.batch.num_tokens
-
-    def nan(width: int) -> torch.Tensor:
-        return torch.full((tokens, width), float("nan"), dtype=dtype, device=device)
-
-    return FusedOpOutputs(
-        q_out=nan(p.q_lora_rank),
-        kv_out=nan(p.kv_lora_rank),
-        kpe_out=nan(p.rope_dim),
-        topk_indices=torch.full((tokens, p.topk), TOPK_SENTINEL, dtype=torch.int32, device=device),
-        index_k_out=nan(p.index_head_dim) if scenario.has_indexer else None,
-    )
+    nan = float("nan")
+    outputs = {
+        "q_out": _guarded(p.q_lora_rank, dtype, nan, tokens, device),
+        "kv_out": _guarded(p.kv_lora_rank, dtype, nan, tokens, device),
+        "kpe_out": _guarded(p.rope_dim, dtype, nan, tokens, device),
+        "topk_indices": _guarded(p.topk, torch.int32, TOPK_SENTINEL, tokens, device),
+    }
+    if scenario.has_indexer:
+        outputs["index_k_out"] = _guarded(p.index_head_dim, dtype, nan, tokens, device)
+    return outputs
 
 
 def snapshot_inputs(inputs: FusedOpInputs) -> dict[str, torch.Tensor]:

@@ -4,15 +4,28 @@ Exit codes (part of the interface; ``git bisect run`` relies on 125):
 
 \b
   0    every check passed
-  1    a check failed (or the kernel raised)
+  1    a check failed, or the kernel raised, crashed or timed out
   2    usage error or bad input, found before any work starts
   125  the kernel under test could not be loaded or compiled
+  130  interrupted (Ctrl-C): the reports so far are written, marked partial
+
+A kernel that raises fails its case (error); under --isolate one that crashes or hangs
+fails it as crash or timeout; the other cases still run, and the exit code is 1. Where a
+kernel and the harness do not fit: a signature that no adapter takes is 125 (the kernel's
+source decides it, so `git bisect run` skips such a revision); a shape or dtype the kernel
+rejects when called is that case's error (only the kernel knows what it supports).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
+import math
+import signal
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import click
@@ -27,9 +40,24 @@ from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.contract import CacheLayout, Kernel
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
+from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-from dcpcheck.runner import CaseResult, RunConfig, run, token_stream_case
-from dcpcheck.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
+from dcpcheck.kernels import KERNELS
+from dcpcheck.runner import (
+    CaseResult,
+    KernelUnderTest,
+    RunConfig,
+    run,
+    token_stream_case,
+)
+from dcpcheck.scenario import (
+    SCENARIO_DIR,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
 from dcpcheck.token_streams import StreamComparison, compare_streams, stream_config_for
 
 out = Console(highlight=False)
@@ -39,6 +67,26 @@ err = Console(stderr=True, highlight=False)
 
 FINDINGS_SHOWN = 6
 """Findings printed per failing case; the JSON and JUnit reports hold every one."""
+
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+"""130: the shell's code for a process ended by Ctrl-C, so scripts see an interrupt as one."""
+
+DCP_SIZE_MAX = 64
+"""Largest ``--dcp``: every rank is simulated in this process, each with its own caches, so
+the cost grows with the size; deployed DCP groups are a node or two (8-16 ranks)."""
+
+SEED_MAX = 2**32 - 1
+"""Largest seed (``--seed``, a scenario's ``seed``): ``case.build_case`` derives torch
+generator seeds as ``seed * 1_000_003 + dcp_size``, which must fit in 64 bits."""
+
+VERDICTS = {
+    "pass": "[green]pass[/]",
+    "fail": "[bold red]FAIL[/]",
+    "error": "[red]ERROR[/]",
+    "crash": "[bold red]CRASH[/]",
+    "timeout": "[bold red]TIMEOUT[/]",
+}
+"""How each ``CaseResult.status`` reads in the table and the finding lines."""
 
 
 class InputError(click.ClickException):
@@ -53,6 +101,18 @@ class KernelLoadFailure(click.ClickException):
     exit_code = EXIT_KERNEL_LOAD
 
 
+class KernelFailed(click.ClickException):
+    """The kernel under test raised where no case can hold the error (``hash``): exit 1."""
+
+    exit_code = EXIT_FAIL
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line saying what was kept, exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
     """``"4"`` or ``"1,2,4,8"`` -> sizes, each a positive integer."""
     sizes = []
@@ -65,6 +125,8 @@ def parse_dcp_sizes(text: str) -> tuple[int, ...]:
             ) from None
         if size < 1:
             raise InputError(f"--dcp: DCP size must be >= 1, got {size}")
+        if size > DCP_SIZE_MAX:
+            raise InputError(f"--dcp: DCP size must be <= {DCP_SIZE_MAX}, got {size}")
         sizes.append(size)
     return tuple(dict.fromkeys(sizes))
 
@@ -72,6 +134,26 @@ def parse_dcp_sizes(text: str) -> tuple[int, ...]:
 @click.group(help=__doc__, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     pass
+
+
+isolate_option = click.option(
+    "--isolate/--no-isolate",
+    default=None,
+    help="Run the kernel in a worker process, so that a crash (segfault, CUDA illegal "
+    "memory access) or a hang fails its case (status crash / timeout) and the run goes on "
+    "with a fresh worker. Default: on for kernels from outside the registry "
+    "(module:function, file.py:function), off for registry kernels.",
+)
+
+case_timeout_option = click.option(
+    "--case-timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help=f"Seconds to wait for each case's result before killing the worker and reporting "
+    f"the case as timeout (default {DEFAULT_CASE_TIMEOUT_S:g}: a scenario's first case "
+    "includes its DCP1 baseline and, on a GPU, Triton's compilation). Implies --isolate.",
+)
 
 
 @cli.command("run", epilog=__doc__.split("\n\n", 1)[1])
@@ -107,7 +189,7 @@ def cli() -> None:
 )
 @click.option(
     "--seed",
-    type=int,
+    type=click.IntRange(0, SEED_MAX),
     default=None,
     help="Override every scenario's value seed (explores new values). For the property "
     "search: Hypothesis's seed, so it draws other scenarios (default: a fixed seed, the "
@@ -186,6 +268,8 @@ def cli() -> None:
     "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
 )
 @click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
+@isolate_option
+@case_timeout_option
 def run_command(
     dcp_text,
     kernel_name,
@@ -203,51 +287,79 @@ def run_command(
     adapter,
     no_tokens,
     fail_fast,
+    isolate,
+    case_timeout,
 ) -> None:
     """Run the contract checks of a kernel over scenarios x DCP sizes, then, if asked, the
-    property search over drawn scenarios (a failure is shrunk and saved under HOME)."""
+    property search over drawn scenarios (a failure is shrunk and saved under HOME).
+
+    A failing named-scenario case is saved too, as a scenario file under HOME/failures/
+    (its seed and DCP size baked in) that `dcpcheck repro` replays."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
-    for path in (json_path, junit_path):
-        if path is not None:
-            try:
-                report.ensure_writable(path)
-            except report.ReportPathError as exc:
-                raise InputError(str(exc)) from None
-    try:
-        scenarios = [] if property_only else load_scenarios(list(patterns), scenario_dir)
-    except ScenarioError as exc:
-        raise InputError(str(exc)) from None
+    timeout = _case_timeout(kernel_name, isolate, case_timeout)
+    _check_report_paths(json_path, junit_path)
     search_config = None
     if property_only or examples is not None or profile_name is not None:
+        _check_home(home)  # the search writes its example database there
         profile = search.PROFILES[profile_name or "ci"]
         search_config = search.SearchConfig(kernel_name, profile, examples, dcp_sizes, seed, home)
+    scenarios = [] if property_only else _scenarios(patterns, scenario_dir, dcp_sizes, seed)
     backend = _backend(device)
-    kernel = _kernel(kernel_name, adapter)
     config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
 
     named: list[CaseResult] = []
+    saved: dict[tuple[str, int], Path] = {}
     searched: search.SearchResult | None = None
     started = time.perf_counter()
-    partial = True
-    try:
-        _run_with_progress(kernel, scenarios, config, backend, named)
-        failed = any(r.status != "pass" for r in named)
-        if scenarios and not no_tokens and not (fail_fast and failed):
-            with err.status("token streams: tiny MLA model, DCP1 vs DCPn"):
-                named.append(token_stream_case(kernel, config, backend))
-        named_seconds = time.perf_counter() - started
-        failed = any(r.status != "pass" for r in named)
-        if search_config is not None and not (fail_fast and failed):
-            searched = _search_with_progress(kernel, search_config, backend)
-        partial = False
-    finally:
-        # The shrunk failure's replay goes into the reports like any other case.
-        replayed = searched.replay if searched is not None else []
-        _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
+    named_seconds = 0.0
+    partial, interrupted = True, False
+    with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
+        by_name = {s.name: s for s in scenarios}
+        saving = True  # until HOME turns out not to be writable: then one warning
+
+        def keep(result: CaseResult) -> None:
+            nonlocal saving
+            named.append(result)
+            if result.status == "pass" or not saving:
+                return
+            try:
+                path = _save_failed_case(by_name[result.scenario], result, config, home)
+            except OSError as exc:
+                saving = False
+                err.print(
+                    f"dcpcheck: warning: cannot save failing cases under {home}: "
+                    f"{exc.strerror} (see --home)",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            else:
+                saved[(result.scenario, result.dcp_size)] = path
+
+        try:
+            _run_with_progress(kernel, scenarios, config, backend, keep)
+            failed = any(r.status != "pass" for r in named)
+            if scenarios and not no_tokens and not (fail_fast and failed):
+                with err.status("token streams: tiny MLA model, DCP1 vs DCPn"):
+                    named.append(token_stream_case(kernel, config, backend))
+            named_seconds = time.perf_counter() - started
+            failed = any(r.status != "pass" for r in named)
+            if search_config is not None and not (fail_fast and failed):
+                searched = _search_with_progress(kernel, search_config, backend)
+            partial = False
+        except KeyboardInterrupt:  # Ctrl-C, in a case, the worker wait or the progress bar
+            interrupted = True  # reported below, once the reports are written, the worker gone
+        finally:
+            # The shrunk failure's replay goes into the reports like any other case.
+            replayed = searched.replay if searched is not None else []
+            _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
     if scenarios:
-        print_results(named)
+        print_results(named, saved)
+    if interrupted:
+        written = [str(path) for path in (json_path, junit_path) if path is not None]
+        kept = f"; partial report(s): {', '.join(written)}" if written else ""
+        raise Interrupted(f"interrupted after {len(named)} case(s){kept}")
     if searched is not None:
         print_search(searched, search_config)
     if stats:
@@ -279,18 +391,41 @@ def run_command(
     show_default=True,
     help="auto: CUDA if present, else Triton's interpreter on the CPU.",
 )
-def repro_command(file: Path, kernel_name: str, dcp_text: str | None, device: str) -> None:
-    """Replay one scenario FILE, such as a shrunk failure the property search saved under
-    .dcpcheck/failures/: exit 1 if the kernel still fails it, 0 if it passes."""
+@click.option(
+    "--adapter",
+    type=click.Choice(ADAPTER_NAMES),
+    default="auto",
+    show_default=True,
+    help="How to call an external kernel (as for `dcpcheck run`).",
+)
+@isolate_option
+@case_timeout_option
+def repro_command(
+    file: Path,
+    kernel_name: str,
+    dcp_text: str | None,
+    device: str,
+    adapter: str,
+    isolate: bool | None,
+    case_timeout: float | None,
+) -> None:
+    """Replay one scenario FILE, such as a failure saved under .dcpcheck/failures/ (by the
+    property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
+    if it passes."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    timeout = _case_timeout(kernel_name, isolate, case_timeout)
     try:
         scenario = load_scenario(file)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read: {exc.strerror}") from None
+    _check_overrides(scenario, dcp_sizes, None)
     backend = _backend(device)
-    kernel = _kernel(kernel_name)
     results: list[CaseResult] = []
-    _run_with_progress(kernel, [scenario], RunConfig(kernel_name, dcp_sizes), backend, results)
+    with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
+        config = RunConfig(kernel_name, dcp_sizes)
+        _run_with_progress(kernel, [scenario], config, backend, results.append)
     print_results(results)
     raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
 
@@ -311,18 +446,157 @@ def _kernel(name: str, adapter: str = "auto") -> Kernel:
         raise KernelLoadFailure(str(exc)) from None
 
 
+def _case_timeout(kernel_name: str, isolate: bool | None, case_timeout: float | None):
+    """The per-case timeout if the kernel is to run isolated, else None (in process).
+
+    Isolation defaults to on for kernels from outside the registry (code this project has
+    not vetted) and off for registry kernels; an explicit ``--case-timeout`` asks for it,
+    since only a worker process can be stopped in the middle of a case.
+    """
+    if case_timeout is not None and not (math.isfinite(case_timeout) and case_timeout > 0):
+        raise InputError(f"--case-timeout: must be a number of seconds > 0, got {case_timeout}")
+    if isolate is False and case_timeout is not None:
+        raise InputError(
+            "--case-timeout needs --isolate: only a worker process can be stopped mid-case"
+        )
+    if isolate is None:
+        isolate = case_timeout is not None or kernel_name not in KERNELS
+    if not isolate:
+        return None
+    return DEFAULT_CASE_TIMEOUT_S if case_timeout is None else case_timeout
+
+
+@contextlib.contextmanager
+def _kernel_under_test(
+    name: str, adapter: str, backend, case_timeout: float | None
+) -> Iterator[KernelUnderTest]:
+    """The kernel, in this process (``case_timeout`` None) or behind a worker process.
+
+    The kernel is loaded here first in both cases, so a load error is one line and exit
+    125 without starting a process; leaving the ``with`` kills the worker, whatever ends it.
+    """
+    kernel = _kernel(name, adapter)
+    if case_timeout is None:
+        yield kernel
+        return
+    isolated = IsolatedKernel(name, adapter, backend, case_timeout)
+    try:
+        isolated.start()
+    except KernelLoadError as exc:
+        raise KernelLoadFailure(str(exc)) from None
+    try:
+        yield isolated
+    finally:
+        isolated.close()
+
+
+def _check_report_paths(*paths: Path | None) -> None:
+    """Every report path must be writable, and each its own file, before any work."""
+    given = [path for path in paths if path is not None]
+    if len({path.resolve() for path in given}) < len(given):
+        raise InputError(f"--json and --junit name the same file: {given[0]}")
+    for path in given:
+        try:
+            report.ensure_writable(path)
+        except report.ReportPathError as exc:
+            raise InputError(str(exc)) from None
+
+
+def _check_home(home: Path) -> None:
+    try:
+        report.ensure_directory_writable(home)
+    except report.ReportPathError as exc:
+        raise InputError(f"--home: {exc}") from None
+
+
+def _scenarios(
+    patterns: tuple[str, ...], scenario_dir: Path, dcp_sizes: tuple[int, ...] | None, seed
+) -> list[Scenario]:
+    """The scenarios to run, each checked with the ``--dcp`` / ``--seed`` overrides applied,
+    so that a combination that cannot run is an error before any work."""
+    if not scenario_dir.is_dir():
+        what = "does not exist" if not scenario_dir.exists() else "is not a directory"
+        raise InputError(f"--scenario-dir: {scenario_dir} {what}")
+    try:
+        scenarios = load_scenarios(list(patterns), scenario_dir)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+    if not scenarios:
+        raise InputError(f"--scenario-dir: no scenario files (*.toml) in {scenario_dir}")
+    for scenario in scenarios:
+        _check_overrides(scenario, dcp_sizes, seed)
+    return scenarios
+
+
+def _check_overrides(scenario: Scenario, dcp_sizes: tuple[int, ...] | None, seed) -> None:
+    """``scenario`` as it will run (``Scenario`` validates the layout at each DCP size), and
+    its seed within ``SEED_MAX``."""
+    try:
+        dataclasses.replace(
+            scenario,
+            dcp_sizes=dcp_sizes or scenario.dcp_sizes,
+            seed=scenario.seed if seed is None else seed,
+        )
+    except ScenarioError as exc:
+        raise InputError(f"{exc} (with the --dcp / --seed given)") from None
+    if scenario.seed > SEED_MAX:
+        where = scenario.source if scenario.source is not None else scenario.name
+        raise InputError(f"{where}: key 'seed': must be <= {SEED_MAX}, got {scenario.seed}")
+
+
+def _failure_phrase(result: CaseResult) -> str:
+    """What failed, as the property search words it; a crash or timeout by its reason."""
+    phrases = search.failure_summary([result])
+    return phrases[0] if phrases else f"DCP{result.dcp_size}: {result.status} ({result.error})"
+
+
+def _save_failed_case(
+    scenario: Scenario, result: CaseResult, config: RunConfig, home: Path
+) -> Path:
+    """Write the failing case as a scenario file under ``home/failures/`` (atomically), with
+    the seed and DCP size it ran at, so ``dcpcheck repro FILE`` replays exactly it.
+
+    Named ``<scenario>-<kernel>-dcp<N>-<hash of the file's inputs>``: the same failure
+    saved twice is one file. ``OSError`` if ``home`` cannot be written: the caller warns
+    and goes on, since the run's verdict does not depend on the copy (its replay command
+    reproduces the case as well).
+    """
+    seed = scenario.seed if config.seed is None else config.seed
+    inputs = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed, source=None)
+    digest = hashlib.sha256(
+        (scenario_to_toml(inputs) + config.kernel_name).encode()
+    ).hexdigest()[: search.HASH_HEX_DIGITS]
+    slug = search.kernel_slug(config.kernel_name)
+    failure = dataclasses.replace(
+        inputs,
+        name=f"{scenario.name}-{slug}-dcp{result.dcp_size}-{digest}",
+        description=(
+            f"Saved by dcpcheck run: kernel {config.kernel_name} fails scenario "
+            f"{scenario.name} at {_failure_phrase(result)}. Replay: dcpcheck repro "
+            f"<this file> --kernel {config.kernel_name}"
+        ),
+    )
+    directory = home / search.FAILURES_DIR
+    path = directory / f"{failure.name}.toml"
+    directory.mkdir(parents=True, exist_ok=True)
+    report.write_atomic(path, scenario_to_toml(failure))
+    return path
+
+
 def _run_with_progress(
-    kernel: Kernel,
+    kernel: KernelUnderTest,
     scenarios: list[Scenario],
     config: RunConfig,
     backend,
-    results: list[CaseResult],
+    keep: Callable[[CaseResult], None],
 ) -> None:
-    """Run with a progress bar on stderr, appending to ``results`` as each case lands, so
+    """Run with a progress bar on stderr, handing each result to ``keep`` as it lands, so
     that an interrupted run still reports what it did (marked partial)."""
     if not scenarios:
         return
-    total = sum(len(config.dcp_sizes or s.dcp_sizes) for s in scenarios)
+    total = sum(len(config.sizes_of(s)) for s in scenarios)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -333,7 +607,7 @@ def _run_with_progress(
         task = progress.add_task("checking", total=total)
 
         def on_result(result: CaseResult) -> None:
-            results.append(result)
+            keep(result)
             progress.update(
                 task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
             )
@@ -342,7 +616,7 @@ def _run_with_progress(
 
 
 def _search_with_progress(
-    kernel: Kernel, config: search.SearchConfig, backend
+    kernel: KernelUnderTest, config: search.SearchConfig, backend
 ) -> search.SearchResult:
     """The property search with a count of examples on stderr (shrinking runs past the
     requested count, so no bar)."""
@@ -356,58 +630,79 @@ def _search_with_progress(
 
 
 def _write_reports(results, config, backend, json_path, junit_path, partial) -> None:
+    """Both reports, atomically. Their paths were tried before any work, so failing now
+    means the disk changed under the run (full, unmounted): one line, exit 2."""
     backend_name = "interpreter" if backend.interpreted else "cuda"
+    reports = []
     if json_path is not None:
-        report.write_atomic(
-            json_path,
-            report.to_json(
-                results, kernel=config.kernel_name, backend=backend_name, partial=partial
-            ),
+        text = report.to_json(
+            results, kernel=config.kernel_name, backend=backend_name, partial=partial
         )
+        reports.append((json_path, text))
     if junit_path is not None:
-        report.write_atomic(
-            junit_path, report.to_junit(results, kernel=config.kernel_name, partial=partial)
+        reports.append(
+            (junit_path, report.to_junit(results, kernel=config.kernel_name, partial=partial))
         )
+    for path, text in reports:
+        try:
+            report.write_atomic(path, text)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
 
 
-def print_results(results: list[CaseResult]) -> None:
+def print_results(
+    results: list[CaseResult], saved: Mapping[tuple[str, int], Path] | None = None
+) -> None:
     """A table of scenario x DCP size with the checks that failed, then one line per
-    finding and a replay command per failing case, then the summary line."""
+    finding (or the error, crash or timeout) and a replay command per failing case, where
+    it was saved (``saved``, by scenario and DCP size), then the summary line."""
+    saved = saved or {}
     table = Table(title="dcpcheck")
     for column in ("case", "result", "checks", "s"):
         table.add_column(column, justify="right" if column == "s" else "left")
     for r in results:
-        if r.status == "error":
-            verdict, detail = "[red]ERROR[/]", "kernel raised: see below"
+        if r.status in report.UNCHECKED_STATUSES:
+            detail = {
+                "error": "kernel raised: see below",
+                "crash": "worker died: see below",
+                "timeout": "no result in time: see below",
+            }[r.status]
         else:
             ran = [c for c in r.checks if c.skipped is None]
             failed = [c.check for c in r.failed_checks]
-            verdict = "[bold red]FAIL[/]" if failed else "[green]pass[/]"
             detail = (
                 "failed: " + ", ".join(failed)
                 if failed
                 else f"{len(ran)} passed, {len(r.checks) - len(ran)} not applicable"
             )
-        table.add_row(escape(f"{r.scenario}[dcp{r.dcp_size}]"), verdict, detail, f"{r.seconds:.1f}")
+        table.add_row(
+            escape(f"{r.scenario}[dcp{r.dcp_size}]"), VERDICTS[r.status], detail, f"{r.seconds:.1f}"
+        )
     out.print(table)
     for r in results:
         label = escape(f"{r.scenario}[dcp{r.dcp_size}]")
-        if r.status == "error":
-            out.print(f"[red]ERROR[/] {label}: {escape(r.error or '')}", soft_wrap=True)
-            out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
+        if r.status in report.UNCHECKED_STATUSES:
+            out.print(f"{VERDICTS[r.status]} {label}: {escape(r.error or '')}", soft_wrap=True)
         findings = [(c.check, f) for c in r.failed_checks for f in c.findings]
         for check, f in findings[:FINDINGS_SHOWN]:
             line = escape(report.format_finding(check, f))
             out.print(f"[red]FAIL[/] {label} {line}", soft_wrap=True)
         if len(findings) > FINDINGS_SHOWN:
             out.print(f"  ... and {len(findings) - FINDINGS_SHOWN} more finding(s) (all in --json)")
-        if findings:
+        if r.status != "pass":
             out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
+        if (r.scenario, r.dcp_size) in saved:
+            out.print(f"  saved: {escape(str(saved[(r.scenario, r.dcp_size)]))}", soft_wrap=True)
     s = report.summarize(results)
-    colour = "green" if s["fail"] == s["error"] == 0 else "red"
+    colour = "green" if s["pass"] == s["cases"] else "red"
+    faults = "".join(
+        f", {s[status]} {noun}"
+        for status, noun in (("crash", "crash(es)"), ("timeout", "timeout(s)"))
+        if s[status]
+    )
     out.print(
         f"[{colour}]{s['cases']} case(s): {s['pass']} passed, {s['fail']} failed, "
-        f"{s['error']} error(s)[/]"
+        f"{s['error']} error(s){faults}[/]"
     )
 
 
@@ -540,8 +835,11 @@ def hash_command(
     except ValueError as exc:
         raise InputError(str(exc)) from None
     kernel = _kernel(kernel_name, adapter)
-    with err.status("generating token streams"):
-        comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
+    try:
+        with err.status("generating token streams"):
+            comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
+    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
+        raise KernelFailed(f"the kernel raised: {type(exc).__name__}: {exc}") from exc
     print_streams(comparison)
     raise SystemExit(EXIT_OK if comparison.identical else EXIT_FAIL)
 
@@ -626,7 +924,7 @@ def print_streams(comparison: StreamComparison) -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=600.0,
     show_default=True,
     help="Seconds one revision's run may take.",
@@ -696,9 +994,12 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        err.print(f"dcpcheck: {exc.format_message()}", markup=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         err.print(f"dcpcheck: error: {exc.format_message()}", markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # Ctrl-C outside a run's cases (click turns it into Abort)
         err.print("dcpcheck: interrupted", markup=False)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

@@ -1,4 +1,4 @@
-"""A tiny MLA decoder with seeded random weights, run as ``n`` simulated DCP ranks.
+"""A tiny MLA decoder with seeded random weights, run as ``n`` DCP ranks.
 
 The model is DeepSeek's Multi-head Latent Attention with the fused norm + RoPE +
 cache-write op (DESIGN §2) in the middle of every layer, and that op is the **kernel under
@@ -27,7 +27,9 @@ log-sum-exp in rank order (``dcpcheck.attention``). A prefill chunk attends dens
 causally over the ``kv_out`` / ``kpe_out`` / ``q_out`` the kernel produced **on that
 rank** for the chunk's tokens, and over its cached prefix through the shards as above.
 So a kernel that leaves outputs unwritten for tokens without a local slot poisons the
-prefill (NaN-filled outputs) and a wrong cache write poisons decode.
+prefill (NaN-filled outputs) and a wrong cache write poisons decode. How the partials are
+gathered is a :class:`ShardExchange`: by default every rank is simulated in this process;
+with real ranks each process computes one and the partials travel by all-gather.
 
 Widths: the preset gives ``q_lora_rank``, ``kv_lora_rank`` and ``rope_dim``; the rest
 comes from :data:`WIDTHS_BY_PRESET`. Weights are drawn in fp32 from a seeded CPU
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -167,6 +170,40 @@ def plan_step(batch: Batch, layout: DcpLayout, block_tables: BlockTables) -> Dcp
         per_rank = slot_mappings(Batch((Request(0, context),)), layout, (table,)).per_rank
         context_slots.append(tuple(slots[slots >= 0] for slots in per_rank))
     return DcpStep(batch, mappings, tuple(context_slots))
+
+
+class ShardExchange(Protocol):
+    """How the shard partials of one layer reach every rank (the DCP all-gather).
+
+    ``local_ranks`` are the ranks this process computes, in rank order. ``gather`` takes
+    their partials, ``[local rank][request]``, and returns every rank's, ``[request][rank]``
+    in rank order, so each rank merges the same partials in the same order. Simulated ranks
+    (:class:`InProcessExchange`) just regroup the list; real ranks
+    (``dcpcheck.distributed_streams``) all-gather partial outputs and LSEs.
+    """
+
+    @property
+    def local_ranks(self) -> Sequence[int]: ...
+
+    def gather(
+        self, partials: Sequence[Sequence[PartialAttention]]
+    ) -> list[list[PartialAttention]]: ...
+
+
+@dataclass(frozen=True)
+class InProcessExchange:
+    """Every rank of a DCP group simulated in this process: gathering is a transpose."""
+
+    dcp_size: int
+
+    @property
+    def local_ranks(self) -> Sequence[int]:
+        return range(self.dcp_size)
+
+    def gather(
+        self, partials: Sequence[Sequence[PartialAttention]]
+    ) -> list[list[PartialAttention]]:
+        return [list(per_rank) for per_rank in zip(*partials, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -366,42 +403,53 @@ class MlaModel:
         kernel: Kernel,
         step: DcpStep,
         tokens: Sequence[torch.Tensor],
-        caches: list[list[torch.Tensor]],
+        caches: Sequence[Sequence[torch.Tensor]],
         spec: CacheSpec,
+        exchange: ShardExchange | None = None,
     ) -> list[torch.Tensor]:
-        """Logits ``[T, vocab]`` of every rank for one step (module docstring).
+        """Logits ``[T, vocab]`` of every local rank for one step (module docstring).
 
-        ``tokens[r]`` ``[T]`` are rank ``r``'s input ids for the batch's new tokens; each
-        rank embeds its own. ``caches[r][layer]`` is rank ``r``'s cache of that layer.
+        ``exchange`` says which ranks run here and how their shard partials are gathered;
+        ``None`` simulates every rank of ``step`` in this process. ``tokens[j]`` ``[T]`` are
+        the input ids of the ``j``-th local rank, which embeds its own; ``caches[j][layer]``
+        is that rank's cache of that layer.
         """
-        n = step.dcp_size
+        if exchange is None:
+            exchange = InProcessExchange(step.dcp_size)
+        ranks = exchange.local_ranks
         positions = step.mappings.positions.to(self.device)
-        slot_maps = [step.mappings.per_rank[r].to(self.device) for r in range(n)]
+        slot_maps = [step.mappings.per_rank[r].to(self.device) for r in ranks]
         hidden = [self.embedding[t] for t in tokens]
         for index, layer in enumerate(self.layers):
             fused = [
                 self._fused_op(
-                    kernel, layer, hidden[r], positions, slot_maps[r], caches[r][index], spec
+                    kernel, layer, hidden[j], positions, slot_maps[j], caches[j][index], spec
                 )
-                for r in range(n)
+                for j in range(len(ranks))
             ]
             queries = [self._queries(layer, out.q_out, positions) for out in fused]
-            # Rank s attends with its own queries over its own shard; all ranks gather
-            # these partials, [request][s].
-            gathered = [
+            # Each rank attends with its own queries over its own shard; every rank then
+            # gathers all ranks' partials, [request][rank].
+            gathered = exchange.gather(
                 [
-                    self._shard_attention(
-                        layer, queries[s][step.rows(i)], caches[s][index], slots, spec
-                    )
-                    for s, slots in enumerate(step.context_slots[i])
+                    [
+                        self._shard_attention(
+                            layer,
+                            queries[j][step.rows(i)],
+                            caches[j][index],
+                            step.context_slots[i][rank],
+                            spec,
+                        )
+                        for i in range(len(step.batch.requests))
+                    ]
+                    for j, rank in enumerate(ranks)
                 ]
-                for i in range(len(step.batch.requests))
-            ]
+            )
             hidden = [
                 self._after_attention(
-                    layer, hidden[r], self._attend(layer, step, queries[r], fused[r], gathered)
+                    layer, hidden[j], self._attend(layer, step, queries[j], fused[j], gathered)
                 )
-                for r in range(n)
+                for j in range(len(ranks))
             ]
         return [self.logits(x) for x in hidden]
 

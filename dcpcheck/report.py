@@ -15,7 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dcpcheck import __version__
-from dcpcheck.runner import CaseResult
+from dcpcheck.runner import STATUSES, CaseResult
+
+UNCHECKED_STATUSES = ("error", "crash", "timeout")
+"""Statuses of a case whose checks never ran: the kernel raised, its worker died, or it
+ran out of time. JUnit reports each as one ``<error>`` whose ``type`` is the status."""
 
 
 class ReportPathError(ValueError):
@@ -23,20 +27,53 @@ class ReportPathError(ValueError):
 
 
 def ensure_writable(path: Path) -> None:
-    """Fail early, with one line, if ``path`` cannot be written as a report."""
+    """Fail early, with one line, if ``path`` cannot be written as a report.
+
+    The test is the real thing: a temporary file is created beside ``path`` (and removed),
+    as ``write_atomic`` will do at the end. Permission bits alone can say yes where the
+    write fails (read-only mounts, ``/proc``, a full quota).
+    """
     if path.is_dir():
         raise ReportPathError(f"{path}: is a directory, expected a file path")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise ReportPathError(f"{path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ReportPathError(f"{path}: directory {parent} is not writable")
+    _probe(parent, f"{path}: directory {parent} is not writable")
+
+
+def ensure_directory_writable(directory: Path) -> None:
+    """Fail early if files cannot be created under ``directory``, which need not exist yet
+    (it is created on first use): its nearest existing ancestor must be a writable one."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ReportPathError(f"{directory}: {existing} is not a directory")
+    _probe(existing, f"{directory}: cannot create files under {existing}")
+
+
+def _probe(directory: Path, problem: str) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".dcpcheck-probe.")
+    except OSError as exc:
+        raise ReportPathError(f"{problem} ({exc.strerror})") from None
+    os.close(fd)
+    Path(probe).unlink()
+
+
+def _creation_mode() -> int:
+    """The mode ``open()`` gives a new file (0o666 less the umask): ``mkstemp`` uses 0o600,
+    and a report CI or a colleague cannot read is a report lost."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), _creation_mode())
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -47,9 +84,10 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def summarize(results: list[CaseResult]) -> dict[str, int]:
-    counts = {"cases": len(results), "pass": 0, "fail": 0, "error": 0}
+    """Cases, then a count per status, every status present (a stable JSON schema)."""
+    counts = {"cases": len(results), **dict.fromkeys(STATUSES, 0)}
     for r in results:
-        counts[r.status] = counts.get(r.status, 0) + 1
+        counts[r.status] += 1
     return counts
 
 
@@ -85,14 +123,16 @@ def to_json(results: list[CaseResult], *, kernel: str, backend: str, partial: bo
 
 
 def to_junit(results: list[CaseResult], *, kernel: str, partial: bool) -> str:
-    """One testcase per scenario x DCP size x check (one per case on a kernel error)."""
+    """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
+    ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``)."""
     suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for r in results:
         classname = f"{r.scenario}[dcp{r.dcp_size}]"
-        if r.status == "error":
+        if r.status in UNCHECKED_STATUSES:
             case = ET.SubElement(suite, "testcase", classname=classname, name="launch")
-            ET.SubElement(case, "error", message=r.error or "").text = r.replay
+            error = ET.SubElement(case, "error", type=r.status, message=r.error or "")
+            error.text = r.replay
             counts["tests"] += 1
             counts["errors"] += 1
             continue

@@ -4,23 +4,42 @@ For each scenario the DCP1 run is the baseline (checks 3 and 4 compare with it);
 requested DCP size then runs every rank with that rank's slot mapping, in one process
 and on one device. The oracle runs once per scenario: its answer does not depend on the
 DCP size.
+
+The kernel under test is either a protocol ``Kernel``, run in this process, or a
+:class:`CaseRunner` (``dcpcheck.isolation.IsolatedKernel``) that runs each whole case in a
+worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
+``token_stream_case`` take either, so every caller (the run, the property search) gets
+isolation without knowing about it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, runtime_checkable
+
+import torch
 
 from dcpcheck import adapters, checks
 from dcpcheck.backend import Backend
 from dcpcheck.case import Case, build_case, make_activations, run_oracle, snapshot_inputs
-from dcpcheck.contract import Kernel
+from dcpcheck.contract import FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.scenario import Scenario
 from dcpcheck.token_streams import compare_streams, stream_config_for
 
 TOKEN_STREAM_DCP = 4
 """DCP size of the token-stream check when the run names none (scenarios' own sizes)."""
+
+TOKEN_STREAM_CASE = "token-streams"
+"""The ``scenario`` name of the token-stream case in results and reports."""
+
+STATUSES = ("pass", "fail", "error", "crash", "timeout")
+"""``CaseResult.status`` values. ``error``: the kernel raised (its exception text);
+``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
+error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
+its worker was killed. The last two exist only under isolation (dcpcheck.isolation)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +50,18 @@ class RunConfig:
     dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
     seed: int | None = None  # None: each scenario's own seed
     fail_fast: bool = False
+
+    @property
+    def token_stream_dcp(self) -> int:
+        """DCP size of the token-stream case: the largest requested, else TOKEN_STREAM_DCP."""
+        return max(self.dcp_sizes or (TOKEN_STREAM_DCP,))
+
+    def sizes_of(self, scenario: Scenario) -> tuple[int, ...]:
+        """The DCP sizes ``scenario`` runs at: one ``CaseResult`` each, in this order."""
+        return self.dcp_sizes or scenario.dcp_sizes
+
+    def token_stream_replay(self) -> str:
+        return f"dcpcheck hash --dcp 1,{self.token_stream_dcp} --kernel {self.kernel_name}"
 
     def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
         seed = f" --seed {self.seed}" if self.seed is not None else ""
@@ -48,9 +79,9 @@ class CaseResult:
 
     scenario: str
     dcp_size: int
-    status: str  # "pass" | "fail" | "error"
+    status: str  # one of STATUSES
     checks: list[checks.CheckResult] = field(default_factory=list)
-    error: str | None = None  # the kernel's exception, for status "error"
+    error: str | None = None  # what went wrong, for status "error", "crash", "timeout"
     replay: str = ""
     seconds: float = 0.0  # wall time; reported on screen, never in JSON (determinism)
     ownership: dict[str, int] = field(default_factory=dict)  # rank launches by mapping shape
@@ -64,20 +95,91 @@ class KernelError(RuntimeError):
     """The kernel under test raised; the case fails with this text, the run goes on."""
 
 
+@runtime_checkable
+class CaseRunner(Protocol):
+    """A kernel under test that runs whole cases elsewhere and returns their verdicts
+    (``dcpcheck.isolation.IsolatedKernel``: a worker process)."""
+
+    def run_cases(self, scenario: Scenario, config: RunConfig) -> Iterator[CaseResult]:
+        """What ``run_scenario`` yields for this kernel, one result per DCP size."""
+        ...
+
+    def run_token_streams(self, config: RunConfig) -> CaseResult:
+        """What ``token_stream_case`` returns for this kernel."""
+        ...
+
+
+KernelUnderTest = Kernel | CaseRunner
+"""What the runner accepts: a protocol kernel run here, or a ``CaseRunner``."""
+
+Buffers = TypeVar("Buffers", FusedOpInputs, FusedOpOutputs)
+
+
+def own_handles(buffers: Buffers) -> Buffers:
+    """A copy of ``buffers`` (inputs or outputs) whose tensors are new objects over the
+    same memory, for the kernel to be called with.
+
+    The kernel reads and writes through them exactly as through the originals, but
+    rebinding a field (``outputs.kv_out = ...``) or changing a tensor's shape in place
+    (``resize_``) changes only its copy. The checks read the harness's own tensors, so such
+    a kernel fails them (its outputs unwritten) instead of breaking them.
+    """
+    tensors = {
+        name: value.view_as(value)
+        for name, value in vars(buffers).items()
+        if isinstance(value, torch.Tensor)
+    }
+    return dataclasses.replace(buffers, **tensors)
+
+
 def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
     """Launch every rank in order; return the inputs any launch modified (then restored)."""
     changes = []
     for launch in case.ranks:
         before = snapshot_inputs(launch.inputs)
         try:
-            kernel(launch.inputs, launch.outputs, launch.caches)
-        except Exception as exc:  # any exception of the kernel under test is its failure
+            kernel(own_handles(launch.inputs), own_handles(launch.outputs), launch.caches)
+        # Any exception of the kernel under test is its failure, sys.exit() included; only
+        # Ctrl-C (KeyboardInterrupt) stops the run.
+        except (Exception, SystemExit) as exc:
             raise KernelError(f"rank {launch.rank}: {type(exc).__name__}: {exc}") from exc
         found = checks.input_changes(launch, before)
         for finding in found:
             getattr(launch.inputs, finding.field).copy_(before[finding.field])
         changes += found
     return changes
+
+
+def output_guard_findings(case: Case) -> list[checks.Finding]:
+    """Writes into the guard rows around each output (``case.GuardedOutput``), per rank."""
+    findings = []
+    for launch in case.ranks:
+        for name, output in launch.output_guards.items():
+            for w in output.guard_writes():
+                edge = "start" if w.side == "before" else "end"
+                findings.append(
+                    checks.Finding(
+                        name,
+                        launch.rank,
+                        f"{w.bytes_changed} byte(s) written {w.side} the output's {edge} "
+                        f"(guard rows; first at row {w.row})",
+                        max_error=f"{w.bytes_changed} bytes",
+                        count=w.bytes_changed,
+                    )
+                )
+    return findings
+
+
+def _with_output_guards(
+    results: list[checks.CheckResult], case: Case
+) -> list[checks.CheckResult]:
+    """``stray_write_checks``' results, its ``guard_bands`` (caches) extended by the
+    output guards: one check for every out-of-bounds write, whatever buffer it hit."""
+    outputs = tuple(output_guard_findings(case))
+    return [
+        checks.CheckResult(r.check, r.findings + outputs) if r.check == "guard_bands" else r
+        for r in results
+    ]
 
 
 def check_case(
@@ -88,7 +190,7 @@ def check_case(
         checks.check_outputs(case),
         checks.check_topk(case),
         checks.check_cache_owned(case),
-        *checks.stray_write_checks(case),
+        *_with_output_guards(checks.stray_write_checks(case), case),
         checks.check_inputs_unmodified(input_changes),
         checks.check_ranks_agree(case, baseline),
         checks.check_shards_reassemble(case, baseline),
@@ -111,10 +213,13 @@ def _ownership_shapes(case: Case) -> dict[str, int]:
 
 
 def run_scenario(
-    kernel: Kernel, scenario: Scenario, config: RunConfig, backend: Backend
+    kernel: KernelUnderTest, scenario: Scenario, config: RunConfig, backend: Backend
 ) -> Iterator[CaseResult]:
     """Yield one ``CaseResult`` per DCP size of ``scenario`` (DCP1 baseline run first)."""
-    sizes = config.dcp_sizes or scenario.dcp_sizes
+    if isinstance(kernel, CaseRunner):
+        yield from kernel.run_cases(scenario, config)
+        return
+    sizes = config.sizes_of(scenario)
     seed = scenario.seed if config.seed is None else config.seed
     act = make_activations(scenario, seed, backend.device)
     expected = run_oracle(scenario, act)
@@ -160,16 +265,19 @@ def run_scenario(
         yield result
 
 
-def token_stream_case(kernel: Kernel, config: RunConfig, backend: Backend) -> CaseResult:
+def token_stream_case(
+    kernel: KernelUnderTest, config: RunConfig, backend: Backend
+) -> CaseResult:
     """The end-to-end check (DESIGN §5) as one more case: the tiny MLA model's greedy
     token streams at DCP1 and at the largest requested DCP size must hash identically."""
-    dcp_size = max(config.dcp_sizes or (TOKEN_STREAM_DCP,))
-    replay = f"dcpcheck hash --dcp 1,{dcp_size} --kernel {config.kernel_name}"
-    result = CaseResult("token-streams", dcp_size, "pass", replay=replay)
+    if isinstance(kernel, CaseRunner):
+        return kernel.run_token_streams(config)
+    dcp_size = config.token_stream_dcp
+    result = CaseResult(TOKEN_STREAM_CASE, dcp_size, "pass", replay=config.token_stream_replay())
     start = time.perf_counter()
     try:
         comparison = compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
-    except Exception as exc:  # the kernel under test raised inside the model
+    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
         result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
     else:
         findings: tuple[checks.Finding, ...] = ()
@@ -183,7 +291,7 @@ def token_stream_case(kernel: Kernel, config: RunConfig, backend: Backend) -> Ca
 
 
 def run(
-    kernel: Kernel,
+    kernel: KernelUnderTest,
     scenarios: Sequence[Scenario],
     config: RunConfig,
     backend: Backend,

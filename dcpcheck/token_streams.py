@@ -1,7 +1,8 @@
 """End to end (DESIGN §5): greedy token streams of a tiny MLA model under DCP1 and DCPn.
 
 The seeded model of ``dcpcheck.mla_model`` generates greedily for a batch of prompts of
-different lengths, simulating every DCP rank in one process. Each prompt is prefilled in
+different lengths, simulating every DCP rank in one process (``generate_ranks`` also runs
+one real rank per process, for ``dcpcheck.distributed_streams``). Each prompt is prefilled in
 two chunks (the second attends to the first through the caches), then decoded one token
 per step across block boundaries. Each request's block table is allocated once for its
 final length and reused at every step.
@@ -44,7 +45,14 @@ import torch
 from dcpcheck.backend import Backend
 from dcpcheck.contract import PRESETS, CacheLayout, Kernel
 from dcpcheck.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
-from dcpcheck.mla_model import WIDTHS_BY_PRESET, CacheSpec, MlaModel, plan_step
+from dcpcheck.mla_model import (
+    WIDTHS_BY_PRESET,
+    CacheSpec,
+    InProcessExchange,
+    MlaModel,
+    ShardExchange,
+    plan_step,
+)
 
 BASELINE_DCP_SIZE = 1
 """Every run is compared with the DCP1 run (rank 0), which every correct setup reproduces."""
@@ -191,32 +199,51 @@ def _last_rows(batch: Batch) -> torch.Tensor:
 
 
 def _generate(kernel: Kernel, model: MlaModel, config: StreamConfig, dcp_size: int) -> Streams:
+    tokens, margins = generate_ranks(kernel, model, config, InProcessExchange(dcp_size), dcp_size)
+    return Streams(dcp_size, tokens, margins)
+
+
+def generate_ranks(
+    kernel: Kernel,
+    model: MlaModel,
+    config: StreamConfig,
+    exchange: ShardExchange,
+    dcp_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy generation on the ranks ``exchange.local_ranks`` of a DCP group of
+    ``dcp_size``: their token ids and top-2 margins, ``[local rank, request, step]`` on the
+    CPU (the rows of :class:`Streams` for those ranks)."""
     spec = config.cache_spec
     layout = DcpLayout(config.block_size, dcp_size, config.interleave)
+    ranks = exchange.local_ranks
     prompts = prompt_tokens(config)
     # The last generated token is never fed back: a request ends with len + steps - 1 tokens.
     final = Batch(tuple(Request(len(p) + config.steps - 2, 1) for p in prompts))
     tables = build_block_tables(final, config.block_size, dcp_size, shuffle_seed=config.seed)
-    caches = model.allocate_caches(spec, num_blocks(tables), dcp_size, config.seed)
+    # Every rank's caches are drawn, in rank order, from one seeded generator: a rank's
+    # initial bytes are the same whether it runs alone in a process or with the others.
+    all_caches = model.allocate_caches(spec, num_blocks(tables), dcp_size, config.seed)
+    caches = [all_caches[rank] for rank in ranks]
 
     def run(batch: Batch, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         step = plan_step(batch, layout, tables)
-        return model.forward(kernel, step, [t.to(model.device) for t in inputs], caches, spec)
+        inputs = [t.to(model.device) for t in inputs]
+        return model.forward(kernel, step, inputs, caches, spec, exchange)
 
     (first, first_ids), (batch, ids) = _prefill_chunks(prompts)
-    run(first, [torch.tensor(first_ids)] * dcp_size)  # a partial prefill: logits unused
-    inputs = [torch.tensor(ids)] * dcp_size
-    tokens = torch.empty(dcp_size, len(prompts), config.steps, dtype=torch.int64)
-    margins = torch.empty(dcp_size, len(prompts), config.steps, dtype=torch.float32)
+    run(first, [torch.tensor(first_ids)] * len(ranks))  # a partial prefill: logits unused
+    inputs = [torch.tensor(ids)] * len(ranks)
+    tokens = torch.empty(len(ranks), len(prompts), config.steps, dtype=torch.int64)
+    margins = torch.empty(len(ranks), len(prompts), config.steps, dtype=torch.float32)
     for step in range(config.steps):
         logits = run(batch, inputs)
         rows = _last_rows(batch).to(model.device)
-        for rank in range(dcp_size):
-            tokens[rank, :, step], margins[rank, :, step] = _greedy(logits[rank][rows])
+        for j in range(len(ranks)):
+            tokens[j, :, step], margins[j, :, step] = _greedy(logits[j][rows])
         # Each rank feeds back its own choice: a rank that diverged keeps diverging.
         batch = Batch(tuple(Request(r.length, 1) for r in batch.requests))
-        inputs = [tokens[rank, :, step] for rank in range(dcp_size)]
-    return Streams(dcp_size, tokens, margins)
+        inputs = [tokens[j, :, step] for j in range(len(ranks))]
+    return tokens, margins
 
 
 @dataclass(frozen=True)
@@ -318,10 +345,15 @@ def compare_streams(
         raise ValueError(f"DCP sizes must be integers >= 1, got {list(dcp_sizes)}")
     sizes = sorted({BASELINE_DCP_SIZE, *dcp_sizes})
     model = build_model(config, device)  # built once: full-width weights take seconds
-    runs = tuple(_generate(kernel, model, config, n) for n in sizes)
+    return compare_runs(config, [_generate(kernel, model, config, n) for n in sizes])
+
+
+def compare_runs(config: StreamConfig, runs: Sequence[Streams]) -> StreamComparison:
+    """Digests of ``runs`` (the DCP1 run first, then increasing sizes) and where the first
+    one left the DCP1 stream, however the runs were generated (simulated or real ranks)."""
     digests = tuple(
         StreamDigests(run.dcp_size, rank, run.request_digests(rank), run.stream_digest(rank))
         for run in runs
         for rank in range(run.dcp_size)
     )
-    return StreamComparison(config, runs, digests, _first_divergence(runs[0], runs[1:]))
+    return StreamComparison(config, tuple(runs), digests, _first_divergence(runs[0], runs[1:]))

@@ -1,0 +1,382 @@
+"""pytest plugin: dcpcheck's contract checks as test items of a kernel repository.
+
+Installed with dcpcheck (entry point ``pytest11``, name ``dcpcheck``), and inert unless
+``--dcpcheck-kernel`` is given: a test run that merely has dcpcheck installed (this
+project's own suite included) collects nothing extra and imports none of the harness
+(no torch, no Triton) until the option asks for it.
+
+In a kernel repository::
+
+    pytest --dcpcheck-kernel=pkg.mod:fused_norm_rope --dcpcheck-dcp=1,4
+
+collects one item per scenario x DCP size, ``dcpcheck::glm5-prefill-512[dcp4]``, and the
+end-to-end token-stream check ``dcpcheck::token-streams[dcp4]``, exactly the cases
+``dcpcheck run`` would run (select with ``-k 'glm5-prefill-512[dcp4]'`` or ``-k dcp4``).
+
+Options (each as for ``dcpcheck run``):
+
+* ``--dcpcheck-kernel SPEC``: registry name, ``package.module:function`` or
+  ``path/to/file.py:function``.
+* ``--dcpcheck-dcp N[,N...]``: DCP sizes (default: each scenario's own).
+* ``--dcpcheck-scenario NAME|GLOB``: repeatable; a pattern matching no scenario is an error.
+* ``--dcpcheck-scenario-dir DIR``: the scenario files (default: the ones shipped).
+* ``--dcpcheck-device auto|cuda|cpu``, ``--dcpcheck-adapter auto|native|vllm``.
+* ``--dcpcheck-no-tokens``: leave out the token-stream item.
+
+Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.scenario``)
+in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
+
+    [tool.pytest.ini_options]
+    dcpcheck_scenario_dirs = ["tests/dcp_scenarios"]
+
+Their scenarios join those of ``--dcpcheck-scenario-dir`` under the same patterns, ids
+and checks; a name defined twice is an error. One declarative place, because a scenario
+is data: a repository adds a file, not a test function.
+
+Outcomes. A case fails with the CLI's text: one ``report.format_finding`` line per finding,
+then the replay command; a case whose checks never ran (any status but pass and fail:
+the kernel raised, its worker crashed or timed out) fails with that error and the replay.
+A skipped check is never counted as passed: a case none of whose checks applied is
+*skipped* with the reasons, and a passing case lists its not-applicable checks in a report
+section (``-rA``) and in the JUnit properties. Each item runs its own DCP1 baseline (the
+cross-rank checks compare with it), so selecting one item gives the same verdict as
+running them all.
+
+The backend is fixed before any conftest is imported (``pytest_load_initial_conftests``),
+because Triton decides between compiling and interpreting when a kernel is *defined*
+(:mod:`dcpcheck.backend`); a repository's conftest may import its kernels.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+# The harness (torch, Triton) is imported inside the functions that run only when
+# --dcpcheck-kernel is given, so an inert plugin costs nothing (module docstring).
+if TYPE_CHECKING:
+    from dcpcheck.backend import Backend
+    from dcpcheck.contract import Kernel
+    from dcpcheck.runner import CaseResult, RunConfig
+    from dcpcheck.scenario import Scenario
+
+COLLECTOR_NAME = "dcpcheck"
+"""Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
+
+SCENARIO_DIRS_INI = "dcpcheck_scenario_dirs"
+"""The ini option naming a repository's own scenario directories."""
+
+
+class CaseFailure(Exception):
+    """A case that did not pass; its message is the whole failure text (no traceback:
+    the kernel's own frames are not where the bug is shown, the findings are)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How pytest should report one ``CaseResult``."""
+
+    outcome: str  # "passed" | "failed" | "skipped"
+    text: str  # failure text, skip reason, or the not-applicable checks of a pass
+
+
+def judge(result: CaseResult, kernel_name: str) -> Verdict:
+    """The pytest outcome of one case: failed on any failed check or a kernel error,
+    skipped when no check applied, else passed (naming the checks that did not apply)."""
+    label = f"{result.scenario}[dcp{result.dcp_size}]"
+    replay = f"replay: {result.replay}"
+    if result.status not in ("pass", "fail"):
+        detail = result.error or "no detail recorded"
+        headline = f"{label}: {result.status.upper()} on kernel {kernel_name}: {detail}"
+        return Verdict("failed", f"{headline}\n{replay}")
+    from dcpcheck.report import format_finding
+
+    failed = result.failed_checks
+    if failed or result.status == "fail":
+        lines = [f"{label}: FAIL on kernel {kernel_name}: {', '.join(c.check for c in failed)}"]
+        lines += [format_finding(c.check, f) for c in failed for f in c.findings]
+        return Verdict("failed", "\n".join([*lines, replay]))
+    not_applicable = [f"{c.check} ({c.skipped})" for c in result.checks if c.skipped is not None]
+    if len(not_applicable) == len(result.checks):
+        return Verdict("skipped", f"{label}: no check applies: {'; '.join(not_applicable)}")
+    if not_applicable:
+        return Verdict("passed", f"not applicable: {'; '.join(not_applicable)}")
+    return Verdict("passed", "")
+
+
+class CaseItem(pytest.Item):
+    """One dcpcheck case (a scenario at one DCP size, or the token-stream check)."""
+
+    def __init__(
+        self,
+        *,
+        run_case: Callable[[], CaseResult],
+        kernel_name: str,
+        source: Path | None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._run_case = run_case
+        self._kernel_name = kernel_name
+        self._source = source
+
+    def runtest(self) -> None:
+        result = self._run_case()
+        self.user_properties.append(("dcpcheck_replay", result.replay))
+        verdict = judge(result, self._kernel_name)
+        if verdict.outcome == "failed":
+            raise CaseFailure(verdict.text)
+        if verdict.outcome == "skipped":
+            pytest.skip(verdict.text)
+        if verdict.text:
+            self.user_properties.append(("dcpcheck_not_applicable", verdict.text))
+            self.add_report_section("call", "dcpcheck", verdict.text)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CaseFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self._source or self.path, None, f"dcpcheck {self.name}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``--dcpcheck-*`` asked for, resolved once at configure time."""
+
+    kernel: Kernel
+    backend: Backend
+    config: RunConfig
+    scenarios: tuple[Scenario, ...]
+    token_streams: bool
+
+
+PLAN = pytest.StashKey[Plan]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dcpcheck", "dcpcheck: DCP contract checks of a fused MLA kernel")
+    group.addoption(
+        "--dcpcheck-kernel",
+        metavar="SPEC",
+        default=None,
+        help="Kernel under test: registry name, package.module:function or "
+        "path/to/file.py:function. Without it the plugin does nothing.",
+    )
+    group.addoption(
+        "--dcpcheck-dcp",
+        metavar="N[,N...]",
+        default=None,
+        help="DCP sizes to simulate, e.g. 1,4 (default: each scenario's own).",
+    )
+    group.addoption(
+        "--dcpcheck-scenario",
+        action="append",
+        default=[],
+        metavar="NAME|GLOB",
+        help="Scenario names or globs (repeatable; default: all).",
+    )
+    group.addoption(
+        "--dcpcheck-scenario-dir",
+        metavar="DIR",
+        default=None,
+        help="Where scenario files live (default: dcpcheck's shipped scenarios); the ini "
+        f"option {SCENARIO_DIRS_INI} adds a repository's own.",
+    )
+    group.addoption(
+        "--dcpcheck-device",
+        default="auto",
+        metavar="auto|cuda|cpu",
+        help="auto: CUDA if present, else Triton's interpreter on the CPU (default auto).",
+    )
+    group.addoption(
+        "--dcpcheck-adapter",
+        default="auto",
+        metavar="auto|native|vllm",
+        help="How to call the kernel: auto recognises vLLM's fused_norm_rope signatures "
+        "(default auto).",
+    )
+    group.addoption(
+        "--dcpcheck-no-tokens",
+        action="store_true",
+        help="Leave out the end-to-end token-stream item.",
+    )
+    parser.addini(
+        SCENARIO_DIRS_INI,
+        type="paths",
+        default=[],
+        help="Directories of the repository's own dcpcheck scenario files (relative to the "
+        "ini file), collected with the shipped ones.",
+    )
+
+
+def _fix_backend(device: str) -> Backend:
+    from dcpcheck.backend import BackendError, select_backend
+
+    try:
+        return select_backend(device)
+    except BackendError as exc:
+        raise pytest.UsageError(f"--dcpcheck-device: {exc}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    options = early_config.known_args_namespace
+    if options.dcpcheck_kernel is not None:
+        _fix_backend(options.dcpcheck_device)
+
+
+def parse_dcp_sizes(text: str) -> tuple[int, ...]:
+    """``"4"`` or ``"1,2,4"`` -> distinct positive sizes, in order given."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part)
+        except ValueError:
+            raise pytest.UsageError(
+                f"--dcpcheck-dcp: {part.strip()!r} is not an integer (e.g. 1,4)"
+            ) from None
+        if size < 1:
+            raise pytest.UsageError(f"--dcpcheck-dcp: DCP size must be >= 1, got {size}")
+        sizes.append(size)
+    return tuple(dict.fromkeys(sizes))
+
+
+def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Scenario]:
+    """The scenarios of every root matching any pattern (all with no patterns), by name.
+
+    A pattern must match in at least one root, and a name may be defined only once, so
+    neither a typo nor a shadowed file goes unnoticed.
+    """
+    from dcpcheck.scenario import ScenarioError, load_scenarios
+
+    chosen: dict[str, Scenario] = {}
+    unmatched = set(patterns)
+    known: set[str] = set()
+    for root in roots:
+        names = [path.stem for path in Path(root).glob("*.toml")]
+        known.update(names)
+        mine = [p for p in patterns if fnmatch.filter(names, p)]
+        unmatched -= set(mine)
+        if patterns and not mine:
+            continue
+        try:
+            found = load_scenarios(mine, root)
+        except ScenarioError as exc:
+            raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
+        for scenario in found:
+            if scenario.name in chosen:
+                raise pytest.UsageError(
+                    f"dcpcheck scenarios: {scenario.name!r} is defined twice: "
+                    f"{chosen[scenario.name].source} and {scenario.source}"
+                )
+            chosen[scenario.name] = scenario
+    if unmatched:
+        raise pytest.UsageError(
+            f"--dcpcheck-scenario: no scenario matches {', '.join(sorted(unmatched))} in "
+            f"{', '.join(map(str, roots))} (known: {', '.join(sorted(known)) or 'none'})"
+        )
+    return [chosen[name] for name in sorted(chosen)]
+
+
+def _plan(config: pytest.Config, kernel_name: str) -> Plan:
+    from dcpcheck.kernel_loading import KernelLoadError, load_kernel
+    from dcpcheck.runner import RunConfig
+    from dcpcheck.scenario import SCENARIO_DIR
+
+    dcp_text = config.getoption("dcpcheck_dcp")
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    scenario_dir = config.getoption("dcpcheck_scenario_dir")
+    roots = [Path(scenario_dir) if scenario_dir is not None else SCENARIO_DIR]
+    roots += config.getini(SCENARIO_DIRS_INI)
+    scenarios = select_scenarios(config.getoption("dcpcheck_scenario"), roots)
+    backend = _fix_backend(config.getoption("dcpcheck_device"))
+    try:
+        kernel = load_kernel(kernel_name, config.getoption("dcpcheck_adapter"))
+    except KernelLoadError as exc:
+        raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
+    return Plan(
+        kernel=kernel,
+        backend=backend,
+        config=RunConfig(kernel_name, dcp_sizes),
+        scenarios=tuple(scenarios),
+        token_streams=not config.getoption("dcpcheck_no_tokens"),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    kernel_name = config.getoption("dcpcheck_kernel")
+    if kernel_name is not None:
+        config.stash[PLAN] = _plan(config, kernel_name)
+
+
+class CaseCollector(pytest.Collector):
+    """The node holding every dcpcheck item: one per scenario x DCP size, then the
+    token-stream check (as ``dcpcheck run`` orders them)."""
+
+    def __init__(self, *, plan: Plan, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._plan = plan
+
+    def _scenario_case(self, scenario: Scenario, dcp_size: int) -> Callable[[], CaseResult]:
+        from dcpcheck.runner import RunConfig, run_scenario
+
+        plan = self._plan
+
+        def run() -> CaseResult:
+            config = RunConfig(plan.config.kernel_name, (dcp_size,))
+            (result,) = run_scenario(plan.kernel, scenario, config, plan.backend)
+            return result
+
+        return run
+
+    def collect(self) -> list[CaseItem]:
+        from dcpcheck.runner import TOKEN_STREAM_DCP, token_stream_case
+
+        plan = self._plan
+        kernel_name = plan.config.kernel_name
+        items = [
+            CaseItem.from_parent(
+                self,
+                name=f"{scenario.name}[dcp{dcp_size}]",
+                run_case=self._scenario_case(scenario, dcp_size),
+                kernel_name=kernel_name,
+                source=scenario.source,
+            )
+            for scenario in plan.scenarios
+            for dcp_size in plan.config.dcp_sizes or scenario.dcp_sizes
+        ]
+        if plan.scenarios and plan.token_streams:
+            dcp_size = max(plan.config.dcp_sizes or (TOKEN_STREAM_DCP,))
+            items.append(
+                CaseItem.from_parent(
+                    self,
+                    name=f"token-streams[dcp{dcp_size}]",
+                    run_case=lambda: token_stream_case(plan.kernel, plan.config, plan.backend),
+                    kernel_name=kernel_name,
+                    source=None,
+                )
+            )
+        return items
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
+    """Append the dcpcheck items after the repository's own tests.
+
+    ``session.genitems`` collects them the way pytest collects any node (collect reports,
+    counts, ``--collect-only`` listing); ``tryfirst`` so that ``-k``/``-m``, pytest's own
+    implementations of this hook, select among them like any other item.
+    """
+    plan = config.stash.get(PLAN, None)
+    if plan is not None:
+        collector = CaseCollector.from_parent(
+            session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME, plan=plan
+        )
+        items.extend(session.genitems(collector))

@@ -1,0 +1,218 @@
+"""Real ranks (``dcpcheck.distributed``): one DCP rank per process over gloo, against the
+simulated mode.
+
+Each test launches its ranks with ``distributed.launch`` (``python -m dcpcheck.distributed``
+per rank, rendezvous on the loopback) and compares what rank 0 reports with the simulated
+mode run in this process. This process is single-threaded (conftest) and so is every rank,
+so fp32 reductions round alike on both sides: reports and token digests must be identical,
+not merely agree in verdict. The kernels here are fixtures the ranks import by name
+(``tests.test_distributed:...``): they crash or hang one rank to show how the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from dcpcheck import distributed, report
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from dcpcheck.kernel_loading import load_kernel
+from dcpcheck.runner import RunConfig, run, token_stream_case
+from dcpcheck.scenario import SCENARIO_DIR, load_scenarios
+from dcpcheck.token_streams import compare_streams, stream_config_for
+from tests.conftest import BACKEND, requires_cuda
+from tests.kernels_under_test import oracle_kernel, overwrites_prefix
+
+requires_interpreter = pytest.mark.skipif(
+    not BACKEND.interpreted,
+    reason="gloo ranks run on the CPU interpreter; this process's simulated run is on CUDA",
+)
+
+SCENARIOS = ("decode-single-dcp4", "mixed-prefill-decode-padding")
+
+LAUNCH_TIMEOUT_S = 120.0
+"""Rank timeout of the launches expected to succeed: far above their few seconds of work,
+so a slow shared machine never trips it."""
+
+HANG_TIMEOUT_S = 10.0
+"""Rank timeout of the hang test: above the ranks' start-up (importing torch, a few seconds
+on two busy cores), which counts as no progress."""
+
+
+def crashes_on_rank_2(inputs, outputs, caches) -> None:
+    """A correct kernel, except that rank 2's process dies in it (a segfault, say)."""
+    if os.environ.get("RANK") == "2":
+        os._exit(9)
+    oracle_kernel(inputs, outputs, caches)
+
+
+def hangs_on_rank_1(inputs, outputs, caches) -> None:
+    """A correct kernel, except that it never returns on rank 1 (a deadlocked launch)."""
+    if os.environ.get("RANK") == "1":
+        threading.Event().wait()
+    oracle_kernel(inputs, outputs, caches)
+
+
+def scenario_args() -> list[str]:
+    return [arg for name in SCENARIOS for arg in ("--scenario", name)]
+
+
+def simulated_report(kernel_name: str, dcp_size: int) -> dict:
+    """What ``dcpcheck run --dcp N --json`` writes for ``SCENARIOS``, run in this process."""
+    kernel = load_kernel(kernel_name)
+    config = RunConfig(kernel_name, (dcp_size,))
+    results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)
+    results.append(token_stream_case(kernel, config, BACKEND))
+    text = report.to_json(results, kernel=kernel_name, backend="interpreter", partial=False)
+    return json.loads(text)
+
+
+def distributed_report(tmp_path: Path, world_size: int, kernel_name: str) -> tuple[int, dict]:
+    path = tmp_path / "report.json"
+    argv = ["run", "--dcp", str(world_size), "--kernel", kernel_name, *scenario_args()]
+    code = distributed.launch(world_size, [*argv, "--json", str(path)], LAUNCH_TIMEOUT_S)
+    return code, json.loads(path.read_text())
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """Live processes whose command line contains ``marker`` (Linux ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):  # ended while we looked
+            continue
+        if marker.encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+@requires_interpreter
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_real_ranks_report_what_simulated_ranks_report(tmp_path, world_size):
+    code, real = distributed_report(tmp_path, world_size, "default")
+    assert code == EXIT_OK
+    assert real == simulated_report("default", world_size)
+    assert (real["summary"]["cases"], real["summary"]["pass"]) == (3, 3)
+    assert [c["dcp"] for c in real["cases"]] == [world_size] * 3
+
+
+@requires_interpreter
+def test_regression_fails_the_same_checks_on_real_ranks(tmp_path):
+    code, real = distributed_report(tmp_path, 4, "regress/pre-54908")
+    assert code == EXIT_FAIL
+    assert real == simulated_report("regress/pre-54908", 4)
+    failed = {
+        (case["scenario"], c["check"], f["field"], f["rank"])
+        for case in real["cases"]
+        for c in case["checks"]
+        for f in c["findings"]
+    }
+    # The one decode token of decode-single-dcp4 lives on rank 1: every other rank skipped
+    # its kv/k_pe outputs, and they then differ from the DCP1 run.
+    for rank in (0, 2, 3):
+        for check in ("outputs", "ranks_agree"):
+            assert ("decode-single-dcp4", check, "kv_out", rank) in failed
+            assert ("decode-single-dcp4", check, "kpe_out", rank) in failed
+    assert not any(s == "decode-single-dcp4" and r == 1 for s, _, _, r in failed)
+
+
+@requires_interpreter
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_token_digests_match_simulated_ranks(tmp_path, world_size):
+    """A kernel that corrupts one cached entry per rank: decode attention reads wrong but
+    finite values from each rank's shard, so the digests and the margin at the first
+    divergence depend on every gathered partial and on the merge order."""
+    path = tmp_path / "streams.json"
+    argv = ["hash", "--kernel", "tests.kernels_under_test:overwrites_prefix"]
+    code = distributed.launch(world_size, [*argv, "--json", str(path)], LAUNCH_TIMEOUT_S)
+    real = json.loads(path.read_text())
+    config = stream_config_for(BACKEND)
+    simulated = compare_streams(overwrites_prefix, config, [world_size], BACKEND.device)
+    assert code == EXIT_FAIL
+    assert not simulated.identical
+    assert real["digests"] == [
+        {**asdict(d), "requests": list(d.requests)} for d in simulated.digests
+    ]
+    assert [d["dcp_size"] for d in real["digests"]] == [1] + [world_size] * world_size
+    # json.dumps spells floats exactly (NaN included), so this compares margins bitwise.
+    assert json.dumps(real["first_divergence"], sort_keys=True) == json.dumps(
+        asdict(simulated.first_divergence), sort_keys=True
+    )
+
+
+@requires_interpreter
+def test_a_crashed_rank_is_named_and_no_process_is_left(tmp_path, capfd):
+    marker = str(tmp_path / "crash.json")
+    argv = ["run", "--scenario", "decode-single-dcp4", "--no-tokens", "--json", marker,
+            "--kernel", "tests.test_distributed:crashes_on_rank_2"]
+    code = distributed.launch(4, argv, LAUNCH_TIMEOUT_S)
+    err = capfd.readouterr().err
+    assert code == EXIT_FAIL
+    assert "rank 2 died (exit code 9) at: launching decode-single-dcp4[dcp4]" in err
+    assert processes_mentioning(marker) == []
+    assert not Path(marker).exists()
+
+
+@requires_interpreter
+def test_a_hung_rank_is_named_within_the_timeout(tmp_path, capfd):
+    marker = str(tmp_path / "hang.json")
+    argv = ["run", "--scenario", "decode-single-dcp4", "--no-tokens", "--json", marker,
+            "--kernel", "tests.test_distributed:hangs_on_rank_1"]
+    start = time.monotonic()
+    code = distributed.launch(2, argv, HANG_TIMEOUT_S)
+    elapsed = time.monotonic() - start
+    err = capfd.readouterr().err
+    assert code == EXIT_FAIL
+    assert "rank 1 hung (no rank made progress for" in err
+    assert "at: launching decode-single-dcp4[dcp2]" in err
+    assert "rank 0: waiting for every rank at the gathering of decode-single-dcp4[dcp2]" in err
+    # Start-up, the hang's timeout, then the kill: well before the collective timeout
+    # (HANG_TIMEOUT_S + COLLECTIVE_TIMEOUT_MARGIN_S) would have ended it.
+    assert elapsed < HANG_TIMEOUT_S + distributed.COLLECTIVE_TIMEOUT_MARGIN_S
+    assert processes_mentioning(marker) == []
+
+
+@requires_interpreter
+def test_a_usage_error_on_every_rank_is_the_run_exit_code(capfd):
+    code = distributed.launch(2, ["run", "--dcp", "4"], LAUNCH_TIMEOUT_S)
+    err = capfd.readouterr().err
+    assert code == EXIT_USAGE
+    assert "--dcp 4 on 2 rank(s)" in err
+
+
+@pytest.mark.parametrize(
+    ("requested", "world_size", "expected"),
+    [(None, 4, (4,)), ((4,), 4, (4,)), ((1, 4), 4, (1, 4)), ((4, 1), 4, (4, 1)), ((1,), 1, (1,))],
+)
+def test_a_group_checks_its_own_size_and_dcp1(requested, world_size, expected):
+    assert distributed.distributed_sizes(requested, world_size) == expected
+
+
+@pytest.mark.parametrize(("requested", "world_size"), [((2,), 4), ((1,), 4), ((2, 4), 4)])
+def test_other_dcp_sizes_are_a_usage_error(requested, world_size):
+    with pytest.raises(distributed.DistributedUsageError, match="the DCP size is the number"):
+        distributed.distributed_sizes(requested, world_size)
+
+
+@requires_cuda
+def test_one_nccl_rank_reports_what_the_simulated_run_reports(tmp_path):
+    """World size 1 on cuda:0: the NCCL path (object gather, all-gather) end to end."""
+    path = tmp_path / "report.json"
+    argv = ["run", "--dcp", "1", *scenario_args(), "--json", str(path)]
+    code = distributed.launch(1, argv, LAUNCH_TIMEOUT_S)
+    kernel = load_kernel("default")
+    config = RunConfig("default", (1,))
+    results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)
+    results.append(token_stream_case(kernel, config, BACKEND))
+    simulated = json.loads(report.to_json(results, kernel="default", backend="cuda", partial=False))
+    assert code == EXIT_OK
+    assert json.loads(path.read_text()) == simulated
