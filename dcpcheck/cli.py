@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import hashlib
 import math
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -35,11 +34,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from dcpcheck import bisect as bisection
-from dcpcheck import report, search
+from dcpcheck import distributed, ownership_map, report, search, selftest
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.contract import CacheLayout, Kernel
-from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
+from dcpcheck.exit_codes import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_KERNEL_LOAD,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
 from dcpcheck.kernels import KERNELS
@@ -67,9 +72,6 @@ err = Console(stderr=True, highlight=False)
 
 FINDINGS_SHOWN = 6
 """Findings printed per failing case; the JSON and JUnit reports hold every one."""
-
-EXIT_INTERRUPTED = 128 + signal.SIGINT
-"""130: the shell's code for a process ended by Ctrl-C, so scripts see an interrupt as one."""
 
 DCP_SIZE_MAX = 64
 """Largest ``--dcp``: every rank is simulated in this process, each with its own caches, so
@@ -267,10 +269,35 @@ case_timeout_option = click.option(
     help="Skip the end-to-end token-stream check (a tiny MLA model's greedy streams at "
     "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
 )
+@click.option(
+    "--report-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Write a self-contained HTML report and a PNG ownership map per case here: "
+    "tokens x ranks colored by ownership, with each field's verdict.",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["none", "torchrun"]),
+    default="none",
+    show_default=True,
+    help="torchrun: every DCP rank is a real process on its own device (NCCL on GPUs, "
+    "gloo on the CPU), results gathered to rank 0; --dcp names one size N (and 1).",
+)
+@click.option(
+    "--rank-timeout",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    metavar="SECONDS",
+    help="With --launcher torchrun: seconds without progress from any rank before the run "
+    "is stopped, naming the rank(s) that hung.",
+)
 @click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
 @isolate_option
 @case_timeout_option
+@click.pass_context
 def run_command(
+    ctx: click.Context,
     dcp_text,
     kernel_name,
     patterns,
@@ -286,6 +313,9 @@ def run_command(
     junit_path,
     adapter,
     no_tokens,
+    report_dir,
+    launcher,
+    rank_timeout,
     fail_fast,
     isolate,
     case_timeout,
@@ -296,10 +326,16 @@ def run_command(
     A failing named-scenario case is saved too, as a scenario file under HOME/failures/
     (its seed and DCP size baked in) that `dcpcheck repro` replays."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    if launcher == "torchrun":
+        raise SystemExit(_launch_ranks(ctx, dcp_sizes, rank_timeout))
+    if rank_timeout is not None:
+        raise InputError("--rank-timeout needs --launcher torchrun")
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
     timeout = _case_timeout(kernel_name, isolate, case_timeout)
     _check_report_paths(json_path, junit_path)
+    if report_dir is not None:
+        _check_report_dir(report_dir)
     search_config = None
     if property_only or examples is not None or profile_name is not None:
         _check_home(home)  # the search writes its example database there
@@ -356,6 +392,11 @@ def run_command(
             _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
     if scenarios:
         print_results(named, saved)
+    if report_dir is not None and not interrupted:
+        written = ownership_map.write_report_dir(
+            named, scenarios, report_dir, kernel_name=kernel_name
+        )
+        out.print(f"report: {escape(str(written[0]))}", soft_wrap=True)
     if interrupted:
         written = [str(path) for path in (json_path, junit_path) if path is not None]
         kept = f"; partial report(s): {', '.join(written)}" if written else ""
@@ -366,6 +407,108 @@ def run_command(
         print_stats(named, named_seconds, searched)
     passed = all(r.status == "pass" for r in named) and (searched is None or searched.passed)
     raise SystemExit(EXIT_OK if passed else EXIT_FAIL)
+
+
+RANK_OPTIONS = (
+    "dcp_text",
+    "patterns",
+    "scenario_dir",
+    "seed",
+    "kernel_name",
+    "adapter",
+    "device",
+    "json_path",
+    "junit_path",
+    "no_tokens",
+    "fail_fast",
+    "stats",
+)
+"""The ``run`` options a real-rank run passes on to every rank (dcpcheck.distributed)."""
+
+
+def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> int:
+    """``run --launcher torchrun``: start one process per rank; their exit code."""
+    sizes = [n for n in (dcp_sizes or ()) if n != 1]
+    if len(sizes) != 1:
+        raise InputError("--launcher torchrun: --dcp must name one size N > 1 (and maybe 1)")
+    given = {
+        name
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        and value not in (None, False, ())
+    }
+    unsupported = given - set(RANK_OPTIONS) - {"launcher", "rank_timeout"}
+    if unsupported:
+        names = ", ".join(sorted(f"--{n.replace('_', '-')}" for n in unsupported))
+        raise InputError(f"--launcher torchrun does not support {names}")
+    argv = ["run"]
+    for command_param in ctx.command.params:
+        name = command_param.name
+        if name not in given or name not in RANK_OPTIONS:
+            continue
+        flag = command_param.opts[0]
+        value = ctx.params[name]
+        if command_param.is_flag:
+            argv.append(flag)
+        elif command_param.multiple:
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    timeout = rank_timeout or distributed.DEFAULT_RANK_TIMEOUT_S
+    return distributed.launch(sizes[0], argv, timeout)
+
+
+def _check_report_dir(report_dir: Path) -> None:
+    try:
+        report.ensure_directory_writable(report_dir)
+    except report.ReportPathError as exc:
+        raise InputError(str(exc)) from None
+
+
+@cli.command("selftest")
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(selftest.PROFILES)),
+    default="ci",
+    show_default=True,
+    help="; ".join(f"{name}: {p.description}" for name, p in selftest.PROFILES.items()),
+)
+@click.option(
+    "--mutant",
+    "mutant_names",
+    multiple=True,
+    metavar="NAME",
+    help="Only these mutants (repeatable; see `dcpcheck list mutants`).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if present, else Triton's interpreter.",
+)
+def selftest_command(profile_name: str, mutant_names: tuple[str, ...], device: str) -> None:
+    """Run dcpcheck against every mutant of the project's kernel: exit 0 only when the
+    correct kernel passes and every mutant is caught."""
+    mutants = selftest.MUTANTS
+    if mutant_names:
+        known = {m.name: m for m in mutants}
+        unknown = [n for n in mutant_names if n not in known]
+        if unknown:
+            raise InputError(f"--mutant: unknown {', '.join(unknown)} (see dcpcheck list mutants)")
+        mutants = tuple(known[n] for n in mutant_names)
+    backend = _backend(device)
+    with err.status("selftest") as status:
+        report_ = selftest.run_selftest(
+            selftest.PROFILES[profile_name],
+            backend,
+            mutants=mutants,
+            on_row=lambda row: status.update(f"selftest: {row.kernel} {row.status.value}"),
+        )
+    out.print(selftest.selftest_table(report_))
+    raise SystemExit(EXIT_OK if report_.passed else EXIT_FAIL)
 
 
 @cli.command("repro")
@@ -565,9 +708,9 @@ def _save_failed_case(
     """
     seed = scenario.seed if config.seed is None else config.seed
     inputs = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed, source=None)
-    digest = hashlib.sha256(
-        (scenario_to_toml(inputs) + config.kernel_name).encode()
-    ).hexdigest()[: search.HASH_HEX_DIGITS]
+    digest = hashlib.sha256((scenario_to_toml(inputs) + config.kernel_name).encode()).hexdigest()[
+        : search.HASH_HEX_DIGITS
+    ]
     slug = search.kernel_slug(config.kernel_name)
     failure = dataclasses.replace(
         inputs,
@@ -971,9 +1114,13 @@ def bisect_command(
 
 
 @cli.command("list")
-@click.argument("what", type=click.Choice(["kernels", "scenarios"]), default="kernels")
+@click.argument("what", type=click.Choice(["kernels", "mutants", "scenarios"]), default="kernels")
 def list_command(what: str) -> None:
-    """List the registered kernels or the shipped scenarios."""
+    """List the registered kernels, the selftest's mutants, or the shipped scenarios."""
+    if what == "mutants":
+        for variant in selftest.MUTANTS:
+            out.print(f"{variant.name:34} {variant.description}", soft_wrap=True)
+        return
     if what == "kernels":
         from dcpcheck.kernels import KERNELS
 
@@ -989,7 +1136,12 @@ def list_command(what: str) -> None:
 
 
 def main() -> None:
-    """Entry point: click's errors become one line on stderr with their exit code."""
+    """Entry point: click's errors become one line on stderr with their exit code.
+
+    Under torchrun (``torchrun --nproc-per-node N -m dcpcheck run ...``) this process is
+    one rank of a real-rank run: ``dcpcheck.distributed`` takes over."""
+    if distributed.in_torchrun_environment() and sys.argv[1:2] in (["run"], ["hash"]):
+        distributed.main(sys.argv[1:])
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:

@@ -12,3 +12,6 @@ EXIT_USAGE = 2
 
 EXIT_KERNEL_LOAD = 125
 """The kernel under test could not be loaded or compiled."""
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, the shell's code), after writing partial reports."""

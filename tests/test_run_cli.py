@@ -44,7 +44,9 @@ def failing_findings(report: dict) -> list[dict]:
 def test_default_kernel_passes(tmp_path):
     code, report = run_json(tmp_path, "--dcp", "1,4", *SMALL)
     assert code == 0
-    assert report["summary"] == {"cases": 5, "pass": 5, "fail": 0, "error": 0}
+    assert report["summary"] == {
+        "cases": 5, "pass": 5, "fail": 0, "error": 0, "crash": 0, "timeout": 0
+    }
     assert [c["scenario"] for c in report["cases"]][-1] == "token-streams"
 
 
