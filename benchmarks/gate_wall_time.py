@@ -5,7 +5,7 @@
 * the property search at DCP4 (``--property-only --stats``): examples per second;
 * ``dcpcheck bisect`` over the 64-revision kernel history of the bisect tests.
 
-    python3 benchmarks/gate_wall_time.py [--examples N] [--skip-bisect]
+    python3 benchmarks/gate_wall_time.py [--examples N] [--only run|property|bisect]
 
 Runs on the CPU (Triton's interpreter) or a GPU, whichever ``--device auto`` picks.
 """
@@ -37,13 +37,72 @@ def timed(args: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float
     return time.perf_counter() - start, done.stdout, done.returncode
 
 
+def run_times(env: dict[str, str]) -> None:
+    for label in ("cold", "warm"):
+        seconds, output, code = timed(["run", "--dcp", "4"], env)
+        summary = output.strip().splitlines()[-1]
+        print(f"run --dcp 4 ({label} Triton cache): {seconds:.1f} s, exit {code}: {summary}")
+
+
+def property_rate(examples: int, profile: str, env: dict[str, str]) -> None:
+    command = [
+        "run",
+        "--dcp",
+        "4",
+        "--property-only",
+        "--examples",
+        str(examples),
+        "--profile",
+        profile,
+        "--stats",
+    ]
+    seconds, output, code = timed(command, env)
+    rate = re.search(r"stats: property: .*", output)
+    print(
+        f"property --dcp 4 --examples {examples} --profile {profile}: {seconds:.1f} s wall, "
+        f"exit {code}: {rate.group(0) if rate else output[-300:]}"
+    )
+
+
+def bisect_time(scratch: Path, env: dict[str, str]) -> None:
+    repo = scratch / "history"
+    repo.mkdir()
+    commits = kernel_history.build_repo(repo, KERNEL_FILE)
+    command = [
+        "bisect",
+        f"{KERNEL_FILE}:fused",
+        "--repo",
+        str(repo),
+        "--good",
+        commits[0],
+        "--scenario",
+        "decode-single-dcp4",
+        "--dcp",
+        "4",
+    ]
+    seconds, output, code = timed(command, env)
+    verdict = [
+        line for line in output.splitlines() if "first bad commit" in line or "run(s) for" in line
+    ]
+    expected = commits[kernel_history.FLAWED_FROM]
+    print(
+        f"bisect over {kernel_history.REVISIONS} revisions: {seconds:.1f} s, exit {code}; "
+        f"{'; '.join(verdict)} (expected {expected[:12]})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=200)
-    parser.add_argument("--preset-profile", default="ci", help="property profile")
-    parser.add_argument("--skip-bisect", action="store_true")
+    parser.add_argument("--profile", default="ci", help="property search profile")
+    parser.add_argument(
+        "--only",
+        choices=["run", "property", "bisect"],
+        action="append",
+        help="measure only these (repeatable; default: all)",
+    )
     args = parser.parse_args()
-
+    wanted = set(args.only or ("run", "property", "bisect"))
     with tempfile.TemporaryDirectory() as scratch:
         env = {
             **os.environ,
@@ -51,61 +110,12 @@ def main() -> None:
             "DCPCHECK_HOME": str(Path(scratch) / "home"),
             "PYTHONPATH": str(REPO),
         }
-        for label in ("cold", "warm"):
-            seconds, output, code = timed(["run", "--dcp", "4"], env)
-            summary = output.strip().splitlines()[-1]
-            print(f"run --dcp 4 ({label} Triton cache): {seconds:.1f} s, exit {code}: {summary}")
-
-        seconds, output, code = timed(
-            [
-                "run",
-                "--dcp",
-                "4",
-                "--property-only",
-                "--examples",
-                str(args.examples),
-                "--profile",
-                args.preset_profile,
-                "--stats",
-            ],
-            env,
-        )
-        rate = re.search(r"stats: property: .*", output)
-        print(
-            f"property --dcp 4 --examples {args.examples} --profile {args.preset_profile}: "
-            f"{seconds:.1f} s wall, exit {code}: {rate.group(0) if rate else output[-300:]}"
-        )
-
-        if args.skip_bisect:
-            return
-        repo = Path(scratch) / "history"
-        repo.mkdir()
-        commits = kernel_history.build_repo(repo, KERNEL_FILE)
-        seconds, output, code = timed(
-            [
-                "bisect",
-                f"{KERNEL_FILE}:fused",
-                "--repo",
-                str(repo),
-                "--good",
-                commits[0],
-                "--scenario",
-                "decode-single-dcp4",
-                "--dcp",
-                "4",
-            ],
-            env,
-        )
-        verdict = [
-            line
-            for line in output.splitlines()
-            if "first bad commit" in line or "run(s) for" in line
-        ]
-        expected = commits[kernel_history.FLAWED_FROM]
-        print(
-            f"bisect over {kernel_history.REVISIONS} revisions: {seconds:.1f} s, exit {code}; "
-            f"{'; '.join(verdict)} (expected {expected[:12]})"
-        )
+        if "run" in wanted:
+            run_times(env)
+        if "property" in wanted:
+            property_rate(args.examples, args.profile, env)
+        if "bisect" in wanted:
+            bisect_time(Path(scratch), env)
 
 
 if __name__ == "__main__":
