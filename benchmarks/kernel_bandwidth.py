@@ -23,6 +23,7 @@ import triton
 
 import reference
 from dcpcheck.backend import select_backend
+from dcpcheck.case import oracle_for
 from dcpcheck.contract import (
     PRESETS,
     CacheLayout,
@@ -102,22 +103,7 @@ def bytes_moved(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpC
 
 def eager(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
     """The op composed of PyTorch calls: the oracle's math, caches written in place."""
-    ref = reference.fused_norm_rope(
-        inputs.q_c,
-        inputs.q_weight,
-        inputs.kv_c,
-        inputs.kv_weight,
-        inputs.k_pe,
-        inputs.positions,
-        inputs.cos_sin,
-        inputs.eps,
-        cache_layout=inputs.cache_layout.value,
-        mla_scale=inputs.mla_scale,
-        index_k=inputs.index_k,
-        index_weight=inputs.index_weight,
-        index_bias=inputs.index_bias,
-        index_rope_interleaved=inputs.index_rope_interleaved,
-    )
+    ref = oracle_for(inputs)
     outputs.q_out.copy_(ref.q_out)
     outputs.kv_out.copy_(ref.kv_out)
     outputs.kpe_out.copy_(ref.kpe_out)

@@ -307,6 +307,26 @@ def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference
     )
 
 
+def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
+    """The oracle's answer for one launch's inputs (the kernel protocol's view)."""
+    return reference.fused_norm_rope(
+        inputs.q_c,
+        inputs.q_weight,
+        inputs.kv_c,
+        inputs.kv_weight,
+        inputs.k_pe,
+        inputs.positions,
+        inputs.cos_sin,
+        inputs.eps,
+        cache_layout=inputs.cache_layout.value,
+        mla_scale=inputs.mla_scale,
+        index_k=inputs.index_k,
+        index_weight=inputs.index_weight,
+        index_bias=inputs.index_bias,
+        index_rope_interleaved=inputs.index_rope_interleaved,
+    )
+
+
 def _random_storage(blocks: int, block_size: int, entry: int, gen: torch.Generator, device):
     shape = (blocks + 2 * GUARD_BLOCKS, block_size, entry)
     return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8).to(device)

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from dcpcheck import bisect as bisection
-from dcpcheck import distributed, ownership_map, report, search, selftest
+from dcpcheck import dcp, distributed, ownership_map, report, search, selftest
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.contract import CacheLayout, Kernel
@@ -65,7 +65,11 @@ from dcpcheck.scenario import (
 )
 from dcpcheck.token_streams import StreamComparison, compare_streams, stream_config_for
 
-out = Console(highlight=False)
+NON_TTY_WIDTH = 160
+"""Width of tables when stdout is a file or a CI log (rich would assume 80 columns and
+truncate kernel and scenario names)."""
+
+out = Console(highlight=False, width=None if sys.stdout.isatty() else NON_TTY_WIDTH)
 """Results go to stdout; findings and replay commands print one line each (soft wrap)
 so they can be grepped and pasted."""
 err = Console(stderr=True, highlight=False)
@@ -116,27 +120,34 @@ class Interrupted(click.ClickException):
 
 
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
-    """``"4"`` or ``"1,2,4,8"`` -> sizes, each a positive integer."""
-    sizes = []
-    for part in text.split(","):
-        try:
-            size = int(part)
-        except ValueError:
-            raise InputError(
-                f"--dcp: {part.strip()!r} is not an integer (e.g. --dcp 1,2,4)"
-            ) from None
-        if size < 1:
-            raise InputError(f"--dcp: DCP size must be >= 1, got {size}")
-        if size > DCP_SIZE_MAX:
-            raise InputError(f"--dcp: DCP size must be <= {DCP_SIZE_MAX}, got {size}")
-        sizes.append(size)
-    return tuple(dict.fromkeys(sizes))
+    """``--dcp``: ``"4"`` or ``"1,2,4,8"``, each size in 1..DCP_SIZE_MAX."""
+    try:
+        return dcp.parse_dcp_sizes(text, DCP_SIZE_MAX)
+    except ValueError as exc:
+        raise InputError(f"--dcp: {exc}") from None
 
 
 @click.group(help=__doc__, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     pass
 
+
+device_option = click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if present, else Triton's interpreter on the CPU.",
+)
+
+adapter_option = click.option(
+    "--adapter",
+    type=click.Choice(ADAPTER_NAMES),
+    default="auto",
+    show_default=True,
+    help="How to call an external kernel: auto picks vLLM's adapter when the function's "
+    "signature is a known vLLM fused_norm_rope shape, native the harness's protocol.",
+)
 
 isolate_option = click.option(
     "--isolate/--no-isolate",
@@ -234,13 +245,7 @@ case_timeout_option = click.option(
     help=f"Run directory (env {search.HOME_ENV}): shrunk failures go to HOME/failures/, "
     "Hypothesis's example database to HOME/hypothesis/.",
 )
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cuda", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if present, else Triton's interpreter on the CPU.",
-)
+@device_option
 @click.option(
     "--json",
     "json_path",
@@ -255,14 +260,7 @@ case_timeout_option = click.option(
     default=None,
     help="Write a JUnit XML report here (atomically).",
 )
-@click.option(
-    "--adapter",
-    type=click.Choice(ADAPTER_NAMES),
-    default="auto",
-    show_default=True,
-    help="How to call an external kernel: auto picks vLLM's adapter when the function's "
-    "signature is a known vLLM fused_norm_rope shape, native the harness's protocol.",
-)
+@adapter_option
 @click.option(
     "--no-tokens",
     is_flag=True,
@@ -482,13 +480,7 @@ def _check_report_dir(report_dir: Path) -> None:
     metavar="NAME",
     help="Only these mutants (repeatable; see `dcpcheck list mutants`).",
 )
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cuda", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if present, else Triton's interpreter.",
-)
+@device_option
 def selftest_command(profile_name: str, mutant_names: tuple[str, ...], device: str) -> None:
     """Run dcpcheck against every mutant of the project's kernel: exit 0 only when the
     correct kernel passes and every mutant is caught."""
@@ -527,20 +519,8 @@ def selftest_command(profile_name: str, mutant_names: tuple[str, ...], device: s
     metavar="N[,N...]",
     help="DCP sizes to simulate instead of the file's own.",
 )
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cuda", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if present, else Triton's interpreter on the CPU.",
-)
-@click.option(
-    "--adapter",
-    type=click.Choice(ADAPTER_NAMES),
-    default="auto",
-    show_default=True,
-    help="How to call an external kernel (as for `dcpcheck run`).",
-)
+@device_option
+@adapter_option
 @isolate_option
 @case_timeout_option
 def repro_command(
@@ -945,20 +925,8 @@ def print_stats(
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Weights, prompts and cache bytes."
 )
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cuda", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if present, else Triton's interpreter.",
-)
-@click.option(
-    "--adapter",
-    type=click.Choice(ADAPTER_NAMES),
-    default="auto",
-    show_default=True,
-    help="How to call an external kernel (as for `dcpcheck run`).",
-)
+@device_option
+@adapter_option
 def hash_command(
     dcp_text, kernel_name, prompts, steps, layout_name, preset, seed, device, adapter
 ) -> None:
@@ -1055,9 +1023,7 @@ def print_streams(comparison: StreamComparison) -> None:
 )
 @click.option("--dcp", "dcp_text", default=None, metavar="N[,N...]", help="DCP sizes.")
 @click.option("--seed", type=int, default=None, help="Value seed override.")
-@click.option(
-    "--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True
-)
+@device_option
 @click.option(
     "--scenario-dir",
     type=click.Path(path_type=Path),

@@ -318,3 +318,20 @@ def slot_mappings(batch: Batch, layout: DcpLayout, block_tables: BlockTables) ->
         prefix_positions=prefix_positions,
         prefix_request_index=prefix_request_index,
     )
+
+
+def parse_dcp_sizes(text: str, max_size: int | None = None) -> tuple[int, ...]:
+    """``"4"`` or ``"1,2,4,8"`` -> distinct DCP sizes in the order given, each >= 1 (and
+    <= ``max_size``). Raises ``ValueError`` with a message for the caller's option name."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part)
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not an integer (e.g. 1,2,4)") from None
+        if size < 1:
+            raise ValueError(f"DCP size must be >= 1, got {size}")
+        if max_size is not None and size > max_size:
+            raise ValueError(f"DCP size must be <= {max_size}, got {size}")
+        sizes.append(size)
+    return tuple(dict.fromkeys(sizes))

@@ -40,8 +40,6 @@ import base64
 import html
 import io
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -580,20 +578,6 @@ def render_html(
     )
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    """``report.write_atomic`` for bytes: a temporary file beside ``path``, renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def png_name(result: CaseResult) -> str:
     """File name of a case's map (scenario names are file-name safe: ``NAME_PATTERN``)."""
     return f"{result.scenario}-dcp{result.dcp_size}.png"
@@ -625,7 +609,7 @@ def write_report_dir(
         case = build_case_map(result, scenario)
         png = render_map_png(case, kernel_name)
         path = out_dir / png_name(result)
-        _write_bytes_atomic(path, png)
+        write_atomic(path, png)
         pngs.append(path)
         cases.append((result, case, png))
     page = out_dir / REPORT_HTML

@@ -233,19 +233,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
-    """``"4"`` or ``"1,2,4"`` -> distinct positive sizes, in order given."""
-    sizes = []
-    for part in text.split(","):
-        try:
-            size = int(part)
-        except ValueError:
-            raise pytest.UsageError(
-                f"--dcpcheck-dcp: {part.strip()!r} is not an integer (e.g. 1,4)"
-            ) from None
-        if size < 1:
-            raise pytest.UsageError(f"--dcpcheck-dcp: DCP size must be >= 1, got {size}")
-        sizes.append(size)
-    return tuple(dict.fromkeys(sizes))
+    """``--dcpcheck-dcp``: ``"4"`` or ``"1,2,4"``."""
+    from dcpcheck import dcp
+
+    try:
+        return dcp.parse_dcp_sizes(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--dcpcheck-dcp: {exc}") from None
 
 
 def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Scenario]:

@@ -69,12 +69,14 @@ def _creation_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Write ``content`` to a temporary file beside ``path``, then rename it over ``path``."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), _creation_mode())
-            handle.write(text)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -10,31 +10,13 @@ from __future__ import annotations
 import torch
 
 import reference
+from dcpcheck.case import oracle_for
 from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
-
-
-def _oracle(inputs: FusedOpInputs) -> reference.FusedReference:
-    return reference.fused_norm_rope(
-        inputs.q_c,
-        inputs.q_weight,
-        inputs.kv_c,
-        inputs.kv_weight,
-        inputs.k_pe,
-        inputs.positions,
-        inputs.cos_sin,
-        inputs.eps,
-        cache_layout=inputs.cache_layout.value,
-        mla_scale=inputs.mla_scale,
-        index_k=inputs.index_k,
-        index_weight=inputs.index_weight,
-        index_bias=inputs.index_bias,
-        index_rope_interleaved=inputs.index_rope_interleaved,
-    )
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
     """A correct kernel built from the oracle."""
-    ref = _oracle(inputs)
+    ref = oracle_for(inputs)
     outputs.q_out.copy_(ref.q_out)
     outputs.kv_out.copy_(ref.kv_out)
     outputs.kpe_out.copy_(ref.kpe_out)
@@ -71,7 +53,7 @@ def writes_foreign_token(inputs, outputs, caches) -> None:
         return
     # the block's last free slot (prefix slots are never free in the scenarios used)
     slot = _unused_slot(inputs, caches, torch.empty(0, dtype=torch.int64))
-    entries = _oracle(inputs).mla_entries[token : token + 1]
+    entries = oracle_for(inputs).mla_entries[token : token + 1]
     caches.mla.view(-1, caches.mla.shape[2])[slot] = entries[0]
 
 
@@ -110,13 +92,13 @@ def writes_padding_row(inputs, outputs, caches) -> None:
         return
     token = inputs.q_c.shape[0] - 1
     slot = _unused_slot(inputs, caches, torch.empty(0, dtype=torch.int64))
-    caches.mla.view(-1, caches.mla.shape[2])[slot] = _oracle(inputs).mla_entries[token]
+    caches.mla.view(-1, caches.mla.shape[2])[slot] = oracle_for(inputs).mla_entries[token]
 
 
 def overwrites_prefix(inputs, outputs, caches) -> None:
     """Rewrites slot 0, a cached-prefix entry in the scenarios used, with new data."""
     oracle_kernel(inputs, outputs, caches)
-    caches.mla.view(-1, caches.mla.shape[2])[0] = _oracle(inputs).mla_entries[0]
+    caches.mla.view(-1, caches.mla.shape[2])[0] = oracle_for(inputs).mla_entries[0]
 
 
 def modifies_input(inputs, outputs, caches) -> None:

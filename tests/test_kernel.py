@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 import reference
+from dcpcheck.case import oracle_for
 from dcpcheck.checks import (
     index_entry_parts,
     mla_entry_parts,
@@ -244,23 +245,8 @@ def _to_device(inputs: FusedOpInputs, device: torch.device) -> FusedOpInputs:
     return replace(inputs, **tensors)
 
 
-def oracle(inputs: FusedOpInputs) -> reference.FusedReference:
-    return reference.fused_norm_rope(
-        inputs.q_c,
-        inputs.q_weight,
-        inputs.kv_c,
-        inputs.kv_weight,
-        inputs.k_pe,
-        inputs.positions,
-        inputs.cos_sin,
-        inputs.eps,
-        cache_layout=inputs.cache_layout.value,
-        mla_scale=inputs.mla_scale,
-        index_k=inputs.index_k,
-        index_weight=inputs.index_weight,
-        index_bias=inputs.index_bias,
-        index_rope_interleaved=inputs.index_rope_interleaved,
-    )
+oracle = oracle_for
+"""The oracle on a launch's inputs."""
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""Every command in the README runs as written.
+
+The ``$ dcpcheck ...`` lines of its console blocks run in order, in one scratch directory
+(the property search there saves the file the ``repro`` lines replay), each expected to
+exit with the code its trailing ``# ... exit N`` comment gives (0 when none). The two
+set-up commands at the top are CI's own job: ``.ci/run`` must be exactly the test one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+README = (REPO / "README.md").read_text()
+
+PROMPT = re.compile(r"^\$ (dcpcheck .*?)\s*(?:#.*?exit (\d+))?\s*$", re.MULTILINE)
+COMMANDS = [(command, int(code or 0)) for command, code in PROMPT.findall(README)]
+
+
+def test_the_readme_opens_with_the_run_and_test_commands_and_ci_runs_the_test_one():
+    fenced = re.search(r"```bash\n(.*?)```", README, re.DOTALL).group(1)
+    run, test = [line for line in fenced.splitlines() if line and not line.startswith("#")]
+    assert run.endswith("dcpcheck run --dcp 4")
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == test
+
+
+def test_the_tour_has_commands():
+    assert len(COMMANDS) >= 6
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("readme")
+
+
+@pytest.mark.parametrize(("command", "code"), COMMANDS, ids=[c for c, _ in COMMANDS])
+def test_command_runs_as_written(command, code, scratch):
+    env = {k: v for k, v in os.environ.items() if k != "DCPCHECK_HOME"}
+    env["PYTHONPATH"] = str(REPO)
+    argv = [sys.executable, "-m", *shlex.split(command)]
+    done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == code, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
