@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from dcpcheck import bisect as bisection
-from dcpcheck import dcp, distributed, ownership_map, report, search, selftest
+from dcpcheck import dcp, ownership_map, report, search, selftest
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.contract import CacheLayout, Kernel
@@ -149,6 +149,58 @@ adapter_option = click.option(
     "signature is a known vLLM fused_norm_rope shape, native the harness's protocol.",
 )
 
+kernel_option = click.option(
+    "--kernel",
+    "kernel_name",
+    default="default",
+    show_default=True,
+    help="Registry name (see `dcpcheck list kernels`), package.module:function, "
+    "or path/to/file.py:function implementing the kernel protocol.",
+)
+
+scenario_option = click.option(
+    "--scenario",
+    "patterns",
+    multiple=True,
+    metavar="NAME|GLOB",
+    help="Scenario names or globs (repeatable; default: all shipped scenarios).",
+)
+
+scenario_dir_option = click.option(
+    "--scenario-dir",
+    type=click.Path(path_type=Path),
+    default=SCENARIO_DIR,
+    show_default=True,
+    help="Where scenario TOML files live.",
+)
+
+json_option = click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a JSON report here (atomically).",
+)
+
+junit_option = click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a JUnit XML report here (atomically).",
+)
+
+no_tokens_option = click.option(
+    "--no-tokens",
+    is_flag=True,
+    help="Skip the end-to-end token-stream check (a tiny MLA model's greedy streams at "
+    "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
+)
+
+fail_fast_option = click.option(
+    "-x", "--fail-fast", is_flag=True, help="Stop at the first failing case."
+)
+
 isolate_option = click.option(
     "--isolate/--no-isolate",
     default=None,
@@ -178,28 +230,9 @@ case_timeout_option = click.option(
     help="DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
     "DCP1 always runs as the baseline for the cross-rank checks.",
 )
-@click.option(
-    "--kernel",
-    "kernel_name",
-    default="default",
-    show_default=True,
-    help="Registry name (see `dcpcheck list kernels`), package.module:function, "
-    "or path/to/file.py:function implementing the kernel protocol.",
-)
-@click.option(
-    "--scenario",
-    "patterns",
-    multiple=True,
-    metavar="NAME|GLOB",
-    help="Scenario names or globs (repeatable; default: all shipped scenarios).",
-)
-@click.option(
-    "--scenario-dir",
-    type=click.Path(path_type=Path),
-    default=SCENARIO_DIR,
-    show_default=True,
-    help="Where scenario TOML files live.",
-)
+@kernel_option
+@scenario_option
+@scenario_dir_option
 @click.option(
     "--seed",
     type=click.IntRange(0, SEED_MAX),
@@ -246,27 +279,10 @@ case_timeout_option = click.option(
     "Hypothesis's example database to HOME/hypothesis/.",
 )
 @device_option
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write a JSON report here (atomically).",
-)
-@click.option(
-    "--junit",
-    "junit_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write a JUnit XML report here (atomically).",
-)
+@json_option
+@junit_option
 @adapter_option
-@click.option(
-    "--no-tokens",
-    is_flag=True,
-    help="Skip the end-to-end token-stream check (a tiny MLA model's greedy streams at "
-    "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
-)
+@no_tokens_option
 @click.option(
     "--report-dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -290,7 +306,7 @@ case_timeout_option = click.option(
     help="With --launcher torchrun: seconds without progress from any rank before the run "
     "is stopped, naming the rank(s) that hung.",
 )
-@click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
+@fail_fast_option
 @isolate_option
 @case_timeout_option
 @click.pass_context
@@ -432,7 +448,7 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
     given = {
         name
         for name, value in ctx.params.items()
-        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
         and value not in (None, False, ())
     }
     unsupported = given - set(RANK_OPTIONS) - {"launcher", "rank_timeout"}
@@ -453,6 +469,8 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
                 argv += [flag, str(item)]
         else:
             argv += [flag, str(value)]
+    from dcpcheck import distributed  # it builds its per-rank commands from this module's options
+
     timeout = rank_timeout or distributed.DEFAULT_RANK_TIMEOUT_S
     return distributed.launch(sizes[0], argv, timeout)
 
@@ -1106,8 +1124,11 @@ def main() -> None:
 
     Under torchrun (``torchrun --nproc-per-node N -m dcpcheck run ...``) this process is
     one rank of a real-rank run: ``dcpcheck.distributed`` takes over."""
-    if distributed.in_torchrun_environment() and sys.argv[1:2] in (["run"], ["hash"]):
-        distributed.main(sys.argv[1:])
+    if sys.argv[1:2] in (["run"], ["hash"]):
+        from dcpcheck import distributed  # it builds its commands from this module's options
+
+        if distributed.in_torchrun_environment():
+            distributed.main(sys.argv[1:])
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:

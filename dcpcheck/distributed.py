@@ -54,7 +54,6 @@ import torch.distributed as dist
 # ``dcpcheck.cli`` may import this module for ``--launcher``; the module (not its names) is
 # imported here and read at call time, so either import order works.
 from dcpcheck import adapters, cli, report
-from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import Backend, BackendError, select_backend
 from dcpcheck.case import Case, build_case, make_activations, run_oracle
 from dcpcheck.checks import Finding
@@ -74,7 +73,7 @@ from dcpcheck.runner import (
     check_case,
     launch_all,
 )
-from dcpcheck.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenarios
+from dcpcheck.scenario import Scenario, ScenarioError, load_scenarios
 from dcpcheck.token_streams import stream_config_for
 
 ROOT = 0
@@ -672,20 +671,8 @@ def _rank_options(function: Callable) -> Callable:
     """Options every command of a rank takes."""
     for option in reversed(
         (
-            click.option(
-                "--kernel",
-                "kernel_name",
-                default="default",
-                show_default=True,
-                help="The kernel under test (as for `dcpcheck run --kernel`).",
-            ),
-            click.option(
-                "--adapter",
-                type=click.Choice(ADAPTER_NAMES),
-                default="auto",
-                show_default=True,
-                help="How to call an external kernel (as for `dcpcheck run`).",
-            ),
+            cli.kernel_option,
+            cli.adapter_option,
             click.option(
                 "--device",
                 type=click.Choice(["auto", "cuda", "cpu"]),
@@ -744,34 +731,14 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
     metavar="N[,N]",
     help="The world size, and 1 for a DCP1 case (default: the world size).",
 )
-@click.option(
-    "--scenario", "patterns", multiple=True, metavar="NAME|GLOB", help="As for `dcpcheck run`."
-)
-@click.option(
-    "--scenario-dir",
-    type=click.Path(path_type=Path),
-    default=SCENARIO_DIR,
-    show_default=True,
-    help="Where scenario TOML files live.",
-)
+@cli.scenario_option
+@cli.scenario_dir_option
 @click.option("--seed", type=int, default=None, help="Override every scenario's value seed.")
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write the JSON report here (rank 0; as `dcpcheck run --json`).",
-)
-@click.option(
-    "--junit",
-    "junit_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write a JUnit XML report here (rank 0).",
-)
-@click.option("--no-tokens", is_flag=True, help="Skip the end-to-end token-stream check.")
+@cli.json_option
+@cli.junit_option
+@cli.no_tokens_option
 @click.option("--stats", is_flag=True, help="Report throughput and ownership shapes.")
-@click.option("-x", "--fail-fast", is_flag=True, help="Stop at the first failing case.")
+@cli.fail_fast_option
 @_rank_options
 @click.pass_obj
 def run_command(

@@ -21,7 +21,7 @@ from hypothesis.strategies import SearchStrategy
 
 import reference
 from dcpcheck import strategies
-from dcpcheck.case import make_activations
+from dcpcheck.case import make_activations, run_oracle
 from dcpcheck.contract import FP8_E4M3_MAX, CacheLayout
 from dcpcheck.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
 from dcpcheck.scenario import Scenario, load_scenario, scenario_to_toml
@@ -247,23 +247,8 @@ def regime(values: str, **changes) -> Scenario:
     return dataclasses.replace(SIMPLEST, values=values, batch=batch, **changes)
 
 
-def oracle(scenario: Scenario, act) -> reference.FusedReference:
-    return reference.fused_norm_rope(
-        act.q_c,
-        act.q_weight,
-        act.kv_c,
-        act.kv_weight,
-        act.k_pe,
-        act.positions,
-        act.cos_sin,
-        scenario.model.eps,
-        cache_layout=scenario.cache_layout.value,
-        mla_scale=scenario.mla_scale,
-        index_k=act.index_k,
-        index_weight=act.index_weight,
-        index_bias=act.index_bias,
-        index_rope_interleaved=scenario.model.index_rope_interleaved,
-    )
+oracle = run_oracle
+"""The oracle on a scenario's activations."""
 
 
 def test_zero_rows_are_zero_and_normalize_to_zero() -> None:

@@ -1,0 +1,95 @@
+"""The two ways a user starts real ranks: `dcpcheck run --launcher torchrun` and plain
+`torchrun -m dcpcheck run` (gloo on this CPU machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+SCENARIO = ["--scenario", "decode-single-dcp4", "--no-tokens"]
+
+
+def dcpcheck(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "dcpcheck", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_launcher_torchrun_passes_the_default_kernel_and_fails_the_regression(tmp_path):
+    report = tmp_path / "r.json"
+    done = dcpcheck(
+        "run",
+        "--dcp",
+        "2",
+        "--launcher",
+        "torchrun",
+        *SCENARIO,
+        "--json",
+        str(report),
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report.read_text())["summary"]["pass"] == 1
+    done = dcpcheck(
+        "run",
+        "--dcp",
+        "2",
+        "--launcher",
+        "torchrun",
+        *SCENARIO,
+        "--kernel",
+        "regress/pre-54908",
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "kv_out" in done.stdout
+
+
+def test_launcher_rejects_what_real_ranks_cannot_do(tmp_path):
+    done = dcpcheck("run", "--dcp", "2,4", "--launcher", "torchrun", tmp_path=tmp_path)
+    assert done.returncode == 2 and "one size N > 1" in done.stderr
+    done = dcpcheck(
+        "run", "--dcp", "2", "--launcher", "torchrun", "--examples", "5", tmp_path=tmp_path
+    )
+    assert done.returncode == 2 and "does not support --examples" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
+def test_plain_torchrun_runs_dcpcheck_as_ranks(tmp_path):
+    report = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [
+            "torchrun",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "dcpcheck",
+            "run",
+            "--dcp",
+            "2",
+            *SCENARIO,
+            "--json",
+            str(report),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(report.read_text())["summary"]["pass"] == 1
