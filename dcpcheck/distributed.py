@@ -53,7 +53,7 @@ import torch.distributed as dist
 
 # ``dcpcheck.cli`` may import this module for ``--launcher``; the module (not its names) is
 # imported here and read at call time, so either import order works.
-from dcpcheck import adapters, cli, report
+from dcpcheck import adapters, cli, console, report
 from dcpcheck.backend import Backend, BackendError, select_backend
 from dcpcheck.case import Case, build_case, make_activations, run_oracle
 from dcpcheck.checks import Finding
@@ -653,11 +653,9 @@ def launch(n: int, argv: Sequence[str], timeout: float = DEFAULT_RANK_TIMEOUT_S)
         finally:
             survivors = _stop(workers)
     if failure is not None:
-        cli.err.print(
-            f"dcpcheck: {failure}; stopped every rank", markup=False, soft_wrap=True
-        )
+        console.err.print(f"dcpcheck: {failure}; stopped every rank", markup=False, soft_wrap=True)
     if survivors:
-        cli.err.print(
+        console.err.print(
             f"dcpcheck: process group(s) {', '.join(map(str, survivors))} survived SIGKILL",
             markup=False,
         )
@@ -714,7 +712,7 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
     try:
         with rank_group(device, rank_timeout_s, progress) as group:
             if group.is_root:
-                cli.err.print(
+                console.err.print(
                     f"[bold]backend:[/] {group.backend.describe()}, {group.world_size} rank(s) "
                     f"over {group.transport}"
                 )
@@ -781,9 +779,9 @@ def run_command(
             report.write_atomic(
                 junit_path, report.to_junit(results, kernel=kernel_name, partial=False)
             )
-        cli.print_results(results)
+        console.print_results(results)
         if stats:
-            cli.print_stats(results, time.perf_counter() - started, None)
+            console.print_stats(results, time.perf_counter() - started, None)
     raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
 
 
@@ -854,7 +852,7 @@ def hash_command(
         try:
             comparison = compare_streams_distributed(kernel, stream_config, group)
         except KernelError as exc:  # on rank 0 only: it still leaves with the others
-            cli.err.print(f"dcpcheck: the kernel raised: {exc}", markup=False, soft_wrap=True)
+            console.err.print(f"dcpcheck: the kernel raised: {exc}", markup=False, soft_wrap=True)
             code = EXIT_FAIL
         else:
             if comparison is None:
@@ -863,7 +861,7 @@ def hash_command(
                 backend_name = "interpreter" if group.backend.interpreted else "cuda"
                 text = streams_to_json(comparison, kernel=kernel_name, backend=backend_name)
                 report.write_atomic(json_path, text)
-            cli.print_streams(comparison)
+            console.print_streams(comparison)
             code = EXIT_OK if comparison.identical else EXIT_FAIL
     raise SystemExit(code)
 
@@ -878,14 +876,14 @@ def _exit_code(argv: Sequence[str] | None, progress: Progress) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        cli.err.print(f"dcpcheck: error: {exc.format_message()}", markup=False, soft_wrap=True)
+        console.err.print(f"dcpcheck: error: {exc.format_message()}", markup=False, soft_wrap=True)
         return exc.exit_code
     except click.exceptions.Abort:
-        cli.err.print("dcpcheck: interrupted", markup=False)
+        console.err.print("dcpcheck: interrupted", markup=False)
         return EXIT_INTERRUPTED
     except PeerLost as exc:
         if progress.path is None:  # under launch(), the launcher names the rank at fault
-            cli.err.print(f"dcpcheck: {exc}", markup=False, soft_wrap=True)
+            console.err.print(f"dcpcheck: {exc}", markup=False, soft_wrap=True)
         return EXIT_PEER_LOST
     return EXIT_OK
 

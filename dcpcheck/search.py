@@ -223,28 +223,16 @@ def failed_check_names(results: list[CaseResult]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _failure_scenario(scenario: Scenario, results: list[CaseResult], kernel_name: str) -> Scenario:
-    """The shrunk scenario renamed ``shrunk-<kernel>-<hash>`` and described by its failure.
+def save_failure(scenario: Scenario, stem: str, description: str, directory: Path) -> Path:
+    """Write ``scenario`` as ``directory/<stem>-<hash>.toml`` (atomically), renamed and
+    described, so it loads as is and ``dcpcheck repro`` replays it; its path.
 
     The hash is of the file's text under the name without the hash, so one failure always
     gets one name and saving it twice overwrites one file.
     """
-    description = (
-        f"Found and shrunk by dcpcheck's property search: kernel {kernel_name} fails "
-        f"{' | '.join(failure_summary(results))}. Replay: dcpcheck repro <this file> "
-        f"--kernel {kernel_name}"
-    )
-    stem = f"shrunk-{kernel_slug(kernel_name)}"
     unhashed = dataclasses.replace(scenario, name=stem, description=description, source=None)
     digest = hashlib.sha256(scenario_to_toml(unhashed).encode()).hexdigest()[:HASH_HEX_DIGITS]
-    return dataclasses.replace(unhashed, name=f"{stem}-{digest}")
-
-
-def save_failure(
-    scenario: Scenario, results: list[CaseResult], kernel_name: str, directory: Path
-) -> Path:
-    """Write the failing ``scenario`` as ``directory/<name>.toml`` (atomically); its path."""
-    named = _failure_scenario(scenario, results, kernel_name)
+    named = dataclasses.replace(unhashed, name=f"{stem}-{digest}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{named.name}.toml"
     report.write_atomic(path, scenario_to_toml(named))
@@ -302,7 +290,13 @@ def search(
         return SearchResult(examples_run, time.perf_counter() - start, None, ownership)
     seconds = time.perf_counter() - start
 
-    path = save_failure(shrunk, failing, config.kernel_name, config.failures_dir)
+    description = (
+        f"Found and shrunk by dcpcheck's property search: kernel {config.kernel_name} fails "
+        f"{' | '.join(failure_summary(failing))}. Replay: dcpcheck repro <this file> "
+        f"--kernel {config.kernel_name}"
+    )
+    stem = f"shrunk-{kernel_slug(config.kernel_name)}"
+    path = save_failure(shrunk, stem, description, config.failures_dir)
     saved = load_scenario(path)
     replay = list(run_scenario(kernel, saved, run_config, backend))
     return SearchResult(
