@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import reference as ref
+from dcpcheck import contract
 from dcpcheck.tolerances import OUTPUT, ulp_distance
 from reference.quant import FLT_MIN
 
@@ -505,3 +506,12 @@ def test_expected_caches_without_indexer_leave_index_cache(cos_sin):
     assert torch.equal(new_index, index)
     assert torch.equal(new_mla[0, 1:3], no_indexer.mla_entries)
     assert ref.expected_caches(mla, None, slots, slots, no_indexer)[1] is None
+
+
+def test_layout_constants_agree_with_the_contract():
+    """reference/ restates a few layout facts because it may not import dcpcheck."""
+    assert ref.DS_MLA_ENTRY_BYTES == contract.DS_MLA_ENTRY_BYTES == 656
+    assert ref.FP8_E4M3_MAX == contract.FP8_E4M3_MAX
+    assert {ref.LAYOUT_AUTO, ref.LAYOUT_FP8, ref.LAYOUT_FP8_DS_MLA} == {
+        layout.value for layout in contract.CacheLayout
+    }
