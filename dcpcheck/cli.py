@@ -806,8 +806,21 @@ def hash_command(
     compare their SHA256 digests: exit 1 when any rank of any size differs from DCP1."""
     dcp_sizes = parse_dcp_sizes(dcp_text)
     backend = _backend(device)
+    stream_config = hash_config(backend, layout_name, preset, prompts, steps, seed)
+    kernel = _kernel(kernel_name, adapter)
     try:
-        stream_config = stream_config_for(
+        with err.status("generating token streams"):
+            comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
+    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
+        raise KernelFailed(f"the kernel raised: {type(exc).__name__}: {exc}") from exc
+    print_streams(comparison)
+    raise SystemExit(EXIT_OK if comparison.identical else EXIT_FAIL)
+
+
+def hash_config(backend, layout_name: str, preset, prompts: int, steps: int, seed: int):
+    """The `hash` options as a ``StreamConfig`` for ``backend``; bad values are exit 2."""
+    try:
+        return stream_config_for(
             backend,
             CacheLayout(layout_name),
             preset=preset,
@@ -817,14 +830,6 @@ def hash_command(
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    kernel = _kernel(kernel_name, adapter)
-    try:
-        with err.status("generating token streams"):
-            comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
-    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
-        raise KernelFailed(f"the kernel raised: {type(exc).__name__}: {exc}") from exc
-    print_streams(comparison)
-    raise SystemExit(EXIT_OK if comparison.identical else EXIT_FAIL)
 
 
 @cli.command("bisect")

@@ -74,7 +74,6 @@ from dcpcheck.runner import (
     launch_all,
 )
 from dcpcheck.scenario import Scenario, ScenarioError, load_scenarios
-from dcpcheck.token_streams import stream_config_for
 
 ROOT = 0
 """The rank that runs the DCP1 baseline and the checks, and prints the report."""
@@ -837,17 +836,7 @@ def hash_command(
             raise cli.InputError(str(exc)) from None
     with _joined(device, rank_timeout_s, progress) as group:
         distributed_sizes(dcp_sizes, group.world_size)
-        try:
-            stream_config = stream_config_for(
-                group.backend,
-                CacheLayout(layout_name),
-                preset=preset,
-                prompts=prompts,
-                steps=steps,
-                seed=seed,
-            )
-        except ValueError as exc:
-            raise cli.InputError(str(exc)) from None
+        stream_config = cli.hash_config(group.backend, layout_name, preset, prompts, steps, seed)
         kernel = _group_kernel(kernel_name, adapter)
         try:
             comparison = compare_streams_distributed(kernel, stream_config, group)
