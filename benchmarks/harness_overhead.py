@@ -1,9 +1,15 @@
 """Harness overhead: the wall time of one checked case divided by the GPU time of the work
 it exists to do (the kernel launches of every rank plus the oracle).
 
-Everything else (allocating and poisoning buffers, random cache bytes, snapshots, the
-checks, moving verdicts to the host) is overhead; the target is at most 3x for
-4096-token cases.
+A case here is what ``dcpcheck run --dcp 4`` does for one scenario: the DCP1 baseline and
+the four DCP4 ranks launched, the oracle run once, every check of DESIGN §2 applied.
+Everything but the kernel and the oracle (seeded values, poisoned and guarded buffers,
+snapshots, the checks, moving verdicts to the host) is overhead; the target is at most 3x
+for 4096-token cases.
+
+GPU time is read with the torch profiler (CUDA activity): the device time of the kernel's
+launches, of the oracle's kernels, and of everything else the case put on the GPU. A second
+table times the case's steps one by one (synchronized), to show where the wall time goes.
 
     python3 benchmarks/harness_overhead.py           # on a CUDA device
 """
@@ -12,21 +18,32 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
+from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
-import triton
+from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
 from dcpcheck.case import build_case, make_activations, run_oracle
 from dcpcheck.dcp import Batch, Request
 from dcpcheck.kernels import load_kernel
-from dcpcheck.runner import RunConfig, run_scenario
+from dcpcheck.runner import RunConfig, check_case, launch_all, run_scenario
 from dcpcheck.scenario import SCENARIO_DIR, load_scenario
 
 TEMPLATE = SCENARIO_DIR / "glm5-prefill-512.toml"
+CASES = (
+    ("deepseek-v3.2", "fp8_ds_mla", 4096),
+    ("glm-5", "auto", 4096),
+    ("glm-5", "auto", 512),
+    ("deepseek-v3.2", "fp8_ds_mla", 65536),
+)
+DCP = 4
+KERNEL_NAME = "_fused_norm_rope_kernel"
 
 
-def scenario_for(preset: str, layout: str, tokens: int, dcp: int):
+def scenario_for(preset: str, layout: str, tokens: int):
     base = load_scenario(TEMPLATE)
     layout_value = next(c for c in type(base.cache_layout) if c.value == layout)
     return dataclasses.replace(
@@ -34,48 +51,102 @@ def scenario_for(preset: str, layout: str, tokens: int, dcp: int):
         name=f"{preset}-{layout}-{tokens}",
         preset=preset,
         cache_layout=layout_value,
-        dcp_sizes=(dcp,),
+        dcp_sizes=(DCP,),
         batch=Batch((Request(prefix=64, new=tokens),)),
         source=None,
     )
 
 
-def gpu_ms(fn) -> float:
-    return triton.testing.do_bench(fn)
+def wall_ms(fn: Callable[[], object]) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def device_ms(fn: Callable[[], object]) -> tuple[float, float, int]:
+    """(ms in the kernel under test, ms in every other GPU kernel, GPU kernels launched)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        events = prof.events()
+    ours = other = 0.0
+    count = 0
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        count += 1
+        if KERNEL_NAME in event.name:
+            ours += event.device_time
+        else:
+            other += event.device_time
+    return ours / 1e3, other / 1e3, count
 
 
 def main() -> None:
     backend = select_backend("cuda")
     kernel = load_kernel("default")
-    print(f"device: {backend.describe()}")
-    print(f"{'case':34} {'wall ms':>8} {'kernel ms':>9} {'oracle ms':>9} {'overhead':>8}")
-    for preset, layout, tokens, dcp in (
-        ("deepseek-v3.2", "fp8_ds_mla", 4096, 4),
-        ("glm-5", "auto", 4096, 4),
-        ("glm-5", "auto", 512, 4),
-    ):
-        scenario = scenario_for(preset, layout, tokens, dcp)
-        config = RunConfig("default", (dcp,))
-        list(run_scenario(kernel, scenario, config, backend))  # compile, warm allocator
+    config = RunConfig("default", (DCP,))
+    print(f"device: {backend.describe()}; one case = DCP1 baseline + DCP{DCP}, all checks")
+    print(
+        f"{'case':28} {'wall ms':>8} {'kernel ms':>9} {'oracle ms':>9} {'other ms':>8} "
+        f"{'GPU kernels':>11} {'overhead':>8}"
+    )
+    steps = {}
+    for preset, layout, tokens in CASES:
+        scenario = scenario_for(preset, layout, tokens)
+
+        def case(s=scenario):
+            return list(run_scenario(kernel, s, config, backend))
+
+        case()  # compile, warm the allocator
+        wall = min(wall_ms(case) for _ in range(3))
+        kernel_ms, all_other_ms, launched = device_ms(case)
+        act = make_activations(scenario, scenario.seed, backend.device)
+        _, oracle_ms, _ = device_ms(lambda s=scenario, a=act: run_oracle(s, a))
+        print(
+            f"{scenario.name:28} {wall:8.1f} {kernel_ms:9.3f} {oracle_ms:9.3f} "
+            f"{all_other_ms - oracle_ms:8.3f} {launched:11d} "
+            f"{wall / (kernel_ms + oracle_ms):7.1f}x"
+        )
+        steps[scenario.name] = step_times(kernel, scenario)
+
+    print("\nwhere the wall time goes (ms, each step synchronized)")
+    names = list(next(iter(steps.values())))
+    print(f"{'case':28} " + " ".join(f"{n:>10}" for n in names))
+    for name, times in steps.items():
+        print(f"{name:28} " + " ".join(f"{times[n]:10.1f}" for n in names))
+
+
+def step_times(kernel, scenario) -> dict[str, float]:
+    """``run_scenario``'s steps for one case, timed one by one."""
+    device, seed = torch.device("cuda"), scenario.seed
+    times: dict[str, float] = {}
+
+    @contextmanager
+    def step(name: str):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        list(run_scenario(kernel, scenario, config, backend))
+        yield
         torch.cuda.synchronize()
-        wall = (time.perf_counter() - start) * 1e3
+        times[name] = (time.perf_counter() - start) * 1e3
 
-        act = make_activations(scenario, scenario.seed, backend.device)
+    with step("values"):
+        act = make_activations(scenario, seed, device)
+    with step("oracle"):
         expected = run_oracle(scenario, act)
-        cases = [
-            build_case(scenario, n, backend.device, activations=act, expected=expected)
-            for n in (1, dcp)
-        ]
-        launches = [r for case in cases for r in case.ranks]
-        kernel_ms = sum(gpu_ms(lambda r=r: kernel(r.inputs, r.outputs, r.caches)) for r in launches)
-        oracle_ms = gpu_ms(lambda s=scenario, a=act: run_oracle(s, a))
-        print(
-            f"{scenario.name + f'[dcp{dcp}]':34} {wall:8.1f} {kernel_ms:9.3f} "
-            f"{oracle_ms:9.3f} {wall / (kernel_ms + oracle_ms):7.1f}x"
-        )
+    cases = {}
+    for size in (1, DCP):
+        with step(f"build dcp{size}"):
+            cases[size] = build_case(scenario, size, device, activations=act, expected=expected)
+        with step(f"launch dcp{size}"):
+            launch_all(kernel, cases[size])
+    with step("checks"):
+        check_case(cases[DCP], cases[1], [])
+    return times
 
 
 if __name__ == "__main__":

@@ -9,6 +9,14 @@ once, the top-k row filled, the RoPE table row of each token read. Weights are i
 
     python3 benchmarks/kernel_bandwidth.py            # on a CUDA device
     python3 benchmarks/kernel_bandwidth.py --quick    # fewer sizes
+    python3 benchmarks/kernel_bandwidth.py --block-tokens 1,2,4 --num-warps 4,8  # tuning
+    ncu --clock-control none -k regex:fused_norm_rope -c 1 python3 benchmarks/kernel_bandwidth.py \
+        --no-eager --tokens 65536 --presets deepseek-v3.2 --layouts fp8_ds_mla   # one launch
+
+The kernel is timed as a CUDA graph of its launch alone (``fused_norm_rope.launch``, the
+buffers checked once beforehand): GPU time, free of Python and of the launch checks'
+device-to-host copy. The eager composition is timed as it runs, call by call
+(``triton.testing.do_bench``): its host time is part of what it costs.
 
 Decode: 1 to 256 tokens (launch-bound: the figure there is microseconds, not GB/s);
 prefill: 4K to 64K tokens, every token owned (DCP1), fp8_ds_mla and auto caches.
@@ -17,6 +25,8 @@ prefill: 4K to 64K tokens, every token owned (DCP1), fp8_ds_mla and auto caches.
 from __future__ import annotations
 
 import argparse
+from functools import partial
+from itertools import product
 
 import torch
 import triton
@@ -33,7 +43,8 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.kernels import load_kernel
+from dcpcheck.kernels.fused_norm_rope import GPU_NUM_WARPS, launch
+from dcpcheck.kernels.launch_checks import check_launch
 
 H200_PEAK_TBPS = 4.8
 """HBM3e peak by NVIDIA's datasheet; a device-to-device copy reaches about 4.3 TB/s."""
@@ -112,34 +123,54 @@ def eager(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches)
     caches.mla.view(-1, caches.mla.shape[2])[inputs.slot_mapping] = ref.mla_entries
 
 
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
+    parser.add_argument("--block-tokens", type=_int_list, default=[None], help="BLOCK_T values")
+    parser.add_argument("--num-warps", type=_int_list, default=[None], help="num_warps values")
+    parser.add_argument("--no-eager", action="store_true", help="skip the eager composition")
+    parser.add_argument("--tokens", type=_int_list, help="token counts (default: all sizes)")
+    parser.add_argument("--presets", default="deepseek-v3.2,glm-5", help="comma-separated")
+    parser.add_argument("--layouts", default="fp8_ds_mla,auto", help="comma-separated")
     args = parser.parse_args()
     backend = select_backend("cuda")
-    kernel = load_kernel("default")
     decode = (1, 16, 256) if args.quick else (1, 4, 16, 64, 256)
     prefill = (4096, 65536) if args.quick else (4096, 16384, 65536)
+    sizes = args.tokens or (*decode, *prefill)
     print(f"device: {backend.describe()}; peak {H200_PEAK_TBPS} TB/s (datasheet)")
     print(
-        f"{'preset':14} {'layout':10} {'tokens':>7} {'MB':>8} {'triton us':>10} "
-        f"{'GB/s':>7} {'%peak':>6} {'eager us':>9} {'GB/s':>7} {'speedup':>7}"
+        f"{'preset':14} {'layout':10} {'tokens':>7} {'BLOCK_T':>7} {'warps':>5} {'MB':>8} "
+        f"{'kernel us':>10} {'GB/s':>7} {'%peak':>6} {'eager us':>9} {'GB/s':>7} {'speedup':>7}"
     )
-    for preset in ("deepseek-v3.2", "glm-5"):
-        for layout in (CacheLayout.FP8_DS_MLA, CacheLayout.AUTO):
-            for tokens in (*decode, *prefill):
-                inputs, outputs, caches = make_op(preset, tokens, layout, backend.device)
-                moved = bytes_moved(inputs, outputs, caches)
-                op = (inputs, outputs, caches)
-                t_kernel = triton.testing.do_bench(lambda op=op: kernel(*op))
-                t_eager = triton.testing.do_bench(lambda op=op: eager(*op))
-                gbps = moved / (t_kernel * 1e-3) / 1e9
-                eager_gbps = moved / (t_eager * 1e-3) / 1e9
-                print(
-                    f"{preset:14} {layout.value:10} {tokens:7d} {moved / 1e6:8.2f} "
-                    f"{t_kernel * 1e3:10.1f} {gbps:7.0f} {gbps / (H200_PEAK_TBPS * 10):5.1f}% "
-                    f"{t_eager * 1e3:9.1f} {eager_gbps:7.0f} {t_eager / t_kernel:6.1f}x"
-                )
+    for preset in args.presets.split(","):
+        for layout in map(CacheLayout, args.layouts.split(",")):
+            for tokens in sizes:
+                op = make_op(preset, tokens, layout, backend.device)
+                shape = check_launch(*op, backend.device)
+                moved = bytes_moved(*op)
+                eager_cols = ""
+                if not args.no_eager:
+                    t_eager = triton.testing.do_bench(partial(eager, *op))
+                    eager_gbps = moved / (t_eager * 1e-3) / 1e9
+                    eager_cols = f"{t_eager * 1e3:9.1f} {eager_gbps:7.0f}"
+                for block_tokens, num_warps in product(args.block_tokens, args.num_warps):
+                    run = partial(
+                        launch, shape, *op, block_tokens=block_tokens, num_warps=num_warps
+                    )
+                    run()  # compile outside the graph
+                    t_kernel = triton.testing.do_bench_cudagraph(run)
+                    gbps = moved / (t_kernel * 1e-3) / 1e9
+                    speedup = f" {t_eager / t_kernel:6.1f}x" if eager_cols else ""
+                    print(
+                        f"{preset:14} {layout.value:10} {tokens:7d} {block_tokens or 1:7d} "
+                        f"{num_warps or GPU_NUM_WARPS:5d} {moved / 1e6:8.2f} "
+                        f"{t_kernel * 1e3:10.1f} {gbps:7.0f} {gbps / (H200_PEAK_TBPS * 10):5.1f}% "
+                        f"{eager_cols}{speedup}"
+                    )
 
 
 if __name__ == "__main__":

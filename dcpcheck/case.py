@@ -7,7 +7,8 @@ The harness owns every buffer a kernel writes (DESIGN §7):
   ``OUTPUT_GUARD_ROWS`` rows of ``OUTPUT_GUARD_BYTE`` before and after it, so a write past
   either end is seen even when it crashes nothing;
 * each cache lives inside a larger byte *storage* with ``GUARD_BLOCKS`` guard blocks
-  before and after the addressable range, all filled with a seeded random byte pattern,
+  before and after the addressable range, all filled with a seeded random byte pattern
+  (drawn on the device: ``_random_storage``),
   so "unchanged" and "no out-of-bounds write" are both checked bytewise;
 * the cached prefix of every request is pre-written with real encodings, so a kernel
   that rewrites a prefix entry is caught even if it writes plausible data.
@@ -24,6 +25,7 @@ from functools import cache
 import torch
 
 import reference
+from dcpcheck import seeded
 from dcpcheck.contract import (
     FusedOpCaches,
     FusedOpInputs,
@@ -218,7 +220,7 @@ def _tie_weight(width: int, dtype: torch.dtype, gen: torch.Generator) -> torch.T
 
 
 def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Activations:
-    """Seeded token values on the CPU generator (same bits on every device), then moved.
+    """Seeded token values with the same bits on every device (``dcpcheck.seeded``).
 
     The scenario's value regime (``Scenario.values``) then reshapes them:
 
@@ -238,19 +240,23 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
     preset, dtype = scenario.model, scenario.torch_dtype
     gen = torch.Generator().manual_seed(seed)
     tokens = scenario.batch.num_tokens
+    streams = iter(range(1, 100))  # one stream per draw, in this fixed order
 
     def randn(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen) * scale + shift).to(dtype)
+        return seeded.normal(seed, next(streams), shape, device) * scale + shift
+
+    def activation(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        return randn(*shape, scale=scale, shift=shift).to(dtype)
 
     positions = slot_mappings(
         scenario.batch, scenario.layout(1), scenario.block_tables(1)
     ).positions
     act = Activations(
-        q_c=randn(tokens, preset.q_lora_rank),
-        q_weight=randn(preset.q_lora_rank, scale=0.1, shift=1.0),
-        kv_c=randn(tokens, preset.kv_lora_rank),
-        kv_weight=randn(preset.kv_lora_rank, scale=0.1, shift=1.0),
-        k_pe=randn(tokens, preset.rope_dim),
+        q_c=activation(tokens, preset.q_lora_rank),
+        q_weight=activation(preset.q_lora_rank, scale=0.1, shift=1.0),
+        kv_c=activation(tokens, preset.kv_lora_rank),
+        kv_weight=activation(preset.kv_lora_rank, scale=0.1, shift=1.0),
+        k_pe=activation(tokens, preset.rope_dim),
         positions=positions,
         cos_sin=_cos_sin(preset, device),
         index_k=None,
@@ -258,9 +264,9 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
         index_bias=None,
     )
     if scenario.has_indexer:
-        act.index_k = randn(tokens, preset.index_head_dim)
-        act.index_weight = torch.randn(preset.index_head_dim, generator=gen) * 0.1 + 1.0
-        act.index_bias = torch.randn(preset.index_head_dim, generator=gen) * 0.1
+        act.index_k = activation(tokens, preset.index_head_dim)
+        act.index_weight = randn(preset.index_head_dim, scale=0.1, shift=1.0)
+        act.index_bias = randn(preset.index_head_dim, scale=0.1)
 
     if scenario.values == "zero-rows":
         act.q_c, act.kv_c = _zero_rows(act.q_c), _zero_rows(act.kv_c)
@@ -285,7 +291,7 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
 
     return Activations(
         **{name: None if value is None else value.to(device) for name, value in vars(act).items()}
-    )
+    )  # the regimes' CPU-drawn values (and the positions) move; the rest is there already
 
 
 def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference:
@@ -327,18 +333,22 @@ def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
     )
 
 
-def _random_storage(blocks: int, block_size: int, entry: int, gen: torch.Generator, device):
+def _random_storage(blocks: int, block_size: int, entry: int, gen: torch.Generator):
+    """Seeded random bytes, drawn where ``gen`` lives (the device: a cache is the largest
+    buffer of a case, and drawing it on the CPU and copying it over cost more than the
+    kernel it surrounds). Unlike the activations, these bytes differ between a CPU and a
+    GPU run of the same seed; no verdict depends on them, only on whether they changed."""
     shape = (blocks + 2 * GUARD_BLOCKS, block_size, entry)
-    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8).to(device)
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8, device=gen.device)
 
 
-def _prefix_values(scenario: Scenario, count: int, gen: torch.Generator, device):
+def _prefix_values(scenario: Scenario, count: int, case_seed: int, device):
     """Plausible fp32 values for the cached prefix, so pre-written entries are real encodings."""
     p = scenario.model
-    kv = torch.randn(count, p.kv_lora_rank, generator=gen).to(device)
-    kpe = torch.randn(count, p.rope_dim, generator=gen).to(device)
-    index = torch.randn(count, p.index_head_dim, generator=gen).to(device)
-    return kv, kpe, index
+    return tuple(
+        seeded.normal(case_seed, stream, (count, width), device)
+        for stream, width in enumerate((p.kv_lora_rank, p.rope_dim, p.index_head_dim))
+    )
 
 
 def build_case(
@@ -379,9 +389,10 @@ def build_case(
 
     mla_bytes = mla_entry_bytes(scenario.cache_layout, preset.kv_lora_rank, preset.rope_dim, dtype)
     idx_bytes = index_entry_bytes(preset.index_head_dim)
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + dcp_size)
+    case_seed = seed * 1_000_003 + dcp_size
+    storage_gen = torch.Generator(device=device).manual_seed(case_seed)
     num_prefix = mappings.prefix_owner.numel()
-    prefix_kv, prefix_kpe, prefix_index = _prefix_values(scenario, num_prefix, gen, device)
+    prefix_kv, prefix_kpe, prefix_index = _prefix_values(scenario, num_prefix, case_seed, device)
     prefix_entries = reference.encode_mla_entries(
         prefix_kv, prefix_kpe, scenario.cache_layout.value, dtype, scenario.mla_scale
     )
@@ -391,14 +402,14 @@ def build_case(
     for rank in range(dcp_size):
         slots = None if scenario.profiling else mappings.per_rank[rank].to(device)
         prefix_slots = mappings.prefix_per_rank[rank].to(device)
-        mla_storage = _random_storage(mla_blocks, scenario.block_size, mla_bytes, gen, device)
+        mla_storage = _random_storage(mla_blocks, scenario.block_size, mla_bytes, storage_gen)
         mla_view = mla_storage[GUARD_BLOCKS : GUARD_BLOCKS + mla_blocks]
         mla_view.copy_(reference.write_mla_cache(mla_view, prefix_slots, prefix_entries))
 
         index_cache, index_slots, index_prefix_slots = None, None, None
         if index_mappings is not None:
             index_prefix_slots = index_mappings.prefix_per_rank[rank].to(device)
-            storage = _random_storage(index_blocks, scenario.block_size, idx_bytes, gen, device)
+            storage = _random_storage(index_blocks, scenario.block_size, idx_bytes, storage_gen)
             view = storage[GUARD_BLOCKS : GUARD_BLOCKS + index_blocks]
             view.copy_(
                 reference.write_index_cache(

@@ -105,6 +105,14 @@ def index_entry_parts(index_dim: int):
     )
 
 
+def _all_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Every row bitwise equal to the expected one, and no expected value a NaN (which
+    the tolerances count as infinitely far even from itself)."""
+    fp8 = actual.dtype == torch.uint8  # float8_e4m3fn bytes: NaN is 0x7F / 0xFF
+    nan = (expected & 0x7F) == 0x7F if fp8 else expected.isnan()
+    return bool((_bits_equal(actual, expected) & ~nan.any(dim=1)).all())
+
+
 def row_violations(
     actual: torch.Tensor, expected: torch.Tensor, tolerance: tolerances.Tolerance
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,6 +120,9 @@ def row_violations(
 
     ``actual``/``expected`` are float rows ``[K, W]``, or fp8 byte rows when the
     tolerance is counted in fp8 steps (uint8)."""
+    if not actual.numel() or _all_identical(actual, expected):  # the usual verdict, cheaply
+        rows = actual.shape[0]
+        return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
     if actual.dtype == torch.uint8:
         steps = tolerances.fp8_step_distance(actual, expected)
         bad = steps > tolerance.max_steps
@@ -199,9 +210,9 @@ def check_topk(case: Case) -> CheckResult:
     tokens = _real_tokens(case)
     findings = []
     for launch in case.ranks:
-        rows = launch.outputs.topk_indices[tokens.to(launch.outputs.topk_indices.device)].cpu()
+        rows = launch.outputs.topk_indices[tokens.to(launch.outputs.topk_indices.device)]
         want = -1 if case.scenario.has_indexer else TOPK_SENTINEL
-        bad = (rows != want).any(dim=1)
+        bad = (rows != want).any(dim=1).cpu()  # a flag per row crosses, not the 2,048 indices
         if bad.any():
             steps = torch.zeros(len(tokens), dtype=torch.int64)
             what = "not filled with -1" if want == -1 else "written on a shared (no-indexer) layer"
@@ -310,22 +321,23 @@ class StrayWrite:
     bytes_changed: int
 
 
-def _entry_of_bytes(
-    flat_index: torch.Tensor, cache: str, block_size: int, row: int, index_dim: int
-) -> torch.Tensor:
-    """Map byte offsets in a cache storage to the entry (slot) they belong to.
+def _changed_bytes_per_entry(cache: GuardedCache, name: str, index_dim: int) -> torch.Tensor:
+    """How many bytes of each entry (slot, guard entries included) differ from before.
 
     The MLA cache stores entries contiguously. The indexer packs a block as all its
-    fp8 rows first, then all its scales (DESIGN §2), so a byte's slot depends on which
-    half of the block it sits in.
+    fp8 rows first, then all its scales (DESIGN §2), so an entry's bytes sit in two places.
+    Counted as a sum over a reshaped comparison: finding every changed byte and binning it
+    by entry costs far more on a GPU (the bytes of one entry all hit one counter).
     """
-    if cache == "mla_cache":
-        return flat_index // row
-    block_bytes = block_size * row
-    block, pos = flat_index // block_bytes, flat_index % block_bytes
+    changed = cache.storage != cache.initial
+    blocks, block_size, row = changed.shape
+    if name == "mla_cache":
+        return changed.sum(dim=2).flatten()
+    flat = changed.view(blocks, block_size * row)
     values_end = block_size * index_dim
-    offset = torch.where(pos < values_end, pos // index_dim, (pos - values_end) // 4)
-    return block * block_size + offset
+    values = flat[:, :values_end].reshape(blocks, block_size, index_dim).sum(dim=2)
+    scales = flat[:, values_end:].reshape(blocks, block_size, -1).sum(dim=2)
+    return (values + scales).flatten()
 
 
 def _stray_writes(
@@ -338,14 +350,9 @@ def _stray_writes(
     read_entry,
     encodings: torch.Tensor | None,
 ) -> list[StrayWrite]:
-    storage, initial = cache.storage, cache.initial
-    blocks, block_size, row = storage.shape
-    index_dim = case.scenario.model.index_head_dim
-    changed = torch.nonzero((storage != initial).flatten()).flatten()
-    if not len(changed):
-        return []
-    entries = _entry_of_bytes(changed, name, block_size, row, index_dim)
-    changed_per_entry = torch.bincount(entries, minlength=blocks * block_size)
+    storage = cache.storage
+    blocks, block_size, _ = storage.shape
+    changed_per_entry = _changed_bytes_per_entry(cache, name, case.scenario.model.index_head_dim)
     first_entry = GUARD_BLOCKS * block_size
     if owned_slots is not None:
         changed_per_entry[owned_slots[owned_slots >= 0] + first_entry] = 0
@@ -483,12 +490,19 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def input_changes(launch: RankLaunch, before: dict[str, torch.Tensor]) -> list[Finding]:
     """Inputs (slot mappings included) that one rank's launch modified, bitwise."""
-    findings = []
+    same_rows = {}
     for name, original in before.items():
         after = getattr(launch.inputs, name)
         rows = after.reshape(after.shape[0], -1) if after.dim() else after.reshape(1, 1)
-        same = _bits_equal(rows, original.reshape(rows.shape)).cpu()
-        if not same.all():
+        same_rows[name] = _bits_equal(rows, original.reshape(rows.shape))
+    if not same_rows:
+        return []
+    # One device-to-host copy for the verdicts; the details only for inputs that changed.
+    unchanged = torch.stack([same.all() for same in same_rows.values()]).tolist()
+    findings = []
+    for (name, same), intact in zip(same_rows.items(), unchanged, strict=True):
+        if not intact:
+            same = same.cpu()
             first = int(torch.nonzero(~same).flatten()[0])
             findings.append(
                 Finding(

@@ -277,9 +277,12 @@ def _ranges(starts: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.
     """Concatenated ``range(start, start + length)`` per request, and the request index of
     each element."""
     lengths_t = torch.tensor(lengths, dtype=torch.int64)
-    request_index = torch.repeat_interleave(torch.arange(len(lengths)), lengths_t)
-    first_row = torch.cumsum(lengths_t, 0) - lengths_t  # row where each request begins
-    rows = torch.arange(int(lengths_t.sum()), dtype=torch.int64)
+    ends = torch.cumsum(lengths_t, 0)  # row after each request's last
+    first_row = ends - lengths_t  # row where each request begins
+    rows = torch.arange(sum(lengths), dtype=torch.int64)
+    # The request of a row is the number of requests ending at or before it
+    # (``repeat_interleave`` says the same, ~100x slower on small CPU tensors).
+    request_index = torch.searchsorted(ends, rows, right=True)
     starts_t = torch.tensor(starts, dtype=torch.int64)
     positions = rows - first_row[request_index] + starts_t[request_index]
     return positions, request_index

@@ -95,7 +95,7 @@ from dcpcheck.contract import (
 )
 from dcpcheck.kernels import DEFAULT_VARIANT, KernelVariant, Mutation
 from dcpcheck.kernels.fp8_codes import AMAX_FLOOR, FP8_MAX, fp8_e4m3_codes, ue8m0_scale
-from dcpcheck.kernels.launch_checks import check_launch
+from dcpcheck.kernels.launch_checks import LaunchShape, check_launch
 
 TASK_INDEXER_K = tl.constexpr(0)
 TASK_KV = tl.constexpr(1)
@@ -150,6 +150,13 @@ FP32_EXPONENT_MASK = tl.constexpr(0x7F800000)
 
 GPU_TOKENS_PER_PROGRAM = 1
 """One token per program on a GPU, as in the production kernels."""
+
+GPU_NUM_WARPS = 2
+"""Warps per program on a GPU. A program's work is one row (at most 2,048 lanes), so few
+warps suffice, and more resident programs per multiprocessor keep more rows in flight:
+on the H200, 2 warps moved 56-68% of HBM peak at 65,536 tokens against 47-57% with
+Triton's default 4 and 31-39% with 8 (BENCHMARKS.md, ``kernel_bandwidth.py`` sweep);
+2 tokens per program gained at most one more point, so programs stay one token wide."""
 
 INTERPRETER_TILE_ELEMENTS = 1 << 20
 """Under the interpreter, ``BLOCK_T * widest row`` stays within this, which is also
@@ -572,8 +579,26 @@ def fused_norm_rope(
     past the last token. Raises ``ValueError`` naming the first buffer that does not match
     the contract (``dcpcheck.kernels.launch_checks``).
     """
-    backend = current_backend()
-    shape = check_launch(inputs, outputs, caches, backend.device)
+    shape = check_launch(inputs, outputs, caches, current_backend().device)
+    launch(shape, inputs, outputs, caches, variant=variant, block_tokens=block_tokens)
+
+
+def launch(
+    shape: LaunchShape,
+    inputs: FusedOpInputs,
+    outputs: FusedOpOutputs,
+    caches: FusedOpCaches,
+    *,
+    variant: KernelVariant = DEFAULT_VARIANT,
+    block_tokens: int | None = None,
+    num_warps: int | None = None,
+) -> None:
+    """The launch alone, for buffers ``check_launch`` already accepted as ``shape``.
+
+    ``fused_norm_rope`` is the checked entry point; this one exists so a benchmark can time
+    the kernel without the checks' device-to-host copy (and capture it in a CUDA graph).
+    ``num_warps`` overrides ``GPU_NUM_WARPS``, for tuning.
+    """
     if shape.num_tokens == 0:
         return
     has_indexer = shape.index_dim > 0
@@ -584,7 +609,9 @@ def fused_norm_rope(
     block_topk = triton.next_power_of_2(max(shape.topk, 1))
     if block_tokens is None:
         widest = max(block_q, block_kv, block_index, block_topk)
-        block_tokens = tokens_per_program(shape.num_tokens, widest, backend.interpreted)
+        block_tokens = tokens_per_program(
+            shape.num_tokens, widest, current_backend().interpreted
+        )
     elif block_tokens < 1 or block_tokens & (block_tokens - 1):
         raise ValueError(f"block_tokens: expected a power of two, got {block_tokens}")
 
@@ -621,6 +648,7 @@ def fused_norm_rope(
         WRITES_INDEX_CACHE=shape.writes_index_cache,
         INDEX_ROPE_NEOX=not inputs.index_rope_interleaved, MUTATION=int(variant.mutation),
         enable_fp_fusion=False,  # see "Rounding" in the module docstring
+        num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
     )
 
 

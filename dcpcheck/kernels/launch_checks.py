@@ -91,15 +91,12 @@ def _expect_vector(name: str, t: torch.Tensor, length: int) -> None:
         raise ValueError(f"{name}: must be contiguous, got stride {t.stride(0)}")
 
 
-def _expect_slots(name: str, slots: torch.Tensor, num_tokens: int, cache_entries: int) -> None:
+def _expect_slots(name: str, slots: torch.Tensor, num_tokens: int) -> None:
+    """Shape, dtype and layout of a slot mapping; its values: ``_expect_in_range``."""
     _expect_shape(name, slots, (num_tokens,))
     _expect_dtype(name, slots, torch.int64)
     if num_tokens > 1 and slots.stride(0) != 1:
         raise ValueError(f"{name}: must be contiguous, got stride {slots.stride(0)}")
-    if num_tokens and int(slots.max()) >= cache_entries:
-        raise ValueError(
-            f"{name}: slot {int(slots.max())} is outside the cache's {cache_entries} entries"
-        )
 
 
 def _expect_paged_cache(
@@ -146,6 +143,35 @@ def _expect_one_device(
                 raise ValueError(f"{prefix}{field.name}: expected device {device}, got {placed}")
 
 
+def _expect_in_range(
+    inputs: FusedOpInputs,
+    cos_sin_rows: int,
+    mla_entries: int | None,
+    index_entries: int | None,
+) -> None:
+    """Positions inside the RoPE table and slots inside their caches, or a ``ValueError``.
+
+    These are the only checks that read tensor *values*, so they cost a device-to-host
+    copy: all extremes travel in one (a sync per launch, not one per bound).
+    """
+    extremes = [inputs.positions.min(), inputs.positions.max()]
+    if mla_entries is not None:
+        extremes.append(inputs.slot_mapping.max())
+    if index_entries is not None:
+        extremes.append(inputs.index_slot_mapping.max())
+    lowest, highest, *slot_max = torch.stack(extremes).tolist()
+    if lowest < 0 or highest >= cos_sin_rows:
+        raise ValueError(
+            f"positions: range [{lowest}, {highest}] is outside the cos_sin table's "
+            f"{cos_sin_rows} rows"
+        )
+    limits = [("slot_mapping", mla_entries), ("index_slot_mapping", index_entries)]
+    checked = [(name, entries) for name, entries in limits if entries is not None]
+    for (name, entries), largest in zip(checked, slot_max, strict=True):
+        if largest >= entries:
+            raise ValueError(f"{name}: slot {largest} is outside the cache's {entries} entries")
+
+
 def check_launch(
     inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches, device: torch.device
 ) -> LaunchShape:
@@ -177,13 +203,6 @@ def check_launch(
     if cos_sin.dim() != 2 or cos_sin.shape[1] != rope_dim:
         raise ValueError(f"cos_sin: expected shape (max_pos, {rope_dim}), got {_shape(cos_sin)}")
     _expect_rows("cos_sin", cos_sin, cos_sin.shape[0], torch.float32)
-    if num_tokens:
-        lowest, highest = int(inputs.positions.min()), int(inputs.positions.max())
-        if lowest < 0 or highest >= cos_sin.shape[0]:
-            raise ValueError(
-                f"positions: range [{lowest}, {highest}] is outside the cos_sin table's "
-                f"{cos_sin.shape[0]} rows"
-            )
     if not math.isfinite(inputs.eps) or inputs.eps < 0:
         raise ValueError(f"eps: expected a finite value >= 0, got {inputs.eps}")
 
@@ -232,8 +251,9 @@ def check_launch(
     )
     writes_mla_cache = inputs.slot_mapping is not None
     if writes_mla_cache:
-        _expect_slots("slot_mapping", inputs.slot_mapping, num_tokens, mla_entries)
+        _expect_slots("slot_mapping", inputs.slot_mapping, num_tokens)
     writes_index_cache = writes_mla_cache and inputs.has_indexer
+    index_entries = None
     if writes_index_cache:
         if inputs.index_slot_mapping is None:
             raise ValueError(
@@ -253,8 +273,15 @@ def check_launch(
                 f"caches.index: each block must be contiguous (values, then scales), "
                 f"got strides {caches.index.stride()}"
             )
-        _expect_slots("index_slot_mapping", inputs.index_slot_mapping, num_tokens, index_entries)
+        _expect_slots("index_slot_mapping", inputs.index_slot_mapping, num_tokens)
 
+    if num_tokens:
+        _expect_in_range(
+            inputs,
+            cos_sin.shape[0],
+            mla_entries if writes_mla_cache else None,
+            index_entries,
+        )
     return LaunchShape(
         num_tokens=num_tokens,
         q_dim=q_dim,

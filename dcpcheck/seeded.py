@@ -1,0 +1,83 @@
+"""Seeded Gaussian values drawn on the device, with the same bits on every device.
+
+A case's activations must be identical on the CPU and on a GPU: a failure found on the
+H200 is replayed on a laptop, and the two runs must feed the kernel the same numbers.
+``torch.randn`` gives that only on the CPU generator, and drawing a prefill batch there
+and copying it over cost more than everything the GPU then does with it (65,536 tokens
+of DeepSeek-V3.2 are 150 million values). So values are computed, not drawn:
+
+* a counter per element, offset by a key derived from ``(seed, stream)``, goes through a
+  32-bit integer hash (C. Wellons' "lowbias32" constants). Integer arithmetic wraps the
+  same way on every device, so the hash is bit-identical everywhere;
+* the top 16 bits of the hash pick one of 65,536 equiprobable quantiles of the standard
+  normal distribution, tabulated once in float64 on the CPU and rounded to fp32.
+
+The values are a 16-bit quantization of a Gaussian, truncated at about 4.2 standard
+deviations: plenty for bf16 activations (8 significant bits), and every row of a batch is
+distinct (the hash is a bijection of the counter).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+
+QUANTILES = 1 << 16
+"""Equiprobable normal quantiles in the lookup table (16 bits of each hash)."""
+
+_HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B - (1 << 32))
+"""lowbias32's two multipliers, as int32 (the second one's bit pattern, sign and all)."""
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 on an int32 tensor: xor-shift, multiply, xor-shift, multiply, xor-shift.
+
+    Shifts are logical (masked after torch's arithmetic shift) and products wrap modulo
+    2^32, as the hash is defined on unsigned 32-bit words."""
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * _HASH_MULTIPLIERS[0]
+    x = x ^ ((x >> 15) & 0x1FFFF)
+    x = x * _HASH_MULTIPLIERS[1]
+    return x ^ ((x >> 16) & 0xFFFF)
+
+
+def _as_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _key(seed: int, stream: int) -> int:
+    """A 32-bit key for ``(seed, stream)``; seeds of any size fold in 32 bits at a time."""
+    words = [stream]
+    while True:
+        words.append(seed & 0xFFFFFFFF)
+        seed >>= 32
+        if not seed:
+            break
+    key = 0
+    for word in words:
+        mixed = torch.tensor([_as_int32(key ^ word)], dtype=torch.int32)
+        key = int(_hash32(mixed)) & 0xFFFFFFFF
+    return _as_int32(key)
+
+
+@cache
+def _quantiles(device: torch.device) -> torch.Tensor:
+    probabilities = (torch.arange(QUANTILES, dtype=torch.float64) + 0.5) / QUANTILES
+    return torch.special.ndtri(probabilities).to(torch.float32).to(device)
+
+
+def normal(seed: int, stream: int, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """fp32 standard-normal values of ``shape`` for ``(seed, stream)``, on ``device``.
+
+    Different streams of one seed are independent draws (one per tensor of a case)."""
+    count = 1
+    for size in shape:
+        count *= size
+    if count >= 1 << 31:
+        raise ValueError(f"seeded.normal: {count} values exceed the 32-bit counter")
+    counter = torch.arange(count, dtype=torch.int32, device=device)
+    bits = _hash32(counter + _key(seed, stream))
+    index = (bits >> 16) & 0xFFFF
+    return _quantiles(device)[index.long()].reshape(shape)
