@@ -8,6 +8,7 @@ Exit codes (part of the interface; ``git bisect run`` relies on 125):
   2    usage error or bad input, found before any work starts
   125  the kernel under test could not be loaded or compiled
   130  interrupted (Ctrl-C): the reports so far are written, marked partial
+  143  terminated (SIGTERM, e.g. a CI job's timeout): the same, under its own code
 
 A kernel that raises fails its case (error); under --isolate one that crashes or hangs
 fails it as crash or timeout; the other cases still run, and the exit code is 1. Where a
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +43,7 @@ from dcpcheck.exit_codes import (
     EXIT_INTERRUPTED,
     EXIT_KERNEL_LOAD,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_USAGE,
 )
 from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
@@ -90,9 +93,20 @@ class KernelFailed(click.ClickException):
 
 
 class Interrupted(click.ClickException):
-    """Ctrl-C: one line saying what was kept, exit 130."""
+    """Ctrl-C (exit 130) or SIGTERM (exit 143): one line saying what was kept."""
 
-    exit_code = EXIT_INTERRUPTED
+    def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C's ``KeyboardInterrupt`` would be, so
+    a run that a CI job's timeout stops writes its partial reports the same way."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
@@ -340,7 +354,7 @@ def run_command(
     searched: search.SearchResult | None = None
     started = time.perf_counter()
     named_seconds = 0.0
-    partial, interrupted = True, False
+    partial, stopped = True, None
     with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
         by_name = {s.name: s for s in scenarios}
         saving = True  # until HOME turns out not to be writable: then one warning
@@ -374,23 +388,24 @@ def run_command(
             if search_config is not None and not (fail_fast and failed):
                 searched = _search_with_progress(kernel, search_config, backend)
             partial = False
-        except KeyboardInterrupt:  # Ctrl-C, in a case, the worker wait or the progress bar
-            interrupted = True  # reported below, once the reports are written, the worker gone
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM, wherever the run was
+            stopped = stop  # reported below, once the reports are written, the worker gone
         finally:
             # The shrunk failure's replay goes into the reports like any other case.
             replayed = searched.replay if searched is not None else []
             _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
     if scenarios:
         print_results(named, saved)
-    if report_dir is not None and not interrupted:
+    if report_dir is not None and stopped is None:
         written = ownership_map.write_report_dir(
             named, scenarios, report_dir, kernel_name=kernel_name
         )
         out.print(f"report: {escape(str(written[0]))}", soft_wrap=True)
-    if interrupted:
+    if stopped is not None:
         written = [str(path) for path in (json_path, junit_path) if path is not None]
         kept = f"; partial report(s): {', '.join(written)}" if written else ""
-        raise Interrupted(f"interrupted after {len(named)} case(s){kept}")
+        how, code = _stop_reason(stopped)
+        raise Interrupted(f"{how} after {len(named)} case(s){kept}", code)
     if searched is not None:
         print_search(searched, search_config)
     if stats:
@@ -954,6 +969,7 @@ def main() -> None:
 
         if distributed.in_torchrun_environment():
             distributed.main(sys.argv[1:])
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -964,6 +980,14 @@ def main() -> None:
     except click.ClickException as exc:
         err.print(f"dcpcheck: error: {exc.format_message()}", markup=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:  # Ctrl-C outside a run's cases (click turns it into Abort)
-        err.print("dcpcheck: interrupted", markup=False)
-        sys.exit(EXIT_INTERRUPTED)
+    except click.exceptions.Abort as exc:  # Ctrl-C / SIGTERM outside a run's cases
+        how, code = _stop_reason(exc.__context__)
+        err.print(f"dcpcheck: {how}", markup=False)
+        sys.exit(code)
+
+
+def _stop_reason(stop: BaseException | None) -> tuple[str, int]:
+    """What stopped the command, as printed, and its exit code."""
+    if isinstance(stop, Terminated):
+        return "terminated", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED

@@ -15,3 +15,6 @@ EXIT_KERNEL_LOAD = 125
 
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, the shell's code), after writing partial reports."""
+
+EXIT_TERMINATED = 143
+"""SIGTERM (128 + 15: a CI job's timeout, ``kill``), after writing partial reports."""

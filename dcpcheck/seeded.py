@@ -49,6 +49,8 @@ def _as_int32(value: int) -> int:
 
 def _key(seed: int, stream: int) -> int:
     """A 32-bit key for ``(seed, stream)``; seeds of any size fold in 32 bits at a time."""
+    if seed < 0:
+        raise ValueError(f"seeded: seeds are >= 0, got {seed}")
     words = [stream]
     while True:
         words.append(seed & 0xFFFFFFFF)

@@ -272,10 +272,19 @@ def test_a_crash_reaches_every_report_and_its_scenario_is_saved(tmp_path):
     assert f"--kernel {FILE}:segfaults_on_one_token" in scenario.description
 
 
-@pytest.mark.parametrize("isolate", ["--isolate", "--no-isolate"])
-def test_ctrl_c_writes_the_partial_report_and_leaves_no_worker(tmp_path, isolate):
+@pytest.mark.parametrize(
+    ("isolate", "stop", "code", "how"),
+    [
+        ("--isolate", signal.SIGINT, 130, "interrupted"),
+        ("--no-isolate", signal.SIGINT, 130, "interrupted"),
+        ("--isolate", signal.SIGTERM, 143, "terminated"),  # a CI job's timeout
+    ],
+)
+def test_ctrl_c_writes_the_partial_report_and_leaves_no_worker(
+    tmp_path, isolate, stop, code, how
+):
     """``slow_then_hangs_on_profiling_call`` passes ``mixed-prefill-decode-padding`` and
-    hangs on ``profiling-call``; Ctrl-C then must keep the first case."""
+    hangs on ``profiling-call``; Ctrl-C (or SIGTERM) then must keep the first case."""
     json_path, marker = tmp_path / "r.json", tmp_path / "hanging"
     proc = dcpcheck(
         "run", "--kernel", f"{FILE}:slow_then_hangs_on_profiling_call", isolate,
@@ -291,11 +300,11 @@ def test_ctrl_c_writes_the_partial_report_and_leaves_no_worker(tmp_path, isolate
     workers = children_of(proc.pid)
     assert len(workers) == (1 if isolate == "--isolate" else 0)
 
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     assert stderr.strip().splitlines()[-1] == (
-        f"dcpcheck: interrupted after 1 case(s); partial report(s): {json_path}"
+        f"dcpcheck: {how} after 1 case(s); partial report(s): {json_path}"
     )
     report = json.loads(json_path.read_text())
     assert report["partial"] is True
