@@ -51,13 +51,13 @@ import click
 import torch
 import torch.distributed as dist
 
-# ``dcpcheck.cli`` may import this module for ``--launcher``; the module (not its names) is
-# imported here and read at call time, so either import order works.
-from dcpcheck import adapters, cli, console, report
+from dcpcheck import adapters, console, report
 from dcpcheck.backend import Backend, BackendError, select_backend
 from dcpcheck.case import Case, build_case, make_activations, run_oracle
 from dcpcheck.checks import Finding
-from dcpcheck.contract import CacheLayout, Kernel
+from dcpcheck.cli import common  # it imports this module only inside functions
+from dcpcheck.cli.hashing import hash_config, stream_options
+from dcpcheck.contract import Kernel
 from dcpcheck.distributed_streams import (
     compare_streams_distributed,
     streams_to_json,
@@ -668,8 +668,8 @@ def _rank_options(function: Callable) -> Callable:
     """Options every command of a rank takes."""
     for option in reversed(
         (
-            cli.kernel_option,
-            cli.adapter_option,
+            common.kernel_option,
+            common.adapter_option,
             click.option(
                 "--device",
                 type=click.Choice(["auto", "cuda", "cpu"]),
@@ -703,7 +703,7 @@ def _group_kernel(name: str, adapter: str) -> Kernel:
     try:
         return load_kernel(name, adapter)
     except KernelLoadError as exc:
-        raise cli.KernelLoadFailure(str(exc)) from None
+        raise common.KernelLoadFailure(str(exc)) from None
 
 
 @contextmanager
@@ -717,7 +717,7 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
                 )
             yield group
     except (BackendError, DistributedUsageError) as exc:
-        raise cli.InputError(str(exc)) from None
+        raise common.InputError(str(exc)) from None
 
 
 @commands.command("run")
@@ -728,14 +728,14 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
     metavar="N[,N]",
     help="The world size, and 1 for a DCP1 case (default: the world size).",
 )
-@cli.scenario_option
-@cli.scenario_dir_option
+@common.scenario_option
+@common.scenario_dir_option
 @click.option("--seed", type=int, default=None, help="Override every scenario's value seed.")
-@cli.json_option
-@cli.junit_option
-@cli.no_tokens_option
+@common.json_option
+@common.junit_option
+@common.no_tokens_option
 @click.option("--stats", is_flag=True, help="Report throughput and ownership shapes.")
-@cli.fail_fast_option
+@common.fail_fast_option
 @_rank_options
 @click.pass_obj
 def run_command(
@@ -755,14 +755,14 @@ def run_command(
     rank_timeout_s,
 ) -> None:
     """`dcpcheck run` with this process as one rank; rank 0 prints the report."""
-    dcp_sizes = cli.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     try:
         scenarios = load_scenarios(list(patterns), scenario_dir)
         for path in (json_path, junit_path):
             if path is not None:
                 report.ensure_writable(path)
     except (ScenarioError, report.ReportPathError) as exc:
-        raise cli.InputError(str(exc)) from None
+        raise common.InputError(str(exc)) from None
     config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
     with _joined(device, rank_timeout_s, progress) as group:
         kernel = _group_kernel(kernel_name, adapter)
@@ -792,17 +792,7 @@ def run_command(
     metavar="N[,N]",
     help="The world size, and 1 (DCP1 always runs as the baseline, on rank 0).",
 )
-@click.option("--prompts", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--steps", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option(
-    "--layout",
-    "layout_name",
-    type=click.Choice([c.value for c in CacheLayout]),
-    default="auto",
-    show_default=True,
-)
-@click.option("--preset", default=None, help="Model widths (as for `dcpcheck hash`).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@stream_options
 @click.option(
     "--json",
     "json_path",
@@ -828,15 +818,15 @@ def hash_command(
 ) -> None:
     """`dcpcheck hash` with this process as one rank: decode attention is merged across
     the ranks by all-gather; rank 0 prints the digests."""
-    dcp_sizes = cli.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     if json_path is not None:
         try:
             report.ensure_writable(json_path)
         except report.ReportPathError as exc:
-            raise cli.InputError(str(exc)) from None
+            raise common.InputError(str(exc)) from None
     with _joined(device, rank_timeout_s, progress) as group:
         distributed_sizes(dcp_sizes, group.world_size)
-        stream_config = cli.hash_config(group.backend, layout_name, preset, prompts, steps, seed)
+        stream_config = hash_config(group.backend, layout_name, preset, prompts, steps, seed)
         kernel = _group_kernel(kernel_name, adapter)
         try:
             comparison = compare_streams_distributed(kernel, stream_config, group)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dcpcheck.cli import DCP_SIZE_MAX, SEED_MAX, main
+from dcpcheck.cli import main
+from dcpcheck.cli.common import DCP_SIZE_MAX, SEED_MAX
 from dcpcheck.scenario import load_scenarios, scenario_to_toml
 
 REPO = Path(__file__).parents[1]

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from dcpcheck.adapters.vllm import ApiShape, VllmFusedNormRope
-from dcpcheck.cli import EXIT_KERNEL_LOAD, cli
+from dcpcheck.cli import cli
+from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
 from dcpcheck.runner import RunConfig, run_scenario
 from dcpcheck.scenario import load_scenarios

@@ -1,0 +1,103 @@
+"""``dcpcheck bisect``: the first commit of a kernel file's history that fails the checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from dcpcheck import bisect as bisection
+from dcpcheck.cli.common import InputError, device_option, parse_dcp_sizes
+from dcpcheck.console import out
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+
+
+@click.command("bisect")
+@click.argument("kernel_spec", metavar="FILE:FUNCTION", required=False)
+@click.option(
+    "--repo",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("."),
+    show_default=True,
+    help="The git repository holding the kernel file.",
+)
+@click.option(
+    "--file",
+    "rel_file",
+    default=None,
+    help="The kernel file, relative to --repo (or give FILE:FUNCTION).",
+)
+@click.option(
+    "--function",
+    "function",
+    default="fused_norm_rope",
+    show_default=True,
+    help="The kernel function in that file.",
+)
+@click.option("--good", required=True, help="A revision where the kernel passes.")
+@click.option("--bad", default="HEAD", show_default=True, help="A revision where it fails.")
+@click.option(
+    "--scenario",
+    "patterns",
+    multiple=True,
+    metavar="NAME|GLOB",
+    help="Scenarios to check each revision with (default: all; a few small ones "
+    "keep each step to seconds).",
+)
+@click.option("--dcp", "dcp_text", default=None, metavar="N[,N...]", help="DCP sizes.")
+@click.option("--seed", type=int, default=None, help="Value seed override.")
+@device_option
+@click.option(
+    "--scenario-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where scenario files live (default: the shipped ones).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds one revision's run may take.",
+)
+def bisect_command(
+    kernel_spec,
+    repo,
+    rel_file,
+    function,
+    good,
+    bad,
+    patterns,
+    dcp_text,
+    seed,
+    device,
+    scenario_dir,
+    timeout_s,
+) -> None:
+    """Find the first commit that broke a kernel file: walk its history with `git show`
+    (no checkout, no rebuild), run the checks at each midpoint in a fresh process,
+    and skip revisions that do not load. Exit 0 when the first bad commit is named."""
+    if kernel_spec is not None:
+        rel_file, _, named_function = kernel_spec.rpartition(":")
+        function = named_function or function
+    if not rel_file:
+        raise InputError("bisect: give --file REL (or FILE:FUNCTION)")
+    if dcp_text is not None:
+        parse_dcp_sizes(dcp_text)
+    options = bisection.RunOptions(
+        scenarios=tuple(patterns),
+        dcp=dcp_text,
+        seed=seed,
+        device=device,
+        scenario_dir=scenario_dir,
+        timeout_s=timeout_s,
+    )
+    try:
+        result = bisection.bisect(repo, rel_file, good, bad, function, options)
+    except bisection.BisectError as exc:
+        raise InputError(str(exc)) from None
+    for line in bisection.render(result):
+        out.print(escape(line), soft_wrap=True)
+    raise SystemExit(EXIT_OK if result.first_bad is not None else EXIT_FAIL)

@@ -1,0 +1,435 @@
+"""``dcpcheck run`` and ``dcpcheck repro``: check a kernel over scenarios (and the property
+search), write the reports, save failing cases; replay one saved case."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.progress import Progress, TextColumn
+
+from dcpcheck import ownership_map, report, search
+from dcpcheck.cli.common import (
+    HELP,
+    SEED_MAX,
+    InputError,
+    Interrupted,
+    adapter_option,
+    case_timeout_for,
+    case_timeout_option,
+    check_home,
+    check_overrides,
+    check_report_paths,
+    device_option,
+    fail_fast_option,
+    isolate_option,
+    json_option,
+    junit_option,
+    kernel_option,
+    kernel_under_test,
+    no_tokens_option,
+    open_backend,
+    parse_dcp_sizes,
+    run_with_progress,
+    scenario_dir_option,
+    scenario_option,
+    stop_reason,
+)
+from dcpcheck.console import err, out, print_results, print_search, print_stats
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.runner import CaseResult, KernelUnderTest, RunConfig, token_stream_case
+from dcpcheck.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
+
+
+@click.command("run", epilog=HELP.split("\n\n", 1)[1])
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default=None,
+    metavar="N[,N...]",
+    help="DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
+    "DCP1 always runs as the baseline for the cross-rank checks.",
+)
+@kernel_option
+@scenario_option
+@scenario_dir_option
+@click.option(
+    "--seed",
+    type=click.IntRange(0, SEED_MAX),
+    default=None,
+    help="Override every scenario's value seed (explores new values). For the property "
+    "search: Hypothesis's seed, so it draws other scenarios (default: a fixed seed, the "
+    "same scenarios on every run).",
+)
+@click.option(
+    "--examples",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="After the named scenarios, run the property search over N drawn scenarios "
+    "(default with --profile or --property-only: the profile's count).",
+)
+@click.option(
+    "--property-only",
+    is_flag=True,
+    help="Run only the property search, no named scenarios.",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(search.PROFILES)),
+    default=None,
+    help="Property search sizes and counts (runs the search; default ci). "
+    + "; ".join(f"{p.name}: {p.description}" for p in search.PROFILES.values())
+    + ".",
+)
+@click.option(
+    "--stats",
+    is_flag=True,
+    help="Report cases / examples run, per second, and how many rank launches had an "
+    "all-negative, mixed or fully-owned slot mapping.",
+)
+@click.option(
+    "--home",
+    type=click.Path(path_type=Path),
+    default=search.DEFAULT_HOME,
+    show_default=True,
+    envvar=search.HOME_ENV,
+    help=f"Run directory (env {search.HOME_ENV}): shrunk failures go to HOME/failures/, "
+    "Hypothesis's example database to HOME/hypothesis/.",
+)
+@device_option
+@json_option
+@junit_option
+@adapter_option
+@no_tokens_option
+@click.option(
+    "--report-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Write a self-contained HTML report and a PNG ownership map per case here: "
+    "tokens x ranks colored by ownership, with each field's verdict.",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["none", "torchrun"]),
+    default="none",
+    show_default=True,
+    help="torchrun: every DCP rank is a real process on its own device (NCCL on GPUs, "
+    "gloo on the CPU), results gathered to rank 0; --dcp names one size N (and 1).",
+)
+@click.option(
+    "--rank-timeout",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    metavar="SECONDS",
+    help="With --launcher torchrun: seconds without progress from any rank before the run "
+    "is stopped, naming the rank(s) that hung.",
+)
+@fail_fast_option
+@isolate_option
+@case_timeout_option
+@click.pass_context
+def run_command(
+    ctx: click.Context,
+    dcp_text,
+    kernel_name,
+    patterns,
+    scenario_dir,
+    seed,
+    examples,
+    property_only,
+    profile_name,
+    stats,
+    home,
+    device,
+    json_path,
+    junit_path,
+    adapter,
+    no_tokens,
+    report_dir,
+    launcher,
+    rank_timeout,
+    fail_fast,
+    isolate,
+    case_timeout,
+) -> None:
+    """Run the contract checks of a kernel over scenarios x DCP sizes, then, if asked, the
+    property search over drawn scenarios (a failure is shrunk and saved under HOME).
+
+    A failing named-scenario case is saved too, as a scenario file under HOME/failures/
+    (its seed and DCP size baked in) that `dcpcheck repro` replays."""
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    if launcher == "torchrun":
+        raise SystemExit(_launch_ranks(ctx, dcp_sizes, rank_timeout))
+    if rank_timeout is not None:
+        raise InputError("--rank-timeout needs --launcher torchrun")
+    if property_only and patterns:
+        raise InputError("--scenario and --property-only exclude each other")
+    timeout = case_timeout_for(kernel_name, isolate, case_timeout)
+    check_report_paths(json_path, junit_path)
+    if report_dir is not None:
+        _check_report_dir(report_dir)
+    search_config = None
+    if property_only or examples is not None or profile_name is not None:
+        check_home(home)  # the search writes its example database there
+        profile = search.PROFILES[profile_name or "ci"]
+        search_config = search.SearchConfig(kernel_name, profile, examples, dcp_sizes, seed, home)
+    scenarios = [] if property_only else _scenarios(patterns, scenario_dir, dcp_sizes, seed)
+    backend = open_backend(device)
+    config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
+
+    named: list[CaseResult] = []
+    saved: dict[tuple[str, int], Path] = {}
+    searched: search.SearchResult | None = None
+    started = time.perf_counter()
+    named_seconds = 0.0
+    partial, stopped = True, None
+    with kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
+        by_name = {s.name: s for s in scenarios}
+        saving = True  # until HOME turns out not to be writable: then one warning
+
+        def keep(result: CaseResult) -> None:
+            nonlocal saving
+            named.append(result)
+            if result.status == "pass" or not saving:
+                return
+            try:
+                path = _save_failed_case(by_name[result.scenario], result, config, home)
+            except OSError as exc:
+                saving = False
+                err.print(
+                    f"dcpcheck: warning: cannot save failing cases under {home}: "
+                    f"{exc.strerror} (see --home)",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            else:
+                saved[(result.scenario, result.dcp_size)] = path
+
+        try:
+            run_with_progress(kernel, scenarios, config, backend, keep)
+            failed = any(r.status != "pass" for r in named)
+            if scenarios and not no_tokens and not (fail_fast and failed):
+                with err.status("token streams: tiny MLA model, DCP1 vs DCPn"):
+                    named.append(token_stream_case(kernel, config, backend))
+            named_seconds = time.perf_counter() - started
+            failed = any(r.status != "pass" for r in named)
+            if search_config is not None and not (fail_fast and failed):
+                searched = _search_with_progress(kernel, search_config, backend)
+            partial = False
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM, wherever the run was
+            stopped = stop  # reported below, once the reports are written, the worker gone
+        finally:
+            # The shrunk failure's replay goes into the reports like any other case.
+            replayed = searched.replay if searched is not None else []
+            _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
+    if scenarios:
+        print_results(named, saved)
+    if report_dir is not None and stopped is None:
+        written = ownership_map.write_report_dir(
+            named, scenarios, report_dir, kernel_name=kernel_name
+        )
+        out.print(f"report: {escape(str(written[0]))}", soft_wrap=True)
+    if stopped is not None:
+        written = [str(path) for path in (json_path, junit_path) if path is not None]
+        kept = f"; partial report(s): {', '.join(written)}" if written else ""
+        how, code = stop_reason(stopped)
+        raise Interrupted(f"{how} after {len(named)} case(s){kept}", code)
+    if searched is not None:
+        print_search(searched, search_config)
+    if stats:
+        print_stats(named, named_seconds, searched)
+    passed = all(r.status == "pass" for r in named) and (searched is None or searched.passed)
+    raise SystemExit(EXIT_OK if passed else EXIT_FAIL)
+
+
+RANK_OPTIONS = (
+    "dcp_text",
+    "patterns",
+    "scenario_dir",
+    "seed",
+    "kernel_name",
+    "adapter",
+    "device",
+    "json_path",
+    "junit_path",
+    "no_tokens",
+    "fail_fast",
+    "stats",
+)
+"""The ``run`` options a real-rank run passes on to every rank (dcpcheck.distributed)."""
+
+
+def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> int:
+    """``run --launcher torchrun``: start one process per rank; their exit code."""
+    sizes = [n for n in (dcp_sizes or ()) if n != 1]
+    if len(sizes) != 1:
+        raise InputError("--launcher torchrun: --dcp must name one size N > 1 (and maybe 1)")
+    given = {
+        name
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        and value not in (None, False, ())
+    }
+    unsupported = given - set(RANK_OPTIONS) - {"launcher", "rank_timeout"}
+    if unsupported:
+        names = ", ".join(sorted(f"--{n.replace('_', '-')}" for n in unsupported))
+        raise InputError(f"--launcher torchrun does not support {names}")
+    argv = ["run"]
+    for command_param in ctx.command.params:
+        name = command_param.name
+        if name not in given or name not in RANK_OPTIONS:
+            continue
+        flag = command_param.opts[0]
+        value = ctx.params[name]
+        if command_param.is_flag:
+            argv.append(flag)
+        elif command_param.multiple:
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    from dcpcheck import distributed  # imported here: it imports dcpcheck.cli.common
+
+    timeout = rank_timeout or distributed.DEFAULT_RANK_TIMEOUT_S
+    return distributed.launch(sizes[0], argv, timeout)
+
+
+def _check_report_dir(report_dir: Path) -> None:
+    try:
+        report.ensure_directory_writable(report_dir)
+    except report.ReportPathError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _scenarios(
+    patterns: tuple[str, ...], scenario_dir: Path, dcp_sizes: tuple[int, ...] | None, seed
+) -> list[Scenario]:
+    """The scenarios to run, each checked with the ``--dcp`` / ``--seed`` overrides applied,
+    so that a combination that cannot run is an error before any work."""
+    if not scenario_dir.is_dir():
+        what = "does not exist" if not scenario_dir.exists() else "is not a directory"
+        raise InputError(f"--scenario-dir: {scenario_dir} {what}")
+    try:
+        scenarios = load_scenarios(list(patterns), scenario_dir)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+    if not scenarios:
+        raise InputError(f"--scenario-dir: no scenario files (*.toml) in {scenario_dir}")
+    for scenario in scenarios:
+        check_overrides(scenario, dcp_sizes, seed)
+    return scenarios
+
+
+def _failure_phrase(result: CaseResult) -> str:
+    """What failed, as the property search words it; a crash or timeout by its reason."""
+    phrases = search.failure_summary([result])
+    return phrases[0] if phrases else f"DCP{result.dcp_size}: {result.status} ({result.error})"
+
+
+def _save_failed_case(
+    scenario: Scenario, result: CaseResult, config: RunConfig, home: Path
+) -> Path:
+    """Save the failing case under ``home/failures/`` with the seed and DCP size it ran at,
+    so ``dcpcheck repro FILE`` replays exactly it. ``OSError`` if ``home`` cannot be
+    written: the caller warns and goes on (the replay command reproduces the case too)."""
+    seed = scenario.seed if config.seed is None else config.seed
+    case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed)
+    description = (
+        f"Saved by dcpcheck run: kernel {config.kernel_name} fails scenario "
+        f"{scenario.name} at {_failure_phrase(result)}. Replay: dcpcheck repro "
+        f"<this file> --kernel {config.kernel_name}"
+    )
+    stem = f"{scenario.name}-{search.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
+    return search.save_failure(case, stem, description, home / search.FAILURES_DIR)
+
+
+def _search_with_progress(
+    kernel: KernelUnderTest, config: search.SearchConfig, backend
+) -> search.SearchResult:
+    """The property search with a count of examples on stderr (shrinking runs past the
+    requested count, so no bar)."""
+    with Progress(TextColumn("{task.description}"), console=err, transient=True) as progress:
+        task = progress.add_task("property search")
+
+        def on_example(count: int) -> None:
+            progress.update(task, description=f"property search: example {count}")
+
+        return search.search(kernel, config, backend, on_example=on_example)
+
+
+def _write_reports(results, config, backend, json_path, junit_path, partial) -> None:
+    """Both reports, atomically. Their paths were tried before any work, so failing now
+    means the disk changed under the run (full, unmounted): one line, exit 2."""
+    backend_name = "interpreter" if backend.interpreted else "cuda"
+    reports = []
+    if json_path is not None:
+        text = report.to_json(
+            results, kernel=config.kernel_name, backend=backend_name, partial=partial
+        )
+        reports.append((json_path, text))
+    if junit_path is not None:
+        reports.append(
+            (junit_path, report.to_junit(results, kernel=config.kernel_name, partial=partial))
+        )
+    for path, text in reports:
+        try:
+            report.write_atomic(path, text)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
+@click.command("repro")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--kernel",
+    "kernel_name",
+    default="default",
+    show_default=True,
+    help="The kernel to replay it on (as for `dcpcheck run --kernel`).",
+)
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default=None,
+    metavar="N[,N...]",
+    help="DCP sizes to simulate instead of the file's own.",
+)
+@device_option
+@adapter_option
+@isolate_option
+@case_timeout_option
+def repro_command(
+    file: Path,
+    kernel_name: str,
+    dcp_text: str | None,
+    device: str,
+    adapter: str,
+    isolate: bool | None,
+    case_timeout: float | None,
+) -> None:
+    """Replay one scenario FILE, such as a failure saved under .dcpcheck/failures/ (by the
+    property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
+    if it passes."""
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    timeout = case_timeout_for(kernel_name, isolate, case_timeout)
+    try:
+        scenario = load_scenario(file)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read: {exc.strerror}") from None
+    check_overrides(scenario, dcp_sizes, None)
+    backend = open_backend(device)
+    results: list[CaseResult] = []
+    with kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
+        config = RunConfig(kernel_name, dcp_sizes)
+        run_with_progress(kernel, [scenario], config, backend, results.append)
+    print_results(results)
+    raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
