@@ -1,20 +1,14 @@
 """What the commands share: their help text and exit-code errors, the options several of
-them take, and the set-up steps (backend, kernel, isolation, report paths) that turn bad
-input into one line and an exit code before any work starts."""
+them take, and the set-up steps (backend, kernel) that turn bad input into one line and an
+exit code before any work starts. What only ``run`` / ``repro`` use lives in ``run.py``."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import math
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck import dcp, report
+from dcpcheck import dcp
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.console import err
@@ -26,11 +20,8 @@ from dcpcheck.exit_codes import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-from dcpcheck.kernels import KERNELS
-from dcpcheck.runner import CaseResult, KernelUnderTest, RunConfig, run
-from dcpcheck.scenario import SCENARIO_DIR, Scenario, ScenarioError
+from dcpcheck.scenario import SCENARIO_DIR
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
 
@@ -191,27 +182,6 @@ fail_fast_option = click.option(
 )
 
 
-isolate_option = click.option(
-    "--isolate/--no-isolate",
-    default=None,
-    help="Run the kernel in a worker process, so that a crash (segfault, CUDA illegal "
-    "memory access) or a hang fails its case (status crash / timeout) and the run goes on "
-    "with a fresh worker. Default: on for kernels from outside the registry "
-    "(module:function, file.py:function), off for registry kernels.",
-)
-
-
-case_timeout_option = click.option(
-    "--case-timeout",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help=f"Seconds to wait for each case's result before killing the worker and reporting "
-    f"the case as timeout (default {DEFAULT_CASE_TIMEOUT_S:g}: a scenario's first case "
-    "includes its DCP1 baseline and, on a GPU, Triton's compilation). Implies --isolate.",
-)
-
-
 def open_backend(device: str):
     """The ``--device`` backend, announced on stderr (the interpreter says so); exit 2 if
     it cannot be had (``cuda`` without a GPU)."""
@@ -229,112 +199,3 @@ def load(name: str, adapter: str = "auto") -> Kernel:
         return load_kernel(name, adapter)
     except KernelLoadError as exc:
         raise KernelLoadFailure(str(exc)) from None
-
-
-def case_timeout_for(kernel_name: str, isolate: bool | None, case_timeout: float | None):
-    """The per-case timeout if the kernel is to run isolated, else None (in process).
-
-    Isolation defaults to on for kernels from outside the registry (code this project has
-    not vetted) and off for registry kernels; an explicit ``--case-timeout`` asks for it,
-    since only a worker process can be stopped in the middle of a case.
-    """
-    if case_timeout is not None and not (math.isfinite(case_timeout) and case_timeout > 0):
-        raise InputError(f"--case-timeout: must be a number of seconds > 0, got {case_timeout}")
-    if isolate is False and case_timeout is not None:
-        raise InputError(
-            "--case-timeout needs --isolate: only a worker process can be stopped mid-case"
-        )
-    if isolate is None:
-        isolate = case_timeout is not None or kernel_name not in KERNELS
-    if not isolate:
-        return None
-    return DEFAULT_CASE_TIMEOUT_S if case_timeout is None else case_timeout
-
-
-@contextlib.contextmanager
-def kernel_under_test(
-    name: str, adapter: str, backend, case_timeout: float | None
-) -> Iterator[KernelUnderTest]:
-    """The kernel, in this process (``case_timeout`` None) or behind a worker process.
-
-    The kernel is loaded here first in both cases, so a load error is one line and exit
-    125 without starting a process; leaving the ``with`` kills the worker, whatever ends it.
-    """
-    kernel = load(name, adapter)
-    if case_timeout is None:
-        yield kernel
-        return
-    isolated = IsolatedKernel(name, adapter, backend, case_timeout)
-    try:
-        isolated.start()
-    except KernelLoadError as exc:
-        raise KernelLoadFailure(str(exc)) from None
-    try:
-        yield isolated
-    finally:
-        isolated.close()
-
-
-def check_report_paths(*paths: Path | None) -> None:
-    """Every report path must be writable, and each its own file, before any work."""
-    given = [path for path in paths if path is not None]
-    if len({path.resolve() for path in given}) < len(given):
-        raise InputError(f"--json and --junit name the same file: {given[0]}")
-    for path in given:
-        try:
-            report.ensure_writable(path)
-        except report.ReportPathError as exc:
-            raise InputError(str(exc)) from None
-
-
-def check_home(home: Path) -> None:
-    try:
-        report.ensure_directory_writable(home)
-    except report.ReportPathError as exc:
-        raise InputError(f"--home: {exc}") from None
-
-
-def check_overrides(scenario: Scenario, dcp_sizes: tuple[int, ...] | None, seed) -> None:
-    """``scenario`` as it will run (``Scenario`` validates the layout at each DCP size), and
-    its seed within ``SEED_MAX``."""
-    try:
-        dataclasses.replace(
-            scenario,
-            dcp_sizes=dcp_sizes or scenario.dcp_sizes,
-            seed=scenario.seed if seed is None else seed,
-        )
-    except ScenarioError as exc:
-        raise InputError(f"{exc} (with the --dcp / --seed given)") from None
-    if scenario.seed > SEED_MAX:
-        where = scenario.source if scenario.source is not None else scenario.name
-        raise InputError(f"{where}: key 'seed': must be <= {SEED_MAX}, got {scenario.seed}")
-
-
-def run_with_progress(
-    kernel: KernelUnderTest,
-    scenarios: list[Scenario],
-    config: RunConfig,
-    backend,
-    keep: Callable[[CaseResult], None],
-) -> None:
-    """Run with a progress bar on stderr, handing each result to ``keep`` as it lands, so
-    that an interrupted run still reports what it did (marked partial)."""
-    if not scenarios:
-        return
-    total = sum(len(config.sizes_of(s)) for s in scenarios)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("checking", total=total)
-
-        def on_result(result: CaseResult) -> None:
-            keep(result)
-            progress.update(
-                task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
-            )
-
-        run(kernel, scenarios, config, backend, on_result=on_result)

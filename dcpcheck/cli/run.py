@@ -3,13 +3,16 @@ search), write the reports, save failing cases; replay one saved case."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.progress import Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from dcpcheck import ownership_map, report, search
 from dcpcheck.cli.common import (
@@ -17,31 +20,157 @@ from dcpcheck.cli.common import (
     SEED_MAX,
     InputError,
     Interrupted,
+    KernelLoadFailure,
     adapter_option,
-    case_timeout_for,
-    case_timeout_option,
-    check_home,
-    check_overrides,
-    check_report_paths,
     device_option,
     fail_fast_option,
-    isolate_option,
     json_option,
     junit_option,
     kernel_option,
-    kernel_under_test,
+    load,
     no_tokens_option,
     open_backend,
     parse_dcp_sizes,
-    run_with_progress,
     scenario_dir_option,
     scenario_option,
     stop_reason,
 )
 from dcpcheck.console import err, out, print_results, print_search, print_stats
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.runner import CaseResult, KernelUnderTest, RunConfig, token_stream_case
+from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
+from dcpcheck.kernel_loading import KernelLoadError
+from dcpcheck.kernels import KERNELS
+from dcpcheck.runner import CaseResult, KernelUnderTest, RunConfig, run, token_stream_case
 from dcpcheck.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
+
+isolate_option = click.option(
+    "--isolate/--no-isolate",
+    default=None,
+    help="Run the kernel in a worker process, so that a crash (segfault, CUDA illegal "
+    "memory access) or a hang fails its case (status crash / timeout) and the run goes on "
+    "with a fresh worker. Default: on for kernels from outside the registry "
+    "(module:function, file.py:function), off for registry kernels.",
+)
+
+
+case_timeout_option = click.option(
+    "--case-timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help=f"Seconds to wait for each case's result before killing the worker and reporting "
+    f"the case as timeout (default {DEFAULT_CASE_TIMEOUT_S:g}: a scenario's first case "
+    "includes its DCP1 baseline and, on a GPU, Triton's compilation). Implies --isolate.",
+)
+
+
+def _case_timeout(kernel_name: str, isolate: bool | None, case_timeout: float | None):
+    """The per-case timeout if the kernel is to run isolated, else None (in process).
+
+    Isolation defaults to on for kernels from outside the registry (code this project has
+    not vetted) and off for registry kernels; an explicit ``--case-timeout`` asks for it,
+    since only a worker process can be stopped in the middle of a case.
+    """
+    if case_timeout is not None and not (math.isfinite(case_timeout) and case_timeout > 0):
+        raise InputError(f"--case-timeout: must be a number of seconds > 0, got {case_timeout}")
+    if isolate is False and case_timeout is not None:
+        raise InputError(
+            "--case-timeout needs --isolate: only a worker process can be stopped mid-case"
+        )
+    if isolate is None:
+        isolate = case_timeout is not None or kernel_name not in KERNELS
+    if not isolate:
+        return None
+    return DEFAULT_CASE_TIMEOUT_S if case_timeout is None else case_timeout
+
+
+@contextlib.contextmanager
+def _kernel_under_test(
+    name: str, adapter: str, backend, case_timeout: float | None
+) -> Iterator[KernelUnderTest]:
+    """The kernel, in this process (``case_timeout`` None) or behind a worker process.
+
+    The kernel is loaded here first in both cases, so a load error is one line and exit
+    125 without starting a process; leaving the ``with`` kills the worker, whatever ends it.
+    """
+    kernel = load(name, adapter)
+    if case_timeout is None:
+        yield kernel
+        return
+    isolated = IsolatedKernel(name, adapter, backend, case_timeout)
+    try:
+        isolated.start()
+    except KernelLoadError as exc:
+        raise KernelLoadFailure(str(exc)) from None
+    try:
+        yield isolated
+    finally:
+        isolated.close()
+
+
+def _check_report_paths(*paths: Path | None) -> None:
+    """Every report path must be writable, and each its own file, before any work."""
+    given = [path for path in paths if path is not None]
+    if len({path.resolve() for path in given}) < len(given):
+        raise InputError(f"--json and --junit name the same file: {given[0]}")
+    for path in given:
+        try:
+            report.ensure_writable(path)
+        except report.ReportPathError as exc:
+            raise InputError(str(exc)) from None
+
+
+def _check_home(home: Path) -> None:
+    try:
+        report.ensure_directory_writable(home)
+    except report.ReportPathError as exc:
+        raise InputError(f"--home: {exc}") from None
+
+
+def _check_overrides(scenario: Scenario, dcp_sizes: tuple[int, ...] | None, seed) -> None:
+    """``scenario`` as it will run (``Scenario`` validates the layout at each DCP size), and
+    its seed within ``SEED_MAX``."""
+    try:
+        dataclasses.replace(
+            scenario,
+            dcp_sizes=dcp_sizes or scenario.dcp_sizes,
+            seed=scenario.seed if seed is None else seed,
+        )
+    except ScenarioError as exc:
+        raise InputError(f"{exc} (with the --dcp / --seed given)") from None
+    if scenario.seed > SEED_MAX:
+        where = scenario.source if scenario.source is not None else scenario.name
+        raise InputError(f"{where}: key 'seed': must be <= {SEED_MAX}, got {scenario.seed}")
+
+
+def _run_with_progress(
+    kernel: KernelUnderTest,
+    scenarios: list[Scenario],
+    config: RunConfig,
+    backend,
+    keep: Callable[[CaseResult], None],
+) -> None:
+    """Run with a progress bar on stderr, handing each result to ``keep`` as it lands, so
+    that an interrupted run still reports what it did (marked partial)."""
+    if not scenarios:
+        return
+    total = sum(len(config.sizes_of(s)) for s in scenarios)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("checking", total=total)
+
+        def on_result(result: CaseResult) -> None:
+            keep(result)
+            progress.update(
+                task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
+            )
+
+        run(kernel, scenarios, config, backend, on_result=on_result)
 
 
 @click.command("run", epilog=HELP.split("\n\n", 1)[1])
@@ -169,13 +298,13 @@ def run_command(
         raise InputError("--rank-timeout needs --launcher torchrun")
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
-    timeout = case_timeout_for(kernel_name, isolate, case_timeout)
-    check_report_paths(json_path, junit_path)
+    timeout = _case_timeout(kernel_name, isolate, case_timeout)
+    _check_report_paths(json_path, junit_path)
     if report_dir is not None:
         _check_report_dir(report_dir)
     search_config = None
     if property_only or examples is not None or profile_name is not None:
-        check_home(home)  # the search writes its example database there
+        _check_home(home)  # the search writes its example database there
         profile = search.PROFILES[profile_name or "ci"]
         search_config = search.SearchConfig(kernel_name, profile, examples, dcp_sizes, seed, home)
     scenarios = [] if property_only else _scenarios(patterns, scenario_dir, dcp_sizes, seed)
@@ -188,7 +317,7 @@ def run_command(
     started = time.perf_counter()
     named_seconds = 0.0
     partial, stopped = True, None
-    with kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
+    with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
         by_name = {s.name: s for s in scenarios}
         saving = True  # until HOME turns out not to be writable: then one warning
 
@@ -211,7 +340,7 @@ def run_command(
                 saved[(result.scenario, result.dcp_size)] = path
 
         try:
-            run_with_progress(kernel, scenarios, config, backend, keep)
+            _run_with_progress(kernel, scenarios, config, backend, keep)
             failed = any(r.status != "pass" for r in named)
             if scenarios and not no_tokens and not (fail_fast and failed):
                 with err.status("token streams: tiny MLA model, DCP1 vs DCPn"):
@@ -323,7 +452,7 @@ def _scenarios(
     if not scenarios:
         raise InputError(f"--scenario-dir: no scenario files (*.toml) in {scenario_dir}")
     for scenario in scenarios:
-        check_overrides(scenario, dcp_sizes, seed)
+        _check_overrides(scenario, dcp_sizes, seed)
     return scenarios
 
 
@@ -418,18 +547,18 @@ def repro_command(
     property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
     if it passes."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    timeout = case_timeout_for(kernel_name, isolate, case_timeout)
+    timeout = _case_timeout(kernel_name, isolate, case_timeout)
     try:
         scenario = load_scenario(file)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     except OSError as exc:
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
-    check_overrides(scenario, dcp_sizes, None)
+    _check_overrides(scenario, dcp_sizes, None)
     backend = open_backend(device)
     results: list[CaseResult] = []
-    with kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
+    with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
         config = RunConfig(kernel_name, dcp_sizes)
-        run_with_progress(kernel, [scenario], config, backend, results.append)
+        _run_with_progress(kernel, [scenario], config, backend, results.append)
     print_results(results)
     raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
