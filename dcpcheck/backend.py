@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -23,10 +23,13 @@ class BackendError(ValueError):
 class Backend:
     device: torch.device
     interpreted: bool
+    fp8_cast: str = field(default="", compare=False)
+    """What was done about the interpreter's fp8 cast (dcpcheck.interpreter_fp8), if any."""
 
     def describe(self) -> str:
         if self.interpreted:
-            return "cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use)"
+            note = f"; {self.fp8_cast}" if self.fp8_cast else ""
+            return f"cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use{note})"
         return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
 
 
@@ -58,6 +61,9 @@ def select_backend(device: str = "auto") -> Backend:
         return _selected
     if chosen.interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
+        from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
+
+        chosen = replace(chosen, fp8_cast=install_fp8_cast_correction().summary())
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():
             raise BackendError("kernels were defined under TRITON_INTERPRET=1; cannot use cuda")

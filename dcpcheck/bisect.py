@@ -29,12 +29,14 @@ try the command once by hand first: a usage error (exit 2) would count as bad.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +54,10 @@ DCPCHECK_ROOT = Path(dcpcheck.__file__).resolve().parents[1]
 class BisectError(RuntimeError):
     """The bisection cannot start or go on: unknown revision, file not in the history,
     or options ``dcpcheck run`` rejects."""
+
+
+class NothingToFind(BisectError):
+    """The newest revision has the old verdict, so no revision changed it."""
 
 
 class Verdict(enum.Enum):
@@ -94,6 +100,9 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class Commit:
+    """A revision bisected: a commit of the kernel file's history, or a release (``sha``
+    holds its version, ``subject`` names it)."""
+
     sha: str
     subject: str
 
@@ -130,6 +139,7 @@ class BisectResult:
     first_bad: Commit | None
     failing_check: str | None
     undecided: tuple[Commit, ...] = ()
+    find: Find | None = None  # set when bisecting releases
 
     @property
     def runs(self) -> int:
@@ -216,31 +226,37 @@ def check_revision(
         compile(source, str(kernel_file), "exec", dont_inherit=True)
     except SyntaxError as exc:
         return Step(commit, Verdict.SKIP, f"line {exc.lineno}: syntax error: {exc.msg}", False)
-    json_path = kernel_file.with_suffix(".report.json")
+    return _run_verdict(commit, f"{kernel_file}:{function}", options, kernel_file.parent)
+
+
+def _run_verdict(revision: Commit, kernel: str, options: RunOptions, workdir: Path) -> Step:
+    """Run ``dcpcheck run --kernel KERNEL`` in a fresh process; its exit code is the verdict
+    (module docstring)."""
+    json_path = workdir / f"{revision.short}.report.json"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(DCPCHECK_ROOT), os.environ.get("PYTHONPATH", "")) if p
         ),
     }
-    command = options.command(f"{kernel_file}:{function}", json_path)
+    command = options.command(kernel, json_path)
     try:
         done = subprocess.run(
             command, cwd=workdir, env=env, capture_output=True, text=True, timeout=options.timeout_s
         )
     except subprocess.TimeoutExpired:
-        return Step(commit, Verdict.SKIP, f"timed out after {options.timeout_s:g} s", True)
+        return Step(revision, Verdict.SKIP, f"timed out after {options.timeout_s:g} s", True)
     if done.returncode == EXIT_OK:
-        return Step(commit, Verdict.GOOD, "all checks passed", True)
+        return Step(revision, Verdict.GOOD, "all checks passed", True)
     if done.returncode == EXIT_FAIL:
-        return Step(commit, Verdict.BAD, _failing_check(json_path), True)
+        return Step(revision, Verdict.BAD, _failing_check(json_path), True)
     if done.returncode == EXIT_KERNEL_LOAD:
         why = _last_line(done.stderr).removeprefix("dcpcheck: error: ")
-        return Step(commit, Verdict.SKIP, why or "kernel not loadable", True)
+        return Step(revision, Verdict.SKIP, why or "kernel not loadable", True)
     if done.returncode == EXIT_USAGE:
         raise BisectError(f"dcpcheck run rejected the options: {_last_line(done.stderr)}")
     return Step(
-        commit, Verdict.SKIP, f"dcpcheck run exited with {done.returncode} (crashed?)", True
+        revision, Verdict.SKIP, f"dcpcheck run exited with {done.returncode} (crashed?)", True
     )
 
 
@@ -251,6 +267,37 @@ def _next_index(low: int, high: int, skipped: set[int]) -> int | None:
         return None
     middle = (low + high) // 2
     return min(pending, key=lambda i: (abs(i - middle), i))
+
+
+def _search(
+    count: int, judge: Callable[[int], Step], new: Verdict
+) -> tuple[int, int, set[int], dict[int, str]]:
+    """Bisect revisions ``0..count-1``, where revision -1 (the old end) is taken to have the
+    old verdict and ``count - 1`` the ``new`` one, as ``git bisect`` takes its old and new
+    ends. Returns ``(low, high, skipped, detail)``: the last old and the first new revision
+    found, the skipped ones, and the detail of each revision judged ``new``. The newest
+    revision is judged only when no midpoint decided the range."""
+    low, high = -1, count - 1
+    skipped: set[int] = set()
+    detail: dict[int, str] = {}
+    old = Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    while (index := _next_index(low, high, skipped)) is not None:
+        step = judge(index)
+        if step.verdict is old:
+            low = index
+        elif step.verdict is new:
+            high, detail[index] = index, step.detail
+        else:
+            skipped.add(index)
+    if not any(low < i < high for i in skipped) and high not in detail:
+        last = judge(high)
+        if last.verdict is old:
+            raise NothingToFind(
+                f"the newest revision is {old.value}, not {new.value}: nothing to find"
+            )
+        if last.verdict is new:
+            detail[high] = last.detail
+    return low, high, skipped, detail
 
 
 def bisect(
@@ -267,9 +314,6 @@ def bisect(
     if not history:
         raise BisectError(f"{path} did not change in {good}..{bad}: nothing to bisect")
     steps: list[Step] = []
-    low, high = -1, len(history) - 1  # history[low] passes (-1: `good`), history[high] fails
-    skipped: set[int] = set()
-    failing: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="dcpcheck-bisect-") as tmp:
         workdir = Path(tmp)
 
@@ -278,40 +322,99 @@ def bisect(
             steps.append(step)
             return step
 
-        while (index := _next_index(low, high, skipped)) is not None:
-            step = judge(index)
-            if step.verdict is Verdict.GOOD:
-                low = index
-            elif step.verdict is Verdict.BAD:
-                high, failing[index] = index, step.detail
-            else:
-                skipped.add(index)
-        if not any(low < i < high for i in skipped) and high not in failing:
-            last = judge(high)
-            if last.verdict is Verdict.GOOD:
-                raise BisectError(f"the bad revision {bad} passes: {path} is not broken there")
-            if last.verdict is Verdict.BAD:
-                failing[high] = last.detail
-    decided = high in failing and not any(low < i < high for i in skipped)
+        try:
+            low, high, skipped, failing = _search(len(history), judge, Verdict.BAD)
+        except NothingToFind:
+            raise BisectError(
+                f"the bad revision {bad} passes: {path} is not broken there"
+            ) from None
+    return _result(path, function, good, bad, history, steps, low, high, skipped, failing)
+
+
+class Find(enum.Enum):
+    """What a bisection over releases looks for, as ``git bisect --term-old/--term-new``:
+    the first release that fails (the oldest passes), or the first that passes (the
+    oldest fails: the release that fixed a bug)."""
+
+    FIRST_BAD = "first-bad"
+    FIRST_FIXED = "first-fixed"
+
+
+def check_release(version: str, function: str, options: RunOptions, workdir: Path) -> Step:
+    """Judge release ``version`` of vLLM's kernel in a fresh ``dcpcheck run``."""
+    release = Commit(version, f"vllm {version}")
+    return _run_verdict(release, f"vllm=={version}:{function}", options, workdir)
+
+
+def bisect_releases(
+    versions: Sequence[str], find: Find, function: str, run_options: RunOptions
+) -> BisectResult:
+    """The first of ``versions`` (oldest first) that fails (``Find.FIRST_BAD``) or passes
+    (``Find.FIRST_FIXED``); the oldest is taken to be the other way round, unrun, as
+    ``git bisect`` takes its old end."""
+    if len(versions) < 2:
+        raise BisectError("bisecting releases needs at least two versions, oldest first")
+    history = [Commit(v, f"vllm {v}") for v in versions[1:]]
+    new = Verdict.BAD if find is Find.FIRST_BAD else Verdict.GOOD
+    steps: list[Step] = []
+    with tempfile.TemporaryDirectory(prefix="dcpcheck-bisect-") as tmp:
+
+        def judge(index: int) -> Step:
+            step = check_release(history[index].sha, function, run_options, Path(tmp))
+            steps.append(step)
+            return step
+
+        low, high, skipped, found = _search(len(history), judge, new)
+    result = _result(
+        "vllm releases",
+        function,
+        versions[0],
+        versions[-1],
+        history,
+        steps,
+        low,
+        high,
+        skipped,
+        found,
+    )
+    return dataclasses.replace(result, find=find)
+
+
+def _result(
+    file: str,
+    function: str,
+    good: str,
+    bad: str,
+    history: Sequence[Commit],
+    steps: list[Step],
+    low: int,
+    high: int,
+    skipped: set[int],
+    found: dict[int, str],
+) -> BisectResult:
+    decided = high in found and not any(low < i < high for i in skipped)
     undecided = tuple(history[i] for i in range(low + 1, high + 1) if i in skipped or i == high)
     return BisectResult(
-        file=path,
+        file=file,
         function=function,
         good=good,
         bad=bad,
         revisions=len(history),
         steps=tuple(steps),
         first_bad=history[high] if decided else None,
-        failing_check=failing[high] if decided else None,
+        failing_check=found[high] if decided else None,
         undecided=() if decided else undecided,
     )
 
 
 def render(result: BisectResult) -> list[str]:
     """The result as text lines: one per step, then the verdict."""
+    fixed = result.find is Find.FIRST_FIXED
+    target = "first fixed" if fixed else "first bad"
+    kind = "release" if result.find is not None else "commit"
     lines = [
         f"bisecting {result.file}:{result.function} over {result.revisions} revision(s) "
-        f"in {result.good}..{result.bad}"
+        f"in {result.good}..{result.bad}, looking for the {target} {kind}"
     ]
     for step in result.steps:
         how = "" if step.ran else " (no run)"
@@ -320,10 +423,11 @@ def render(result: BisectResult) -> list[str]:
             f"{step.detail}"
         )
     if result.first_bad is not None:
-        lines.append(f"first bad commit: {result.first_bad.sha} {result.first_bad.subject}")
-        lines.append(f"failing check: {result.failing_check}")
+        lines.append(f"{target} {kind}: {result.first_bad.sha} {result.first_bad.subject}")
+        if not fixed:
+            lines.append(f"failing check: {result.failing_check}")
     else:
-        lines.append("skipped revisions hide the first bad commit; it is one of:")
+        lines.append(f"skipped revisions hide the {target} {kind}; it is one of:")
         lines += [f"  {c.sha} {c.subject}" for c in result.undecided]
     lines.append(f"{result.runs} dcpcheck run(s) for {result.revisions} revision(s)")
     return lines

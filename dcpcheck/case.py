@@ -15,6 +15,11 @@ The harness owns every buffer a kernel writes (DESIGN §7):
 
 Activations depend only on the scenario and its seed, never on the DCP size, so DCP1
 and DCPn runs (and every rank) see identical inputs.
+
+The fp8_ds_mla tile-scale rule is the scenario's ``ds_mla_scale``; the runner has already
+resolved it (``runner.effective_ds_mla_scale``) before a case is built, so here an unset
+one simply means DESIGN's default, ``amax``. The oracle, the pre-written prefix entries
+and every rank's ``FusedOpInputs`` all get that one rule.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import torch
 import reference
 from dcpcheck import seeded
 from dcpcheck.contract import (
+    DsMlaScale,
     FusedOpCaches,
     FusedOpInputs,
     FusedOpOutputs,
@@ -294,6 +300,12 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
     )  # the regimes' CPU-drawn values (and the positions) move; the rest is there already
 
 
+def ds_mla_scale_of(scenario: Scenario) -> DsMlaScale:
+    """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands: its own, else DESIGN's
+    default ``amax`` (module docstring: the runner resolves the rule before this)."""
+    return DsMlaScale.AMAX if scenario.ds_mla_scale is None else scenario.ds_mla_scale
+
+
 def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference:
     return reference.fused_norm_rope(
         act.q_c,
@@ -306,6 +318,7 @@ def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference
         scenario.model.eps,
         cache_layout=scenario.cache_layout.value,
         mla_scale=scenario.mla_scale,
+        ds_mla_scale=ds_mla_scale_of(scenario).value,
         index_k=act.index_k,
         index_weight=act.index_weight,
         index_bias=act.index_bias,
@@ -326,6 +339,7 @@ def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
         inputs.eps,
         cache_layout=inputs.cache_layout.value,
         mla_scale=inputs.mla_scale,
+        ds_mla_scale=DsMlaScale(inputs.ds_mla_scale).value,  # an external caller's "pow2" too
         index_k=inputs.index_k,
         index_weight=inputs.index_weight,
         index_bias=inputs.index_bias,
@@ -393,8 +407,14 @@ def build_case(
     storage_gen = torch.Generator(device=device).manual_seed(case_seed)
     num_prefix = mappings.prefix_owner.numel()
     prefix_kv, prefix_kpe, prefix_index = _prefix_values(scenario, num_prefix, case_seed, device)
+    ds_mla_scale = ds_mla_scale_of(scenario)
     prefix_entries = reference.encode_mla_entries(
-        prefix_kv, prefix_kpe, scenario.cache_layout.value, dtype, scenario.mla_scale
+        prefix_kv,
+        prefix_kpe,
+        scenario.cache_layout.value,
+        dtype,
+        scenario.mla_scale,
+        ds_mla_scale=ds_mla_scale.value,
     )
     prefix_index_values, prefix_index_scales = reference.encode_index_entries(prefix_index)
 
@@ -438,6 +458,7 @@ def build_case(
             index_bias=act.index_bias,
             index_rope_interleaved=preset.index_rope_interleaved,
             index_slot_mapping=index_slots,
+            ds_mla_scale=ds_mla_scale,
         )
         guards = poisoned_outputs(scenario, device)
         outputs = FusedOpOutputs(

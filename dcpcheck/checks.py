@@ -9,10 +9,20 @@ writes), ``inputs_unmodified``. Across runs: ``ranks_agree`` (3) and
 Every finding names the check, the field, the rank, the first bad token and whether that
 token is owned by, foreign to, or padding on that rank, and the largest error. Values
 are compared on the device; only verdicts move to the host.
+
+Without the oracle (``dcpcheck run --oracle off``): the two checks that compare with it,
+``outputs`` and ``cache_owned``, are replaced by their oracle-free forms,
+``check_outputs_written`` and ``check_cache_written``, which keep the check's name and say
+what they compared with (``CheckResult.without_oracle``); the values themselves are then
+judged only against the kernel's own DCP1 run, by ``ranks_agree`` and
+``shards_reassemble``. Every other check compares with the initial bytes or the DCP1 run
+already and stays as it is; only the naming of the token a stray write holds changes
+source (``TokenEncodings``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +61,9 @@ class CheckResult:
     check: str
     findings: tuple[Finding, ...] = ()
     skipped: str | None = None  # reason; a skipped check is reported, never counted as passed
+    # Set by an oracle-free form (--oracle off): what it compared with instead of the
+    # oracle, so that a pass there never reads as a pass against the oracle.
+    without_oracle: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -142,8 +155,12 @@ def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPar
     return row_violations(a, e, part.tolerance)
 
 
+NAN_UNWRITTEN = "NaN (unwritten)"
+"""``Finding.max_error`` of a row that still holds the harness's NaN poison."""
+
+
 def _describe_steps(steps: int) -> str:
-    return "NaN (unwritten)" if steps == torch.iinfo(torch.int64).max else f"{steps} steps"
+    return NAN_UNWRITTEN if steps == torch.iinfo(torch.int64).max else f"{steps} steps"
 
 
 def _row_finding(
@@ -177,32 +194,78 @@ def _real_tokens(case: Case) -> torch.Tensor:
     return torch.nonzero(case.mappings.owner >= 0).flatten()
 
 
+def _real_output_rows(case: Case) -> Iterator[tuple[RankLaunch, str, torch.Tensor]]:
+    """(launch, field, that output's rows of the real tokens) for every output each rank
+    was given, in rank then ``OUTPUT_FIELDS`` order (the order findings are reported in)."""
+    tokens = _real_tokens(case)
+    for launch in case.ranks:
+        for field in OUTPUT_FIELDS:
+            actual = getattr(launch.outputs, field)
+            if actual is not None:
+                yield launch, field, actual[tokens.to(actual.device)]
+
+
 def check_outputs(case: Case) -> CheckResult:
     """Contract 1: every output equals the oracle's on every real token, whatever its slot."""
     tokens = _real_tokens(case)
     findings = []
-    for launch in case.ranks:
-        for field in OUTPUT_FIELDS:
-            actual = getattr(launch.outputs, field)
-            expected = getattr(case.expected, field)
-            if actual is None or expected is None:
-                continue
-            dev = tokens.to(actual.device)
-            tolerance = tolerances.OUTPUT_TOLERANCES[field]
-            bad, steps = row_violations(actual[dev], expected[dev], tolerance)
-            if bad.any():
-                findings.append(
-                    _row_finding(
-                        field,
-                        launch.rank,
-                        "{count} token row(s) differ from the oracle",
-                        bad,
-                        tokens,
-                        steps,
-                        case,
-                    )
+    for launch, field, rows in _real_output_rows(case):
+        expected = getattr(case.expected, field)
+        if expected is None:
+            continue
+        tolerance = tolerances.OUTPUT_TOLERANCES[field]
+        bad, steps = row_violations(rows, expected[tokens.to(rows.device)], tolerance)
+        if bad.any():
+            findings.append(
+                _row_finding(
+                    field,
+                    launch.rank,
+                    "{count} token row(s) differ from the oracle",
+                    bad,
+                    tokens,
+                    steps,
+                    case,
                 )
+            )
     return CheckResult("outputs", tuple(findings))
+
+
+OUTPUTS_WITHOUT_ORACLE = (
+    "oracle off: every real token's row checked written (no NaN poison left); its values "
+    "are compared bitwise with the DCP1 run by ranks_agree"
+)
+
+
+def check_outputs_written(case: Case) -> CheckResult:
+    """Contract 1 without the oracle: every real token's output row was written, on every
+    rank and at every DCP size, DCP1 included.
+
+    The harness fills every float output with NaN before each launch (``case`` poisons
+    them), and this op computes no NaN from the finite inputs it is given, so a real
+    token's row that holds one was never written (or was computed from garbage). That is
+    all a run's outputs can be judged on by themselves; whether the written values are
+    right is then a comparison with the kernel's own DCP1 run, which
+    ``check_ranks_agree`` makes bitwise. Together they catch both historical DCP bugs: the
+    rows a rank skips for its foreign tokens are NaN on that rank, and differ from DCP1.
+    """
+    tokens = _real_tokens(case)
+    findings = []
+    for launch, field, rows in _real_output_rows(case):
+        bad = rows.isnan().any(dim=1).cpu()
+        if bad.any():
+            findings.append(
+                _row_finding(
+                    field,
+                    launch.rank,
+                    "{count} token row(s) still hold the harness's NaN poison: never written",
+                    bad,
+                    tokens,
+                    torch.zeros(len(tokens), dtype=torch.int64),
+                    case,
+                    max_error=NAN_UNWRITTEN,
+                )
+            )
+    return CheckResult("outputs", tuple(findings), without_oracle=OUTPUTS_WITHOUT_ORACLE)
 
 
 def check_topk(case: Case) -> CheckResult:
@@ -248,6 +311,51 @@ def _expected_index_rows(case: Case, tokens: torch.Tensor) -> torch.Tensor:
     return torch.cat([values, scales], dim=1)
 
 
+@dataclass(frozen=True)
+class OwnedEntries:
+    """The entries one rank owns in one cache this step, and how to read them."""
+
+    launch: RankLaunch
+    field: str  # "mla_cache" / "index_cache"
+    tokens: torch.Tensor  # [K] on the host: the token owning each entry
+    slots: torch.Tensor  # [K] their slots, on the cache's device
+    cache: GuardedCache
+    read: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (cache, slots) -> [K, E] bytes
+    parts: tuple[EntryPart, ...]
+
+    def rows(self) -> torch.Tensor:
+        """The entries as the kernel left them."""
+        return self.read(self.cache.view, self.slots)
+
+    def initial_rows(self) -> torch.Tensor:
+        """The same entries before the launch: the seeded random fill."""
+        return self.read(self.cache.initial_view, self.slots)
+
+
+def _owned_entries(case: Case) -> list[OwnedEntries]:
+    """Every non-empty set of owned entries, rank by rank, the MLA cache before the index."""
+    s, p = case.scenario, case.scenario.model
+    mla_parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
+    index_dim = p.index_head_dim
+
+    def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return _index_rows(cache, slots, index_dim)
+
+    found = []
+    for launch in case.ranks:
+        for field, cache, slot_mapping, read in (
+            ("mla_cache", launch.mla, launch.inputs.slot_mapping, reference.read_mla_cache),
+            ("index_cache", launch.index, launch.inputs.index_slot_mapping, read_index),
+        ):
+            tokens = _owned(slot_mapping)
+            if cache is None or not len(tokens):
+                continue
+            parts = mla_parts if field == "mla_cache" else index_entry_parts(index_dim)
+            slots = slot_mapping[tokens.to(slot_mapping.device)].to(cache.storage.device)
+            found.append(OwnedEntries(launch, field, tokens, slots, cache, read, parts))
+    return found
+
+
 def _compare_entries(
     case: Case,
     rank: int,
@@ -279,34 +387,66 @@ def check_cache_owned(case: Case) -> CheckResult:
     """Contract 2a: each entry this rank owns holds the oracle's encoding of its token."""
     if case.scenario.profiling:
         return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
-    s, p = case.scenario, case.scenario.model
-    parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
     findings = []
-    for launch in case.ranks:
-        tokens = _owned(launch.inputs.slot_mapping)
-        if len(tokens):
-            slots = launch.inputs.slot_mapping[tokens.to(launch.inputs.slot_mapping.device)]
-            actual = reference.read_mla_cache(launch.mla.view, slots)
-            expected = case.expected.mla_entries[tokens.to(actual.device)]
-            findings += _compare_entries(
-                case, launch.rank, "mla_cache", tokens, actual, expected, parts
-            )
-        if launch.index is not None:
-            tokens = _owned(launch.inputs.index_slot_mapping)
-            if len(tokens):
-                slots = launch.inputs.index_slot_mapping[tokens.to(launch.index.view.device)]
-                actual = _index_rows(launch.index.view, slots, p.index_head_dim)
-                expected = _expected_index_rows(case, tokens.to(actual.device))
-                findings += _compare_entries(
-                    case,
-                    launch.rank,
-                    "index_cache",
-                    tokens,
-                    actual,
-                    expected,
-                    index_entry_parts(p.index_head_dim),
-                )
+    for owned in _owned_entries(case):
+        actual = owned.rows()
+        tokens = owned.tokens.to(actual.device)
+        if owned.field == "mla_cache":
+            expected = case.expected.mla_entries[tokens]
+        else:
+            expected = _expected_index_rows(case, tokens)
+        findings += _compare_entries(
+            case, owned.launch.rank, owned.field, owned.tokens, actual, expected, owned.parts
+        )
     return CheckResult("cache_owned", tuple(findings))
+
+
+CACHE_OWNED_WITHOUT_ORACLE = (
+    "oracle off: every owned entry checked written (no part left as the seeded random "
+    "fill); its bytes are compared with the DCP1 run's entry by shards_reassemble"
+)
+
+
+def check_cache_written(case: Case) -> CheckResult:
+    """Contract 2a without the oracle: each entry this rank owns was written, at every DCP
+    size, DCP1 included.
+
+    Caches start as seeded random bytes, so an owned entry part (``mla_entry_parts``,
+    ``index_entry_parts``) that still equals them byte for byte was not written. A correct
+    part of ``b`` bytes equals the random fill by chance with odds ``2^-8b``; the smallest
+    part, an indexer row's 4-byte scale, gives 2^-32 (2.3e-10) per entry. The fill is
+    seeded, so such a coincidence would repeat on every run of that case rather than
+    flake. The written bytes are then judged against the kernel's own DCP1 run by
+    ``check_shards_reassemble``, which also catches a part written only in places: the
+    fill of a DCPn cache differs from the DCP1 one.
+    """
+    if case.scenario.profiling:
+        return CheckResult(
+            "cache_owned",
+            skipped="profiling call: no entry is owned",
+            without_oracle=CACHE_OWNED_WITHOUT_ORACLE,
+        )
+    findings = []
+    for owned in _owned_entries(case):
+        actual, initial = owned.rows(), owned.initial_rows()
+        for part in owned.parts:
+            span = slice(part.start, part.stop)
+            bad = _bits_equal(actual[:, span], initial[:, span]).cpu()
+            if bad.any():
+                findings.append(
+                    _row_finding(
+                        f"{owned.field}.{part.name}",
+                        owned.launch.rank,
+                        "{count} owned entr(y/ies) still hold the seeded random fill: "
+                        "never written",
+                        bad,
+                        owned.tokens,
+                        torch.zeros(len(owned.tokens), dtype=torch.int64),
+                        case,
+                        max_error="unwritten",
+                    )
+                )
+    return CheckResult("cache_owned", tuple(findings), without_oracle=CACHE_OWNED_WITHOUT_ORACLE)
 
 
 @dataclass(frozen=True)
@@ -385,7 +525,8 @@ def _stray_writes(
 
 
 def _attribute(entry: torch.Tensor, encodings: torch.Tensor | None) -> int | None:
-    """The token whose oracle encoding this stray entry most resembles, if any does."""
+    """The token whose encoding (``TokenEncodings``) this stray entry most resembles, if
+    any does."""
     if encodings is None or not len(encodings):
         return None
     width = min(entry.numel(), encodings.shape[1])
@@ -394,8 +535,61 @@ def _attribute(entry: torch.Tensor, encodings: torch.Tensor | None) -> int | Non
     return best if int(same[best]) >= ATTRIBUTION_MIN_MATCH * width else None
 
 
-def collect_stray_writes(case: Case) -> list[StrayWrite]:
-    """Every changed entry that no token of this step owned, on every rank and cache."""
+@dataclass(frozen=True)
+class TokenEncodings:
+    """Each token's cache entry bytes (padding rows included), to recognise which token a
+    stray write holds: ``[T, E]`` for the MLA cache, ``[T, I + 4]`` indexer rows (values,
+    then the scale's bytes), ``None`` on shared layers.
+
+    Recognising a token only names it in the finding and decides whether a stray write is
+    filed under ``padding_inert`` or ``cache_foreign``; that it is a failure rests on the
+    initial bytes alone (``_stray_writes``).
+    """
+
+    mla: torch.Tensor
+    index: torch.Tensor | None
+
+    @staticmethod
+    def from_oracle(case: Case) -> TokenEncodings:
+        """The oracle's encodings of every token."""
+        index = None
+        if case.index_mappings is not None:
+            index = _expected_index_rows(case, _real_and_padding(case))
+        return TokenEncodings(case.expected.mla_entries, index)
+
+    @staticmethod
+    def from_dcp1_run(case: Case, baseline: Case) -> TokenEncodings:
+        """The kernel's own encodings, for judging without the oracle (``--oracle off``):
+        each real token's entry as the DCP1 run wrote it (every real token owns a slot at
+        DCP1), so a stray copy of it is recognised byte for byte whatever encoding the
+        kernel uses.
+
+        Padding rows own no slot in any run, so no run holds their encoding: for them
+        (and for a profiling call, which writes nothing) this keeps the oracle's. A kernel
+        whose encoding the oracle does not know then has a stray padding write filed
+        under ``cache_foreign`` instead of ``padding_inert``: a failure either way.
+        """
+        encodings = TokenEncodings.from_oracle(case)
+        if baseline.scenario.profiling:
+            return encodings
+        real = _real_tokens(case)
+        base = baseline.ranks[0]
+        mla = encodings.mla.clone()
+        slots = baseline.mappings.per_rank[0][real].to(base.mla.view.device)
+        mla[real.to(mla.device)] = reference.read_mla_cache(base.mla.view, slots)
+        index = encodings.index
+        if index is not None:
+            index = index.clone()
+            slots = baseline.index_mappings.per_rank[0][real].to(base.index.view.device)
+            index_dim = case.scenario.model.index_head_dim
+            index[real.to(index.device)] = _index_rows(base.index.view, slots, index_dim)
+        return TokenEncodings(mla, index)
+
+
+def collect_stray_writes(case: Case, encodings: TokenEncodings | None = None) -> list[StrayWrite]:
+    """Every changed entry that no token of this step owned, on every rank and cache;
+    each attributed to the token whose ``encodings`` (default: the oracle's) it holds."""
+    encodings = encodings or TokenEncodings.from_oracle(case)
     index_dim = case.scenario.model.index_head_dim
     writes = []
     for launch in case.ranks:
@@ -407,7 +601,7 @@ def collect_stray_writes(case: Case) -> list[StrayWrite]:
             launch.inputs.slot_mapping,
             launch.prefix_slots,
             reference.read_mla_cache,
-            case.expected.mla_entries,
+            encodings.mla,
         )
         if launch.index is not None:
             writes += _stray_writes(
@@ -418,7 +612,7 @@ def collect_stray_writes(case: Case) -> list[StrayWrite]:
                 launch.inputs.index_slot_mapping,
                 launch.index_prefix_slots,
                 lambda c, s: _index_rows(c, s, index_dim),
-                _expected_index_rows(case, _real_and_padding(case)),
+                encodings.index,
             )
     return writes
 
@@ -442,12 +636,13 @@ def _stray_finding(case: Case, w: StrayWrite) -> Finding:
     )
 
 
-def stray_write_checks(case: Case) -> list[CheckResult]:
+def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> list[CheckResult]:
     """Contract 2b, 5, 6 and out-of-bounds writes, from one scan of every cache byte.
 
     Each stray write goes to exactly one check: a guard band if outside the cache;
     ``profiling_no_write`` on a profiling call; ``prefix_intact`` on a cached-prefix
-    entry; ``padding_inert`` if it holds a padding row's encoding; else ``cache_foreign``.
+    entry; ``padding_inert`` if it holds a padding row's encoding (``encodings``, default
+    the oracle's); else ``cache_foreign``.
     """
     buckets: dict[str, list[Finding]] = {
         "guard_bands": [],
@@ -458,7 +653,7 @@ def stray_write_checks(case: Case) -> list[CheckResult]:
     profiling = case.scenario.profiling
     if profiling:
         buckets = {"guard_bands": [], "profiling_no_write": []}
-    for w in collect_stray_writes(case):
+    for w in collect_stray_writes(case, encodings):
         if w.where.startswith("guard"):
             bucket = "guard_bands"
         elif profiling:

@@ -49,6 +49,10 @@ UE8M0_AMAX_FLOOR = 1e-4
 """Indexer rows quantize with scale 2^ceil(log2(max(amax, 1e-4) / 448)); the floor keeps
 all-zero rows finite."""
 
+DS_MLA_POW2_RATIO_FLOOR = 1e-4
+"""The ``pow2`` fp8_ds_mla tile scale is 2^ceil(log2(max(amax * (1/448), 1e-4))): unlike the
+indexer's, the floor applies to the ratio, so an all-zero tile's scale is 2^-13."""
+
 
 class CacheLayout(enum.Enum):
     """How one MLA cache entry (a token's ``[kv | kpe]``) is stored."""
@@ -56,6 +60,26 @@ class CacheLayout(enum.Enum):
     AUTO = "auto"  # kv_out | kpe_out in the activation dtype, KV + R elements
     FP8 = "fp8"  # fp8_e4m3(kv / s) | fp8_e4m3(kpe / s), one per-tensor scale s
     FP8_DS_MLA = "fp8_ds_mla"  # DS_MLA_ENTRY_BYTES, see above
+
+
+class DsMlaScale(enum.Enum):
+    """How an ``fp8_ds_mla`` entry scales its four 128-value NoPE tiles (DESIGN §2).
+
+    vLLM changed the rule between releases, and a cache written by one rule is wrong by
+    the other (the stored scale differs, and so does every fp8 byte of the tile), so it is
+    a named choice of each case: a scenario's ``ds_mla_scale`` key, the ``--ds-mla-scale``
+    option, or a kernel's own declaration (a ``ds_mla_scale`` attribute on the callable,
+    which release adapters set); ``runner.effective_ds_mla_scale`` says which wins. Other
+    layouts ignore it. The oracle names the same rules by these values.
+    """
+
+    AMAX = "amax"
+    """``max(amax * (1/448), FLT_MIN)``: the smallest scale that fits the tile, stored in
+    fp32 (vLLM up to 0.30.0; the default where nothing names a rule)."""
+
+    POW2 = "pow2"
+    """``2^ceil(log2(max(amax * (1/448), 1e-4)))``: a power of two, so decoding multiplies
+    exactly (vLLM 0.31.0 on)."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,7 @@ class FusedOpInputs:
     index_bias: torch.Tensor | None = None  # [I] fp32
     index_rope_interleaved: bool = False
     index_slot_mapping: torch.Tensor | None = None  # [T] int64, the indexer's own mapping
+    ds_mla_scale: DsMlaScale = DsMlaScale.AMAX  # fp8_ds_mla tile-scale rule the case demands
 
     @property
     def num_tokens(self) -> int:

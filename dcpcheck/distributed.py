@@ -71,7 +71,9 @@ from dcpcheck.runner import (
     RunConfig,
     _ownership_shapes,
     check_case,
+    declared_ds_mla_scale,
     launch_all,
+    with_effective_ds_mla_scale,
 )
 from dcpcheck.scenario import Scenario, ScenarioError, load_scenarios
 
@@ -393,7 +395,7 @@ def _judge(
         result.error = f"the DCP1 baseline run failed: {baseline.error}"
     else:
         result.checks = adapters.apply_limitations(
-            check_case(case, baseline.case, launched.changes),
+            check_case(case, baseline.case, launched.changes, config.oracle),
             adapters.kernel_limitations(kernel, [launch.inputs for launch in case.ranks]),
         )
         if result.failed_checks:
@@ -410,6 +412,7 @@ def _check_scenario(
     sizes: Sequence[int],
 ) -> list[CaseResult] | None:
     """One scenario on every rank; its results (one per size, in order) on rank 0."""
+    scenario = with_effective_ds_mla_scale(scenario, config, kernel)  # as runner.run_scenario
     device = group.backend.device
     seed = scenario.seed if config.seed is None else config.seed
     label = f"{scenario.name}[dcp{group.world_size}]"
@@ -701,9 +704,14 @@ def commands() -> None:
 
 def _group_kernel(name: str, adapter: str) -> Kernel:
     try:
-        return load_kernel(name, adapter)
+        kernel = load_kernel(name, adapter)
     except KernelLoadError as exc:
         raise common.KernelLoadFailure(str(exc)) from None
+    try:
+        declared_ds_mla_scale(kernel)  # a rule dcpcheck does not know: exit 125, as in run
+    except ValueError as exc:
+        raise common.KernelLoadFailure(f"{name}: {exc}") from None
+    return kernel
 
 
 @contextmanager
@@ -735,6 +743,8 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
 @common.junit_option
 @common.no_tokens_option
 @click.option("--stats", is_flag=True, help="Report throughput and ownership shapes.")
+@common.ds_mla_scale_option
+@common.oracle_option
 @common.fail_fast_option
 @_rank_options
 @click.pass_obj
@@ -748,6 +758,8 @@ def run_command(
     junit_path,
     no_tokens,
     stats,
+    ds_mla_scale,
+    oracle,
     fail_fast,
     kernel_name,
     adapter,
@@ -763,8 +775,17 @@ def run_command(
                 report.ensure_writable(path)
     except (ScenarioError, report.ReportPathError) as exc:
         raise common.InputError(str(exc)) from None
-    config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
+    config = RunConfig(
+        kernel_name,
+        dcp_sizes,
+        seed,
+        fail_fast,
+        ds_mla_scale=common.ds_mla_scale_rule(ds_mla_scale),
+        oracle=oracle == "on",
+    )
     with _joined(device, rank_timeout_s, progress) as group:
+        if group.is_root:
+            common.announce_oracle(config.oracle)
         kernel = _group_kernel(kernel_name, adapter)
         started = time.perf_counter()
         results = run_distributed(kernel, scenarios, config, group, tokens=not no_tokens)
@@ -772,12 +793,17 @@ def run_command(
             return
         backend_name = "interpreter" if group.backend.interpreted else "cuda"
         if json_path is not None:
-            text = report.to_json(results, kernel=kernel_name, backend=backend_name, partial=False)
+            text = report.to_json(
+                results,
+                kernel=kernel_name,
+                backend=backend_name,
+                partial=False,
+                oracle=config.oracle,
+            )
             report.write_atomic(json_path, text)
         if junit_path is not None:
-            report.write_atomic(
-                junit_path, report.to_junit(results, kernel=kernel_name, partial=False)
-            )
+            text = report.to_junit(results, kernel=kernel_name, partial=False, oracle=config.oracle)
+            report.write_atomic(junit_path, text)
         console.print_results(results)
         if stats:
             console.print_stats(results, time.perf_counter() - started, None)

@@ -35,6 +35,13 @@ processes running this same package::
     parent -> worker   Setup, then one ScenarioJob or TokenStreamJob at a time
     worker -> parent   Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
+
+What decides a case's fp8_ds_mla tile-scale rule (``runner.effective_ds_mla_scale``)
+reaches the worker with the job: ``--ds-mla-scale`` in the ``RunConfig`` and the
+scenario's key in the ``Scenario`` of each ``ScenarioJob``; the kernel's own declaration
+the worker reads from the kernel it loaded, and ``Ready`` carries it back, so the
+parent's ``IsolatedKernel`` declares the same rule (``ds_mla_scale``) and a failure the
+parent saves records the rule the worker ran.
 """
 
 from __future__ import annotations
@@ -53,12 +60,13 @@ from multiprocessing.connection import Connection
 import torch
 
 from dcpcheck.backend import Backend, select_backend
-from dcpcheck.contract import Kernel
+from dcpcheck.contract import DsMlaScale, Kernel
 from dcpcheck.kernel_loading import KernelLoadError, load_kernel
 from dcpcheck.runner import (
     TOKEN_STREAM_CASE,
     CaseResult,
     RunConfig,
+    declared_ds_mla_scale,
     run_scenario,
     token_stream_case,
 )
@@ -101,7 +109,10 @@ class Setup:
 
 @dataclass(frozen=True)
 class Ready:
-    """The worker loaded the kernel and waits for jobs."""
+    """The worker loaded the kernel and waits for jobs. ``ds_mla_scale``: the fp8_ds_mla
+    tile-scale rule the kernel declares (``runner.declared_ds_mla_scale``), or None."""
+
+    ds_mla_scale: DsMlaScale | None = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +278,9 @@ class IsolatedKernel:
         )
         self.case_timeout = case_timeout
         self._worker: _Worker | None = None
+        self.ds_mla_scale: DsMlaScale | None = None
+        """The loaded kernel's declared fp8_ds_mla rule, as its worker reported it
+        (``Ready``), so ``runner.effective_ds_mla_scale`` of this object is the worker's."""
 
     def __enter__(self) -> IsolatedKernel:
         self.start()
@@ -307,6 +321,7 @@ class IsolatedKernel:
                 raise KernelLoadError(reply.message)
             if not isinstance(reply, Ready):
                 raise WorkerLost("crash", f"unexpected answer to setup: {reply!r}")
+            self.ds_mla_scale = reply.ds_mla_scale
             ready = True
         finally:
             if not ready:  # a failure above, or Ctrl-C while the worker started
@@ -454,7 +469,12 @@ def serve(requests: Connection, replies: Connection) -> None:
     except KernelLoadError as exc:
         replies.send(LoadFailed(str(exc)))
         return
-    replies.send(Ready())
+    try:
+        declared = declared_ds_mla_scale(kernel)
+    except ValueError as exc:  # it declares no rule dcpcheck knows
+        replies.send(LoadFailed(f"{setup.kernel_name}: {exc}"))
+        return
+    replies.send(Ready(declared))
     while True:
         try:
             job = requests.recv()

@@ -1,6 +1,7 @@
 """Resolve ``--kernel`` to a callable following the kernel protocol (dcpcheck.contract).
 
-Accepted forms: a registry name (``default``, ``regress/pre-54908``), an importable
+Accepted forms: a registry name (``default``, ``regress/pre-54908``), a released kernel
+(``vllm==0.29.0``, fetched and cached by :mod:`dcpcheck.releases`), an importable
 ``package.module:function``, or ``path/to/file.py:function`` loaded straight from a
 file without installing the project it belongs to. A file's module-level imports of its
 host project (vLLM's platform query and Triton re-export) are answered by the stand-ins
@@ -17,6 +18,7 @@ CLI turns it into exit code 125, which ``git bisect run`` treats as "skip this c
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -25,7 +27,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from dcpcheck import adapters, shims
+from dcpcheck import adapters, releases, shims
+from dcpcheck.adapters import vllm as vllm_adapter
 from dcpcheck.backend import current_backend
 from dcpcheck.contract import Kernel
 
@@ -64,7 +67,7 @@ def _load_file(path: Path) -> ModuleType:
         raise KernelLoadError(f"{path}: not a loadable Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # Triton and dataclasses look the module up by name
-    with shims.stand_ins_for(shims.imported_packages(tree)) as stood_in:
+    with shims.stand_ins_for(shims.imported_modules(tree)) as stood_in:
         if stood_in:
             log.warning(
                 "%s: %s is not installed; loading with dcpcheck's stand-ins for %s "
@@ -133,6 +136,9 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
                 f"the {adapter} adapter does not apply"
             )
         return KERNELS[spec].load()
+    release = releases.parse_spec(spec)
+    if release is not None:
+        return _load_release(release, adapter)
     where, function = _split_spec(spec, list(KERNELS))
     module = _load_file(Path(where)) if where.endswith(".py") else _load_module(where)
     target = getattr(module, function, None)
@@ -144,3 +150,22 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
         return adapters.adapt(target, adapter)
     except adapters.AdapterError as exc:
         raise KernelLoadError(f"{spec}: {exc}") from exc
+
+
+def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:
+    """A released vLLM kernel: its file from the release cache (fetched on first use),
+    through vLLM's adapter, carrying what the release's source says of its encoding."""
+    if adapter not in ("auto", "vllm"):
+        raise KernelLoadError(f"{release.name}: a vLLM release runs through the vllm adapter")
+    try:
+        path = releases.fetch(release.version)
+    except releases.ReleaseError as exc:
+        raise KernelLoadError(str(exc)) from exc
+    target = getattr(_load_file(path), release.function, None)
+    if target is None or not callable(target):
+        raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
+    try:
+        kernel = vllm_adapter.adapt(target, ds_mla_scale=releases.ds_mla_scale_of(release.version))
+    except adapters.AdapterError as exc:
+        raise KernelLoadError(f"{release.name}: {exc}") from exc
+    return dataclasses.replace(kernel, name=release.name)

@@ -127,12 +127,19 @@ class DcpStep:
     ``mappings`` gives each new token's position and every rank's slot for it.
     ``context_slots[i][s]`` are rank ``s``'s slots of the cached context that request
     ``i`` reads this step, in position order: its prefix for a prefill chunk, prefix and
-    the new token itself for a decode.
+    the new token itself for a decode; ``context_positions[i][s]`` their positions.
+
+    ``k_from_caches``: the kernel has no K outputs (vLLM 0.28.0's API), so a prefill chunk
+    reads its own tokens' K from the caches too, each from its owner's shard, causally
+    masked by position - what a system whose kernel writes K only to the cache must do
+    (gather K from the owners). Then ``context_slots`` of a chunk include the chunk.
     """
 
     batch: Batch
     mappings: SlotMappings
     context_slots: tuple[tuple[torch.Tensor, ...], ...]
+    context_positions: tuple[tuple[torch.Tensor, ...], ...]
+    k_from_caches: bool = False
 
     @property
     def dcp_size(self) -> int:
@@ -153,23 +160,30 @@ def is_decode(request: Request) -> bool:
     return request.new == 1
 
 
-def plan_step(batch: Batch, layout: DcpLayout, block_tables: BlockTables) -> DcpStep:
-    """Slots of ``batch``'s new tokens and of the context each request reads, per rank.
+def plan_step(
+    batch: Batch, layout: DcpLayout, block_tables: BlockTables, k_from_caches: bool = False
+) -> DcpStep:
+    """Slots of ``batch``'s new tokens and of the context each request reads, per rank
+    (``k_from_caches``: see :class:`DcpStep`).
 
     ``block_tables`` may be longer than this step needs (allocated once for the final
     length of each request): ``slot_mappings`` only reads the entries it needs.
     """
     mappings = slot_mappings(batch, layout, block_tables)
-    context_slots = []
+    context_slots, context_positions = [], []
     for request, table in zip(batch.requests, block_tables, strict=True):
-        context = request.prefix + (1 if is_decode(request) else 0)
+        whole = is_decode(request) or k_from_caches
+        context = request.prefix + (request.new if whole else 0)
         if context == 0:
             empty = torch.empty(0, dtype=torch.int64)
             context_slots.append((empty,) * layout.dcp_size)
+            context_positions.append((empty,) * layout.dcp_size)
             continue
         per_rank = slot_mappings(Batch((Request(0, context),)), layout, (table,)).per_rank
         context_slots.append(tuple(slots[slots >= 0] for slots in per_rank))
-    return DcpStep(batch, mappings, tuple(context_slots))
+        positions = torch.arange(context)
+        context_positions.append(tuple(positions[slots >= 0] for slots in per_rank))
+    return DcpStep(batch, mappings, tuple(context_slots), tuple(context_positions), k_from_caches)
 
 
 class ShardExchange(Protocol):
@@ -439,6 +453,7 @@ class MlaModel:
                             caches[j][index],
                             step.context_slots[i][rank],
                             spec,
+                            self._visible(step, i, positions, rank),
                         )
                         for i in range(len(step.batch.requests))
                     ]
@@ -466,7 +481,7 @@ class MlaModel:
         outputs = []
         for i, shard_partials in enumerate(gathered):
             partials = list(shard_partials)
-            if not step.is_decode(i):
+            if not step.is_decode(i) and not step.k_from_caches:
                 rows = step.rows(i)
                 chunk = self._chunk_attention(
                     layer, queries[rows], fused.kv_out[rows], fused.kpe_out[rows]
@@ -475,6 +490,18 @@ class MlaModel:
             outputs.append(merge_partials(partials).output)
         return torch.cat(outputs)
 
+    @staticmethod
+    def _visible(
+        step: DcpStep, request: int, positions: torch.Tensor, rank: int
+    ) -> torch.Tensor | None:
+        """The causal mask of a prefill chunk over rank ``rank``'s shard when the chunk's
+        own K is read from the caches; None where every cached position precedes (or,
+        for a decode, is) the query's."""
+        if not step.k_from_caches or step.is_decode(request):
+            return None
+        cached = step.context_positions[request][rank].to(positions.device)
+        return cached[None, :] <= positions[step.rows(request)][:, None]
+
     def _shard_attention(
         self,
         layer: LayerWeights,
@@ -482,12 +509,13 @@ class MlaModel:
         cache: torch.Tensor,
         slots: torch.Tensor,
         spec: CacheSpec,
+        visible: torch.Tensor | None = None,
     ) -> PartialAttention:
-        """Attention over one rank's shard of a request's cached context. Every cached
-        position precedes (or, for a decode, is) the query's, so no mask is needed."""
+        """Attention over one rank's shard of a request's cached context (``visible``:
+        see :meth:`_visible`)."""
         kv, kpe = self._read_cache(cache, slots, spec)
         keys, values = self._keys_values(layer, kv, kpe)
-        return partial_attention(queries, keys, values, self.softmax_scale)
+        return partial_attention(queries, keys, values, self.softmax_scale, visible)
 
     def _chunk_attention(
         self,

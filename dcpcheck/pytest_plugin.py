@@ -22,6 +22,8 @@ Options (each as for ``dcpcheck run``):
 * ``--dcpcheck-scenario-dir DIR``: the scenario files (default: the ones shipped).
 * ``--dcpcheck-device auto|cuda|cpu``, ``--dcpcheck-adapter auto|native|vllm``.
 * ``--dcpcheck-no-tokens``: leave out the token-stream item.
+* ``--dcpcheck-oracle on|off``: off judges the kernel against its own DCP1 run alone, for
+  a kernel whose encoding no oracle variant knows (``dcpcheck run --oracle``).
 
 Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.scenario``)
 in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
@@ -49,6 +51,7 @@ because Triton decides between compiling and interpreting when a kernel is *defi
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -207,6 +210,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="Leave out the end-to-end token-stream item.",
     )
+    group.addoption(
+        "--dcpcheck-oracle",
+        default="on",
+        choices=("on", "off"),
+        help="off: judge the kernel against its own DCP1 run alone, not the oracle, for a "
+        "kernel whose encoding no oracle variant knows yet (default on; as `dcpcheck run "
+        "--oracle`).",
+    )
     parser.addini(
         SCENARIO_DIRS_INI,
         type="paths",
@@ -298,7 +309,9 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     return Plan(
         kernel=kernel,
         backend=backend,
-        config=RunConfig(kernel_name, dcp_sizes),
+        config=RunConfig(
+            kernel_name, dcp_sizes, oracle=config.getoption("dcpcheck_oracle") == "on"
+        ),
         scenarios=tuple(scenarios),
         token_streams=not config.getoption("dcpcheck_no_tokens"),
     )
@@ -319,12 +332,12 @@ class CaseCollector(pytest.Collector):
         self._plan = plan
 
     def _scenario_case(self, scenario: Scenario, dcp_size: int) -> Callable[[], CaseResult]:
-        from dcpcheck.runner import RunConfig, run_scenario
+        from dcpcheck.runner import run_scenario
 
         plan = self._plan
 
         def run() -> CaseResult:
-            config = RunConfig(plan.config.kernel_name, (dcp_size,))
+            config = dataclasses.replace(plan.config, dcp_sizes=(dcp_size,))
             (result,) = run_scenario(plan.kernel, scenario, config, plan.backend)
             return result
 

@@ -3,6 +3,11 @@
 Same inputs and seed give the same bytes: no timestamps, no wall times, sorted keys.
 A report is written to a temporary file beside its target and renamed over it, so a
 reader (CI, a crashed run's post-mortem) never sees half a file.
+
+Both say whether the oracle judged the run (``--oracle on|off``: JSON ``"oracle"``, a JUnit
+suite property), and a check judged in its oracle-free form says what it compared with
+instead (JSON ``"without_oracle"``, a JUnit testcase property), so a pass without the
+oracle never reads as a pass against it.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ def _case_json(r: CaseResult) -> dict:
                 "check": c.check,
                 "status": "skip" if c.skipped else ("pass" if c.passed else "fail"),
                 "skipped": c.skipped,
+                "without_oracle": c.without_oracle,
                 "findings": [asdict(f) for f in c.findings],
             }
             for c in r.checks
@@ -112,11 +118,19 @@ def _case_json(r: CaseResult) -> dict:
     }
 
 
-def to_json(results: list[CaseResult], *, kernel: str, backend: str, partial: bool) -> str:
+def oracle_word(oracle: bool) -> str:
+    """How reports spell ``RunConfig.oracle``: as the ``--oracle`` option does."""
+    return "on" if oracle else "off"
+
+
+def to_json(
+    results: list[CaseResult], *, kernel: str, backend: str, partial: bool, oracle: bool = True
+) -> str:
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
         "backend": backend,
+        "oracle": oracle_word(oracle),
         "partial": partial,
         "summary": summarize(results),
         "cases": [_case_json(r) for r in results],
@@ -124,10 +138,12 @@ def to_json(results: list[CaseResult], *, kernel: str, backend: str, partial: bo
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def to_junit(results: list[CaseResult], *, kernel: str, partial: bool) -> str:
+def to_junit(results: list[CaseResult], *, kernel: str, partial: bool, oracle: bool = True) -> str:
     """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
     ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``)."""
     suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="oracle", value=oracle_word(oracle))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for r in results:
         classname = f"{r.scenario}[dcp{r.dcp_size}]"
@@ -141,6 +157,13 @@ def to_junit(results: list[CaseResult], *, kernel: str, partial: bool) -> str:
         for c in r.checks:
             case = ET.SubElement(suite, "testcase", classname=classname, name=c.check)
             counts["tests"] += 1
+            if c.without_oracle:
+                ET.SubElement(
+                    ET.SubElement(case, "properties"),
+                    "property",
+                    name="without_oracle",
+                    value=c.without_oracle,
+                )
             if c.skipped:
                 ET.SubElement(case, "skipped", message=c.skipped)
                 counts["skipped"] += 1
@@ -154,7 +177,7 @@ def to_junit(results: list[CaseResult], *, kernel: str, partial: bool) -> str:
     for key, value in counts.items():
         suite.set(key, str(value))
     if partial:
-        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="partial", value="true")
+        ET.SubElement(properties, "property", name="partial", value="true")
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -3,13 +3,20 @@
 For each scenario the DCP1 run is the baseline (checks 3 and 4 compare with it); each
 requested DCP size then runs every rank with that rank's slot mapping, in one process
 and on one device. The oracle runs once per scenario: its answer does not depend on the
-DCP size.
+DCP size. With ``RunConfig.oracle`` off (``--oracle off``) it still runs, cheap next to
+the kernel, but whether a case passes never rests on it (``check_case``;
+``checks.TokenEncodings`` says where it still names the token a stray write holds).
 
 The kernel under test is either a protocol ``Kernel``, run in this process, or a
 :class:`CaseRunner` (``dcpcheck.isolation.IsolatedKernel``) that runs each whole case in a
 worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
 ``token_stream_case`` take either, so every caller (the run, the property search) gets
 isolation without knowing about it.
+
+Each scenario runs with its fp8_ds_mla tile-scale rule resolved first
+(:func:`effective_ds_mla_scale`, baked into the scenario by
+:func:`with_effective_ds_mla_scale`), so the oracle, every rank's inputs, a saved failure
+and its replay all use one rule.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import torch
 from dcpcheck import adapters, checks
 from dcpcheck.backend import Backend
 from dcpcheck.case import Case, build_case, make_activations, run_oracle, snapshot_inputs
-from dcpcheck.contract import FusedOpInputs, FusedOpOutputs, Kernel
+from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.scenario import Scenario
 from dcpcheck.token_streams import compare_streams, stream_config_for
 
@@ -50,6 +57,13 @@ class RunConfig:
     dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
     seed: int | None = None  # None: each scenario's own seed
     fail_fast: bool = False
+    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
+    oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
+
+    @property
+    def oracle_flag(self) -> str:
+        """The ``--oracle`` option a replay needs ("" when on, the default)."""
+        return "" if self.oracle else " --oracle off"
 
     @property
     def token_stream_dcp(self) -> int:
@@ -64,13 +78,70 @@ class RunConfig:
         return f"dcpcheck hash --dcp 1,{self.token_stream_dcp} --kernel {self.kernel_name}"
 
     def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
-        seed = f" --seed {self.seed}" if self.seed is not None else ""
+        options = f" --seed {self.seed}" if self.seed is not None else ""
+        if self.ds_mla_scale is not None:
+            options += f" --ds-mla-scale {self.ds_mla_scale.value}"
+        options += self.oracle_flag
         if scenario.source is not None and scenario.source.parent.name != "scenarios":
-            return f"dcpcheck repro {scenario.source} --kernel {self.kernel_name}{seed}"
+            return f"dcpcheck repro {scenario.source} --kernel {self.kernel_name}{options}"
         return (
             f"dcpcheck run --scenario {scenario.name} --dcp {dcp_size} "
-            f"--kernel {self.kernel_name}{seed}"
+            f"--kernel {self.kernel_name}{options}"
         )
+
+
+def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
+    """The fp8_ds_mla tile-scale rule ``kernel`` says it writes, or None if it says none.
+
+    A kernel declares it with a ``ds_mla_scale`` attribute (a ``DsMlaScale`` or its value):
+    a release adapter sets it for the releases it wraps, since a kernel's API does not say
+    which rule its code writes. ``ValueError`` for anything else, so a typo in a
+    declaration is not quietly read as "no rule".
+    """
+    declared = getattr(kernel, "ds_mla_scale", None)
+    if declared is None or isinstance(declared, DsMlaScale):
+        return declared
+    try:
+        return DsMlaScale(declared)
+    except ValueError:
+        known = ", ".join(repr(rule.value) for rule in DsMlaScale)
+        raise ValueError(
+            f"the kernel declares ds_mla_scale = {declared!r}; expected one of {known}"
+        ) from None
+
+
+def effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object) -> DsMlaScale:
+    """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands of ``kernel``.
+
+    Precedence, first that names one: the run's ``--ds-mla-scale`` (``config``), the
+    kernel's own declaration (:func:`declared_ds_mla_scale`), the scenario's
+    ``ds_mla_scale`` key, then DESIGN's default ``amax``. The option is the user's explicit
+    ask for this run. A declaration is a fact of the kernel - a released vLLM kernel writes
+    the rule its source writes (dcpcheck.releases), so the release is judged by its own
+    rule on every scenario. A scenario's key (written to test a rule, or saved from a
+    failure) decides for the kernels that write whatever they are asked, as the project's
+    kernel does.
+
+    ``kernel`` is what the runner holds: a protocol kernel, or an ``IsolatedKernel``,
+    which carries its worker's kernel's declaration (``dcpcheck.isolation``), so the
+    parent and the worker resolve alike.
+    """
+    for rule in (config.ds_mla_scale, declared_ds_mla_scale(kernel), scenario.ds_mla_scale):
+        if rule is not None:
+            return rule
+    return DsMlaScale.AMAX
+
+
+def with_effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object) -> Scenario:
+    """``scenario`` as it runs: an fp8_ds_mla one with its effective tile-scale rule written
+    into ``ds_mla_scale`` (so the cases, a saved failure and its replay use that rule); a
+    scenario of another layout unchanged (it has no tile scales, and may not name a rule)."""
+    if scenario.cache_layout is not CacheLayout.FP8_DS_MLA:
+        return scenario
+    rule = effective_ds_mla_scale(scenario, config, kernel)
+    if scenario.ds_mla_scale is rule:
+        return scenario
+    return dataclasses.replace(scenario, ds_mla_scale=rule)
 
 
 @dataclass
@@ -170,9 +241,7 @@ def output_guard_findings(case: Case) -> list[checks.Finding]:
     return findings
 
 
-def _with_output_guards(
-    results: list[checks.CheckResult], case: Case
-) -> list[checks.CheckResult]:
+def _with_output_guards(results: list[checks.CheckResult], case: Case) -> list[checks.CheckResult]:
     """``stray_write_checks``' results, its ``guard_bands`` (caches) extended by the
     output guards: one check for every out-of-bounds write, whatever buffer it hit."""
     outputs = tuple(output_guard_findings(case))
@@ -183,14 +252,24 @@ def _with_output_guards(
 
 
 def check_case(
-    case: Case, baseline: Case, input_changes: list[checks.Finding]
+    case: Case, baseline: Case, input_changes: list[checks.Finding], oracle: bool = True
 ) -> list[checks.CheckResult]:
-    """Every contract check of DESIGN §2 on one launched case."""
+    """Every contract check of DESIGN §2 on one launched case.
+
+    ``oracle=False`` (``--oracle off``) judges the kernel against its own DCP1 run alone,
+    for a kernel whose encoding no oracle variant knows: the checks that compare with the
+    oracle are replaced by their oracle-free forms (``dcpcheck.checks`` docstring), the
+    rest are the same checks.
+    """
+    if oracle:
+        encodings = checks.TokenEncodings.from_oracle(case)
+    else:
+        encodings = checks.TokenEncodings.from_dcp1_run(case, baseline)
     return [
-        checks.check_outputs(case),
+        checks.check_outputs(case) if oracle else checks.check_outputs_written(case),
         checks.check_topk(case),
-        checks.check_cache_owned(case),
-        *_with_output_guards(checks.stray_write_checks(case), case),
+        checks.check_cache_owned(case) if oracle else checks.check_cache_written(case),
+        *_with_output_guards(checks.stray_write_checks(case, encodings), case),
         checks.check_inputs_unmodified(input_changes),
         checks.check_ranks_agree(case, baseline),
         checks.check_shards_reassemble(case, baseline),
@@ -216,6 +295,7 @@ def run_scenario(
     kernel: KernelUnderTest, scenario: Scenario, config: RunConfig, backend: Backend
 ) -> Iterator[CaseResult]:
     """Yield one ``CaseResult`` per DCP size of ``scenario`` (DCP1 baseline run first)."""
+    scenario = with_effective_ds_mla_scale(scenario, config, kernel)
     if isinstance(kernel, CaseRunner):
         yield from kernel.run_cases(scenario, config)
         return
@@ -256,7 +336,7 @@ def run_scenario(
             result.error = f"the DCP1 baseline run failed: {base_error}"
         else:
             result.checks = adapters.apply_limitations(
-                check_case(case, baseline, changes),
+                check_case(case, baseline, changes, config.oracle),
                 adapters.kernel_limitations(kernel, [launch.inputs for launch in case.ranks]),
             )
             if result.failed_checks:
@@ -265,9 +345,7 @@ def run_scenario(
         yield result
 
 
-def token_stream_case(
-    kernel: KernelUnderTest, config: RunConfig, backend: Backend
-) -> CaseResult:
+def token_stream_case(kernel: KernelUnderTest, config: RunConfig, backend: Backend) -> CaseResult:
     """The end-to-end check (DESIGN §5) as one more case: the tiny MLA model's greedy
     token streams at DCP1 and at the largest requested DCP size must hash identically."""
     if isinstance(kernel, CaseRunner):

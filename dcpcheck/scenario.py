@@ -19,6 +19,8 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     dtype = "bfloat16"                # or "float16"
     cache_layout = "auto"             # or "fp8" (needs mla_scale), "fp8_ds_mla"
     mla_scale = 0.3                   # only with cache_layout = "fp8"
+    ds_mla_scale = "pow2"             # optional, only with cache_layout = "fp8_ds_mla":
+                                      #   "amax" or "pow2" (DS_MLA_SCALE_KEY says more)
     indexer = "sharded"               # or "replicated", "none" (a shared layer)
     block_size = 16
     interleave = 1                    # optional, default 1
@@ -49,7 +51,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from dcpcheck.contract import PRESETS, CacheLayout, ModelPreset, mla_entry_bytes
+from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset, mla_entry_bytes
 from dcpcheck.dcp import (
     Batch,
     BatchError,
@@ -78,6 +80,18 @@ scaled so every token's ``kv_out`` and ``kpe_out`` rows reach far beyond ``448 *
 per-tensor fp8 scale ``s <= 1``; ``exact-ties``: small-integer rows whose RMSNorm is exact in
 fp32 and lands 3/8 of the outputs exactly on rounding ties of the output dtype. Part of the
 scenario, so a failure found in one regime replays in it."""
+
+DS_MLA_SCALE_KEY = "ds_mla_scale"
+"""The fp8_ds_mla tile-scale rule a scenario demands (``contract.DsMlaScale``: ``"amax"`` as
+vLLM wrote it up to 0.30.0, ``"pow2"`` from 0.31.0 on). Optional: unset, the rule comes
+from ``--ds-mla-scale`` or the kernel's own declaration, else ``amax``
+(``runner.effective_ds_mla_scale``); set, it beats the kernel's declaration and yields
+only to ``--ds-mla-scale``. Only allowed with ``cache_layout = "fp8_ds_mla"``, like
+``mla_scale`` with ``fp8``: in a file of another layout it would do nothing, and a key
+that does nothing reads as if it mattered. (The run-wide ``--ds-mla-scale`` and a
+kernel's declaration span scenarios of every layout, so those are ignored, not refused,
+where the layout has no tile scales.) Saved failures always spell it out, so a replay
+uses the rule the failing run used."""
 
 BLOCK_TABLE_MODES = ("identity", "shuffled")
 """``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""
@@ -112,6 +126,7 @@ class Scenario:
     profiling: bool
     batch: Batch
     values: str = "normal"
+    ds_mla_scale: DsMlaScale | None = None  # None: not named here (DS_MLA_SCALE_KEY)
     source: Path | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -177,6 +192,15 @@ class Scenario:
                 "mla_scale",
                 f"only allowed with cache_layout 'fp8', not {self.cache_layout.value!r}",
             )
+        if self.ds_mla_scale is not None:
+            if not isinstance(self.ds_mla_scale, DsMlaScale):
+                self._fail(DS_MLA_SCALE_KEY, f"expected a DsMlaScale, got {self.ds_mla_scale!r}")
+            if self.cache_layout is not CacheLayout.FP8_DS_MLA:
+                self._fail(
+                    DS_MLA_SCALE_KEY,
+                    f"only allowed with cache_layout 'fp8_ds_mla', not "
+                    f"{self.cache_layout.value!r} (no other layout has tile scales)",
+                )
         model = self.model
         try:
             mla_entry_bytes(self.cache_layout, model.kv_lora_rank, model.rope_dim, self.torch_dtype)
@@ -299,6 +323,7 @@ _TOP_LEVEL_KEYS: dict[str, _Key] = {
     "dtype": _Key("string", _string),
     "cache_layout": _Key("string", _string),
     "mla_scale": _Key("float", _number, None),
+    DS_MLA_SCALE_KEY: _Key("string", _string, None),
     "indexer": _Key("string", _string),
     "block_size": _Key("integer", _integer),
     "interleave": _Key("integer", _integer, 1),
@@ -383,6 +408,13 @@ def load_scenario(path: Path) -> Scenario:
             f"(known: {_known(layouts)})"
         )
     mla_scale = values["mla_scale"]
+    rules = {rule.value: rule for rule in DsMlaScale}
+    ds_mla_scale = values[DS_MLA_SCALE_KEY]
+    if ds_mla_scale is not None and ds_mla_scale not in rules:
+        raise ScenarioError(
+            f"{where}: key '{DS_MLA_SCALE_KEY}': unknown rule {ds_mla_scale!r} "
+            f"(known: {_known(rules)})"
+        )
     return Scenario(
         name=values["name"],
         description=values["description"],
@@ -399,6 +431,7 @@ def load_scenario(path: Path) -> Scenario:
         profiling=values["profiling"],
         batch=_read_batch(values["requests"], values["padding"], where),
         values=values["values"],
+        ds_mla_scale=None if ds_mla_scale is None else rules[ds_mla_scale],
         source=path,
     )
 
@@ -464,6 +497,8 @@ def scenario_to_toml(scenario: Scenario) -> str:
     ]
     if s.mla_scale is not None:
         top.append(("mla_scale", float(s.mla_scale)))
+    if s.ds_mla_scale is not None:
+        top.append((DS_MLA_SCALE_KEY, s.ds_mla_scale.value))
     top += [
         ("indexer", s.indexer),
         ("block_size", s.block_size),

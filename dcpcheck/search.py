@@ -12,7 +12,10 @@ The shrunk scenario is written as an ordinary scenario file under
 ``$DCPCHECK_HOME``): ``name`` equals the file stem, the description says which checks
 failed on which fields, and the file loads with ``load_scenario`` and can be copied into
 ``scenarios/`` as it is. It is read back and run once more before the search returns,
-so a saved failure is a replayed failure (``dcpcheck repro FILE``).
+so a saved failure is a replayed failure (``dcpcheck repro FILE``). Drawn scenarios name
+no fp8_ds_mla tile-scale rule (the run's option or the kernel's declaration decides it,
+``runner.effective_ds_mla_scale``); the saved file names the rule it failed under, so a
+replay with another kernel or without the option still runs that rule.
 
 Reproducibility: without an explicit seed Hypothesis runs from ``DEFAULT_SEED``, so the
 same kernel and options draw the same scenarios on every machine (CI), and ``seed``
@@ -39,8 +42,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from dcpcheck import report, strategies
 from dcpcheck.backend import Backend
-from dcpcheck.contract import PRESETS, Kernel
-from dcpcheck.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.contract import PRESETS, DsMlaScale, Kernel
+from dcpcheck.runner import CaseResult, RunConfig, run_scenario, with_effective_ds_mla_scale
 from dcpcheck.scenario import Scenario, load_scenario, scenario_to_toml
 
 HOME_ENV = "DCPCHECK_HOME"
@@ -137,6 +140,8 @@ class SearchConfig:
     dcp_sizes: tuple[int, ...] | None = None  # None: drawn per scenario (1..8)
     seed: int | None = None  # None: DEFAULT_SEED (reproducible); else explore with this seed
     home: Path = field(default_factory=default_home)
+    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
+    oracle: bool = True  # --oracle off: each example judged against its own DCP1 run alone
 
     @property
     def max_examples(self) -> int:
@@ -248,7 +253,10 @@ def search(
     """Run the property over ``config.max_examples`` drawn scenarios (plus replays and
     shrinking); ``on_example`` sees the running count (progress)."""
     space = config.profile.space(backend, config.dcp_sizes)
-    run_config = RunConfig(config.kernel_name, None)  # each scenario's own sizes and seed
+    # Each scenario's own sizes and seed; the options' tile-scale rule (if given) and oracle.
+    run_config = RunConfig(
+        config.kernel_name, None, ds_mla_scale=config.ds_mla_scale, oracle=config.oracle
+    )
     ownership = ownership_totals([])
     examples_run = 0
     first_failure: int | None = None
@@ -293,9 +301,10 @@ def search(
     description = (
         f"Found and shrunk by dcpcheck's property search: kernel {config.kernel_name} fails "
         f"{' | '.join(failure_summary(failing))}. Replay: dcpcheck repro <this file> "
-        f"--kernel {config.kernel_name}"
+        f"--kernel {config.kernel_name}{run_config.oracle_flag}"
     )
     stem = f"shrunk-{kernel_slug(config.kernel_name)}"
+    shrunk = with_effective_ds_mla_scale(shrunk, run_config, kernel)  # the rule it failed under
     path = save_failure(shrunk, stem, description, config.failures_dir)
     saved = load_scenario(path)
     replay = list(run_scenario(kernel, saved, run_config, backend))

@@ -144,8 +144,17 @@ def prompt_tokens(config: StreamConfig) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(rng.randrange(vocab) for _ in range(length)) for length in lengths)
 
 
+DIGEST_RULE = (
+    "SHA256 of the generated token ids (prompts excluded), each packed as a little-endian "
+    "int32 (Python struct '<i', 4 bytes): a request's digest over its tokens in step order, "
+    "a stream's over every request's tokens concatenated in request order"
+)
+"""How :func:`token_digest` serializes tokens, in words: ``dcpcheck hash --json`` states it
+(``hash_of``) so a reader can recompute every digest from the tokens beside it."""
+
+
 def token_digest(tokens: Sequence[int]) -> str:
-    """SHA256 (hex) of token ids as little-endian int32."""
+    """SHA256 (hex) of token ids as little-endian int32 (:data:`DIGEST_RULE`)."""
     return hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()
 
 
@@ -169,6 +178,13 @@ def _greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy token ids and top-2 margins of logit rows ``[R, vocab]``, on the CPU."""
     top = torch.topk(logits.float().cpu(), 2, dim=-1)
     return top.indices[:, 0], top.values[:, 0] - top.values[:, 1]
+
+
+def writes_k_outputs(kernel: Kernel) -> bool:
+    """Whether ``kernel`` writes the KV and k_pe outputs. A kernel whose API has none
+    (vLLM 0.28.0's, through its adapter) says so with ``writes_k_outputs = False``; the
+    model's prefill then reads K from the caches (mla_model.DcpStep)."""
+    return bool(getattr(kernel, "writes_k_outputs", True))
 
 
 def build_model(config: StreamConfig, device: torch.device) -> MlaModel:
@@ -226,7 +242,7 @@ def generate_ranks(
     caches = [all_caches[rank] for rank in ranks]
 
     def run(batch: Batch, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        step = plan_step(batch, layout, tables)
+        step = plan_step(batch, layout, tables, k_from_caches=not writes_k_outputs(kernel))
         inputs = [t.to(model.device) for t in inputs]
         return model.forward(kernel, step, inputs, caches, spec, exchange)
 

@@ -101,7 +101,10 @@ DS_MLA_SCALE = Tolerance(
     "order (~log2(512) half-ulps at worst) and a hardware rsqrt (2 ulp on NVIDIA's "
     "rsqrt.approx). The H200 golden vectors sit within 1 ulp, the CPU interpreter within "
     "3; 8 ulps (~5e-7 relative) bounds the error model. A wrong tile (row-wide amax) or "
-    "a bf16-rounded input is off by 1e-3 relative or more, thousands of ulps.",
+    "a bf16-rounded input is off by 1e-3 relative or more, thousands of ulps. Under the "
+    "pow2 rule (vLLM 0.31+) a scale is a power of two, equal to the oracle's unless amax "
+    "sits within those few ulps of a power-of-two ratio; the other rule's scale is up to "
+    "2x off, millions of ulps.",
 )
 
 UE8M0_SCALE = Tolerance(

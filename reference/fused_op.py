@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.cache_layouts import encode_index_entries, encode_mla_entries
+from reference.cache_layouts import INDEX_SCALE_FP32, encode_index_entries, encode_mla_entries
 from reference.norms import layer_norm, rms_norm
 from reference.paged_cache import write_index_cache, write_mla_cache
+from reference.quant import DS_MLA_SCALE_AMAX, NVFP4_SCALE_DIV
 from reference.rope import rope_interleaved, rope_neox
 
 
@@ -80,6 +81,8 @@ def fused_norm_rope(
     *,
     cache_layout: str,
     mla_scale: float | None = None,
+    ds_mla_scale: str = DS_MLA_SCALE_AMAX,
+    nvfp4_scale: str = NVFP4_SCALE_DIV,
     index_k: torch.Tensor | None = None,
     index_weight: torch.Tensor | None = None,
     index_bias: torch.Tensor | None = None,
@@ -89,7 +92,11 @@ def fused_norm_rope(
 
     ``cos_sin`` is the ``[max_pos, R]`` table of :func:`reference.rope.cos_sin_table`;
     ``k_pe`` must have its ``R`` lanes. One ``eps`` serves all three norms. ``mla_scale``
-    is the ``fp8`` layout's per-tensor scale (``None`` for the others). Passing
+    is the ``fp8`` layout's per-tensor scale (``None`` for the others); ``ds_mla_scale``
+    the ``fp8_ds_mla`` layout's tile-scale rule, ``"amax"`` or ``"pow2"``
+    (``reference.quant``: vLLM changed it in 0.31.0), ignored by the others;
+    ``nvfp4_scale`` how the ``nvfp4_ds_mla`` layout forms ``amax / 6``, ``"div"`` (DESIGN)
+    or ``"mul"`` (vLLM 0.33.0), likewise ignored by the others. Passing
     ``index_k`` (with its LayerNorm ``index_weight`` and ``index_bias``) makes this an
     indexer layer.
     """
@@ -101,7 +108,15 @@ def fused_norm_rope(
     q32 = rms_norm(q_c, q_weight, eps)
     kv32 = rms_norm(kv_c, kv_weight, eps)
     kpe32 = rope_interleaved(k_pe, cos, sin)
-    mla_entries = encode_mla_entries(kv32, kpe32, cache_layout, kv_c.dtype, mla_scale)
+    mla_entries = encode_mla_entries(
+        kv32,
+        kpe32,
+        cache_layout,
+        kv_c.dtype,
+        mla_scale,
+        ds_mla_scale=ds_mla_scale,
+        nvfp4_scale=nvfp4_scale,
+    )
 
     index_k32 = index_k_out = index_values = index_scales = None
     if index_k is not None:
@@ -133,6 +148,9 @@ def expected_caches(
     slot_mapping: torch.Tensor | None,
     index_slot_mapping: torch.Tensor | None,
     ref: FusedReference,
+    *,
+    index_shuffled: bool = False,
+    index_scale_format: str = INDEX_SCALE_FP32,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The caches a correct kernel leaves behind, starting from ``mla_cache`` and
     ``index_cache`` (uint8, unmodified; new tensors are returned).
@@ -141,6 +159,12 @@ def expected_caches(
     MLA entry goes to its ``slot_mapping`` slot and its indexer entry to its
     ``index_slot_mapping`` slot, where the slot is ``>= 0``. The indexer cache is left as
     it was when the layer has no indexer; it is ``None`` when ``index_cache`` is.
+
+    The entries are ``ref``'s, already encoded, so an fp8_ds_mla cache follows the
+    tile-scale rule ``ref`` was computed with (``fused_norm_rope``'s ``ds_mla_scale``), and
+    an nvfp4_ds_mla cache its ``nvfp4_scale``. The indexer entries are stored at write time,
+    so their value layout (``index_shuffled``) and scale format (``index_scale_format``,
+    ``"fp32"`` or ``"mx"``) are named here (``reference.paged_cache.write_index_cache``).
     """
     if slot_mapping is None:
         return mla_cache.clone(), None if index_cache is None else index_cache.clone()
@@ -152,5 +176,10 @@ def expected_caches(
     if index_slot_mapping is None:
         raise ValueError("an indexer layer with a slot mapping needs its index_slot_mapping")
     return mla, write_index_cache(
-        index_cache, index_slot_mapping, ref.index_values, ref.index_scales
+        index_cache,
+        index_slot_mapping,
+        ref.index_values,
+        ref.index_scales,
+        shuffled=index_shuffled,
+        scale_format=index_scale_format,
     )

@@ -4,14 +4,26 @@ A slot is ``block * block_size + offset``. Slots ``< 0`` mean "no entry on this 
 (another rank owns the token under DCP, or the row is padding), and a write skips them.
 Writers return a new tensor and never modify their input, so a test can keep the cache
 it started from and compare bytewise.
+
+The indexer cache has two value layouts (plain, token-major; and shuffled into 16 x 16
+tiles, vLLM 0.31+) and two scale formats (fp32, MX-packed UE8M0 bytes): each is a
+keyword of :func:`write_index_cache` and :func:`read_index_cache`, named, never guessed.
 """
 
 from __future__ import annotations
 
 import torch
 
-INDEX_SCALE_BYTES = 4
-"""Each indexer cache row carries one fp32 scale."""
+from reference.cache_layouts import (
+    INDEX_SCALE_BYTES,
+    INDEX_SCALE_FP32,
+    decode_index_scales,
+    encode_index_scales,
+)
+
+INDEX_SHUFFLE_TILE = 16
+"""The shuffled indexer layout stores a block's values as [B/16, I/16, 16 tokens, 16 bytes]
+(DESIGN §2, issue 21): 16-token x 16-byte tiles, each contiguous (256 bytes)."""
 
 
 def _check_cache(cache: torch.Tensor) -> None:
@@ -73,25 +85,60 @@ def read_mla_cache(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     return cache.reshape(-1, cache.shape[2])[_read_slots(slots, cache)]
 
 
+def _value_offsets_in_block(
+    offset: torch.Tensor, lanes: torch.Tensor, index_dim: int, shuffled: bool
+) -> torch.Tensor:
+    """Byte offset, within a block's ``block_size * index_dim`` value bytes, of lane ``c`` of
+    the token at block offset ``t``: ``[T, I]`` from ``offset`` ``[T, 1]`` and ``lanes``
+    ``[I]``.
+
+    Plain: token-major, ``t * I + c``. Shuffled: ``[B/16, I/16, 16, 16]``, so a 16-token x
+    16-byte tile is one contiguous 256-byte run (what a reader loading 16 tokens' 16 bytes
+    at a time wants): ``(t // 16) * 16 * I + (c // 16) * 256 + (t % 16) * 16 + c % 16``.
+    """
+    if not shuffled:
+        return offset * index_dim + lanes
+    tile = INDEX_SHUFFLE_TILE
+    return (
+        (offset // tile) * tile * index_dim
+        + (lanes // tile) * tile * tile
+        + (offset % tile) * tile
+        + lanes % tile
+    )
+
+
+def _check_shuffle(block_size: int, index_dim: int, shuffled: bool) -> None:
+    if shuffled and (block_size % INDEX_SHUFFLE_TILE or index_dim % INDEX_SHUFFLE_TILE):
+        raise ValueError(
+            f"the shuffled indexer layout needs block size and index dim that are multiples "
+            f"of {INDEX_SHUFFLE_TILE}, got block size {block_size} and index dim {index_dim}"
+        )
+
+
 def _index_byte_offsets(
-    slots: torch.Tensor, block_size: int, index_dim: int
+    slots: torch.Tensor, block_size: int, index_dim: int, shuffled: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Byte offsets, in the flattened indexer cache, of each slot's ``index_dim`` fp8 values
     ``[T, I]`` and of its 4 scale bytes ``[T, 4]``.
 
     A block is ``block_size * (index_dim + 4)`` bytes: first the fp8 values of all its
-    tokens, token-major (token ``o`` at ``o * index_dim``), then their fp32 scales (token
-    ``o`` at ``block_size * index_dim + 4 * o``). Values and scales of one token are *not*
-    adjacent, although the tensor's shape ``[num_blocks, B, I + 4]`` suggests they are.
+    tokens (token-major, or in 16 x 16 tiles when ``shuffled``: see
+    :func:`_value_offsets_in_block`), then their scales (token ``o`` at
+    ``block_size * index_dim + 4 * o``, in either value layout). Values and scales of one
+    token are *not* adjacent, although the tensor's shape ``[num_blocks, B, I + 4]``
+    suggests they are.
     """
+    _check_shuffle(block_size, index_dim, shuffled)
     block_bytes = block_size * (index_dim + INDEX_SCALE_BYTES)
     block_start = (slots // block_size) * block_bytes
     offset = slots % block_size
-    values_start = block_start + offset * index_dim
-    scale_start = block_start + block_size * index_dim + offset * INDEX_SCALE_BYTES
     value_lanes = torch.arange(index_dim, device=slots.device)
+    values = block_start[:, None] + _value_offsets_in_block(
+        offset[:, None], value_lanes, index_dim, shuffled
+    )
+    scale_start = block_start + block_size * index_dim + offset * INDEX_SCALE_BYTES
     scale_lanes = torch.arange(INDEX_SCALE_BYTES, device=slots.device)
-    return values_start[:, None] + value_lanes, scale_start[:, None] + scale_lanes
+    return values, scale_start[:, None] + scale_lanes
 
 
 def _check_index_cache(cache: torch.Tensor, index_dim: int) -> None:
@@ -104,11 +151,23 @@ def _check_index_cache(cache: torch.Tensor, index_dim: int) -> None:
 
 
 def write_index_cache(
-    cache: torch.Tensor, slots: torch.Tensor, values: torch.Tensor, scales: torch.Tensor
+    cache: torch.Tensor,
+    slots: torch.Tensor,
+    values: torch.Tensor,
+    scales: torch.Tensor,
+    *,
+    shuffled: bool = False,
+    scale_format: str = INDEX_SCALE_FP32,
 ) -> torch.Tensor:
     """A copy of the indexer cache ``[num_blocks, B, I + 4]`` with each token's fp8
     ``values[t]`` (``[T, I]`` uint8) and fp32 ``scales[t]`` written at ``slots[t] >= 0`` in
-    the per-block packing of :func:`_index_byte_offsets`; every other byte unchanged."""
+    the per-block packing of :func:`_index_byte_offsets`; every other byte unchanged.
+
+    ``shuffled`` picks the 16 x 16-tiled value layout (block size and ``I`` multiples of
+    16, ``ValueError`` otherwise); ``scale_format`` stores each scale as fp32 (``"fp32"``)
+    or as its UE8M0 byte replicated over the 4 bytes (``"mx"``, see
+    :func:`reference.cache_layouts.encode_index_scales`).
+    """
     index_dim = values.shape[-1]
     _check_index_cache(cache, index_dim)
     num_tokens = slots.shape[0]
@@ -117,24 +176,31 @@ def write_index_cache(
     if scales.shape != (num_tokens,):
         raise ValueError(f"scales {tuple(scales.shape)} do not match {num_tokens} slots")
     owned, owned_slots = _owned(slots, cache)
-    value_bytes, scale_bytes = _index_byte_offsets(owned_slots, cache.shape[1], index_dim)
+    scale_bytes = encode_index_scales(scales[owned], scale_format)
+    value_offsets, scale_offsets = _index_byte_offsets(
+        owned_slots, cache.shape[1], index_dim, shuffled
+    )
     written = cache.clone(memory_format=torch.contiguous_format)
     flat = written.view(-1)
-    flat[value_bytes] = values[owned]
-    flat[scale_bytes] = (
-        scales[owned].float().contiguous().view(torch.uint8).reshape(-1, INDEX_SCALE_BYTES)
-    )
+    flat[value_offsets] = values[owned]
+    flat[scale_offsets] = scale_bytes
     return written
 
 
 def read_index_cache(
-    cache: torch.Tensor, slots: torch.Tensor, index_dim: int
+    cache: torch.Tensor,
+    slots: torch.Tensor,
+    index_dim: int,
+    *,
+    shuffled: bool = False,
+    scale_format: str = INDEX_SCALE_FP32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fp8 ``values`` ``[T, I]`` uint8 and fp32 ``scales`` ``[T]`` stored at ``slots``
-    (all ``>= 0``)."""
+    (all ``>= 0``), in the value layout and scale format named as for
+    :func:`write_index_cache`. A malformed ``"mx"`` word reads as a NaN scale."""
     _check_index_cache(cache, index_dim)
-    value_bytes, scale_bytes = _index_byte_offsets(
-        _read_slots(slots, cache), cache.shape[1], index_dim
+    value_offsets, scale_offsets = _index_byte_offsets(
+        _read_slots(slots, cache), cache.shape[1], index_dim, shuffled
     )
     flat = cache.reshape(-1)
-    return flat[value_bytes], flat[scale_bytes].view(torch.float32).reshape(-1)
+    return flat[value_offsets], decode_index_scales(flat[scale_offsets], scale_format)

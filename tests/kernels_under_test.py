@@ -11,7 +11,13 @@ import torch
 
 import reference
 from dcpcheck.case import oracle_for
-from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
+from dcpcheck.contract import (
+    DS_MLA_NOPE_DIM,
+    DS_MLA_TILE,
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+)
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
@@ -119,3 +125,79 @@ def skips_foreign_kv(inputs, outputs, caches) -> None:
 
 def raises(inputs, outputs, caches) -> None:
     raise RuntimeError("kernel exploded")
+
+
+def _owned_entry_rows(inputs: FusedOpInputs, caches: FusedOpCaches) -> torch.Tensor:
+    """Flat indices, into ``caches.mla`` viewed as ``[slots, E]``, of the entries this launch
+    owns (none on a profiling call)."""
+    if inputs.slot_mapping is None:
+        return torch.empty(0, dtype=torch.int64)
+    return inputs.slot_mapping[inputs.slot_mapping >= 0].long()
+
+
+def _doubled_scales(entries: torch.Tensor) -> torch.Tensor:
+    """fp8_ds_mla entries ``[K, E]`` re-encoded with every tile scale doubled and the NoPE
+    values halved to match (``value * scale`` unchanged up to fp8 rounding)."""
+    entries = entries.clone()
+    scales_end = DS_MLA_NOPE_DIM + 4 * (DS_MLA_NOPE_DIM // DS_MLA_TILE)
+    nope = entries[:, :DS_MLA_NOPE_DIM].contiguous().view(torch.float8_e4m3fn).float()
+    scales = entries[:, DS_MLA_NOPE_DIM:scales_end].contiguous().view(torch.float32)
+    entries[:, :DS_MLA_NOPE_DIM] = (nope / 2).to(torch.float8_e4m3fn).view(torch.uint8)
+    entries[:, DS_MLA_NOPE_DIM:scales_end] = (scales * 2).view(torch.uint8)
+    return entries
+
+
+def doubles_ds_mla_scales(inputs, outputs, caches) -> None:
+    """A different but self-consistent fp8_ds_mla encoding, as a new cache-scale rule would
+    be (``_doubled_scales``). Deterministic and ownership-blind, so it agrees with its own
+    DCP1 run everywhere, yet no oracle variant writes it."""
+    oracle_kernel(inputs, outputs, caches)
+    rows = _owned_entry_rows(inputs, caches)
+    flat = caches.mla.view(-1, caches.mla.shape[2])
+    flat[rows] = _doubled_scales(flat[rows])
+
+
+OUTPUT_SHIFT_ULPS = 2
+"""How far ``shifts_q_out`` moves every q_out value: past the oracle's 1-ulp tolerance."""
+
+
+def shifts_q_out(inputs, outputs, caches) -> None:
+    """Outputs consistently off the oracle by ``OUTPUT_SHIFT_ULPS`` on every rank and row (a
+    different rounding or epsilon, say): identical across ranks and DCP sizes."""
+    oracle_kernel(inputs, outputs, caches)
+    bits = outputs.q_out.view(torch.int16)
+    bits.add_(OUTPUT_SHIFT_ULPS)
+
+
+def doubles_ds_mla_scales_and_writes_foreign(inputs, outputs, caches) -> None:
+    """``doubles_ds_mla_scales`` plus the foreign write of ``writes_foreign_token``, in the
+    kernel's own encoding: the oracle's encodings do not recognise the entry it writes,
+    the kernel's DCP1 run does."""
+    doubles_ds_mla_scales(inputs, outputs, caches)
+    token = _first_foreign(inputs)
+    if token is None or inputs.q_c.shape[0] < 2:
+        return
+    slot = _unused_slot(inputs, caches, torch.empty(0, dtype=torch.int64))
+    entry = _doubled_scales(oracle_for(inputs).mla_entries[token : token + 1])
+    caches.mla.view(-1, caches.mla.shape[2])[slot] = entry[0]
+
+
+def skips_q_out_row_zero(inputs, outputs, caches) -> None:
+    """Leaves q_out's first row unwritten on every launch, DCP1 included: the ranks agree
+    (every rank's row is the same poison), so only the poison itself shows it."""
+    saved = outputs.q_out[0].clone()
+    oracle_kernel(inputs, outputs, caches)
+    outputs.q_out[0] = saved
+
+
+def skips_first_owned_entry(inputs, outputs, caches) -> None:
+    """Leaves the first entry it owns as it found it (an off-by-one in the store loop),
+    on every launch, DCP1 included."""
+    rows = _owned_entry_rows(inputs, caches)
+    if not len(rows):
+        oracle_kernel(inputs, outputs, caches)
+        return
+    flat = caches.mla.view(-1, caches.mla.shape[2])
+    saved = flat[rows[0]].clone()
+    oracle_kernel(inputs, outputs, caches)
+    flat[rows[0]] = saved

@@ -1,4 +1,5 @@
-"""Each contract check fails on a kernel built to break it, and passes on a correct one.
+"""Each contract check fails on a kernel built to break it, and passes on a correct one,
+with the oracle and without it (``--oracle off``: judged against the kernel's own DCP1 run).
 
 The kernels come from ``tests/kernels_under_test.py`` (oracle-backed, so these run fast
 on the CPU); the Triton kernel's own runs are in ``test_run_cli.py``.
@@ -46,14 +47,21 @@ def make_scenario(tmp_path: Path, *, layout="auto", indexer="sharded", profiling
     scale = "mla_scale = 0.3" if layout == "fp8" else ""
     path = tmp_path / f"{name}.toml"
     path.write_text(
-        SCENARIO.format(name=name, layout=layout, scale=scale, indexer=indexer,
-                        profiling=str(profiling).lower())
+        SCENARIO.format(
+            name=name, layout=layout, scale=scale, indexer=indexer, profiling=str(profiling).lower()
+        )
     )
     return load_scenario(path)
 
 
-def run_one(kernel, scenario, dcp=(4,)) -> list[CaseResult]:
-    return run(kernel, [scenario], RunConfig("test", dcp), current_backend())
+def run_one(kernel, scenario, dcp=(4,), oracle=True) -> list[CaseResult]:
+    return run(kernel, [scenario], RunConfig("test", dcp, oracle=oracle), current_backend())
+
+
+@pytest.fixture(params=[True, False], ids=["oracle-on", "oracle-off"])
+def oracle(request) -> bool:
+    """Every check of a faulty kernel must fire whether or not the oracle judges."""
+    return request.param
 
 
 def failing(results: list[CaseResult]) -> dict[str, set[str]]:
@@ -67,69 +75,85 @@ def failing(results: list[CaseResult]) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("layout", ["auto", "fp8", "fp8_ds_mla"])
 @pytest.mark.parametrize("indexer", ["sharded", "replicated", "none"])
-def test_correct_kernel_passes_every_check(tmp_path, layout, indexer):
-    results = run_one(k.oracle_kernel, make_scenario(tmp_path, layout=layout, indexer=indexer),
-                      dcp=(1, 2, 4))
+def test_correct_kernel_passes_every_check(tmp_path, layout, indexer, oracle):
+    results = run_one(
+        k.oracle_kernel,
+        make_scenario(tmp_path, layout=layout, indexer=indexer),
+        dcp=(1, 2, 4),
+        oracle=oracle,
+    )
     assert [r.status for r in results] == ["pass"] * 3, failing(results)
     dcp4 = results[-1]
     ran = {c.check for c in dcp4.checks if c.skipped is None}
-    expected = {"outputs", "topk", "cache_owned", "cache_foreign", "prefix_intact",
-                "padding_inert", "guard_bands", "inputs_unmodified", "ranks_agree",
-                "shards_reassemble"}
+    expected = {
+        "outputs",
+        "topk",
+        "cache_owned",
+        "cache_foreign",
+        "prefix_intact",
+        "padding_inert",
+        "guard_bands",
+        "inputs_unmodified",
+        "ranks_agree",
+        "shards_reassemble",
+    }
     assert expected <= ran
+    replaced = {c.check for c in dcp4.checks if c.without_oracle}
+    assert replaced == (set() if oracle else {"outputs", "cache_owned"})
 
 
-def test_profiling_call_passes_and_checks_no_write(tmp_path):
-    results = run_one(k.oracle_kernel, make_scenario(tmp_path, profiling=True))
+def test_profiling_call_passes_and_checks_no_write(tmp_path, oracle):
+    results = run_one(k.oracle_kernel, make_scenario(tmp_path, profiling=True), oracle=oracle)
     assert results[0].status == "pass"
     assert "profiling_no_write" in {c.check for c in results[0].checks if c.passed}
 
 
-def test_profiling_call_that_writes_fails(tmp_path):
+def test_profiling_call_that_writes_fails(tmp_path, oracle):
     def writes_anyway(inputs, outputs, caches):
         k.oracle_kernel(inputs, outputs, caches)
         caches.mla[0, 0, 0] ^= 0xFF
 
-    results = run_one(writes_anyway, make_scenario(tmp_path, profiling=True))
+    results = run_one(writes_anyway, make_scenario(tmp_path, profiling=True), oracle=oracle)
     assert "profiling_no_write" in failing(results)
 
 
-def test_foreign_write_is_caught(tmp_path):
-    found = failing(run_one(k.writes_foreign_token, make_scenario(tmp_path)))
+def test_foreign_write_is_caught(tmp_path, oracle):
+    found = failing(run_one(k.writes_foreign_token, make_scenario(tmp_path), oracle=oracle))
     assert found.get("cache_foreign") == {"mla_cache"}, found
 
 
-def test_guard_block_write_is_caught(tmp_path):
-    found = failing(run_one(k.writes_guard_block, make_scenario(tmp_path)))
+def test_guard_block_write_is_caught(tmp_path, oracle):
+    found = failing(run_one(k.writes_guard_block, make_scenario(tmp_path), oracle=oracle))
     assert set(found) == {"guard_bands"}, found
 
 
-def test_one_rank_differing_is_caught(tmp_path):
+def test_one_rank_differing_is_caught(tmp_path, oracle):
     k.reset_call_count()
-    results = run_one(k.one_rank_differs, make_scenario(tmp_path))
+    results = run_one(k.one_rank_differs, make_scenario(tmp_path), oracle=oracle)
     found = failing(results)
     assert set(found) == {"ranks_agree"}, found
     finding = next(c for c in results[0].failed_checks).findings[0]
     assert (finding.field, finding.rank) == ("q_out", 1)
 
 
-def test_padding_row_write_is_caught(tmp_path):
-    found = failing(run_one(k.writes_padding_row, make_scenario(tmp_path)))
+def test_padding_row_write_is_caught(tmp_path, oracle):
+    found = failing(run_one(k.writes_padding_row, make_scenario(tmp_path), oracle=oracle))
     assert "padding_inert" in found, found
 
 
-def test_prefix_overwrite_is_caught(tmp_path):
-    found = failing(run_one(k.overwrites_prefix, make_scenario(tmp_path, indexer="none")))
+def test_prefix_overwrite_is_caught(tmp_path, oracle):
+    scenario = make_scenario(tmp_path, indexer="none")
+    found = failing(run_one(k.overwrites_prefix, scenario, oracle=oracle))
     assert "prefix_intact" in found, found
 
 
-def test_modified_input_is_caught(tmp_path):
-    found = failing(run_one(k.modifies_input, make_scenario(tmp_path)))
+def test_modified_input_is_caught(tmp_path, oracle):
+    found = failing(run_one(k.modifies_input, make_scenario(tmp_path), oracle=oracle))
     assert found.get("inputs_unmodified") == {"kv_c"}, found
 
 
-def test_skipped_foreign_outputs_name_field_rank_and_ownership(tmp_path):
-    results = run_one(k.skips_foreign_kv, make_scenario(tmp_path), dcp=(1, 4))
+def test_skipped_foreign_outputs_name_field_rank_and_ownership(tmp_path, oracle):
+    results = run_one(k.skips_foreign_kv, make_scenario(tmp_path), dcp=(1, 4), oracle=oracle)
     dcp1, dcp4 = results
     assert dcp1.status == "pass"
     outputs = next(c for c in dcp4.failed_checks if c.check == "outputs")
@@ -142,3 +166,74 @@ def test_kernel_exception_is_a_case_error_not_a_crash(tmp_path):
     results = run_one(k.raises, make_scenario(tmp_path))
     assert results[0].status == "error"
     assert "kernel exploded" in results[0].error
+
+
+# ---------------------------------------------------------------------------------------
+# Without the oracle: what the DCP1 run alone can say, and what it must not say
+
+
+def test_without_the_oracle_an_unwritten_output_row_is_found_at_dcp1(tmp_path):
+    results = run_one(k.skips_q_out_row_zero, make_scenario(tmp_path), dcp=(1, 4), oracle=False)
+    for result in results:  # DCP1 too: the ranks agree, the row is still the poison
+        outputs = next(c for c in result.failed_checks if c.check == "outputs")
+        first = outputs.findings[0]
+        assert (first.field, first.rank, first.token) == ("q_out", 0, 0)
+        assert first.max_error == "NaN (unwritten)"
+        assert "never written" in first.detail
+    assert "ranks_agree" not in failing(results)
+
+
+def test_without_the_oracle_an_unwritten_owned_entry_is_found_at_dcp1(tmp_path):
+    scenario = make_scenario(tmp_path, indexer="none")
+    results = run_one(k.skips_first_owned_entry, scenario, dcp=(1,), oracle=False)
+    owned = next(c for c in results[0].failed_checks if c.check == "cache_owned")
+    assert {f.field for f in owned.findings} == {"mla_cache.kv", "mla_cache.kpe"}
+    assert {(f.rank, f.token, f.ownership, f.max_error) for f in owned.findings} == {
+        (0, 0, "owned", "unwritten")
+    }
+
+
+def test_without_the_oracle_the_dcp1_run_names_a_foreign_write_in_the_kernels_encoding(
+    tmp_path,
+):
+    """A stray entry is recognised by the kernel's own DCP1 entries, not the oracle's."""
+    scenario = make_scenario(tmp_path, layout="fp8_ds_mla", indexer="none")
+    kernel = k.doubles_ds_mla_scales_and_writes_foreign
+
+    def foreign_writes(results: list[CaseResult]):
+        [result] = results
+        return next(c for c in result.failed_checks if c.check == "cache_foreign").findings
+
+    by_oracle = run_one(kernel, scenario)
+    assert set(failing(by_oracle)) == {"cache_owned", "cache_foreign"}
+    assert {f.token for f in foreign_writes(by_oracle)} == {None}  # not the oracle's bytes
+    by_dcp1 = run_one(kernel, scenario, oracle=False)
+    assert set(failing(by_dcp1)) == {"cache_foreign"}
+    findings = foreign_writes(by_dcp1)
+    assert len(findings) == 4  # one stray entry on each rank
+    for finding in findings:
+        assert finding.ownership == "foreign"
+        assert f"holds token {finding.token}'s encoding" in finding.detail
+
+
+@pytest.mark.parametrize(
+    ("kernel", "layout", "oracle_finds"),
+    [
+        (
+            k.doubles_ds_mla_scales,
+            "fp8_ds_mla",
+            {"cache_owned": {"mla_cache.nope", "mla_cache.scales"}},
+        ),
+        (k.shifts_q_out, "auto", {"outputs": {"q_out"}}),
+    ],
+    ids=["ds-mla-scales-doubled", "q-out-shifted"],
+)
+def test_a_self_consistent_encoding_fails_the_oracle_and_passes_without_it(
+    tmp_path, kernel, layout, oracle_finds
+):
+    """The point of --oracle off: a kernel that writes an encoding no oracle variant knows,
+    the same way on every rank and at every DCP size, is gated on DCP correctness alone."""
+    scenario = make_scenario(tmp_path, layout=layout)
+    assert failing(run_one(kernel, scenario, dcp=(1, 4))) == oracle_finds
+    results = run_one(kernel, scenario, dcp=(1, 4), oracle=False)
+    assert [r.status for r in results] == ["pass", "pass"], failing(results)

@@ -63,10 +63,16 @@ BAD_KERNELS = {
         "neither kernel(inputs, outputs, caches) nor a known vLLM",
     ),
     "vLLM host module without a stand-in": (
+        "from vllm.model_executor.custom_op import CustomOp\n",
+        "{file}:fused",
+        "auto",
+        "needs vllm.model_executor, and vllm is not installed",
+    ),
+    "vLLM name a stand-in does not provide": (
         "from vllm.utils.torch_utils import direct_register_custom_op\n",
         "{file}:fused",
         "auto",
-        "needs vllm.utils, and vllm is not installed",
+        "needs direct_register_custom_op from vllm.utils.torch_utils, which dcpcheck's stand-in",
     ),
     "vllm adapter on a protocol kernel": (
         "def fused(inputs, outputs, caches):\n    pass\n",
@@ -89,7 +95,7 @@ def _spec(name: str, tmp_path: Path) -> str:
 
 
 def _skip_if_vllm_installed(name: str):
-    if name == "vLLM host module without a stand-in" and VLLM_INSTALLED:
+    if name.startswith("vLLM") and VLLM_INSTALLED:
         pytest.skip("vllm is installed, so no stand-in is used")
 
 

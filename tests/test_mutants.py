@@ -10,7 +10,8 @@ down, so a scenario change that would hide a mutant from the selftest is noticed
 eps outside the rsqrt needs a row whose mean square is comparable to eps (``zero-rows``),
 RoPE by token index needs positions that differ from row indices, the indexer's slot
 mix-up needs an indexer mapped differently from the MLA cache, and 32-bit addresses need
-a cache past 2^31 bytes (GPU only).
+a cache past 2^31 bytes (GPU only). The two fp8_ds_mla tile-scale mutants each write
+the other rule, so each hides where the case demands the rule it writes.
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ WITNESSES: dict[str, Witness] = {
         "indexer-replicated", (2,), "cache_owned", "index_cache.values"
     ),
     "mutant/previous-entry-overwritten": Witness(DECODE, (4,), "prefix_intact", "mla_cache"),
+    "mutant/ds-mla-scale-pow2-when-amax": Witness(
+        "fp8-ds-mla-cache", (1,), "cache_owned", "mla_cache.scales"
+    ),
+    "mutant/ds-mla-scale-amax-when-pow2": Witness(
+        "fp8-ds-mla-pow2-scale", (1,), "cache_owned", "mla_cache.scales"
+    ),
 }
 """Every mutant a CPU-sized scenario can show, with the scenario that shows it."""
 
@@ -167,11 +174,14 @@ HIDING_PLACES = {
     "mutant/indexer-uses-mla-slots": shipped("indexer-sharded", (2,)),
     "mutant/topk-fill-on-shared-layer": shipped(DECODE, (4,)),
     "mutant/ds-mla-row-scale": shipped("fp8-cache", (1,)),
+    "mutant/ds-mla-scale-pow2-when-amax": shipped("fp8-ds-mla-pow2-scale", (1, 4)),
+    "mutant/ds-mla-scale-amax-when-pow2": shipped("fp8-ds-mla-cache", (1, 4)),
     GPU_SCALE: shipped(DECODE, (4,)),
 }
 """A scenario each mutant passes: normal values (mean square ~1 >> eps), a fresh prefill
 (positions 0..4 equal the row indices), an indexer sharded like the MLA cache, an indexer
-layer, a per-tensor fp8 cache, and a cache far below 2^31 bytes."""
+layer, a per-tensor fp8 cache, fp8_ds_mla cases that demand the tile-scale rule the
+mutant writes anyway, and a cache far below 2^31 bytes."""
 
 
 @pytest.mark.parametrize("name", sorted(HIDING_PLACES))

@@ -172,6 +172,26 @@ def test_pre_54908_fails_with_the_cli_text_and_replay(pytester):
     )
 
 
+def test_oracle_off_judges_against_the_dcp1_run_and_its_replay_says_so(pytester):
+    result = run(
+        pytester,
+        "--dcpcheck-kernel=regress/pre-54908",
+        "--dcpcheck-dcp=4",
+        "--dcpcheck-oracle=off",
+        *ONE_TOKEN,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "outputs: kv_out on rank 0, first bad token 0 (foreign), max error NaN "
+            "(unwritten): 1 token row(s) still hold the harness's NaN poison: never written",
+            "replay: dcpcheck run --scenario decode-single-dcp4 --dcp 4 --kernel "
+            "regress/pre-54908 --oracle off",
+        ]
+    )
+    assert "differ from the oracle" not in result.stdout.str()
+
+
 def _write_kernel_file(pytester: pytest.Pytester, body: str) -> str:
     pytester.makepyfile(repo_kernels=body)
     return f"{pytester.path / 'repo_kernels.py'}:fused"

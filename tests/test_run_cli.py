@@ -44,8 +44,15 @@ def failing_findings(report: dict) -> list[dict]:
 def test_default_kernel_passes(tmp_path):
     code, report = run_json(tmp_path, "--dcp", "1,4", *SMALL)
     assert code == 0
+    assert report["oracle"] == "on"
+    assert all(c["without_oracle"] is None for case in report["cases"] for c in case["checks"])
     assert report["summary"] == {
-        "cases": 5, "pass": 5, "fail": 0, "error": 0, "crash": 0, "timeout": 0
+        "cases": 5,
+        "pass": 5,
+        "fail": 0,
+        "error": 0,
+        "crash": 0,
+        "timeout": 0,
     }
     assert [c["scenario"] for c in report["cases"]][-1] == "token-streams"
 
@@ -56,8 +63,9 @@ def test_no_tokens_skips_the_token_stream_case(tmp_path):
 
 
 def test_token_streams_catch_the_regression(tmp_path):
-    code, report = run_json(tmp_path, "--dcp", "4", "--kernel", "regress/pre-54908",
-                            "--scenario", "decode-single-dcp4")
+    code, report = run_json(
+        tmp_path, "--dcp", "4", "--kernel", "regress/pre-54908", "--scenario", "decode-single-dcp4"
+    )
     assert code == 1
     tokens = next(c for c in report["cases"] if c["scenario"] == "token-streams")
     assert tokens["status"] == "fail"
@@ -85,6 +93,59 @@ def test_regressions_fail_at_dcp4_on_foreign_tokens_and_pass_at_dcp1(tmp_path, k
     assert code == 0
 
 
+ORACLE_OFF = ["--oracle", "off", "--no-tokens"]
+"""A run judged without the oracle, its case checks alone (the token streams never use it)."""
+
+
+def test_without_the_oracle_the_default_kernel_passes_and_the_reports_say_so(tmp_path):
+    junit = tmp_path / "junit.xml"
+    code, report = run_json(tmp_path, *ORACLE_OFF, "--dcp", "1,4", *SMALL, "--junit", str(junit))
+    assert code == 0
+    assert report["oracle"] == "off"
+    assert report["summary"]["pass"] == report["summary"]["cases"] == 4
+    for case in report["cases"]:
+        replaced = {c["check"]: c["without_oracle"] for c in case["checks"] if c["without_oracle"]}
+        assert set(replaced) == {"outputs", "cache_owned"}
+        assert "DCP1 run" in replaced["outputs"] and "DCP1 run" in replaced["cache_owned"]
+    suite = ET.parse(junit).getroot()
+    assert {p.get("name"): p.get("value") for p in suite.find("properties")} == {"oracle": "off"}
+    outputs = next(case for case in suite.iter("testcase") if case.get("name") == "outputs")
+    assert outputs.find("properties/property").get("name") == "without_oracle"
+
+
+@pytest.mark.parametrize(
+    ("kernel", "fields"),
+    [("regress/pre-54908", {"kv_out", "kpe_out"}), ("regress/pre-50005", {"q_out"})],
+)
+def test_without_the_oracle_regressions_fail_at_dcp4_and_pass_at_dcp1(tmp_path, kernel, fields):
+    code, report = run_json(tmp_path, *ORACLE_OFF, "--dcp", "4", "--kernel", kernel, *SMALL)
+    assert code == 1
+    found = failing_findings(report)
+    assert {f["check"] for f in found} == {"outputs", "ranks_agree"}
+    for check in ("outputs", "ranks_agree"):
+        mine = [f for f in found if f["check"] == check]
+        assert {f["field"] for f in mine} == fields
+        assert {f["ownership"] for f in mine} == {"foreign"}
+    outputs = [f for f in found if f["check"] == "outputs"]
+    assert all(f["max_error"] == "NaN (unwritten)" for f in outputs)
+    decode = {f["rank"] for f in outputs if f["scenario"] == "decode-single-dcp4"}
+    assert len(decode) == 3  # one token: the three ranks without it
+    replay = next(c["replay"] for c in report["cases"] if c["status"] == "fail")
+    assert replay.endswith("--oracle off")
+
+    code, _ = run_json(tmp_path, *ORACLE_OFF, "--dcp", "1", "--kernel", kernel, *SMALL)
+    assert code == 0
+
+
+def test_repro_takes_the_oracle_option(tmp_path):
+    scenario = str(REPO / "scenarios" / "decode-single-dcp4.toml")
+    args = ["repro", scenario, "--dcp", "4", "--kernel", "regress/pre-50005", "--oracle", "off"]
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert "q_out on rank 0, first bad token 0 (foreign)" in result.output
+    assert "never written" in result.output
+
+
 def test_identical_runs_write_identical_json(tmp_path):
     args = ["--dcp", "4", "--kernel", "regress/pre-54908", *SMALL]
     first, second = tmp_path / "a.json", tmp_path / "b.json"
@@ -95,8 +156,9 @@ def test_identical_runs_write_identical_json(tmp_path):
 
 def test_junit_lists_every_check_and_the_failures(tmp_path):
     path = tmp_path / "junit.xml"
-    result = invoke("run", "--dcp", "4", "--kernel", "regress/pre-54908", *SMALL,
-                    "--junit", str(path))
+    result = invoke(
+        "run", "--dcp", "4", "--kernel", "regress/pre-54908", *SMALL, "--junit", str(path)
+    )
     assert result.exit_code == 1
     suite = ET.parse(path).getroot()
     assert int(suite.get("failures")) > 0
@@ -129,7 +191,10 @@ def test_list_scenarios():
 def test_bad_input_is_one_line_with_its_exit_code(args, code, message):
     proc = subprocess.run(
         [sys.executable, "-m", "dcpcheck", "run", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == code, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("dcpcheck: error:")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.contract import PRESETS, CacheLayout, ModelPreset
+from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset
 from dcpcheck.dcp import Batch, Request
 from dcpcheck.scenario import (
     SCENARIO_DIR,
@@ -28,6 +28,7 @@ REQUIRED_SHIPPED = {
     "mixed-prefill-decode-padding",
     "fp8-cache",
     "fp8-ds-mla-cache",
+    "fp8-ds-mla-pow2-scale",
     "indexer-replicated",
     "indexer-sharded",
     "shared-layer-no-indexer",
@@ -82,6 +83,9 @@ def test_shipped_scenarios_have_the_shapes_they_promise() -> None:
     assert max(r.length for r in near_max.batch.requests) == near_max.model.max_position
     assert by_name["fp8-cache"].cache_layout is CacheLayout.FP8
     assert by_name["fp8-ds-mla-cache"].cache_layout is CacheLayout.FP8_DS_MLA
+    assert by_name["fp8-ds-mla-cache"].ds_mla_scale is None  # the run decides: amax by default
+    pow2 = by_name["fp8-ds-mla-pow2-scale"]
+    assert (pow2.cache_layout, pow2.ds_mla_scale) == (CacheLayout.FP8_DS_MLA, DsMlaScale.POW2)
     assert by_name["profiling-call"].profiling
     assert not by_name["shared-layer-no-indexer"].has_indexer
     assert by_name["indexer-replicated"].indexer == "replicated"
@@ -108,7 +112,12 @@ def test_shuffled_scenario_gets_non_identity_block_tables() -> None:
 
 def test_patterns_select_sorted_unique_scenarios() -> None:
     chosen = load_scenarios(["fp8-*", "decode-single-dcp4", "fp8-cache"], SCENARIO_DIR)
-    assert [s.name for s in chosen] == ["decode-single-dcp4", "fp8-cache", "fp8-ds-mla-cache"]
+    assert [s.name for s in chosen] == [
+        "decode-single-dcp4",
+        "fp8-cache",
+        "fp8-ds-mla-cache",
+        "fp8-ds-mla-pow2-scale",
+    ]
 
 
 def test_no_patterns_select_everything() -> None:

@@ -20,7 +20,7 @@ from dcpcheck.cli import cli
 from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
 from dcpcheck.scenario import load_scenario, load_scenarios, scenario_to_toml
 from tests.conftest import BACKEND
-from tests.kernels_under_test import oracle_kernel, raises, skips_foreign_kv
+from tests.kernels_under_test import oracle_kernel, raises, shifts_q_out, skips_foreign_kv
 
 ROWS_NEEDED = 3
 """``skips_foreign_kv_from_three_rows`` is correct on batches of fewer rows."""
@@ -135,6 +135,26 @@ def test_a_correct_kernel_passes_and_writes_no_failure(tmp_path: Path) -> None:
     assert sum(result.ownership.values()) > 0
 
 
+def test_without_the_oracle_the_search_still_finds_and_shrinks_the_dcp_bug(tmp_path: Path) -> None:
+    found = run_search(tmp_path, examples=60, oracle=False)
+    assert found.failed_checks == ("outputs", "ranks_agree")
+    assert max(found.shrunk.dcp_sizes) >= 2
+    assert f"--kernel {BROKEN} --oracle off" in found.shrunk.description
+    [outputs] = [c for r in found.replay for c in r.failed_checks if c.check == "outputs"]
+    assert outputs.without_oracle is not None
+    assert "never written" in outputs.findings[0].detail
+
+
+def test_without_the_oracle_the_search_passes_a_self_consistent_encoding(tmp_path: Path) -> None:
+    name = "tests.kernels_under_test:shifts_q_out"
+    with_oracle = run_search(tmp_path / "on", kernel=shifts_q_out, name=name, examples=10)
+    assert with_oracle.failed_checks == ("outputs",)
+    without = run_search(
+        tmp_path / "off", kernel=shifts_q_out, name=name, examples=10, oracle=False
+    )
+    assert without.passed and without.examples_run == 10
+
+
 def test_kernel_slugs_are_file_names() -> None:
     assert search.kernel_slug("regress/pre-54908") == "regress-pre-54908"
     assert search.kernel_slug(BROKEN) == "tests.test_search-skips_foreign_kv_from_"
@@ -199,6 +219,18 @@ def test_run_property_only_saves_under_dcpcheck_home(tmp_path: Path) -> None:
     (saved,) = (home / search.FAILURES_DIR).glob("*.toml")
     assert f"saved: {saved}" in result.output
     assert "property: FAIL" in result.output
+
+
+def test_run_property_only_honours_oracle_off(tmp_path: Path) -> None:
+    """Through the command line and its worker process: the consistently shifted kernel
+    fails the oracle and passes its own DCP1 run."""
+    kernel = "tests.kernels_under_test:shifts_q_out"
+    args = ["run", "--property-only", "--profile", "smoke", "--examples", "10", "--kernel", kernel]
+    env = {search.HOME_ENV: str(tmp_path)}
+    assert invoke(*args, env=env).exit_code == 1
+    result = invoke(*args, "--oracle", "off", env=env)
+    assert result.exit_code == 0, result.output
+    assert "property: 10 example(s) passed" in result.output
 
 
 def test_run_home_defaults_to_the_working_directory(

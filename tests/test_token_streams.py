@@ -200,3 +200,41 @@ def test_full_width_model_on_gpu(device, layout):
     assert_identical(compare_streams(load_kernel("default"), config, (2, 4, 8), device))
     flawed = compare_streams(load_kernel("regress/pre-54908"), config, (4,), device)
     assert_diverges_at_dcp(flawed, 4)
+
+
+class CacheOnlyK:
+    """A kernel whose API has no K outputs (vLLM 0.28.0's shape): it computes everything
+    but hands back no KV / k_pe rows (they stay NaN-poisoned), and says so."""
+
+    writes_k_outputs = False
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+
+    def __call__(self, inputs, outputs, caches) -> None:
+        self.kernel(inputs, outputs, caches)
+        outputs.kv_out.fill_(float("nan"))
+        outputs.kpe_out.fill_(float("nan"))
+
+
+@pytest.mark.parametrize("layout", ["auto", "fp8_ds_mla"])
+def test_a_kernel_without_k_outputs_prefills_from_the_caches(layout):
+    """The prefill's K comes from the owners' cache entries: a correct cache-only-K kernel
+    gives identical streams at every DCP size (and, for the exact auto layout, the same
+    streams as a kernel with K outputs); its NaN K outputs are never read."""
+    config = LAYOUTS[layout]
+    comparison = compare_streams(CacheOnlyK(oracle_kernel), config, DCP_SIZES, torch.device("cpu"))
+    assert_identical(comparison)
+    if layout == "auto":
+        with_k = compare_streams(oracle_kernel, config, (1,), torch.device("cpu"))
+        assert comparison.digests[0].stream == with_k.digests[0].stream
+
+
+def test_a_cache_only_k_kernel_that_skips_foreign_q_diverges():
+    def skips_foreign_q(inputs, outputs, caches):
+        oracle_kernel(inputs, outputs, caches)
+        if inputs.slot_mapping is not None:
+            outputs.q_out[inputs.slot_mapping < 0] = float("nan")
+
+    comparison = compare_streams(CacheOnlyK(skips_foreign_q), CONFIG, (4,), torch.device("cpu"))
+    assert_diverges_at_dcp(comparison, 4)

@@ -1,4 +1,4 @@
-"""vLLM's ``fused_norm_rope`` through the adapter, in both API shapes, on this machine.
+"""vLLM's ``fused_norm_rope`` through the adapter, in its API shapes, on this machine.
 
 The kernels are fixture files written here with vLLM's signatures (tests/fixtures): a
 correct one and one with the PR-54908 flaw per shape. The harness's checks judge them
@@ -24,7 +24,11 @@ import triton.language as tl
 
 from dcpcheck import adapters, report
 from dcpcheck.adapters.vllm import (
+    INDEX_K_OUT_NOT_REQUESTED,
     NO_INDEX_K_OUTPUT,
+    NO_KPE_OUTPUT,
+    NO_KV_OUTPUTS,
+    NO_OUTPUTS_WITHOUT_SLOTS,
     ONE_SLOT_MAPPING,
     ApiShape,
     VllmFusedNormRope,
@@ -85,7 +89,7 @@ SCENARIOS = [
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("shape", list(ApiShape))
+@pytest.mark.parametrize("shape", list(FILES))
 def test_correct_vllm_kernel_passes_every_check_it_can_express(shape, scenario):
     for result in judged(vllm_kernel(shape), scenario, (4,)):
         assert result.error is None
@@ -94,7 +98,7 @@ def test_correct_vllm_kernel_passes_every_check_it_can_express(shape, scenario):
 
 
 @pytest.mark.parametrize("scenario", ["decode-single-dcp4", "mixed-prefill-decode-padding"])
-@pytest.mark.parametrize("shape", list(ApiShape))
+@pytest.mark.parametrize("shape", list(FILES))
 def test_pr_54908_flaw_fails_outputs_on_kv_and_kpe_of_foreign_tokens(shape, scenario):
     flawed = vllm_kernel(shape, "fused_norm_rope_pre_54908")
     [dcp4] = [r for r in judged(flawed, scenario, (1, 4)) if r.dcp_size == 4]
@@ -130,7 +134,7 @@ def _spy(kernel: VllmFusedNormRope, seen: dict) -> VllmFusedNormRope:
     ("scenario", "cache_dtype"),
     [("decode-single-dcp4", "elements"), ("fp8-cache", "bytes"), ("fp8-ds-mla-cache", "bytes")],
 )
-@pytest.mark.parametrize("shape", list(ApiShape))
+@pytest.mark.parametrize("shape", list(FILES))
 def test_caches_are_handed_over_as_views_of_the_harness_buffers(shape, scenario, cache_dtype):
     [sc] = load_scenarios([scenario])
     launch = build_case(sc, 4, BACKEND.device).ranks[1]
@@ -179,24 +183,24 @@ def test_in_place_shape_reports_index_k_out_as_skipped_with_the_reason():
 def test_one_slot_mapping_shape_skips_the_replicated_indexer_cache_with_the_reason():
     results = judged(vllm_kernel(ApiShape.SEPARATE_OUTPUTS), "indexer-replicated", (1, 2))
     dcp1, dcp2 = sorted(results, key=lambda r: r.dcp_size)
-    assert not [c for c in dcp1.checks if "[" in c.check]  # DCP1: one mapping serves both
-    skipped = {c.check: c.skipped for c in dcp2.checks if "[" in c.check}
+    assert not [c for c in dcp1.checks if "[index_cache]" in c.check]  # one mapping serves both
+    skipped = {c.check: c.skipped for c in dcp2.checks if "[index_cache]" in c.check}
     assert set(skipped) >= {"cache_owned[index_cache]", "shards_reassemble[index_cache]"}
     assert set(skipped.values()) == {ONE_SLOT_MAPPING.reason}
     assert dcp2.status == "pass"  # the MLA cache and all outputs were still checked
 
 
-@pytest.mark.parametrize(("dcp_size", "handed_over"), [(1, True), (2, False)])
-def test_one_slot_mapping_shape_gets_the_indexer_cache_only_where_its_mapping_fits(
-    dcp_size, handed_over
-):
+@pytest.mark.parametrize("dcp_size", [1, 2])
+def test_one_slot_mapping_shape_gets_the_indexer_cache_as_its_caller_passes_it(dcp_size):
     [sc] = load_scenarios(["indexer-replicated"])
     launch = build_case(sc, dcp_size, BACKEND.device).ranks[0]
     seen: dict = {}
     kernel = _spy(vllm_kernel(ApiShape.SEPARATE_OUTPUTS), seen)
     kernel(launch.inputs, launch.outputs, launch.caches)
-    assert (seen["indexer_k_cache"] is not None) == handed_over
-    assert (ONE_SLOT_MAPPING in kernel.limitations(launch.inputs)) != handed_over
+    assert seen["indexer_k_cache"].data_ptr() == launch.caches.index.data_ptr()
+    assert seen["slot_mapping"] is launch.inputs.slot_mapping
+    # the one mapping addresses the replicated indexer only where the two agree (DCP1)
+    assert (ONE_SLOT_MAPPING in kernel.limitations(launch.inputs)) == (dcp_size > 1)
 
 
 def test_apply_limitations_splits_a_check_by_field_and_never_counts_a_skip_as_passed():
@@ -242,7 +246,7 @@ def test_shape_detection_needs_every_common_parameter_and_exactly_one_shape():
     )
     separate = ("kv_c_out", "k_pe_out", "index_k_out")
     assert api_shape(_signature_of(*base, *separate)) is ApiShape.SEPARATE_OUTPUTS
-    assert api_shape(_signature_of(*base)) is None  # cache-only: no KV outputs at all
+    assert api_shape(_signature_of(*base)) is ApiShape.Q_OUTPUT_ONLY  # 0.28.0: Q output only
     both = _signature_of(*base, "indexer_slot_mapping", "write_kv_output", *separate)
     assert api_shape(both) is None
     assert api_shape(_signature_of(*base[1:], *separate)) is None
@@ -297,3 +301,104 @@ def test_a_real_vllm_install_wins_over_the_stand_ins(fake_vllm, caplog):
     platform = kernel.function.__globals__["current_platform"]
     assert type(platform).__module__ == "vllm.platforms"
     assert Path(sys.modules["vllm"].__file__).parent == fake_vllm
+
+
+SEPARATE = ("kv_c_out", "k_pe_out", "index_k_out")
+
+
+def _recording(*extra: str) -> tuple[VllmFusedNormRope, list[dict]]:
+    """An adapted stand-in with vLLM's common parameters plus ``extra``, recording each
+    call's arguments instead of computing anything."""
+    common = inspect.signature(vllm_kernel(ApiShape.IN_PLACE).function).parameters
+    names = [n for n in common if n not in ("indexer_slot_mapping", "write_kv_output")]
+    calls: list[dict] = []
+
+    def record(**kwargs):
+        calls.append(kwargs)
+
+    record.__signature__ = _signature_of(*names, *extra).__signature__
+    adapted = adapters.adapt(record)
+    assert isinstance(adapted, VllmFusedNormRope)
+    return adapted, calls
+
+
+def _launch(scenario: str, dcp_size: int, rank: int = 0):
+    [sc] = load_scenarios([scenario])
+    return build_case(sc, dcp_size, BACKEND.device).ranks[rank]
+
+
+@pytest.mark.parametrize(
+    ("extra", "shape", "passed"),
+    [
+        ((), ApiShape.Q_OUTPUT_ONLY, set()),  # 0.28.0
+        (SEPARATE, ApiShape.SEPARATE_OUTPUTS, set()),  # 0.29.0
+        ((*SEPARATE, "indexer_slot_mapping"), ApiShape.SEPARATE_OUTPUTS, {"indexer_slot_mapping"}),
+        (
+            (*SEPARATE, "indexer_slot_mapping", "indexer_cache_shuffled"),  # 0.31.0, 0.32.0
+            ApiShape.SEPARATE_OUTPUTS,
+            {"indexer_slot_mapping", "indexer_cache_shuffled"},
+        ),
+        (
+            (*SEPARATE, "indexer_slot_mapping", "indexer_cache_shuffled", "skip_scale"),  # 0.33.0
+            ApiShape.SEPARATE_OUTPUTS,
+            {"indexer_slot_mapping", "indexer_cache_shuffled", "skip_scale"},
+        ),
+    ],
+)
+def test_each_released_shape_gets_the_optional_arguments_its_caller_passes(extra, shape, passed):
+    kernel, calls = _recording(*extra)
+    assert kernel.shape is shape
+    launch = _launch("indexer-replicated", 2)
+    kernel(launch.inputs, launch.outputs, launch.caches)
+    [call] = calls
+    optional = {"indexer_slot_mapping", "indexer_cache_shuffled", "skip_scale"}
+    assert optional & set(call) == passed
+    assert call["indexer_k_cache"].data_ptr() == launch.caches.index.data_ptr()  # always
+    if "indexer_slot_mapping" in passed:
+        assert call["indexer_slot_mapping"] is launch.inputs.index_slot_mapping
+    assert (ONE_SLOT_MAPPING in kernel.limitations(launch.inputs)) == (
+        "indexer_slot_mapping" not in passed
+    )
+    if "indexer_cache_shuffled" in passed:
+        assert call["indexer_cache_shuffled"] is False  # NVIDIA's indexer reads the plain layout
+    if "skip_scale" in passed:
+        assert call["skip_scale"] is True  # no fp8 scale: the caller's k_scale is 1.0
+    assert call["mla_k_scale"].tolist() == [1.0]
+    if shape is ApiShape.Q_OUTPUT_ONLY:
+        assert not set(SEPARATE) & set(call)
+    else:
+        assert call["kv_c_out"] is launch.outputs.kv_out
+        assert call["index_k_out"] is None  # the caller asks for it only without slots
+
+
+def test_skip_scale_follows_the_per_tensor_scale_as_the_caller_sets_it():
+    kernel, calls = _recording(*SEPARATE, "indexer_slot_mapping", "skip_scale")
+    launch = _launch("fp8-cache", 2)
+    kernel(launch.inputs, launch.outputs, launch.caches)
+    assert launch.inputs.mla_scale not in (None, 1.0)
+    assert calls[0]["skip_scale"] is False
+    assert calls[0]["mla_k_scale"].item() == pytest.approx(launch.inputs.mla_scale)
+
+
+def test_index_k_out_is_requested_on_the_call_without_slot_mapping():
+    kernel, calls = _recording(*SEPARATE, "indexer_slot_mapping")
+    launch = _launch("profiling-call", 1)
+    kernel(launch.inputs, launch.outputs, launch.caches)
+    assert calls[0]["index_k_out"] is launch.outputs.index_k_out
+    assert calls[0]["mla_kv_cache"] is None and calls[0]["indexer_k_cache"] is None
+    assert INDEX_K_OUT_NOT_REQUESTED not in kernel.limitations(launch.inputs)
+    with_slots = _launch("decode-single-dcp4", 4)
+    assert INDEX_K_OUT_NOT_REQUESTED in kernel.limitations(with_slots.inputs)
+
+
+def test_q_output_only_shape_declares_what_it_has_no_buffer_for():
+    kernel, _ = _recording()
+    launch = _launch("decode-single-dcp4", 4)
+    assert set(kernel.limitations(launch.inputs)) == {
+        NO_KV_OUTPUTS,
+        NO_KPE_OUTPUT,
+        NO_INDEX_K_OUTPUT,
+    }
+    profiling = _launch("profiling-call", 1)
+    assert NO_OUTPUTS_WITHOUT_SLOTS in kernel.limitations(profiling.inputs)
+    assert {lim.field for lim in kernel.limitations(profiling.inputs)} >= {"q_out", "kv_out"}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from dcpcheck.checks import CheckResult
@@ -100,10 +100,10 @@ def apply_limitations(
             continue
         whole = next((lim for lim in relevant if lim.field is None), None)
         if whole is not None:
-            adjusted.append(CheckResult(result.check, skipped=whole.reason))
+            adjusted.append(replace(result, findings=(), skipped=whole.reason))
             continue
         kept = tuple(f for f in result.findings if not any(lim.covers(f.field) for lim in relevant))
-        adjusted.append(CheckResult(result.check, kept))
+        adjusted.append(replace(result, findings=kept))  # keeps its without_oracle note
         adjusted += [
             CheckResult(f"{result.check}[{lim.field}]", skipped=lim.reason) for lim in relevant
         ]

@@ -1,7 +1,8 @@
 """Adapter for vLLM's fused MLA norm + RoPE + cache-write op, ``fused_norm_rope``
-(``vllm/models/deepseek_v32/common/kernels.py``), in the two API shapes it has had.
+(``vllm/models/deepseek_v32/common/kernels.py``), in every API shape it has had, called
+the way vLLM's own caller of that shape calls it.
 
-Both shapes take, by keyword: ``positions`` [T] int64; ``q_c``/``kv_c``/``k_pe`` with
+Every shape takes, by keyword: ``positions`` [T] int64; ``q_c``/``kv_c``/``k_pe`` with
 their RMSNorm weights and one eps each; ``k_rope_cos_sin_cache`` [max_pos, R] whose row
 ``p`` is ``[cos | sin]`` (the harness's table, DESIGN §2) and the same table again as
 ``index_k_rope_cos_sin_cache`` (the indexer rotates its first R lanes); the indexer's
@@ -11,11 +12,26 @@ their RMSNorm weights and one eps each; ``k_rope_cos_sin_cache`` [max_pos, R] wh
 ``mla_k_scale``, a one-element fp32 tensor; ``indexer_k_cache`` [num_blocks, B, I + 4]
 bytes; ``has_indexer``, ``index_rope_interleave``; and ``q_c_out`` for Q.
 
-* **In place** (vLLM at 01b9c661, the golden vectors' commit): ``write_kv_output=True``
-  makes the kernel store the normalized KV into ``kv_c`` and the rotated k_pe into
-  ``k_pe``; the indexer has its own ``indexer_slot_mapping``; index K has no output.
-* **Separate outputs** (after PR 54908): ``kv_c_out``, ``k_pe_out`` and ``index_k_out``
-  buffers; one ``slot_mapping`` serves both caches.
+The shapes (:class:`ApiShape`), and what vLLM's caller (``vllm/models/deepseek_v32/
+attention.py`` of the same release) passes to each:
+
+* **Q output only** (released 0.28.0): Q goes to ``q_c_out``, the normalized KV and the
+  rotated k_pe only to the MLA cache; one ``slot_mapping`` serves both caches. There is
+  no buffer for the KV, k_pe or indexer-K outputs, so those contract items are declared
+  limitations.
+* **In place** (vLLM's git history at 01b9c661, the golden vectors' commit):
+  ``write_kv_output=True`` stores the normalized KV into ``kv_c`` and the rotated k_pe
+  into ``k_pe``; the indexer has its own ``indexer_slot_mapping``; index K has no output.
+* **Separate outputs** (released 0.29.0 on, after PR 54908): ``kv_c_out``/``k_pe_out``
+  buffers, which the caller always passes, and ``index_k_out``, which it passes only on
+  its prefill-context-parallel path - the one that gives the kernel no slot mapping and no
+  cache. With a slot mapping the caller does not ask for index K, so neither does the
+  adapter (:data:`INDEX_K_OUT_NOT_REQUESTED`); without one (the harness's profiling call)
+  it does, and index K is checked there. Later releases add optional parameters, each
+  passed as that release's caller passes it: ``indexer_slot_mapping`` (0.30.0; the
+  indexer's own mapping - before it, one ``slot_mapping`` serves both caches),
+  ``indexer_cache_shuffled`` (0.31.0; ``False``: the NVIDIA indexer cache's reader wants
+  the plain layout) and ``skip_scale`` (0.33.0; true when the per-tensor scale is 1.0).
 
 Cache views: for ``auto`` the kernel stores KV and k_pe as elements, so the MLA cache is
 the harness's bytes viewed in the activation dtype ([.., KV + R] elements); for the fp8
@@ -23,8 +39,8 @@ layouts vLLM's wrapper itself views a uint8 cache as fp8 (and, for ``fp8_ds_mla`
 fp32 and bf16 at byte strides), so the bytes go as they are. Every view shares the
 harness's memory, so the kernel's cache writes land where the checks read them.
 
-A profiling call (no slot mapping) passes no caches: both wrappers insist on a slot
-mapping whenever a cache is given.
+A profiling call (no slot mapping) passes no caches, as the caller does when it has no
+attention metadata: every wrapper insists on a slot mapping whenever a cache is given.
 """
 
 from __future__ import annotations
@@ -44,6 +60,7 @@ from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOp
 class ApiShape(enum.Enum):
     """The known signatures of vLLM's ``fused_norm_rope``."""
 
+    Q_OUTPUT_ONLY = "Q output only (q_c_out); K to the caches alone"
     IN_PLACE = "in-place kv_c/k_pe outputs (write_kv_output)"
     SEPARATE_OUTPUTS = "separate kv_c_out/k_pe_out/index_k_out outputs"
 
@@ -73,20 +90,53 @@ COMMON_PARAMETERS = (
     "index_rope_interleave",
     "q_c_out",
 )
-"""Parameters every known shape has (vLLM names, passed by keyword)."""
+"""Parameters every known shape has (vLLM names, passed by keyword); alone, they are the
+Q-output-only shape of 0.28.0."""
 
 SHAPE_PARAMETERS: dict[ApiShape, tuple[str, ...]] = {
     ApiShape.IN_PLACE: ("indexer_slot_mapping", "write_kv_output"),
     ApiShape.SEPARATE_OUTPUTS: ("kv_c_out", "k_pe_out", "index_k_out"),
 }
-"""The parameters that tell one shape from the other."""
+"""The parameters that mark a shape beyond the common ones."""
 
+INDEXER_SLOT_MAPPING = "indexer_slot_mapping"
+INDEXER_CACHE_SHUFFLED = "indexer_cache_shuffled"
+SKIP_SCALE = "skip_scale"
+OPTIONAL_PARAMETERS = (INDEXER_SLOT_MAPPING, INDEXER_CACHE_SHUFFLED, SKIP_SCALE)
+"""Parameters later releases of the separate-outputs shape added, passed where present."""
+
+NO_KV_OUTPUTS = Limitation(
+    ("outputs", "ranks_agree"),
+    "kv_out",
+    "vLLM's Q-output-only fused_norm_rope API (0.28.0) has no buffer for the normalized KV: "
+    "it goes to the MLA cache alone",
+)
+NO_KPE_OUTPUT = Limitation(
+    ("outputs", "ranks_agree"),
+    "kpe_out",
+    "vLLM's Q-output-only fused_norm_rope API (0.28.0) has no buffer for the rotated k_pe: "
+    "it goes to the MLA cache alone",
+)
 NO_INDEX_K_OUTPUT = Limitation(
     ("outputs", "ranks_agree"),
     "index_k_out",
-    "vLLM's in-place fused_norm_rope API (write_kv_output) has no indexer-K output buffer",
+    "this vLLM fused_norm_rope API (in-place write_kv_output, or Q output only) has no "
+    "indexer-K output buffer",
 )
-
+NO_OUTPUTS_WITHOUT_SLOTS = Limitation(
+    ("outputs", "ranks_agree"),
+    "q_out",
+    "vLLM's Q-output-only fused_norm_rope API (0.28.0) defines a call without caches as a "
+    "memory-profiling run whose rows are all padding (its wrapper sets every slot to -1), "
+    "so it cannot ask for outputs without a slot mapping",
+)
+INDEX_K_OUT_NOT_REQUESTED = Limitation(
+    ("outputs", "ranks_agree"),
+    "index_k_out",
+    "vLLM's caller passes index_k_out only on its prefill-context-parallel path, which gives "
+    "no slot mapping (deepseek_v32/attention.py, 0.29.0 on); with a slot mapping the indexer "
+    "K goes to its cache alone and the kernel is not asked for it",
+)
 ONE_SLOT_MAPPING = Limitation(
     (
         "cache_owned",
@@ -97,9 +147,9 @@ ONE_SLOT_MAPPING = Limitation(
         "shards_reassemble",
     ),
     "index_cache",
-    "vLLM's fused_norm_rope with kv_c_out/k_pe_out takes one slot_mapping for both caches, "
-    "so it cannot write the indexer cache under the indexer's own slot mapping; "
-    "the indexer cache was not passed",
+    "this vLLM fused_norm_rope API (before 0.30.0) takes one slot_mapping for both caches, "
+    "so it writes the indexer cache at the MLA cache's slots and cannot follow the indexer's "
+    "own (here replicated) slot mapping",
 )
 
 
@@ -116,7 +166,12 @@ def api_shape(function: Callable[..., object]) -> ApiShape | None:
     if names is None or not names.issuperset(COMMON_PARAMETERS):
         return None
     shapes = [shape for shape, extra in SHAPE_PARAMETERS.items() if names.issuperset(extra)]
-    return shapes[0] if len(shapes) == 1 else None
+    if len(shapes) > 1:
+        return None
+    if shapes:
+        return shapes[0]
+    marks = {name for extra in SHAPE_PARAMETERS.values() for name in extra}
+    return None if names & marks else ApiShape.Q_OUTPUT_ONLY
 
 
 def signature_text(function: Callable[..., object]) -> str:
@@ -134,41 +189,75 @@ def _mla_cache_view(cache: torch.Tensor, inputs: FusedOpInputs) -> torch.Tensor:
     return cache
 
 
+def _one_mapping_serves_both(inputs: FusedOpInputs) -> bool:
+    """Whether the indexer's slots are the MLA cache's (a sharded indexer), so a single
+    ``slot_mapping`` can address both caches."""
+    if inputs.slot_mapping is None or inputs.index_slot_mapping is None:
+        return True
+    return torch.equal(inputs.slot_mapping, inputs.index_slot_mapping)
+
+
 @dataclass(frozen=True)
 class VllmFusedNormRope:
-    """vLLM's ``fused_norm_rope`` in one of its :class:`ApiShape` s, as a protocol kernel."""
+    """vLLM's ``fused_norm_rope`` in one of its :class:`ApiShape` s, as a protocol kernel.
+
+    ``optional`` holds the :data:`OPTIONAL_PARAMETERS` its signature has. ``ds_mla_scale``
+    is the fp8_ds_mla tile-scale rule the kernel writes when that is known (a named
+    release; dcpcheck.releases), else None.
+    """
 
     function: Callable[..., object]
     shape: ApiShape
+    optional: frozenset[str] = frozenset()
     name: str = "vllm"
+    ds_mla_scale: Any = None
+
+    @property
+    def writes_k_outputs(self) -> bool:
+        """False for the Q-output-only shape: K goes to the caches alone (the token-stream
+        model then reads the prefill's K from the caches, dcpcheck.token_streams)."""
+        return self.shape is not ApiShape.Q_OUTPUT_ONLY
+
+    @property
+    def own_indexer_mapping(self) -> bool:
+        """Whether the API takes the indexer's own slot mapping."""
+        return self.shape is ApiShape.IN_PLACE or INDEXER_SLOT_MAPPING in self.optional
 
     def limitations(self, inputs: FusedOpInputs) -> tuple[Limitation, ...]:
+        found: list[Limitation] = []
+        if self.shape is ApiShape.Q_OUTPUT_ONLY:
+            found += [NO_KV_OUTPUTS, NO_KPE_OUTPUT]
+            if inputs.slot_mapping is None:
+                found.append(NO_OUTPUTS_WITHOUT_SLOTS)
         if not inputs.has_indexer:
-            return ()
-        if self.shape is ApiShape.IN_PLACE:
-            return (NO_INDEX_K_OUTPUT,)
-        if not self._one_mapping_serves_both(inputs):
-            return (ONE_SLOT_MAPPING,)
-        return ()
+            return tuple(found)
+        if self.shape is ApiShape.SEPARATE_OUTPUTS:
+            if inputs.slot_mapping is not None:
+                found.append(INDEX_K_OUT_NOT_REQUESTED)
+        else:
+            found.append(NO_INDEX_K_OUTPUT)
+        if not self.own_indexer_mapping and not _one_mapping_serves_both(inputs):
+            found.append(ONE_SLOT_MAPPING)
+        return tuple(found)
 
-    @staticmethod
-    def _one_mapping_serves_both(inputs: FusedOpInputs) -> bool:
-        """Whether the indexer's slots are the MLA cache's (a sharded indexer), so the
-        separate-outputs shape's single ``slot_mapping`` can address both caches."""
-        if inputs.slot_mapping is None or inputs.index_slot_mapping is None:
-            return True
-        return torch.equal(inputs.slot_mapping, inputs.index_slot_mapping)
-
-    def _common_arguments(
+    def _arguments(
         self, inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
     ) -> dict[str, Any]:
+        """What the caller of this shape passes, for every parameter the shapes share and
+        the optional ones this signature has."""
         profiling = inputs.slot_mapping is None
+        # The caller passes its layer's k_scale (1.0 unless the fp8 cache is calibrated)
+        # whenever it passes a cache.
+        k_scale = 1.0 if inputs.mla_scale is None else inputs.mla_scale
         mla_scale = None
-        if inputs.cache_layout is CacheLayout.FP8 and inputs.mla_scale is not None:
-            mla_scale = torch.tensor(
-                [inputs.mla_scale], dtype=torch.float32, device=inputs.kv_c.device
-            )
-        return {
+        if not profiling:
+            mla_scale = torch.tensor([k_scale], dtype=torch.float32, device=inputs.kv_c.device)
+        # With one slot mapping for both caches the indexer cache still goes, as the caller
+        # passes it on every indexer layer: 0.28.0's wrapper, given none, keeps the slot
+        # mapping and stores the indexer rows into a zero-size placeholder. Where the
+        # indexer's own mapping differs, its checks are skipped (ONE_SLOT_MAPPING).
+        index_cache = None if profiling else caches.index
+        arguments = {
             "positions": inputs.positions,
             "q_c": inputs.q_c,
             "q_rms_norm_w": inputs.q_weight,
@@ -183,7 +272,7 @@ class VllmFusedNormRope:
             "index_k_rope_cos_sin_cache": inputs.cos_sin if inputs.has_indexer else None,
             "topk_indices_buffer": outputs.topk_indices,
             "slot_mapping": inputs.slot_mapping,
-            "indexer_k_cache": None if profiling else caches.index,
+            "indexer_k_cache": index_cache,
             "mla_kv_cache": None if profiling else _mla_cache_view(caches.mla, inputs),
             "mla_kv_cache_dtype": inputs.cache_layout.value,
             "mla_k_scale": mla_scale,
@@ -191,38 +280,40 @@ class VllmFusedNormRope:
             "index_rope_interleave": inputs.index_rope_interleaved,
             "q_c_out": outputs.q_out,
         }
+        if self.own_indexer_mapping:
+            arguments[INDEXER_SLOT_MAPPING] = inputs.index_slot_mapping
+        if INDEXER_CACHE_SHUFFLED in self.optional:
+            arguments[INDEXER_CACHE_SHUFFLED] = False
+        if SKIP_SCALE in self.optional:
+            arguments[SKIP_SCALE] = k_scale == 1.0
+        return arguments
 
     def __call__(
         self, inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
     ) -> None:
-        arguments = self._common_arguments(inputs, outputs, caches)
-        if self.shape is ApiShape.IN_PLACE:
+        arguments = self._arguments(inputs, outputs, caches)
+        if self.shape is ApiShape.Q_OUTPUT_ONLY:
+            self.function(**arguments, kv_c=inputs.kv_c, k_pe=inputs.k_pe)
+        elif self.shape is ApiShape.IN_PLACE:
             # The kernel overwrites kv_c and k_pe: hand it copies, never the harness's
             # inputs, and read the results back into the harness's outputs.
             kv_c, k_pe = inputs.kv_c.clone(), inputs.k_pe.clone()
-            self.function(
-                **arguments,
-                kv_c=kv_c,
-                k_pe=k_pe,
-                indexer_slot_mapping=inputs.index_slot_mapping,
-                write_kv_output=True,
-            )
+            self.function(**arguments, kv_c=kv_c, k_pe=k_pe, write_kv_output=True)
             outputs.kv_out.copy_(kv_c)
             outputs.kpe_out.copy_(k_pe)
-            return
-        if not self._one_mapping_serves_both(inputs):
-            arguments["indexer_k_cache"] = None  # see ONE_SLOT_MAPPING
-        self.function(
-            **arguments,
-            kv_c=inputs.kv_c,
-            k_pe=inputs.k_pe,
-            kv_c_out=outputs.kv_out,
-            k_pe_out=outputs.kpe_out,
-            index_k_out=outputs.index_k_out,
-        )
+        else:
+            requested = inputs.slot_mapping is None  # see INDEX_K_OUT_NOT_REQUESTED
+            self.function(
+                **arguments,
+                kv_c=inputs.kv_c,
+                k_pe=inputs.k_pe,
+                kv_c_out=outputs.kv_out,
+                k_pe_out=outputs.kpe_out,
+                index_k_out=outputs.index_k_out if requested else None,
+            )
 
 
-def adapt(function: Callable[..., object]) -> VllmFusedNormRope:
+def adapt(function: Callable[..., object], ds_mla_scale: Any = None) -> VllmFusedNormRope:
     """``function`` (a vLLM ``fused_norm_rope``) as a protocol kernel."""
     shape = api_shape(function)
     if shape is None:
@@ -232,6 +323,10 @@ def adapt(function: Callable[..., object]) -> VllmFusedNormRope:
             why = f"lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
         else:
             shapes = " / ".join("+".join(extra) for extra in SHAPE_PARAMETERS.values())
-            why = f"has not exactly one of the shapes' own parameters ({shapes})"
+            why = f"has parameters of more than one shape ({shapes})"
         raise AdapterError(f"not a known vLLM fused_norm_rope signature: it {why}")
-    return VllmFusedNormRope(function, shape)
+    names = _parameters(function) or set()
+    optional = frozenset(names & set(OPTIONAL_PARAMETERS))
+    if shape is ApiShape.IN_PLACE:
+        optional -= {INDEXER_SLOT_MAPPING}  # part of the shape itself
+    return VllmFusedNormRope(function, shape, optional, ds_mla_scale=ds_mla_scale)

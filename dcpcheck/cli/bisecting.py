@@ -1,4 +1,5 @@
-"""``dcpcheck bisect``: the first commit of a kernel file's history that fails the checks."""
+"""``dcpcheck bisect``: the first commit of a kernel file's history that fails the checks,
+or the first of a list of vLLM releases that fails (or that fixed a failure)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,25 @@ from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
     show_default=True,
     help="The kernel function in that file.",
 )
-@click.option("--good", required=True, help="A revision where the kernel passes.")
+@click.option("--good", default=None, help="A revision where the kernel passes.")
 @click.option("--bad", default="HEAD", show_default=True, help="A revision where it fails.")
+@click.option(
+    "--releases",
+    "releases_text",
+    default=None,
+    metavar="V1,V2,...",
+    help="Bisect published vLLM releases (oldest first, e.g. 0.28.0,0.29.0,0.30.0) instead "
+    "of a file's git history: each is run as --kernel vllm==V.",
+)
+@click.option(
+    "--find",
+    type=click.Choice([f.value for f in bisection.Find]),
+    default=bisection.Find.FIRST_BAD.value,
+    show_default=True,
+    help="With --releases: the first release that fails (the oldest is taken to pass), or "
+    "the first that passes (the oldest is taken to fail), like git bisect's "
+    "--term-old/--term-new.",
+)
 @click.option(
     "--scenario",
     "patterns",
@@ -69,6 +87,8 @@ def bisect_command(
     function,
     good,
     bad,
+    releases_text,
+    find,
     patterns,
     dcp_text,
     seed,
@@ -78,12 +98,10 @@ def bisect_command(
 ) -> None:
     """Find the first commit that broke a kernel file: walk its history with `git show`
     (no checkout, no rebuild), run the checks at each midpoint in a fresh process,
-    and skip revisions that do not load. Exit 0 when the first bad commit is named."""
-    if kernel_spec is not None:
-        rel_file, _, named_function = kernel_spec.rpartition(":")
-        function = named_function or function
-    if not rel_file:
-        raise InputError("bisect: give --file REL (or FILE:FUNCTION)")
+    and skip revisions that do not load. Exit 0 when the first bad commit is named.
+
+    With --releases, bisect published vLLM releases instead (--find first-fixed names the
+    release that fixed a failure)."""
     if dcp_text is not None:
         parse_dcp_sizes(dcp_text)
     options = bisection.RunOptions(
@@ -95,7 +113,20 @@ def bisect_command(
         timeout_s=timeout_s,
     )
     try:
-        result = bisection.bisect(repo, rel_file, good, bad, function, options)
+        if releases_text is not None:
+            if kernel_spec is not None or rel_file is not None or good is not None:
+                raise InputError("bisect: --releases takes no FILE:FUNCTION, --file or --good")
+            versions = [v.strip() for v in releases_text.split(",") if v.strip()]
+            result = bisection.bisect_releases(versions, bisection.Find(find), function, options)
+        else:
+            if kernel_spec is not None:
+                rel_file, _, named_function = kernel_spec.rpartition(":")
+                function = named_function or function
+            if not rel_file:
+                raise InputError("bisect: give --file REL (or FILE:FUNCTION), or --releases")
+            if good is None:
+                raise InputError("bisect: give --good REV, a revision where the kernel passes")
+            result = bisection.bisect(repo, rel_file, good, bad, function, options)
     except bisection.BisectError as exc:
         raise InputError(str(exc)) from None
     for line in bisection.render(result):

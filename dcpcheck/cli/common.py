@@ -12,7 +12,7 @@ from dcpcheck import dcp
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
 from dcpcheck.console import err
-from dcpcheck.contract import Kernel
+from dcpcheck.contract import DsMlaScale, Kernel
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -175,6 +175,50 @@ no_tokens_option = click.option(
     help="Skip the end-to-end token-stream check (a tiny MLA model's greedy streams at "
     "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
 )
+
+
+def ds_mla_scale_rule(text: str | None) -> DsMlaScale | None:
+    """``--ds-mla-scale`` as the contract's enum (None when not given). The option itself
+    keeps the string, so a command that passes its options on (``--launcher torchrun``)
+    spells it as typed."""
+    return None if text is None else DsMlaScale(text)
+
+
+ds_mla_scale_option = click.option(
+    "--ds-mla-scale",
+    "ds_mla_scale",
+    type=click.Choice([rule.value for rule in DsMlaScale]),
+    default=None,
+    help="The fp8_ds_mla tile-scale rule every fp8_ds_mla case demands: amax "
+    "(max(amax/448, FLT_MIN), vLLM up to 0.30) or pow2 (a power of two, vLLM 0.31 on). "
+    "Beats a scenario's ds_mla_scale key and the kernel's own declaration; default: the "
+    "scenario's, else the kernel's, else amax. Other cache layouts ignore it.",
+)
+
+
+oracle_option = click.option(
+    "--oracle",
+    type=click.Choice(["on", "off"]),
+    default="on",
+    show_default=True,
+    help="off: judge the kernel against its own DCP1 run alone, not the oracle "
+    "(reference/): every real output row and owned cache entry written, outputs bitwise "
+    "equal across ranks and to DCP1, shards reassembling into the DCP1 cache byte for "
+    "byte, nothing written outside owned slots. The gate for a kernel whose encoding no "
+    "oracle variant knows yet (a new cache-scale rule, say): it still catches DCP bugs, "
+    "but not an encoding that is wrong at every DCP size alike.",
+)
+
+
+def announce_oracle(oracle: bool) -> None:
+    """Say on stderr, under the backend line, when the oracle is off: every pass of this
+    run then means "agrees with its own DCP1 run", which the table alone does not show."""
+    if not oracle:
+        err.print(
+            "[bold]oracle:[/] off (outputs and cache_owned judged against the kernel's own "
+            "DCP1 run, not reference/)",
+            soft_wrap=True,
+        )
 
 
 fail_fast_option = click.option(

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-import click
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
 
+import click
+from rich.markup import escape
+
+from dcpcheck import __version__, report
 from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
@@ -13,10 +20,16 @@ from dcpcheck.cli.common import (
     open_backend,
     parse_dcp_sizes,
 )
-from dcpcheck.console import err, print_streams
+from dcpcheck.console import err, out, print_streams
 from dcpcheck.contract import CacheLayout
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.token_streams import compare_streams, stream_config_for
+from dcpcheck.token_streams import (
+    DIGEST_RULE,
+    StreamComparison,
+    StreamConfig,
+    compare_streams,
+    stream_config_for,
+)
 
 STREAM_OPTIONS = (
     click.option(
@@ -81,22 +94,166 @@ def stream_options(command):
 @stream_options
 @device_option
 @adapter_option
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write every stream's full SHA256, its tokens, the hashing rule and the first "
+    "divergence here (atomically; the same bytes for the same inputs and seed).",
+)
 def hash_command(
-    dcp_text, kernel_name, prompts, steps, layout_name, preset, seed, device, adapter
+    dcp_text,
+    kernel_name,
+    prompts,
+    steps,
+    layout_name,
+    preset,
+    seed,
+    device,
+    adapter,
+    json_path: Path | None,
 ) -> None:
     """Generate greedy token streams with a tiny seeded MLA model at each DCP size and
-    compare their SHA256 digests: exit 1 when any rank of any size differs from DCP1."""
+    compare their SHA256 digests: exit 1 when any rank of any size differs from DCP1.
+    Prints each distinct stream digest in full (64 hex digits), with the runs that gave it."""
     dcp_sizes = parse_dcp_sizes(dcp_text)
+    if json_path is not None:
+        try:
+            report.ensure_writable(json_path)
+        except report.ReportPathError as exc:
+            raise InputError(str(exc)) from None
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, seed)
     kernel = load(kernel_name, adapter)
+    backend_name = "interpreter" if backend.interpreted else "cuda"
     try:
         with err.status("generating token streams"):
             comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
     except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
-        raise KernelFailed(f"the kernel raised: {type(exc).__name__}: {exc}") from exc
+        message = f"the kernel raised: {type(exc).__name__}: {exc}"
+        if json_path is not None:  # never leave an earlier run's report in place
+            document = streams_json(
+                stream_config, None, kernel=kernel_name, backend=backend_name, error=message
+            )
+            _write_json(json_path, document)
+        raise KernelFailed(message) from exc
+    if json_path is not None:
+        document = streams_json(stream_config, comparison, kernel=kernel_name, backend=backend_name)
+        _write_json(json_path, document)
     print_streams(comparison)
+    print_full_digests(comparison)
     raise SystemExit(EXIT_OK if comparison.identical else EXIT_FAIL)
+
+
+def print_full_digests(comparison: StreamComparison) -> None:
+    """Each distinct stream digest in full, one line each, with the runs that produced it.
+
+    The table shows 16 hex digits to fit per-request digests beside them; a kernel engineer
+    comparing against a digest from elsewhere (a PR description, another machine's run,
+    ``sha256sum``) needs all 64. Grouping by digest keeps a passing run to one line.
+    """
+    groups: dict[str, dict[int, list[int]]] = {}
+    for d in comparison.digests:
+        groups.setdefault(d.stream, {}).setdefault(d.dcp_size, []).append(d.rank)
+    baseline = comparison.digests[0].stream
+    out.print("SHA256 per stream (token ids as little-endian int32; --json states the rule):")
+    for digest, ranks in groups.items():
+        where = "; ".join(f"DCP{size} {_rank_list(r)}" for size, r in ranks.items())
+        mark = "" if digest == baseline else "  [bold red](differs from DCP1)[/]"
+        out.print(f"{digest}  {escape(where)}{mark}", soft_wrap=True)
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """``rank 0``, ``ranks 0-3``, ``ranks 0, 2-3``: ascending ranks, runs collapsed."""
+    spans: list[list[int]] = []
+    for rank in sorted(ranks):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return f"rank {text}" if len(ranks) == 1 else f"ranks {text}"
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or ``None`` for NaN/inf (a diverging run's NaN logits): JSON has no NaN,
+    and strict readers (JavaScript, jq) reject Python's ``NaN`` literal."""
+    return value if math.isfinite(value) else None
+
+
+def streams_json(
+    config: StreamConfig,
+    comparison: StreamComparison | None,
+    *,
+    kernel: str,
+    backend: str,
+    error: str | None = None,
+) -> str:
+    """The ``--json`` report: every stream's full digest and tokens, the first divergence.
+
+    Deterministic like ``dcpcheck.report``: sorted keys, no times, margins as the floats
+    the CPU computed. ``hash_of`` states how tokens become bytes, so a reader can check
+    every digest with any SHA256 tool. ``comparison`` is ``None`` when the kernel raised
+    (``error`` says how): the report is still written, so no earlier one is left in place.
+    Top-level keys a superset of ``dcpcheck.distributed hash --json``'s.
+    """
+    streams: list[dict] = []
+    divergence = None
+    if comparison is not None:
+        baseline = comparison.digests[0].stream
+        rows = [(run, rank) for run in comparison.runs for rank in range(run.dcp_size)]
+        for d, (run, rank) in zip(comparison.digests, rows, strict=True):
+            streams.append(
+                {
+                    **asdict(d),
+                    "tokens": run.tokens[rank].tolist(),
+                    "matches_dcp1": d.stream == baseline,
+                }
+            )
+        if comparison.first_divergence is not None:
+            first = comparison.first_divergence
+            divergence = {
+                **asdict(first),
+                "baseline_margin": _finite(first.baseline_margin),
+                "margin": _finite(first.margin),
+                "near_tie": first.near_tie,
+                "summary": first.describe(),
+            }
+    doc = {
+        "dcpcheck": __version__,
+        "kernel": kernel,
+        "backend": backend,
+        "model": {
+            "preset": config.preset,
+            "layers": config.layers,
+            "cache_layout": config.cache_layout.value,
+            "mla_scale": config.mla_scale,
+            "dtype": str(config.dtype).removeprefix("torch."),
+            "prompts": config.prompts,
+            "max_prompt_length": config.max_prompt_length,
+            "steps": config.steps,
+            "block_size": config.block_size,
+            "interleave": config.interleave,
+            "seed": config.seed,
+        },
+        "hash_of": DIGEST_RULE,
+        "error": error,
+        "identical": comparison is not None and comparison.identical,
+        "min_dcp1_margin": None if comparison is None else _finite(comparison.min_baseline_margin),
+        "digests": streams,
+        "first_divergence": divergence,
+    }
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _write_json(path: Path, text: str) -> None:
+    """``report.write_atomic``; its path was tried before any work, so failing now means
+    the disk changed under the run: one line, exit 2 (as ``dcpcheck run``'s reports)."""
+    try:
+        report.write_atomic(path, text)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
 
 
 def hash_config(backend, layout_name: str, preset, prompts: int, steps: int, seed: int):

@@ -22,7 +22,10 @@ from dcpcheck.cli.common import (
     Interrupted,
     KernelLoadFailure,
     adapter_option,
+    announce_oracle,
     device_option,
+    ds_mla_scale_option,
+    ds_mla_scale_rule,
     fail_fast_option,
     json_option,
     junit_option,
@@ -30,6 +33,7 @@ from dcpcheck.cli.common import (
     load,
     no_tokens_option,
     open_backend,
+    oracle_option,
     parse_dcp_sizes,
     scenario_dir_option,
     scenario_option,
@@ -40,7 +44,15 @@ from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
 from dcpcheck.kernel_loading import KernelLoadError
 from dcpcheck.kernels import KERNELS
-from dcpcheck.runner import CaseResult, KernelUnderTest, RunConfig, run, token_stream_case
+from dcpcheck.runner import (
+    CaseResult,
+    KernelUnderTest,
+    RunConfig,
+    declared_ds_mla_scale,
+    run,
+    token_stream_case,
+    with_effective_ds_mla_scale,
+)
 from dcpcheck.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
 
 isolate_option = click.option(
@@ -92,8 +104,14 @@ def _kernel_under_test(
 
     The kernel is loaded here first in both cases, so a load error is one line and exit
     125 without starting a process; leaving the ``with`` kills the worker, whatever ends it.
+    A kernel that declares an fp8_ds_mla tile-scale rule dcpcheck does not know is a load
+    error too (``runner.declared_ds_mla_scale``): its cases could not say what they demand.
     """
     kernel = load(name, adapter)
+    try:
+        declared_ds_mla_scale(kernel)
+    except ValueError as exc:
+        raise KernelLoadFailure(f"{name}: {exc}") from None
     if case_timeout is None:
         yield kernel
         return
@@ -258,6 +276,8 @@ def _run_with_progress(
     help="With --launcher torchrun: seconds without progress from any rank before the run "
     "is stopped, naming the rank(s) that hung.",
 )
+@ds_mla_scale_option
+@oracle_option
 @fail_fast_option
 @isolate_option
 @case_timeout_option
@@ -282,6 +302,8 @@ def run_command(
     report_dir,
     launcher,
     rank_timeout,
+    ds_mla_scale,
+    oracle,
     fail_fast,
     isolate,
     case_timeout,
@@ -306,10 +328,27 @@ def run_command(
     if property_only or examples is not None or profile_name is not None:
         _check_home(home)  # the search writes its example database there
         profile = search.PROFILES[profile_name or "ci"]
-        search_config = search.SearchConfig(kernel_name, profile, examples, dcp_sizes, seed, home)
+        search_config = search.SearchConfig(
+            kernel_name,
+            profile,
+            examples,
+            dcp_sizes,
+            seed,
+            home,
+            ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
+            oracle=oracle == "on",
+        )
     scenarios = [] if property_only else _scenarios(patterns, scenario_dir, dcp_sizes, seed)
     backend = open_backend(device)
-    config = RunConfig(kernel_name, dcp_sizes, seed, fail_fast)
+    announce_oracle(oracle == "on")
+    config = RunConfig(
+        kernel_name,
+        dcp_sizes,
+        seed,
+        fail_fast,
+        ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
+        oracle=oracle == "on",
+    )
 
     named: list[CaseResult] = []
     saved: dict[tuple[str, int], Path] = {}
@@ -327,7 +366,9 @@ def run_command(
             if result.status == "pass" or not saving:
                 return
             try:
-                path = _save_failed_case(by_name[result.scenario], result, config, home)
+                scenario = by_name[result.scenario]
+                as_run = with_effective_ds_mla_scale(scenario, config, kernel)
+                path = _save_failed_case(as_run, result, config, home)
             except OSError as exc:
                 saving = False
                 err.print(
@@ -389,6 +430,8 @@ RANK_OPTIONS = (
     "no_tokens",
     "fail_fast",
     "stats",
+    "ds_mla_scale",
+    "oracle",
 )
 """The ``run`` options a real-rank run passes on to every rank (dcpcheck.distributed)."""
 
@@ -466,14 +509,16 @@ def _save_failed_case(
     scenario: Scenario, result: CaseResult, config: RunConfig, home: Path
 ) -> Path:
     """Save the failing case under ``home/failures/`` with the seed and DCP size it ran at,
-    so ``dcpcheck repro FILE`` replays exactly it. ``OSError`` if ``home`` cannot be
-    written: the caller warns and goes on (the replay command reproduces the case too)."""
+    so ``dcpcheck repro FILE`` replays exactly it. ``scenario`` is the one that ran, its
+    fp8_ds_mla tile-scale rule resolved (``runner.with_effective_ds_mla_scale``), so the
+    file names that rule. ``OSError`` if ``home`` cannot be written: the caller warns and
+    goes on (the replay command reproduces the case too)."""
     seed = scenario.seed if config.seed is None else config.seed
     case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed)
     description = (
         f"Saved by dcpcheck run: kernel {config.kernel_name} fails scenario "
         f"{scenario.name} at {_failure_phrase(result)}. Replay: dcpcheck repro "
-        f"<this file> --kernel {config.kernel_name}"
+        f"<this file> --kernel {config.kernel_name}{config.oracle_flag}"
     )
     stem = f"{scenario.name}-{search.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
     return search.save_failure(case, stem, description, home / search.FAILURES_DIR)
@@ -500,13 +545,18 @@ def _write_reports(results, config, backend, json_path, junit_path, partial) -> 
     reports = []
     if json_path is not None:
         text = report.to_json(
-            results, kernel=config.kernel_name, backend=backend_name, partial=partial
+            results,
+            kernel=config.kernel_name,
+            backend=backend_name,
+            partial=partial,
+            oracle=config.oracle,
         )
         reports.append((json_path, text))
     if junit_path is not None:
-        reports.append(
-            (junit_path, report.to_junit(results, kernel=config.kernel_name, partial=partial))
+        text = report.to_junit(
+            results, kernel=config.kernel_name, partial=partial, oracle=config.oracle
         )
+        reports.append((junit_path, text))
     for path, text in reports:
         try:
             report.write_atomic(path, text)
@@ -532,6 +582,8 @@ def _write_reports(results, config, backend, json_path, junit_path, partial) -> 
 )
 @device_option
 @adapter_option
+@ds_mla_scale_option
+@oracle_option
 @isolate_option
 @case_timeout_option
 def repro_command(
@@ -540,6 +592,8 @@ def repro_command(
     dcp_text: str | None,
     device: str,
     adapter: str,
+    ds_mla_scale: str | None,
+    oracle: str,
     isolate: bool | None,
     case_timeout: float | None,
 ) -> None:
@@ -556,9 +610,15 @@ def repro_command(
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
     _check_overrides(scenario, dcp_sizes, None)
     backend = open_backend(device)
+    announce_oracle(oracle == "on")
     results: list[CaseResult] = []
     with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
-        config = RunConfig(kernel_name, dcp_sizes)
+        config = RunConfig(
+            kernel_name,
+            dcp_sizes,
+            ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
+            oracle=oracle == "on",
+        )
         _run_with_progress(kernel, [scenario], config, backend, results.append)
     print_results(results)
     raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)

@@ -94,6 +94,14 @@ class Mutation(enum.IntEnum):
     """MLA cache addresses computed in 32 bits: ``slot * entry_bytes`` wraps past 2^31
     (3.3M fp8_ds_mla slots), so high slots are never written where they belong. Only a
     GPU-sized cache shows it."""
+    DS_MLA_SCALE_POW2_WHEN_AMAX = 19
+    """fp8_ds_mla tile scales rounded up to a power of two (vLLM 0.31's rule) when the case
+    demands ``max(amax/448, FLT_MIN)`` (``DsMlaScale.AMAX``): the encoding of the other
+    release, as a kernel that hard-codes one rule writes it. Right under ``pow2``."""
+    DS_MLA_SCALE_AMAX_WHEN_POW2 = 20
+    """fp8_ds_mla tile scales ``max(amax/448, FLT_MIN)`` (vLLM 0.30's rule) when the case
+    demands the power of two (``DsMlaScale.POW2``): the reverse slip. Right under
+    ``amax``."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +208,16 @@ MUTANTS: tuple[KernelVariant, ...] = (
         "mutant/previous-entry-overwritten",
         "each owned entry also stored one slot back, overwriting a cached prefix entry",
         Mutation.PREVIOUS_ENTRY_OVERWRITTEN,
+    ),
+    KernelVariant(
+        "mutant/ds-mla-scale-pow2-when-amax",
+        "fp8_ds_mla tile scales rounded up to a power of two where the case demands amax/448",
+        Mutation.DS_MLA_SCALE_POW2_WHEN_AMAX,
+    ),
+    KernelVariant(
+        "mutant/ds-mla-scale-amax-when-pow2",
+        "fp8_ds_mla tile scales amax/448 where the case demands a power of two (vLLM 0.31+)",
+        Mutation.DS_MLA_SCALE_AMAX_WHEN_POW2,
     ),
     KernelVariant(
         "mutant/address-32bit",

@@ -76,10 +76,17 @@ def fp8_e4m3_codes(x):
 
 
 @triton.jit
-def ue8m0_scale(amax):
-    """``2^ceil(log2(max(amax, 1e-4) / 448))`` in fp32, exactly (module docstring)."""
-    ratio = tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX)
+def power_of_two_at_or_above(ratio):
+    """``2^ceil(log2(ratio))`` of positive, normal fp32 ``ratio``, exactly: the exponent
+    field, plus one when any mantissa bit is set (module docstring). Shared by the indexer's
+    UE8M0 scale and the fp8_ds_mla ``pow2`` tile scale, whose floors keep ``ratio`` normal."""
     bits = ratio.to(tl.int32, bitcast=True)
     exponent = bits >> FP32_MANTISSA_BITS  # ratio > 0: no sign bit
     exponent = tl.where((bits & 0x7FFFFF) != 0, exponent + 1, exponent)
     return (exponent << FP32_MANTISSA_BITS).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def ue8m0_scale(amax):
+    """``2^ceil(log2(max(amax, 1e-4) / 448))`` in fp32, exactly (module docstring)."""
+    return power_of_two_at_or_above(tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX))

@@ -21,6 +21,12 @@ One launch covers the whole op on a 2-D grid, laid out like the production kerne
   Shared (no-indexer) layers launch sub-tasks 1 and 2 only, so the indexer and the top-k
   buffer are not touched at all.
 
+The fp8_ds_mla tile scale follows the rule the case demands (``inputs.ds_mla_scale``,
+``contract.DsMlaScale``), compiled in as the ``DS_MLA_POW2`` constexpr: ``amax * (1/448)``
+floored at FLT_MIN, or that ratio floored at 1e-4 and rounded up to a power of two from its
+fp32 bits (never a floating ``log2``, which is approximate on the GPU), so both rules
+match the oracle bit for bit on the CPU and the GPU.
+
 Every sub-task computes in fp32 and rounds once, on store. Outputs are written for every
 token whatever its slot; only the cache writes look at the slot, and only where it is
 ``>= 0`` (the DCP contract: a token owned by another rank still needs its normalized
@@ -85,16 +91,24 @@ from dcpcheck import contract
 from dcpcheck.backend import current_backend
 from dcpcheck.contract import (
     DS_MLA_NOPE_DIM,
+    DS_MLA_POW2_RATIO_FLOOR,
     DS_MLA_TILE,
     FP8_E4M3_MAX,
     CacheLayout,
+    DsMlaScale,
     FusedOpCaches,
     FusedOpInputs,
     FusedOpOutputs,
     Kernel,
 )
 from dcpcheck.kernels import DEFAULT_VARIANT, KernelVariant, Mutation
-from dcpcheck.kernels.fp8_codes import AMAX_FLOOR, FP8_MAX, fp8_e4m3_codes, ue8m0_scale
+from dcpcheck.kernels.fp8_codes import (
+    AMAX_FLOOR,
+    FP8_MAX,
+    fp8_e4m3_codes,
+    power_of_two_at_or_above,
+    ue8m0_scale,
+)
 from dcpcheck.kernels.launch_checks import LaunchShape, check_launch
 
 TASK_INDEXER_K = tl.constexpr(0)
@@ -117,7 +131,10 @@ INV_FP8_MAX = tl.constexpr(1.0 / FP8_E4M3_MAX)
 """ds_mla tile scales *multiply* amax by 1/448 rounded to fp32 (DESIGN §2); dividing by
 448 differs in the last bit for some amax."""
 FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
-"""Floor of a ds_mla tile scale: an all-zero tile still gets a normal, nonzero scale."""
+"""Floor of an ``amax``-rule ds_mla tile scale: an all-zero tile still gets a normal,
+nonzero scale."""
+POW2_RATIO_FLOOR = tl.constexpr(DS_MLA_POW2_RATIO_FLOOR)
+"""Floor of the ratio a ``pow2``-rule ds_mla tile scale rounds up: an all-zero tile gets 2^-13."""
 INDEX_SCALE_BYTES = tl.constexpr(contract.INDEX_SCALE_BYTES)
 
 # The mutations, as constexprs the kernel can compare ``MUTATION`` with.
@@ -141,6 +158,8 @@ TOPK_FILL_ON_SHARED_LAYER = tl.constexpr(int(Mutation.TOPK_FILL_ON_SHARED_LAYER)
 INDEXER_USES_MLA_SLOTS = tl.constexpr(int(Mutation.INDEXER_USES_MLA_SLOTS))
 PREVIOUS_ENTRY_OVERWRITTEN = tl.constexpr(int(Mutation.PREVIOUS_ENTRY_OVERWRITTEN))
 ADDRESS_ARITHMETIC_32BIT = tl.constexpr(int(Mutation.ADDRESS_ARITHMETIC_32BIT))
+DS_MLA_SCALE_POW2_WHEN_AMAX = tl.constexpr(int(Mutation.DS_MLA_SCALE_POW2_WHEN_AMAX))
+DS_MLA_SCALE_AMAX_WHEN_POW2 = tl.constexpr(int(Mutation.DS_MLA_SCALE_AMAX_WHEN_POW2))
 INT32_SIGN_BIT = tl.constexpr(1 << 31)
 UINT32_MASK = tl.constexpr((1 << 32) - 1)
 """``ADDRESS_ARITHMETIC_32BIT`` wraps an offset to int32 as ``((x + 2^31) & (2^32 - 1)) - 2^31``."""
@@ -345,11 +364,27 @@ def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, to
 
 
 @triton.jit
+def _ds_mla_tile_scales(amax, POW2: tl.constexpr):
+    """fp8_ds_mla scales of tiles whose largest magnitudes are ``amax``: the ratio
+    ``amax * (1/448)`` (a multiply by the fp32 reciprocal, as the oracle does), floored at
+    FLT_MIN (``DsMlaScale.AMAX``), or floored at 1e-4 and rounded up to a power of two from
+    its bits (``DsMlaScale.POW2``)."""
+    ratio = amax * INV_FP8_MAX
+    if POW2:
+        scales = power_of_two_at_or_above(tl.maximum(ratio, POW2_RATIO_FLOOR))
+    else:
+        scales = tl.maximum(ratio, FLT_MIN)
+    return scales
+
+
+@triton.jit
 def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.constexpr,
                        ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
                        BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
-                       CACHE_LAYOUT: tl.constexpr, MUTATION: tl.constexpr):
-    """Encode fp32 ``kv``/``kpe`` tiles into the MLA cache entries at byte offsets ``entry``."""
+                       CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr,
+                       MUTATION: tl.constexpr):
+    """Encode fp32 ``kv``/``kpe`` tiles into the MLA cache entries at byte offsets ``entry``;
+    ``DS_MLA_POW2`` picks the fp8_ds_mla tile-scale rule (module docstring)."""
     kv_lanes = tl.arange(0, BLOCK_KV)
     rope_lanes = tl.arange(0, BLOCK_ROPE)
     kv_mask = owned[:, None] & (kv_lanes < KV_DIM)[None, :]
@@ -373,7 +408,12 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         amax = tl.max(tl.abs(tiles), axis=2)
         if MUTATION == DS_MLA_ROW_SCALE:
             amax = tl.broadcast_to(tl.max(amax, axis=1)[:, None], (BLOCK_T, DS_MLA_NUM_TILES))
-        scales = tl.maximum(amax * INV_FP8_MAX, FLT_MIN)
+        if MUTATION == DS_MLA_SCALE_POW2_WHEN_AMAX:
+            scales = _ds_mla_tile_scales(amax, True)  # a power of two, whatever the case asks
+        elif MUTATION == DS_MLA_SCALE_AMAX_WHEN_POW2:
+            scales = _ds_mla_tile_scales(amax, False)  # amax / 448, whatever the case asks
+        else:
+            scales = _ds_mla_tile_scales(amax, DS_MLA_POW2)
         codes = fp8_e4m3_codes(tl.math.div_rn(tiles, scales[:, :, None]))
         tile_ids = tl.arange(0, DS_MLA_NUM_TILES)
         tile_lanes = tl.arange(0, DS_MLA_TILE_WIDTH)
@@ -394,7 +434,7 @@ def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
              cache_block_size, tokens, live, eps, mla_scale,
              KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
              BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
-             HAS_SLOTS: tl.constexpr, MUTATION: tl.constexpr):
+             DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr, MUTATION: tl.constexpr):
     # KV: RMSNorm of the latent.
     x = _load_rows(kv_ptr, kv_stride, tokens, live, KV_DIM, BLOCK_KV)
     kv = _rms_norm(x, _load_vector(kv_weight_ptr, KV_DIM, BLOCK_KV), eps, KV_DIM,
@@ -424,14 +464,15 @@ def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
             kv = kv.to(kv_out_ptr.dtype.element_ty)
             kpe = kpe.to(kv_out_ptr.dtype.element_ty)
         _write_mla_entries(mla_cache_ptr, entry, stored, kv, kpe, mla_scale, KV_DIM, ROPE_DIM,
-                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, MUTATION)
+                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, MUTATION)
         if MUTATION == PREVIOUS_ENTRY_OVERWRITTEN:
             # A store window that starts one slot early: the entry before each owned one.
             behind = owned & (slots >= 1)
             previous = _paged_entry(slots - 1, behind, cache_block_size, mla_block_stride,
                                     mla_entry_stride)
             _write_mla_entries(mla_cache_ptr, previous, behind, kv, kpe, mla_scale, KV_DIM,
-                               ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, MUTATION)
+                               ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT,
+                               DS_MLA_POW2, MUTATION)
 
 
 @triton.jit
@@ -518,8 +559,9 @@ def _fused_norm_rope_kernel(
     INDEX_DIM: tl.constexpr, TOPK: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_ROPE: tl.constexpr,
     BLOCK_INDEX: tl.constexpr, BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr,
-    FIRST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr, HAS_SLOTS: tl.constexpr,
-    WRITES_INDEX_CACHE: tl.constexpr, INDEX_ROPE_NEOX: tl.constexpr, MUTATION: tl.constexpr,
+    FIRST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr,
+    HAS_SLOTS: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr, INDEX_ROPE_NEOX: tl.constexpr,
+    MUTATION: tl.constexpr,
 ):
     # The tokens of this program, widened to int64 before any multiplication (module doc).
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -537,7 +579,7 @@ def _fused_norm_rope_kernel(
                  positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
                  mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
                  cache_block_size, tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV,
-                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, HAS_SLOTS, MUTATION)
+                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, HAS_SLOTS, MUTATION)
     elif task == TASK_Q:
         _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
                 eps, Q_DIM, BLOCK_Q, HAS_SLOTS, MUTATION)
@@ -626,6 +668,12 @@ def launch(
     index_slots = inputs.index_slot_mapping if shape.writes_index_cache else unused
     index_cache = caches.index if shape.writes_index_cache else caches.mla
     first_task, last_task = (TASK_INDEXER_K, TASK_TOPK_FILL) if has_indexer else (TASK_KV, TASK_Q)
+    # The tile-scale rule only exists for fp8_ds_mla: other layouts compile one variant.
+    # DsMlaScale(...) also turns an external caller's "pow2" into the enum (and rejects a typo).
+    ds_mla_pow2 = (
+        inputs.cache_layout is CacheLayout.FP8_DS_MLA
+        and DsMlaScale(inputs.ds_mla_scale) is DsMlaScale.POW2
+    )
 
     grid = (triton.cdiv(shape.num_tokens, block_tokens), last_task.value - first_task.value + 1)
     _fused_norm_rope_kernel[grid](
@@ -644,7 +692,8 @@ def launch(
         INDEX_DIM=max(shape.index_dim, 1), TOPK=shape.topk,
         BLOCK_Q=block_q, BLOCK_KV=block_kv, BLOCK_ROPE=block_rope, BLOCK_INDEX=block_index,
         BLOCK_TOPK=block_topk, BLOCK_T=block_tokens, FIRST_TASK=first_task.value,
-        CACHE_LAYOUT=_LAYOUT_CODES[inputs.cache_layout], HAS_SLOTS=shape.writes_mla_cache,
+        CACHE_LAYOUT=_LAYOUT_CODES[inputs.cache_layout], DS_MLA_POW2=ds_mla_pow2,
+        HAS_SLOTS=shape.writes_mla_cache,
         WRITES_INDEX_CACHE=shape.writes_index_cache,
         INDEX_ROPE_NEOX=not inputs.index_rope_interleaved, MUTATION=int(variant.mutation),
         enable_fp_fusion=False,  # see "Rounding" in the module docstring

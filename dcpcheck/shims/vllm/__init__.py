@@ -1,7 +1,7 @@
 """Stand-in for the ``vllm`` package while a vLLM kernel file is loaded without vLLM.
 
-Only the two modules vLLM's fused MLA kernel file imports at module level exist here
-(``vllm/models/deepseek_v32/common/kernels.py`` at 01b9c661 imports exactly
-``from vllm.platforms import current_platform`` and ``from vllm.triton_utils import tl,
-triton``). See :mod:`dcpcheck.shims` for when it is installed.
+Only the modules that vLLM's fused MLA kernel file (``vllm/models/deepseek_v32/common/
+kernels.py``) imports at module level, in releases 0.28.0 to 0.33.0 and in the git
+history before them, exist here; :data:`dcpcheck.shims.STAND_INS` maps each host module
+to its stand-in. See :mod:`dcpcheck.shims` for when they are installed.
 """

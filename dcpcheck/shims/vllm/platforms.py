@@ -1,9 +1,11 @@
 """Stand-in for ``vllm.platforms``: ``current_platform``, answered from torch.
 
-vLLM's kernel files ask the platform only for launch choices: whether Programmatic
-Dependent Launch may be used (``is_arch_support_pdl``), whether the device is CUDA or
-ROCm, and whether it reaches a compute capability. None of these changes what a kernel
-computes, only how it is launched, so answering them from torch keeps results intact.
+vLLM's kernel files ask the platform for launch choices - whether Programmatic Dependent
+Launch may be used (``is_arch_support_pdl``), whether the device is CUDA or ROCm, whether it
+reaches a compute capability - and, from 0.31.0 on, for its fp8 dtype (``fp8_dtype``). The
+launch choices change how a kernel is launched, not what it computes, so answering them
+from torch keeps results intact; the fp8 dtype is the one NVIDIA GPUs and the harness's
+oracle use.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class StandInPlatform:
         tail, which the harness (one launch at a time) has no use for, and Triton's CPU
         interpreter has no ``gdc_wait``. Results do not depend on it."""
         return False
+
+    def fp8_dtype(self) -> torch.dtype:
+        """``torch.float8_e4m3fn`` (OCP e4m3, max 448): vLLM's answer on every NVIDIA GPU.
+        Only AMD's gfx942 answers e4m3fnuz, and dcpcheck runs no ROCm device."""
+        return torch.float8_e4m3fn
 
     def __getattr__(self, name: str):
         raise AttributeError(

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The released-kernels acceptance on a GPU box (issue 16): kernel/oracle/adapter/release
+# tests, the release matrix with and without the oracle, the release bisect, and the
+# default run. Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
+# Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+JOBS=${1:-"tests matrix bisect"}
+timed() {  # run "$@", then print its wall time and exit code
+  local start=$SECONDS; "$@"; local rc=$?
+  echo "$((SECONDS - start)) s wall, exit $rc"
+}
+nvidia-smi -L
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+for job in $JOBS; do
+  case $job in
+    tests)
+      ( python3 -m pytest -q -p no:cacheprovider tests/test_kernel.py \
+          tests/test_golden_vectors_kernel.py tests/test_golden_vectors_reference.py \
+          tests/test_ds_mla_scale.py tests/test_vllm_adapter.py tests/test_releases.py \
+          tests/test_token_streams.py tests/test_checks.py tests/test_mutants.py \
+          > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
+    matrix)
+      ( python3 benchmarks/release_matrix.py --out "$OUT/releases" --oracle on \
+          > "$OUT/matrix_on.md" 2>&1 ) &
+      ( python3 benchmarks/release_matrix.py --out "$OUT/releases" --oracle off -- --no-tokens \
+          > "$OUT/matrix_off.md" 2>&1 ) & ;;
+    bisect)
+      ( timed python3 -m dcpcheck bisect \
+          --releases 0.28.0,0.29.0,0.30.0,0.31.0,0.32.0,0.33.0 --find first-fixed \
+          --scenario decode-single-dcp4 --dcp 4 > "$OUT/bisect.log" 2>&1
+        for k in default regress/pre-54908; do
+          timed python3 -m dcpcheck run --dcp 4 --kernel $k > "$OUT/run_${k//\//-}.log" 2>&1
+        done ) & ;;
+    property)
+      for v in 0.30.0 0.31.0 0.32.0 0.33.0; do
+        ( timed python3 -m dcpcheck run --kernel vllm==$v --dcp 1 --property-only \
+            --examples 300 --profile thorough --stats --home "$OUT/home-$v" \
+            > "$OUT/property_$v.log" 2>&1 ) &
+      done ;;
+    selftest)
+      ( timed python3 -m dcpcheck selftest --profile thorough > "$OUT/selftest.log" 2>&1 ) & ;;
+  esac
+done
+wait
+tail -n 3 "$OUT"/*.log; cat "$OUT"/matrix_*.md 2>/dev/null

@@ -1,0 +1,123 @@
+"""Judge every released vLLM ``fused_norm_rope`` and print the verdict table.
+
+For each release: ``python -m dcpcheck run --kernel vllm==X --dcp 1,2,4,8`` over the
+shipped scenarios (token streams included), once with the oracle and once with
+``--oracle off``; the JSON reports are kept under ``--out``. The table gives, per DCP size,
+the exit verdict and the fields of the failing findings (with where the first bad token
+is: foreign/owned/padding), and per release how many checks ran and were skipped and
+every limitation with its reason. Used for the README's and BENCHMARKS.md's release table:
+
+    DCPCHECK_CACHE=.dcpcheck-cache python3 benchmarks/release_matrix.py --out out/releases
+
+(The releases must be in the cache, or the package registry reachable.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
+
+
+def run_release(version: str, dcp: str, oracle: str, extra: list[str], out: Path) -> dict:
+    report = out / f"vllm-{version}-oracle-{oracle}.json"
+    command = [
+        sys.executable,
+        "-m",
+        "dcpcheck",
+        "run",
+        "--kernel",
+        f"vllm=={version}",
+        "--dcp",
+        dcp,
+        "--oracle",
+        oracle,
+        "--json",
+        str(report),
+        *extra,
+    ]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if not report.is_file():
+        raise SystemExit(f"vllm=={version}: no report (exit {done.returncode}): {done.stderr}")
+    doc = json.loads(report.read_text())
+    doc["exit"], doc["seconds"] = done.returncode, seconds
+    return doc
+
+
+def summarize(doc: dict) -> tuple[dict[int, str], Counter, dict[str, str]]:
+    """Per DCP size the verdict text (the failing scenarios, then what failed); check
+    counts; the limitations (skip reasons that come from the adapter, i.e. the
+    ``check[field]`` entries)."""
+    verdicts: dict[int, set[str]] = defaultdict(set)
+    failing: dict[int, set[str]] = defaultdict(set)
+    cases: Counter = Counter()
+    counts: Counter = Counter()
+    limitations: dict[str, str] = {}
+    for case in doc["cases"]:
+        dcp = case["dcp"]
+        cases[dcp] += 1
+        if case["status"] in ("error", "crash", "timeout"):
+            failing[dcp].add(case["scenario"])
+            verdicts[dcp].add(f"{case['status']}: {case['error']}")
+        for check in case["checks"]:
+            counts[check["status"]] += 1
+            if check["status"] == "skip" and "[" in check["check"]:
+                limitations[check["check"]] = check["skipped"]
+            if check["status"] == "fail":
+                failing[dcp].add(case["scenario"])
+                for finding in check["findings"]:
+                    where = finding.get("ownership") or "-"
+                    verdicts[dcp].add(f"{check['check']}: {finding['field']} ({where})")
+    text = {}
+    for dcp in sorted(cases):
+        if not failing[dcp]:
+            text[dcp] = f"pass ({cases[dcp]} cases)"
+            continue
+        names = sorted(failing[dcp])
+        which = ", ".join(names) if len(names) <= 3 else f"{len(names)} scenarios"
+        text[dcp] = f"FAIL {which} of {cases[dcp]}: " + "; ".join(sorted(verdicts[dcp]))
+    return text, counts, limitations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--releases", default=",".join(RELEASES))
+    parser.add_argument("--dcp", default="1,2,4,8")
+    parser.add_argument("--out", type=Path, default=Path("out/releases"))
+    parser.add_argument("--oracle", default="on,off", help="on, off or on,off")
+    parser.add_argument("extra", nargs="*", help="more `dcpcheck run` options, after --")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for oracle in args.oracle.split(","):
+        print(f"\n### oracle {oracle}\n")
+        sizes = args.dcp.split(",")
+        print("| release | " + " | ".join(f"DCP{d}" for d in sizes) + " | checks | s |")
+        print("| --- | " + " | ".join("---" for _ in sizes) + " | --- | --- |")
+        all_limits: dict[str, dict[str, str]] = {}
+        for version in args.releases.split(","):
+            doc = run_release(version, args.dcp, oracle, args.extra, args.out)
+            text, counts, limits = summarize(doc)
+            all_limits[version] = limits
+            cells = " | ".join(text.get(int(d), "-") for d in sizes)
+            ran = counts["pass"] + counts["fail"]
+            print(
+                f"| {version} (exit {doc['exit']}) | {cells} | {ran} ran, "
+                f"{counts['skip']} skipped | {doc['seconds']:.1f} |",
+                flush=True,
+            )
+        print("\nLimitations (skipped, with the reason):")
+        for version, limits in all_limits.items():
+            for check, reason in sorted(limits.items()):
+                print(f"- {version} `{check}`: {reason}")
+
+
+if __name__ == "__main__":
+    main()
