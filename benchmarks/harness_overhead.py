@@ -26,11 +26,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
-from dcpcheck.case import build_case, make_activations, run_oracle
-from dcpcheck.dcp import Batch, Request
-from dcpcheck.kernels import load_kernel
-from dcpcheck.runner import RunConfig, check_case, launch_all, run_scenario
-from dcpcheck.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.harness.case import build_case, make_activations, run_oracle
+from dcpcheck.harness.runner import RunConfig, check_case, launch_all, run_scenario
+from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.spec.dcp import Batch, Request
+from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 
 TEMPLATE = SCENARIO_DIR / "glm5-prefill-512.toml"
 CASES = (

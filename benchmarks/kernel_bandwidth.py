@@ -33,7 +33,6 @@ import triton
 
 import reference
 from dcpcheck.backend import select_backend
-from dcpcheck.case import oracle_for
 from dcpcheck.contract import (
     PRESETS,
     CacheLayout,
@@ -43,6 +42,7 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
+from dcpcheck.harness.case import oracle_for
 from dcpcheck.kernels.fused_norm_rope import GPU_NUM_WARPS, launch
 from dcpcheck.kernels.launch_checks import check_launch
 

@@ -36,8 +36,17 @@ class Backend:
 _selected: Backend | None = None
 
 
+KERNEL_MODULES = (
+    "dcpcheck.kernels.fused_norm_rope",
+    "dcpcheck.kernels.fp8_codes",
+    "dcpcheck.kernels.launch_checks",
+)
+"""The project's kernel modules: once one is imported, its ``@triton.jit`` functions are
+defined, compiled or interpreted for good (the registry and the loaders define none)."""
+
+
 def _kernel_modules_loaded() -> bool:
-    return any(name.startswith("dcpcheck.kernels.") for name in sys.modules)
+    return any(name in sys.modules for name in KERNEL_MODULES)
 
 
 def select_backend(device: str = "auto") -> Backend:

@@ -10,6 +10,11 @@ EXIT_FAIL = 1
 EXIT_USAGE = 2
 """Usage error or bad input, found before any work starts."""
 
+EXIT_PEER_LOST = 3
+"""One rank of a real-rank run (dcpcheck.distributed), when a collective failed because
+another rank died or stopped: the launcher then looks for that other rank instead of naming
+this one. Never the exit code of the run itself."""
+
 EXIT_KERNEL_LOAD = 125
 """The kernel under test could not be loaded or compiled."""
 

@@ -25,7 +25,7 @@ Options (each as for ``dcpcheck run``):
 * ``--dcpcheck-oracle on|off``: off judges the kernel against its own DCP1 run alone, for
   a kernel whose encoding no oracle variant knows (``dcpcheck run --oracle``).
 
-Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.scenario``)
+Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.spec.scenario``)
 in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
 
     [tool.pytest.ini_options]
@@ -35,7 +35,7 @@ Their scenarios join those of ``--dcpcheck-scenario-dir`` under the same pattern
 and checks; a name defined twice is an error. One declarative place, because a scenario
 is data: a repository adds a file, not a test function.
 
-Outcomes. A case fails with the CLI's text: one ``report.format_finding`` line per finding,
+Outcomes. A case fails with the CLI's text: one ``checks.format_finding`` line per finding,
 then the replay command; a case whose checks never ran (any status but pass and fail:
 the kernel raised, its worker crashed or timed out) fails with that error and the replay.
 A skipped check is never counted as passed: a case none of whose checks applied is
@@ -65,8 +65,8 @@ import pytest
 if TYPE_CHECKING:
     from dcpcheck.backend import Backend
     from dcpcheck.contract import Kernel
-    from dcpcheck.runner import CaseResult, RunConfig
-    from dcpcheck.scenario import Scenario
+    from dcpcheck.harness.runner import CaseResult, RunConfig
+    from dcpcheck.spec.scenario import Scenario
 
 COLLECTOR_NAME = "dcpcheck"
 """Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
@@ -97,7 +97,7 @@ def judge(result: CaseResult, kernel_name: str) -> Verdict:
         detail = result.error or "no detail recorded"
         headline = f"{label}: {result.status.upper()} on kernel {kernel_name}: {detail}"
         return Verdict("failed", f"{headline}\n{replay}")
-    from dcpcheck.report import format_finding
+    from dcpcheck.harness.checks import format_finding
 
     failed = result.failed_checks
     if failed or result.status == "fail":
@@ -245,7 +245,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
     """``--dcpcheck-dcp``: ``"4"`` or ``"1,2,4"``."""
-    from dcpcheck import dcp
+    from dcpcheck.spec import dcp
 
     try:
         return dcp.parse_dcp_sizes(text)
@@ -259,7 +259,7 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
     A pattern must match in at least one root, and a name may be defined only once, so
     neither a typo nor a shadowed file goes unnoticed.
     """
-    from dcpcheck.scenario import ScenarioError, load_scenarios
+    from dcpcheck.spec.scenario import ScenarioError, load_scenarios
 
     chosen: dict[str, Scenario] = {}
     unmatched = set(patterns)
@@ -291,9 +291,9 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 
 
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
-    from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-    from dcpcheck.runner import RunConfig
-    from dcpcheck.scenario import SCENARIO_DIR
+    from dcpcheck.harness.runner import RunConfig
+    from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+    from dcpcheck.spec.scenario import SCENARIO_DIR
 
     dcp_text = config.getoption("dcpcheck_dcp")
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
@@ -332,7 +332,7 @@ class CaseCollector(pytest.Collector):
         self._plan = plan
 
     def _scenario_case(self, scenario: Scenario, dcp_size: int) -> Callable[[], CaseResult]:
-        from dcpcheck.runner import run_scenario
+        from dcpcheck.harness.runner import run_scenario
 
         plan = self._plan
 
@@ -344,7 +344,7 @@ class CaseCollector(pytest.Collector):
         return run
 
     def collect(self) -> list[CaseItem]:
-        from dcpcheck.runner import TOKEN_STREAM_DCP, token_stream_case
+        from dcpcheck.harness.runner import TOKEN_STREAM_DCP, token_stream_case
 
         plan = self._plan
         kernel_name = plan.config.kernel_name

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 import reference
-from dcpcheck.case import oracle_for
 from dcpcheck.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_TILE,
@@ -18,6 +17,7 @@ from dcpcheck.contract import (
     FusedOpInputs,
     FusedOpOutputs,
 )
+from dcpcheck.harness.case import oracle_for
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:

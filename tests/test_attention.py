@@ -1,4 +1,4 @@
-"""Partial attention and its log-sum-exp merge (dcpcheck.attention).
+"""Partial attention and its log-sum-exp merge (dcpcheck.e2e.attention).
 
 The merge of partial attentions over any split of the keys into shards must equal plain
 softmax attention over all keys. The plain attention here is written independently, in
@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcpcheck.attention import PartialAttention, merge_partials, partial_attention
+from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
 
 HEADS = 2
 HEAD_DIM = 8

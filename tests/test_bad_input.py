@@ -19,7 +19,7 @@ import torch
 
 from dcpcheck.cli import main
 from dcpcheck.cli.common import DCP_SIZE_MAX, SEED_MAX
-from dcpcheck.scenario import load_scenarios, scenario_to_toml
+from dcpcheck.spec.scenario import load_scenarios, scenario_to_toml
 
 REPO = Path(__file__).parents[1]
 NAME = "decode-single-dcp4"

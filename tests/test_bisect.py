@@ -1,5 +1,5 @@
-"""``dcpcheck.bisect`` on a throwaway repository whose kernel file picks up the PR-54908
-flaw at a known commit (tests/fixtures/kernel_history.py), and ``git bisect run`` with
+"""``dcpcheck.workflows.bisection`` on a throwaway repository whose kernel file picks up the
+PR-54908 flaw at a known commit (tests/fixtures/kernel_history.py), and ``git bisect run`` with
 ``dcpcheck run`` on the same history: both must name that commit.
 
 Each revision costs one ``python -m dcpcheck run`` subprocess (~2 s: a tiny scenario and
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck import bisect as bisection
-from dcpcheck.bisect import BisectError, RunOptions, Step, Verdict, bisect, render
+from dcpcheck.workflows import bisection
+from dcpcheck.workflows.bisection import BisectError, RunOptions, Step, Verdict, bisect, render
 from tests.fixtures import kernel_history
 
 REPO = Path(__file__).parents[1]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dcpcheck.backend import current_backend
-from dcpcheck.runner import CaseResult, RunConfig, run
-from dcpcheck.scenario import load_scenario
+from dcpcheck.harness.runner import CaseResult, RunConfig, run
+from dcpcheck.spec.scenario import load_scenario
 from tests import kernels_under_test as k
 
 SCENARIO = """

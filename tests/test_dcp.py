@@ -1,4 +1,4 @@
-"""DCP slot mappings (dcpcheck.dcp) against DESIGN §3.
+"""DCP slot mappings (dcpcheck.spec.dcp) against DESIGN §3.
 
 The vectorized mapping is checked three independent ways: against slots written out by
 hand for a small case, against the ordinary (non-DCP) mapping at DCP size 1, and, for
@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcpcheck.dcp import (
+from dcpcheck.spec.dcp import (
     FOREIGN,
     NO_SLOT,
     OWNED,

@@ -1,7 +1,7 @@
 """Real ranks (``dcpcheck.distributed``): one DCP rank per process over gloo, against the
 simulated mode.
 
-Each test launches its ranks with ``distributed.launch`` (``python -m dcpcheck.distributed``
+Each test launches its ranks with ``launcher.launch`` (``python -m dcpcheck.distributed``
 per rank, rendezvous on the loopback) and compares what rank 0 reports with the simulated
 mode run in this process. This process is single-threaded (conftest) and so is every rank,
 so fp32 reductions round alike on both sides: reports and token digests must be identical,
@@ -20,12 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck import distributed, report
+from dcpcheck.distributed import launcher
+from dcpcheck.distributed.group import COLLECTIVE_TIMEOUT_MARGIN_S, DistributedUsageError
+from dcpcheck.distributed.ranks import distributed_sizes
+from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from dcpcheck.kernel_loading import load_kernel
-from dcpcheck.runner import RunConfig, run, token_stream_case
-from dcpcheck.scenario import SCENARIO_DIR, load_scenarios
-from dcpcheck.token_streams import compare_streams, stream_config_for
+from dcpcheck.harness.runner import RunConfig, run, token_stream_case
+from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.output import report
+from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenarios
 from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import oracle_kernel, overwrites_prefix
 
@@ -76,7 +79,7 @@ def simulated_report(kernel_name: str, dcp_size: int) -> dict:
 def distributed_report(tmp_path: Path, world_size: int, kernel_name: str) -> tuple[int, dict]:
     path = tmp_path / "report.json"
     argv = ["run", "--dcp", str(world_size), "--kernel", kernel_name, *scenario_args()]
-    code = distributed.launch(world_size, [*argv, "--json", str(path)], LAUNCH_TIMEOUT_S)
+    code = launcher.launch(world_size, [*argv, "--json", str(path)], LAUNCH_TIMEOUT_S)
     return code, json.loads(path.read_text())
 
 
@@ -133,7 +136,7 @@ def test_token_digests_match_simulated_ranks(tmp_path, world_size):
     divergence depend on every gathered partial and on the merge order."""
     path = tmp_path / "streams.json"
     argv = ["hash", "--kernel", "tests.kernels_under_test:overwrites_prefix"]
-    code = distributed.launch(world_size, [*argv, "--json", str(path)], LAUNCH_TIMEOUT_S)
+    code = launcher.launch(world_size, [*argv, "--json", str(path)], LAUNCH_TIMEOUT_S)
     real = json.loads(path.read_text())
     config = stream_config_for(BACKEND)
     simulated = compare_streams(overwrites_prefix, config, [world_size], BACKEND.device)
@@ -154,7 +157,7 @@ def test_a_crashed_rank_is_named_and_no_process_is_left(tmp_path, capfd):
     marker = str(tmp_path / "crash.json")
     argv = ["run", "--scenario", "decode-single-dcp4", "--no-tokens", "--json", marker,
             "--kernel", "tests.test_distributed:crashes_on_rank_2"]
-    code = distributed.launch(4, argv, LAUNCH_TIMEOUT_S)
+    code = launcher.launch(4, argv, LAUNCH_TIMEOUT_S)
     err = capfd.readouterr().err
     assert code == EXIT_FAIL
     assert "rank 2 died (exit code 9) at: launching decode-single-dcp4[dcp4]" in err
@@ -168,7 +171,7 @@ def test_a_hung_rank_is_named_within_the_timeout(tmp_path, capfd):
     argv = ["run", "--scenario", "decode-single-dcp4", "--no-tokens", "--json", marker,
             "--kernel", "tests.test_distributed:hangs_on_rank_1"]
     start = time.monotonic()
-    code = distributed.launch(2, argv, HANG_TIMEOUT_S)
+    code = launcher.launch(2, argv, HANG_TIMEOUT_S)
     elapsed = time.monotonic() - start
     err = capfd.readouterr().err
     assert code == EXIT_FAIL
@@ -177,13 +180,13 @@ def test_a_hung_rank_is_named_within_the_timeout(tmp_path, capfd):
     assert "rank 0: waiting for every rank at the gathering of decode-single-dcp4[dcp2]" in err
     # Start-up, the hang's timeout, then the kill: well before the collective timeout
     # (HANG_TIMEOUT_S + COLLECTIVE_TIMEOUT_MARGIN_S) would have ended it.
-    assert elapsed < HANG_TIMEOUT_S + distributed.COLLECTIVE_TIMEOUT_MARGIN_S
+    assert elapsed < HANG_TIMEOUT_S + COLLECTIVE_TIMEOUT_MARGIN_S
     assert processes_mentioning(marker) == []
 
 
 @requires_interpreter
 def test_a_usage_error_on_every_rank_is_the_run_exit_code(capfd):
-    code = distributed.launch(2, ["run", "--dcp", "4"], LAUNCH_TIMEOUT_S)
+    code = launcher.launch(2, ["run", "--dcp", "4"], LAUNCH_TIMEOUT_S)
     err = capfd.readouterr().err
     assert code == EXIT_USAGE
     assert "--dcp 4 on 2 rank(s)" in err
@@ -194,13 +197,13 @@ def test_a_usage_error_on_every_rank_is_the_run_exit_code(capfd):
     [(None, 4, (4,)), ((4,), 4, (4,)), ((1, 4), 4, (1, 4)), ((4, 1), 4, (4, 1)), ((1,), 1, (1,))],
 )
 def test_a_group_checks_its_own_size_and_dcp1(requested, world_size, expected):
-    assert distributed.distributed_sizes(requested, world_size) == expected
+    assert distributed_sizes(requested, world_size) == expected
 
 
 @pytest.mark.parametrize(("requested", "world_size"), [((2,), 4), ((1,), 4), ((2, 4), 4)])
 def test_other_dcp_sizes_are_a_usage_error(requested, world_size):
-    with pytest.raises(distributed.DistributedUsageError, match="the DCP size is the number"):
-        distributed.distributed_sizes(requested, world_size)
+    with pytest.raises(DistributedUsageError, match="the DCP size is the number"):
+        distributed_sizes(requested, world_size)
 
 
 @requires_cuda
@@ -208,7 +211,7 @@ def test_one_nccl_rank_reports_what_the_simulated_run_reports(tmp_path):
     """World size 1 on cuda:0: the NCCL path (object gather, all-gather) end to end."""
     path = tmp_path / "report.json"
     argv = ["run", "--dcp", "1", *scenario_args(), "--json", str(path)]
-    code = distributed.launch(1, argv, LAUNCH_TIMEOUT_S)
+    code = launcher.launch(1, argv, LAUNCH_TIMEOUT_S)
     kernel = load_kernel("default")
     config = RunConfig("default", (1,))
     results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)

@@ -29,29 +29,30 @@ import triton.language as tl
 from click.testing import CliRunner
 
 import reference as ref
-from dcpcheck import search
-from dcpcheck.case import build_case
 from dcpcheck.cli import cli
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs
-from dcpcheck.isolation import IsolatedKernel
-from dcpcheck.kernels import MUTANTS, load_kernel
-from dcpcheck.kernels.fused_norm_rope import _ds_mla_tile_scales
-from dcpcheck.runner import (
+from dcpcheck.harness.case import build_case
+from dcpcheck.harness.isolation import IsolatedKernel
+from dcpcheck.harness.runner import (
     RunConfig,
     declared_ds_mla_scale,
     effective_ds_mla_scale,
     run_scenario,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.scenario import (
+from dcpcheck.kernels.fused_norm_rope import _ds_mla_tile_scales
+from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.kernels.variants import MUTANTS
+from dcpcheck.spec.scenario import (
     SCENARIO_DIR,
     ScenarioError,
     load_scenario,
     load_scenarios,
     scenario_to_toml,
 )
-from dcpcheck.selftest import PROFILES as SELFTEST_PROFILES
-from dcpcheck.selftest import selftest_scenarios
+from dcpcheck.workflows import search
+from dcpcheck.workflows.selftest import PROFILES as SELFTEST_PROFILES
+from dcpcheck.workflows.selftest import selftest_scenarios
 from reference.quant import FLT_MIN
 from tests.conftest import BACKEND
 from tests.fixtures.declared_encoding import always_pow2, oracle_writing_pow2

@@ -5,7 +5,7 @@ Every run here covers two scenarios, ``decode-single-dcp4`` (one row: where each
 of ``tests/fixtures/faulty_kernels.py`` is keyed) and ``mixed-prefill-decode-padding``
 (sixteen rows: the kernel is correct there), and asserts both that the fault is reported
 with its status and that the other case still ran and passed. Crashes and hangs run under
-isolation (``dcpcheck.isolation``, a worker process); raising and out-of-bounds writes are
+isolation (``dcpcheck.harness.isolation``, a worker process); raising and out-of-bounds writes are
 reported the same with or without it. The kernels are oracle-backed, so the whole file
 runs in seconds on the CPU; most of its time is worker start-up (about 2 s each).
 """
@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from dcpcheck.cli import main
-from dcpcheck.isolation import IsolatedKernel
-from dcpcheck.runner import CaseResult, RunConfig, run, token_stream_case
-from dcpcheck.scenario import load_scenario, load_scenarios
+from dcpcheck.harness.isolation import IsolatedKernel
+from dcpcheck.harness.runner import CaseResult, RunConfig, run, token_stream_case
+from dcpcheck.spec.scenario import load_scenario, load_scenarios
 from tests.conftest import BACKEND, requires_cuda
 from tests.fixtures import faulty_kernels
 

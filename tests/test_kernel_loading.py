@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from dcpcheck.adapters.vllm import ApiShape, VllmFusedNormRope
 from dcpcheck.cli import cli
 from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
-from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-from dcpcheck.runner import RunConfig, run_scenario
-from dcpcheck.scenario import load_scenarios
+from dcpcheck.harness.runner import RunConfig, run_scenario
+from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel
 

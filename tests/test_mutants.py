@@ -1,4 +1,4 @@
-"""The mutant catalog (``dcpcheck.kernels.MUTANTS``) against the harness's named scenarios.
+"""The mutant catalog (``dcpcheck.kernels.variants.MUTANTS``) against the harness's named scenarios.
 
 Each mutant is run through ``runner.run`` on the one scenario expected to expose it, and
 must fail there with the expected check on the expected field; the correct kernel must
@@ -22,11 +22,13 @@ from dataclasses import dataclass
 import pytest
 
 from dcpcheck.contract import DS_MLA_ENTRY_BYTES
-from dcpcheck.dcp import Batch, Request, slot_mappings
-from dcpcheck.kernels import KERNELS, MUTANTS, REGRESSIONS, Mutation, load_kernel
-from dcpcheck.runner import CaseResult, RunConfig, run
-from dcpcheck.scenario import SCENARIO_DIR, Scenario, load_scenario
-from dcpcheck.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
+from dcpcheck.harness.runner import CaseResult, RunConfig, run
+from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.kernels.registry import KERNELS
+from dcpcheck.kernels.variants import MUTANTS, REGRESSIONS, Mutation
+from dcpcheck.spec.dcp import Batch, Request, slot_mappings
+from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario, load_scenario
+from dcpcheck.workflows.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
 from tests.conftest import BACKEND, requires_cuda
 
 

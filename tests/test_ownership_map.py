@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from dcpcheck import ownership_map
-from dcpcheck.checks import CheckResult, Finding
-from dcpcheck.dcp import Batch, Request
-from dcpcheck.kernel_loading import load_kernel
-from dcpcheck.ownership_map import MapGeometry, write_report_dir
-from dcpcheck.runner import CaseResult, RunConfig, run_scenario
-from dcpcheck.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.output import ownership_map
+from dcpcheck.output.ownership_map import MapGeometry, write_report_dir
+from dcpcheck.spec.dcp import Batch, Request
+from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 from tests.conftest import BACKEND
 
 OWNED_RGB = (49, 120, 181)

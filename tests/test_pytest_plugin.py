@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dcpcheck import pytest_plugin, runner
-from dcpcheck.checks import CheckResult, Finding
-from dcpcheck.kernel_loading import load_kernel
+from dcpcheck import pytest_plugin
+from dcpcheck.harness import runner
+from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.harness.runner import CaseResult
+from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.pytest_plugin import judge
-from dcpcheck.runner import CaseResult
-from dcpcheck.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 from tests.conftest import BACKEND
 
 pytest_plugins = ["pytester"]
@@ -198,7 +199,7 @@ def _write_kernel_file(pytester: pytest.Pytester, body: str) -> str:
 
 
 DELEGATING_KERNEL = """
-from dcpcheck.kernel_loading import load_kernel
+from dcpcheck.kernels.loading import load_kernel
 
 _project_kernel = load_kernel("default")
 

@@ -1,4 +1,4 @@
-"""Released vLLM kernels as test subjects (dcpcheck.releases), and every release from 0.28.0
+"""Released vLLM kernels as test subjects (dcpcheck.kernels.releases), and every release from 0.28.0
 to 0.33.0 judged right on the CPU.
 
 The ground truth of each release comes from reading its ``vllm/models/deepseek_v32/common/
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck import releases
 from dcpcheck.adapters.vllm import VllmFusedNormRope
 from dcpcheck.contract import DsMlaScale
-from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-from dcpcheck.runner import CaseResult, RunConfig, run_scenario
-from dcpcheck.scenario import load_scenarios
+from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.kernels import releases
+from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 
 # -- the release spec and its cache, offline -------------------------------------------
@@ -220,7 +220,7 @@ def test_every_release_passes_at_dcp1(version, scenario):
 
 def _foreign_rows(scenario: str, dcp_size: int) -> dict[int, set[int]]:
     """Per rank, the real tokens another rank owns (what a skipped-output bug leaves)."""
-    from dcpcheck.case import build_case
+    from dcpcheck.harness.case import build_case
 
     [sc] = load_scenarios([scenario])
     case = build_case(sc, dcp_size, BACKEND.device)

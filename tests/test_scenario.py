@@ -1,4 +1,4 @@
-"""Scenario files (dcpcheck.scenario): the shipped ones load and round-trip, and every kind of
+"""Scenario files (dcpcheck.spec.scenario): the shipped ones load and round-trip, and every kind of
 mistake in a file is an error that names the file and the key, on one line."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset
-from dcpcheck.dcp import Batch, Request
-from dcpcheck.scenario import (
+from dcpcheck.spec.dcp import Batch, Request
+from dcpcheck.spec.scenario import (
     SCENARIO_DIR,
     Scenario,
     ScenarioError,

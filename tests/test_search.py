@@ -1,4 +1,4 @@
-"""Property search (dcpcheck.search) and its command line (``run --examples``, ``repro``).
+"""Property search (dcpcheck.workflows.search) and its command line (``run --examples``, ``repro``).
 
 The kernels are fast oracle-based ones (tests/kernels_under_test.py) plus one defined here
 whose flaw needs a batch of at least three rows, so the search must generate past the
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dcpcheck import search
 from dcpcheck.cli import cli
 from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
-from dcpcheck.scenario import load_scenario, load_scenarios, scenario_to_toml
+from dcpcheck.spec.scenario import load_scenario, load_scenarios, scenario_to_toml
+from dcpcheck.workflows import search
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel, raises, shifts_q_out, skips_foreign_kv
 

@@ -1,11 +1,11 @@
-"""dcpcheck.seeded: Gaussian values with the same bits on every device."""
+"""dcpcheck.spec.seeded: Gaussian values with the same bits on every device."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dcpcheck import seeded
+from dcpcheck.spec import seeded
 
 CPU = torch.device("cpu")
 

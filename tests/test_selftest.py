@@ -1,4 +1,4 @@
-"""``dcpcheck.selftest`` on tiny runs: the rows, the table and the verdict.
+"""``dcpcheck.workflows.selftest`` on tiny runs: the rows, the table and the verdict.
 
 A tiny profile (two property examples) over one named scenario keeps each run to a few
 seconds on the CPU. The verdict is shown both ways: real mutants are caught and the run
@@ -12,11 +12,11 @@ import dataclasses
 import pytest
 from rich.console import Console
 
-from dcpcheck import search
 from dcpcheck.backend import Backend
-from dcpcheck.kernels import MUTANTS, KernelVariant
-from dcpcheck.scenario import SCENARIO_DIR, load_scenario, load_scenarios
-from dcpcheck.selftest import (
+from dcpcheck.kernels.variants import MUTANTS, KernelVariant
+from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario, load_scenarios
+from dcpcheck.workflows import search
+from dcpcheck.workflows.selftest import (
     GPU_SCALE_MUTATIONS,
     PROFILES,
     SelftestProfile,

@@ -1,4 +1,4 @@
-"""Scenario strategies (dcpcheck.strategies) and the value regimes they draw (case.py).
+"""Scenario strategies (dcpcheck.workflows.strategies) and the value regimes they draw (case.py).
 
 Every drawn scenario is checked against the ownership partition of DESIGN §3, computed by
 ``dcp.slot_mappings`` at each DCP size it runs (and the DCP1 baseline): every real token
@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.strategies import SearchStrategy
 
 import reference
-from dcpcheck import strategies
-from dcpcheck.case import make_activations, run_oracle
 from dcpcheck.contract import FP8_E4M3_MAX, CacheLayout
-from dcpcheck.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
-from dcpcheck.scenario import Scenario, load_scenario, scenario_to_toml
-from dcpcheck.strategies import (
+from dcpcheck.harness.case import make_activations, run_oracle
+from dcpcheck.spec.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
+from dcpcheck.spec.scenario import Scenario, load_scenario, scenario_to_toml
+from dcpcheck.workflows import strategies
+from dcpcheck.workflows.strategies import (
     FP8_SCALES,
     SearchSpace,
     all_negative_ranks,

@@ -19,8 +19,7 @@ import pytest
 import torch
 
 from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOpOutputs
-from dcpcheck.kernel_loading import load_kernel
-from dcpcheck.token_streams import (
+from dcpcheck.e2e.token_streams import (
     NEAR_TIE_MARGIN,
     Divergence,
     StreamComparison,
@@ -30,6 +29,7 @@ from dcpcheck.token_streams import (
     prompt_tokens,
     token_digest,
 )
+from dcpcheck.kernels.loading import load_kernel
 from tests.conftest import requires_cuda
 from tests.kernels_under_test import oracle_kernel, skips_foreign_kv
 

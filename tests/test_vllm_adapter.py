@@ -3,8 +3,8 @@
 The kernels are fixture files written here with vLLM's signatures (tests/fixtures): a
 correct one and one with the PR-54908 flaw per shape. The harness's checks judge them
 exactly as they judge a native kernel, with the adapter's limitations applied the way
-the runner surfaces them (``adapters.apply_limitations``): a check an API cannot express
-shows up as skipped with its reason. Also: the vLLM stand-ins (dcpcheck/shims) let the
+the runner surfaces them (``apply_limitations``): a check an API cannot express
+shows up as skipped with its reason. Also: the vLLM stand-ins (dcpcheck/adapters/shims) let the
 in-place fixture, which imports ``vllm.platforms`` and ``vllm.triton_utils`` like vLLM's
 own file, load without vLLM, and step aside when a real ``vllm`` is importable.
 """
@@ -22,7 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck import adapters, report
+from dcpcheck import adapters
+from dcpcheck.adapters.protocol import Limitation, kernel_limitations
+from dcpcheck.adapters.shims.vllm.platforms import StandInPlatform
 from dcpcheck.adapters.vllm import (
     INDEX_K_OUT_NOT_REQUESTED,
     NO_INDEX_K_OUTPUT,
@@ -34,12 +36,13 @@ from dcpcheck.adapters.vllm import (
     VllmFusedNormRope,
     api_shape,
 )
-from dcpcheck.case import build_case, snapshot_inputs
-from dcpcheck.checks import CheckResult, Finding
-from dcpcheck.kernel_loading import load_kernel
-from dcpcheck.runner import CaseResult, RunConfig, run_scenario
-from dcpcheck.scenario import load_scenarios
-from dcpcheck.shims.vllm.platforms import StandInPlatform
+from dcpcheck.harness.case import build_case, snapshot_inputs
+from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.harness.limitations import apply_limitations
+from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.output import report
+from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel
 
@@ -64,8 +67,8 @@ def judged(kernel, scenario_name: str, dcp_sizes: tuple[int, ...]) -> list[CaseR
     results = []
     for result in run_scenario(kernel, scenario, RunConfig("fixture", dcp_sizes), BACKEND):
         case = build_case(scenario, result.dcp_size, BACKEND.device)
-        limitations = adapters.kernel_limitations(kernel, [r.inputs for r in case.ranks])
-        result.checks = adapters.apply_limitations(result.checks, limitations)
+        limitations = kernel_limitations(kernel, [r.inputs for r in case.ranks])
+        result.checks = apply_limitations(result.checks, limitations)
         if result.status != "error":
             result.status = "fail" if result.failed_checks else "pass"
         results.append(result)
@@ -212,10 +215,10 @@ def test_apply_limitations_splits_a_check_by_field_and_never_counts_a_skip_as_pa
         CheckResult("ranks_agree", skipped="DCP1 is the baseline"),
     ]
     limitations = [
-        adapters.Limitation(("cache_owned", "ranks_agree"), "index_cache", "one mapping"),
-        adapters.Limitation(("topk",), None, "no top-k buffer"),
+        Limitation(("cache_owned", "ranks_agree"), "index_cache", "one mapping"),
+        Limitation(("topk",), None, "no top-k buffer"),
     ]
-    adjusted = {c.check: c for c in adapters.apply_limitations(results, limitations)}
+    adjusted = {c.check: c for c in apply_limitations(results, limitations)}
     assert adjusted["cache_owned"].findings == (mla_finding,)
     assert adjusted["cache_owned[index_cache]"].skipped == "one mapping"
     assert adjusted["topk"].skipped == "no top-k buffer"
@@ -226,7 +229,7 @@ def test_apply_limitations_splits_a_check_by_field_and_never_counts_a_skip_as_pa
 
 def test_a_protocol_kernel_has_no_limitations():
     launch = build_case(load_scenarios(["decode-single-dcp4"])[0], 4, BACKEND.device).ranks[0]
-    assert adapters.kernel_limitations(oracle_kernel, [launch.inputs]) == ()
+    assert kernel_limitations(oracle_kernel, [launch.inputs]) == ()
 
 
 def _signature_of(*names: str):
@@ -255,7 +258,7 @@ def test_shape_detection_needs_every_common_parameter_and_exactly_one_shape():
 
 @pytest.mark.skipif(VLLM_INSTALLED, reason="vllm is installed: the real package is used")
 def test_stand_ins_load_a_vllm_kernel_file_without_vllm(caplog):
-    with caplog.at_level(logging.WARNING, logger="dcpcheck.kernel_loading"):
+    with caplog.at_level(logging.WARNING, logger="dcpcheck.kernels.loading"):
         kernel = vllm_kernel(ApiShape.IN_PLACE)
     [message] = [r.getMessage() for r in caplog.records]
     assert "vllm is not installed" in message
@@ -295,7 +298,7 @@ def fake_vllm(tmp_path, monkeypatch):
 
 
 def test_a_real_vllm_install_wins_over_the_stand_ins(fake_vllm, caplog):
-    with caplog.at_level(logging.WARNING, logger="dcpcheck.kernel_loading"):
+    with caplog.at_level(logging.WARNING, logger="dcpcheck.kernels.loading"):
         kernel = vllm_kernel(ApiShape.IN_PLACE)
     assert caplog.records == []
     platform = kernel.function.__globals__["current_platform"]

@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from dcpcheck.adapters import AdapterError, Limitation
+from dcpcheck.adapters.protocol import AdapterError, Limitation
 from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOpOutputs
 
 
@@ -203,7 +203,7 @@ class VllmFusedNormRope:
 
     ``optional`` holds the :data:`OPTIONAL_PARAMETERS` its signature has. ``ds_mla_scale``
     is the fp8_ds_mla tile-scale rule the kernel writes when that is known (a named
-    release; dcpcheck.releases), else None.
+    release; dcpcheck.kernels.releases), else None.
     """
 
     function: Callable[..., object]
@@ -215,7 +215,7 @@ class VllmFusedNormRope:
     @property
     def writes_k_outputs(self) -> bool:
         """False for the Q-output-only shape: K goes to the caches alone (the token-stream
-        model then reads the prefill's K from the caches, dcpcheck.token_streams)."""
+        model then reads the prefill's K from the caches, dcpcheck.e2e.token_streams)."""
         return self.shape is not ApiShape.Q_OUTPUT_ONLY
 
     @property

@@ -1,6 +1,7 @@
-"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.runner``, ``dcpcheck.search``
-and friends, one module per command (``run`` and ``repro`` share one). ``common`` holds the
-help text with the exit codes, the shared options and the errors that become them."""
+"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.harness.session``,
+``dcpcheck.workflows`` and friends, one module per command (``run`` and ``repro`` share
+one; ``ranks`` is what one process of a real-rank run executes). ``common`` holds the help
+text with the exit codes, the shared options and the errors that become them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 
 import click
 
-from dcpcheck.cli import bisecting, hashing, listing, run, selftest
+from dcpcheck.cli import bisecting, hashing, listing, ranks, run, selftest
 from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
-from dcpcheck.console import err
+from dcpcheck.distributed.group import in_torchrun_environment
+from dcpcheck.output.console import err
 
 
 @click.group(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,12 +36,9 @@ def main() -> None:
     """Entry point: click's errors become one line on stderr with their exit code.
 
     Under torchrun (``torchrun --nproc-per-node N -m dcpcheck run ...``) this process is
-    one rank of a real-rank run: ``dcpcheck.distributed`` takes over."""
-    if sys.argv[1:2] in (["run"], ["hash"]):
-        from dcpcheck import distributed  # imported here: it imports dcpcheck.cli.common
-
-        if distributed.in_torchrun_environment():
-            distributed.main(sys.argv[1:])
+    one rank of a real-rank run: ``dcpcheck.cli.ranks`` takes over."""
+    if sys.argv[1:2] in (["run"], ["hash"]) and in_torchrun_environment():
+        ranks.main(sys.argv[1:])
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
         cli.main(standalone_mode=False)

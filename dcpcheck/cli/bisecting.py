@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from dcpcheck import bisect as bisection
 from dcpcheck.cli.common import InputError, device_option, parse_dcp_sizes
-from dcpcheck.console import out
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.output.console import out
+from dcpcheck.workflows import bisection
 
 
 @click.command("bisect")

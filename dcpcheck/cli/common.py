@@ -8,10 +8,8 @@ from pathlib import Path
 
 import click
 
-from dcpcheck import dcp
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, select_backend
-from dcpcheck.console import err
 from dcpcheck.contract import DsMlaScale, Kernel
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
@@ -20,8 +18,10 @@ from dcpcheck.exit_codes import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from dcpcheck.kernel_loading import KernelLoadError, load_kernel
-from dcpcheck.scenario import SCENARIO_DIR
+from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.output.console import err
+from dcpcheck.spec import dcp
+from dcpcheck.spec.scenario import SCENARIO_DIR
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
 

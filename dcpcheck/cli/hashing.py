@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from dcpcheck import __version__, report
+from dcpcheck import __version__, files
 from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
@@ -20,16 +20,16 @@ from dcpcheck.cli.common import (
     open_backend,
     parse_dcp_sizes,
 )
-from dcpcheck.console import err, out, print_streams
 from dcpcheck.contract import CacheLayout
-from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.token_streams import (
+from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
     StreamComparison,
     StreamConfig,
     compare_streams,
     stream_config_for,
 )
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.output.console import err, out, print_streams
 
 STREAM_OPTIONS = (
     click.option(
@@ -120,8 +120,8 @@ def hash_command(
     dcp_sizes = parse_dcp_sizes(dcp_text)
     if json_path is not None:
         try:
-            report.ensure_writable(json_path)
-        except report.ReportPathError as exc:
+            files.ensure_writable(json_path)
+        except files.ReportPathError as exc:
             raise InputError(str(exc)) from None
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, seed)
@@ -192,7 +192,7 @@ def streams_json(
 ) -> str:
     """The ``--json`` report: every stream's full digest and tokens, the first divergence.
 
-    Deterministic like ``dcpcheck.report``: sorted keys, no times, margins as the floats
+    Deterministic like ``dcpcheck.output.report``: sorted keys, no times, margins as the floats
     the CPU computed. ``hash_of`` states how tokens become bytes, so a reader can check
     every digest with any SHA256 tool. ``comparison`` is ``None`` when the kernel raised
     (``error`` says how): the report is still written, so no earlier one is left in place.
@@ -248,10 +248,10 @@ def streams_json(
 
 
 def _write_json(path: Path, text: str) -> None:
-    """``report.write_atomic``; its path was tried before any work, so failing now means
+    """``files.write_atomic``; its path was tried before any work, so failing now means
     the disk changed under the run: one line, exit 2 (as ``dcpcheck run``'s reports)."""
     try:
-        report.write_atomic(path, text)
+        files.write_atomic(path, text)
     except OSError as exc:
         raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
 

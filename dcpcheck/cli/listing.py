@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from dcpcheck import selftest
 from dcpcheck.cli.common import InputError
-from dcpcheck.console import out
-from dcpcheck.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
+from dcpcheck.output.console import out
+from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
+from dcpcheck.workflows import selftest
 
 
 @click.command("list")
@@ -19,7 +19,7 @@ def list_command(what: str) -> None:
             out.print(f"{variant.name:34} {variant.description}", soft_wrap=True)
         return
     if what == "kernels":
-        from dcpcheck.kernels import KERNELS
+        from dcpcheck.kernels.registry import KERNELS
 
         for entry in KERNELS.values():
             out.print(f"{entry.name:24} {entry.description}")

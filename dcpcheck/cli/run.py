@@ -14,7 +14,7 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck import ownership_map, report, search
+from dcpcheck import files
 from dcpcheck.cli.common import (
     HELP,
     SEED_MAX,
@@ -39,12 +39,11 @@ from dcpcheck.cli.common import (
     scenario_option,
     stop_reason,
 )
-from dcpcheck.console import err, out, print_results, print_search, print_stats
+from dcpcheck.distributed import launcher
+from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
-from dcpcheck.kernel_loading import KernelLoadError
-from dcpcheck.kernels import KERNELS
-from dcpcheck.runner import (
+from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
+from dcpcheck.harness.runner import (
     CaseResult,
     KernelUnderTest,
     RunConfig,
@@ -53,7 +52,12 @@ from dcpcheck.runner import (
     token_stream_case,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.kernels.registry import KERNELS
+from dcpcheck.output import ownership_map, report
+from dcpcheck.output.console import err, out, print_results, print_search, print_stats
+from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
+from dcpcheck.workflows import search
 
 isolate_option = click.option(
     "--isolate/--no-isolate",
@@ -133,15 +137,15 @@ def _check_report_paths(*paths: Path | None) -> None:
         raise InputError(f"--json and --junit name the same file: {given[0]}")
     for path in given:
         try:
-            report.ensure_writable(path)
-        except report.ReportPathError as exc:
+            files.ensure_writable(path)
+        except files.ReportPathError as exc:
             raise InputError(str(exc)) from None
 
 
 def _check_home(home: Path) -> None:
     try:
-        report.ensure_directory_writable(home)
-    except report.ReportPathError as exc:
+        files.ensure_directory_writable(home)
+    except files.ReportPathError as exc:
         raise InputError(f"--home: {exc}") from None
 
 
@@ -465,16 +469,13 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
                 argv += [flag, str(item)]
         else:
             argv += [flag, str(value)]
-    from dcpcheck import distributed  # imported here: it imports dcpcheck.cli.common
-
-    timeout = rank_timeout or distributed.DEFAULT_RANK_TIMEOUT_S
-    return distributed.launch(sizes[0], argv, timeout)
+    return launcher.launch(sizes[0], argv, rank_timeout or DEFAULT_RANK_TIMEOUT_S)
 
 
 def _check_report_dir(report_dir: Path) -> None:
     try:
-        report.ensure_directory_writable(report_dir)
-    except report.ReportPathError as exc:
+        files.ensure_directory_writable(report_dir)
+    except files.ReportPathError as exc:
         raise InputError(str(exc)) from None
 
 
@@ -559,7 +560,7 @@ def _write_reports(results, config, backend, json_path, junit_path, partial) -> 
         reports.append((junit_path, text))
     for path, text in reports:
         try:
-            report.write_atomic(path, text)
+            files.write_atomic(path, text)
         except OSError as exc:
             raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
 

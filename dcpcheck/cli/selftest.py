@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from dcpcheck import selftest
 from dcpcheck.cli.common import InputError, device_option, open_backend
-from dcpcheck.console import err, out
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.output.console import err, out
+from dcpcheck.workflows import selftest
 
 
 @click.command("selftest")

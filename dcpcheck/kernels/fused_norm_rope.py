@@ -59,7 +59,7 @@ bf16 RoPE values, activation-dtype ``auto`` entries).
 Variants
 --------
 The ``MUTATION`` constexpr compiles one of the known DCP bugs, or one mutant of the
-catalog ``dcpcheck selftest`` runs, into the same kernel (``dcpcheck.kernels.Mutation``
+catalog ``dcpcheck selftest`` runs, into the same kernel (``dcpcheck.kernels.variants.Mutation``
 says what each one does); ``Mutation.NONE`` is the correct kernel, and every
 ``if MUTATION == ...`` branch is resolved at compile time, so none of them reaches its
 code. The one argument only mutants read, ``mla_num_blocks``, is not specialized on, so it
@@ -101,7 +101,6 @@ from dcpcheck.contract import (
     FusedOpOutputs,
     Kernel,
 )
-from dcpcheck.kernels import DEFAULT_VARIANT, KernelVariant, Mutation
 from dcpcheck.kernels.fp8_codes import (
     AMAX_FLOOR,
     FP8_MAX,
@@ -110,6 +109,7 @@ from dcpcheck.kernels.fp8_codes import (
     ue8m0_scale,
 )
 from dcpcheck.kernels.launch_checks import LaunchShape, check_launch
+from dcpcheck.kernels.variants import DEFAULT_VARIANT, KernelVariant, Mutation
 
 TASK_INDEXER_K = tl.constexpr(0)
 TASK_KV = tl.constexpr(1)
@@ -616,7 +616,7 @@ def fused_norm_rope(
 ) -> None:
     """Run the fused op once: write ``outputs`` for every token and ``caches`` where owned.
 
-    ``variant`` picks the mutation compiled in (``dcpcheck.kernels.VARIANTS``);
+    ``variant`` picks the mutation compiled in (``dcpcheck.kernels.variants.VARIANTS``);
     ``block_tokens`` overrides ``BLOCK_T`` (a power of two), e.g. to test tiles that end
     past the last token. Raises ``ValueError`` naming the first buffer that does not match
     the contract (``dcpcheck.kernels.launch_checks``).

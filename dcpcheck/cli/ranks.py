@@ -1,0 +1,272 @@
+"""The commands one rank runs (``python -m dcpcheck.distributed {run,hash} ...``, under
+torchrun or the launcher): click options onto ``dcpcheck.distributed.ranks``; rank 0
+prints and writes the reports.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from dcpcheck import files
+from dcpcheck.backend import BackendError
+from dcpcheck.cli import common
+from dcpcheck.cli.hashing import hash_config, stream_options
+from dcpcheck.contract import Kernel
+from dcpcheck.distributed.group import (
+    COLLECTIVE_TIMEOUT_MARGIN_S,
+    DEFAULT_RANK_TIMEOUT_S,
+    DistributedUsageError,
+    PeerLost,
+    Progress,
+    RankGroup,
+    rank_group,
+)
+from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
+from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
+from dcpcheck.harness.runner import KernelError, RunConfig, declared_ds_mla_scale
+from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.output import console, report
+from dcpcheck.spec.scenario import ScenarioError, load_scenarios
+
+
+def _rank_options(function: Callable) -> Callable:
+    """Options every command of a rank takes."""
+    for option in reversed(
+        (
+            common.kernel_option,
+            common.adapter_option,
+            click.option(
+                "--device",
+                type=click.Choice(["auto", "cuda", "cpu"]),
+                default="auto",
+                show_default=True,
+                help="auto: cuda:LOCAL_RANK over NCCL if CUDA is present, else the CPU "
+                "interpreter over gloo.",
+            ),
+            click.option(
+                "--rank-timeout",
+                "rank_timeout_s",
+                type=click.FloatRange(min=1.0),
+                default=DEFAULT_RANK_TIMEOUT_S,
+                show_default=True,
+                help="Seconds the run may go without any rank making progress before it is "
+                "stopped, naming the rank(s) that hung. Collectives give up "
+                f"{COLLECTIVE_TIMEOUT_MARGIN_S:g} s later (all that ends a hang under torchrun).",
+            ),
+        )
+    ):
+        function = option(function)
+    return function
+
+
+@click.group(help="Real ranks: dcpcheck with one DCP rank per process, through torch.distributed.")
+def commands() -> None:
+    pass
+
+
+def _group_kernel(name: str, adapter: str) -> Kernel:
+    try:
+        kernel = load_kernel(name, adapter)
+    except KernelLoadError as exc:
+        raise common.KernelLoadFailure(str(exc)) from None
+    try:
+        declared_ds_mla_scale(kernel)  # a rule dcpcheck does not know: exit 125, as in run
+    except ValueError as exc:
+        raise common.KernelLoadFailure(f"{name}: {exc}") from None
+    return kernel
+
+
+@contextmanager
+def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[RankGroup]:
+    try:
+        with rank_group(device, rank_timeout_s, progress) as group:
+            if group.is_root:
+                console.err.print(
+                    f"[bold]backend:[/] {group.backend.describe()}, {group.world_size} rank(s) "
+                    f"over {group.transport}"
+                )
+            yield group
+    except (BackendError, DistributedUsageError) as exc:
+        raise common.InputError(str(exc)) from None
+
+
+@commands.command("run")
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default=None,
+    metavar="N[,N]",
+    help="The world size, and 1 for a DCP1 case (default: the world size).",
+)
+@common.scenario_option
+@common.scenario_dir_option
+@click.option("--seed", type=int, default=None, help="Override every scenario's value seed.")
+@common.json_option
+@common.junit_option
+@common.no_tokens_option
+@click.option("--stats", is_flag=True, help="Report throughput and ownership shapes.")
+@common.ds_mla_scale_option
+@common.oracle_option
+@common.fail_fast_option
+@_rank_options
+@click.pass_obj
+def run_command(
+    progress: Progress,
+    dcp_text,
+    patterns,
+    scenario_dir,
+    seed,
+    json_path,
+    junit_path,
+    no_tokens,
+    stats,
+    ds_mla_scale,
+    oracle,
+    fail_fast,
+    kernel_name,
+    adapter,
+    device,
+    rank_timeout_s,
+) -> None:
+    """`dcpcheck run` with this process as one rank; rank 0 prints the report."""
+    dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    try:
+        scenarios = load_scenarios(list(patterns), scenario_dir)
+        for path in (json_path, junit_path):
+            if path is not None:
+                files.ensure_writable(path)
+    except (ScenarioError, files.ReportPathError) as exc:
+        raise common.InputError(str(exc)) from None
+    config = RunConfig(
+        kernel_name,
+        dcp_sizes,
+        seed,
+        fail_fast,
+        ds_mla_scale=common.ds_mla_scale_rule(ds_mla_scale),
+        oracle=oracle == "on",
+    )
+    with _joined(device, rank_timeout_s, progress) as group:
+        if group.is_root:
+            common.announce_oracle(config.oracle)
+        kernel = _group_kernel(kernel_name, adapter)
+        started = time.perf_counter()
+        results = run_distributed(kernel, scenarios, config, group, tokens=not no_tokens)
+        if results is None:
+            return
+        backend_name = "interpreter" if group.backend.interpreted else "cuda"
+        if json_path is not None:
+            text = report.to_json(
+                results,
+                kernel=kernel_name,
+                backend=backend_name,
+                partial=False,
+                oracle=config.oracle,
+            )
+            files.write_atomic(json_path, text)
+        if junit_path is not None:
+            text = report.to_junit(results, kernel=kernel_name, partial=False, oracle=config.oracle)
+            files.write_atomic(junit_path, text)
+        console.print_results(results)
+        if stats:
+            console.print_stats(results, time.perf_counter() - started, None)
+    raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
+
+
+@commands.command("hash")
+@click.option(
+    "--dcp",
+    "dcp_text",
+    default=None,
+    metavar="N[,N]",
+    help="The world size, and 1 (DCP1 always runs as the baseline, on rank 0).",
+)
+@stream_options
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write every digest, in full, and the verdict here.",
+)
+@_rank_options
+@click.pass_obj
+def hash_command(
+    progress: Progress,
+    dcp_text,
+    prompts,
+    steps,
+    layout_name,
+    preset,
+    seed,
+    json_path,
+    kernel_name,
+    adapter,
+    device,
+    rank_timeout_s,
+) -> None:
+    """`dcpcheck hash` with this process as one rank: decode attention is merged across
+    the ranks by all-gather; rank 0 prints the digests."""
+    dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    if json_path is not None:
+        try:
+            files.ensure_writable(json_path)
+        except files.ReportPathError as exc:
+            raise common.InputError(str(exc)) from None
+    with _joined(device, rank_timeout_s, progress) as group:
+        distributed_sizes(dcp_sizes, group.world_size)
+        stream_config = hash_config(group.backend, layout_name, preset, prompts, steps, seed)
+        kernel = _group_kernel(kernel_name, adapter)
+        try:
+            comparison = compare_streams_distributed(kernel, stream_config, group)
+        except KernelError as exc:  # on rank 0 only: it still leaves with the others
+            console.err.print(f"dcpcheck: the kernel raised: {exc}", markup=False, soft_wrap=True)
+            code = EXIT_FAIL
+        else:
+            if comparison is None:
+                return
+            if json_path is not None:
+                backend_name = "interpreter" if group.backend.interpreted else "cuda"
+                text = streams_to_json(comparison, kernel=kernel_name, backend=backend_name)
+                files.write_atomic(json_path, text)
+            console.print_streams(comparison)
+            code = EXIT_OK if comparison.identical else EXIT_FAIL
+    raise SystemExit(code)
+
+
+def _exit_code(argv: Sequence[str] | None, progress: Progress) -> int:
+    """Run a command; its exit code, with click's and the collectives' errors as one line
+    on stderr (``dcpcheck.cli.main``'s format)."""
+    try:
+        commands.main(args=argv, standalone_mode=False, obj=progress)
+    except SystemExit as exc:
+        return EXIT_OK if exc.code is None else int(exc.code)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        console.err.print(f"dcpcheck: error: {exc.format_message()}", markup=False, soft_wrap=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        console.err.print("dcpcheck: interrupted", markup=False)
+        return EXIT_INTERRUPTED
+    except PeerLost as exc:
+        if progress.path is None:  # under launch(), the launcher names the rank at fault
+            console.err.print(f"dcpcheck: {exc}", markup=False, soft_wrap=True)
+        return EXIT_PEER_LOST
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m dcpcheck.distributed {run,hash} ...`` as one rank (torchrun's variables
+    or :func:`launch`'s). The last heartbeat carries the exit code, so the launcher can tell
+    a rank that ended by itself from one that died."""
+    progress = Progress.from_environment()
+    code = _exit_code(argv, progress)
+    progress.finished(code)
+    sys.exit(code)

@@ -1,0 +1,167 @@
+"""The contract checks on real ranks: every rank launches its own slot mapping of a case,
+rank 0 adopts their buffers and judges the case with the harness's ``judge()``, so the
+report is the simulated mode's: same verdicts, same findings, same JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from dcpcheck.contract import Kernel
+from dcpcheck.distributed.group import DistributedUsageError, RankGroup
+from dcpcheck.distributed.streams import token_stream_case
+from dcpcheck.harness.case import Case, build_case, make_activations, run_oracle
+from dcpcheck.harness.checks import Finding
+from dcpcheck.harness.runner import (
+    CaseResult,
+    KernelError,
+    Launched,
+    RunConfig,
+    judge,
+    launch,
+    launch_all,
+    with_effective_ds_mla_scale,
+)
+from dcpcheck.spec.scenario import Scenario
+
+
+def distributed_sizes(requested: Sequence[int] | None, world_size: int) -> tuple[int, ...]:
+    """The DCP sizes a group of ``world_size`` ranks checks: its own size, and DCP1 (the
+    baseline, which rank 0 runs alone) if asked. ``None`` means the world size."""
+    if requested is None:
+        return (world_size,)
+    if world_size not in requested or any(n not in (1, world_size) for n in requested):
+        raise DistributedUsageError(
+            f"--dcp {','.join(map(str, requested))} on {world_size} rank(s): each process is one "
+            f"rank, so the DCP size is the number of processes; use --dcp {world_size} "
+            f"(or 1,{world_size})"
+        )
+    return tuple(requested)
+
+
+@dataclass
+class LaunchedRank:
+    """What one rank sends rank 0 after its launch: its ``RankLaunch`` (``torch.save``d), the
+    inputs the kernel modified, or the kernel's exception.
+
+    The launch travels whole (outputs inside their guard storages, caches with their initial
+    copies: whatever the checks read), less its inputs: ``launch_all`` restores those after
+    recording any change, so they equal rank 0's copy, and their shared tables (RoPE
+    ``cos_sin``: 42 MB at DeepSeek's max position) would be sent by every rank.
+    ``torch.save`` keeps views views (an output inside its guard storage) and lets rank 0
+    load the tensors straight onto its device.
+    """
+
+    rank: int
+    error: str | None  # as ``runner.launch_all`` words it: "rank R: Type: message"
+    launch: bytes = b""
+    input_changes: list[Finding] = field(default_factory=list)
+
+
+def _launch_own_rank(kernel: Kernel, case: Case, rank: int) -> LaunchedRank:
+    """Launch this process's rank of ``case`` (``runner.launch_all`` on that one rank: the
+    same input snapshot and restore, the same error text)."""
+    own = case.ranks[rank]
+    try:
+        changes = launch_all(kernel, replace(case, ranks=[own]))
+    except KernelError as exc:
+        return LaunchedRank(rank, str(exc))
+    saved = io.BytesIO()
+    torch.save(replace(own, inputs=None), saved)
+    return LaunchedRank(rank, None, saved.getvalue(), changes)
+
+
+def _adopt(case: Case, launched: Sequence[LaunchedRank]) -> tuple[str | None, list[Finding]]:
+    """Put every rank's launch into rank 0's ``case``, on rank 0's device.
+
+    Returns the error of the lowest rank whose kernel raised (``launch_all`` stops there in
+    the simulated mode), else every rank's input changes in rank order.
+    """
+    errors = [r.error for r in launched if r.error is not None]
+    if errors:
+        return errors[0], []
+    device = case.activations.q_c.device
+    changes: list[Finding] = []
+    for rank in launched:
+        # Trusted bytes: another rank of this run pickled its own launch.
+        loaded = torch.load(io.BytesIO(rank.launch), map_location=device, weights_only=False)
+        case.ranks[rank.rank] = replace(loaded, inputs=case.ranks[rank.rank].inputs)
+        changes += rank.input_changes
+    return None, changes
+
+
+def _check_scenario(
+    kernel: Kernel,
+    scenario: Scenario,
+    config: RunConfig,
+    group: RankGroup,
+    sizes: Sequence[int],
+) -> list[CaseResult] | None:
+    """One scenario on every rank; its results (one per size, in order) on rank 0."""
+    scenario = with_effective_ds_mla_scale(scenario, config, kernel)  # as runner.run_scenario
+    device = group.backend.device
+    seed = scenario.seed if config.seed is None else config.seed
+    label = f"{scenario.name}[dcp{group.world_size}]"
+    group.progress.working(f"launching {label}")
+    start = time.perf_counter()
+    act = make_activations(scenario, seed, device)
+    expected = run_oracle(scenario, act)
+    case = build_case(
+        scenario, group.world_size, device, seed=seed, activations=act, expected=expected
+    )
+    own = _launch_own_rank(kernel, case, group.rank)
+    gathered = group.gather_to_root(own, f"the gathering of {label} on rank 0")
+    if gathered is None:
+        return None
+    group.progress.working(f"checking {label}")
+    error, changes = _adopt(case, gathered)
+    distributed = Launched(case, changes, error, time.perf_counter() - start)
+    baseline = distributed
+    if group.world_size != 1:  # rank 0 is a whole DCP1 group by itself
+        start = time.perf_counter()
+        base_case = build_case(scenario, 1, device, seed=seed, activations=act, expected=expected)
+        baseline = replace(launch(kernel, base_case), seconds=time.perf_counter() - start)
+    by_size = {1: baseline, group.world_size: distributed}
+    return [judge(kernel, scenario, config, by_size[n], baseline) for n in sizes]
+
+
+def run_distributed(
+    kernel: Kernel,
+    scenarios: Sequence[Scenario],
+    config: RunConfig,
+    group: RankGroup,
+    *,
+    tokens: bool = True,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult] | None:
+    """``runner.run`` (and, with ``tokens``, ``runner.token_stream_case``) on real ranks:
+    call it on every rank of ``group``. Rank 0 gets the results, in the simulated mode's
+    order, and ``on_result`` sees each as it lands; the other ranks get ``None``.
+
+    ``config.dcp_sizes`` may name the world size and 1 (:func:`distributed_sizes`).
+    """
+    sizes = distributed_sizes(config.dcp_sizes, group.world_size)
+    results: list[CaseResult] = []
+    for scenario in scenarios:
+        stop = False
+        for result in _check_scenario(kernel, scenario, config, group, sizes) or []:
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+            if config.fail_fast and result.status != "pass":
+                stop = True
+                break
+        if config.fail_fast and group.broadcast_from_root(stop, "the fail-fast decision"):
+            return results if group.is_root else None
+    if tokens and scenarios:
+        result = token_stream_case(kernel, config, group)
+        if result is not None:
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    return results if group.is_root else None

@@ -1,0 +1,192 @@
+"""Token streams on real ranks: decode attention merged across processes by all-gather.
+
+``dcpcheck.e2e.token_streams`` simulates every DCP rank of the tiny MLA model in one process.
+Here each process of a :class:`dcpcheck.distributed.RankGroup` is one rank: it runs the
+kernel under test with its own slot mapping and its own caches, attends over its own cache
+shard, and all-gathers every rank's partial outputs and log-sum-exps
+(:class:`AllGatherExchange`); each rank then merges them in rank order, as a simulated rank
+does. Collectives move the fp32 partials bit for bit, so every rank computes exactly what it
+computes when simulated: token streams, digests and the first divergence are identical to
+the simulated mode's (checked by ``tests/test_distributed.py``).
+
+Rank 0 runs the DCP1 baseline alone (one rank needs no collective), gathers the tokens and
+top-2 margins of every rank and compares them with ``token_streams.compare_runs``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import torch
+
+from dcpcheck import __version__
+from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs, Kernel
+from dcpcheck.e2e.attention import PartialAttention
+from dcpcheck.e2e.mla_model import InProcessExchange
+from dcpcheck.e2e.token_streams import (
+    BASELINE_DCP_SIZE,
+    StreamComparison,
+    StreamConfig,
+    Streams,
+    build_model,
+    compare_runs,
+    generate_ranks,
+    stream_config_for,
+)
+from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.harness.runner import CaseResult, KernelError, RunConfig
+
+if TYPE_CHECKING:
+    from dcpcheck.distributed import RankGroup
+
+
+class AllGatherExchange:
+    """The :class:`dcpcheck.e2e.mla_model.ShardExchange` of one real rank per process."""
+
+    def __init__(self, group: RankGroup) -> None:
+        self.group = group
+
+    @property
+    def local_ranks(self) -> Sequence[int]:
+        return (self.group.rank,)
+
+    def gather(
+        self, partials: Sequence[Sequence[PartialAttention]]
+    ) -> list[list[PartialAttention]]:
+        """All-gather this rank's partials of every request, ``[request][rank]``.
+
+        Every rank has the same requests with the same query rows, so the partials of all
+        requests travel as one output tensor and one LSE tensor per rank, split back by rows.
+        """
+        (own,) = partials
+        rows = [partial.lse.shape[0] for partial in own]
+        outputs = self.group.all_gather(
+            torch.cat([p.output for p in own]), "the all-gather of attention outputs"
+        )
+        lses = self.group.all_gather(
+            torch.cat([p.lse for p in own]), "the all-gather of attention LSEs"
+        )
+        per_rank = [
+            list(zip(output.split(rows), lse.split(rows), strict=True))
+            for output, lse in zip(outputs, lses, strict=True)
+        ]
+        return [
+            [PartialAttention(*per_rank[rank][request]) for rank in range(self.group.world_size)]
+            for request in range(len(own))
+        ]
+
+
+class ErrorRecordingKernel:
+    """The kernel under test with its first exception recorded instead of raised.
+
+    A rank whose kernel raises must still join every all-gather of the generation, or the
+    other ranks would wait for it until the rank timeout; its outputs stay NaN-poisoned, and
+    rank 0 reports the recorded error once the streams are gathered.
+    """
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.error: str | None = None
+
+    def __call__(
+        self, inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
+    ) -> None:
+        try:
+            self.kernel(inputs, outputs, caches)
+        except Exception as exc:  # any exception of the kernel under test is its failure
+            if self.error is None:
+                self.error = f"{type(exc).__name__}: {exc}"
+
+
+def compare_streams_distributed(
+    kernel: Kernel, config: StreamConfig, group: RankGroup
+) -> StreamComparison | None:
+    """On rank 0: the DCP1 run and the DCP-``world size`` run of the group's ranks, compared
+    as ``token_streams.compare_streams`` compares simulated ones. ``None`` on other ranks.
+
+    Raises ``KernelError`` on rank 0 when the kernel raised: in the DCP1 run first (the
+    simulated mode's order), else on the lowest rank that raised.
+    """
+    model = build_model(config, group.backend.device)
+    recording = ErrorRecordingKernel(kernel)
+    group.progress.working("generating token streams")
+    tokens, margins = generate_ranks(
+        recording, model, config, AllGatherExchange(group), group.world_size
+    )
+    gathered = group.gather_to_root(
+        (tokens, margins, recording.error), "the gathering of token streams on rank 0"
+    )
+    if gathered is None:
+        return None
+    group.progress.working("generating the DCP1 token streams")
+    runs = [
+        Streams(
+            group.world_size,
+            torch.cat([rank_tokens for rank_tokens, _, _ in gathered]),
+            torch.cat([rank_margins for _, rank_margins, _ in gathered]),
+        )
+    ]
+    if group.world_size != BASELINE_DCP_SIZE:
+        try:
+            baseline = generate_ranks(
+                kernel, model, config, InProcessExchange(BASELINE_DCP_SIZE), BASELINE_DCP_SIZE
+            )
+        except Exception as exc:  # the kernel under test raised in the DCP1 run
+            raise KernelError(f"{type(exc).__name__}: {exc}") from exc
+        runs.insert(0, Streams(BASELINE_DCP_SIZE, *baseline))
+    errors = [f"rank {rank}: {error}" for rank, (_, _, error) in enumerate(gathered) if error]
+    if errors:
+        raise KernelError(errors[0])
+    return compare_runs(config, runs)
+
+
+def token_stream_case(kernel: Kernel, config: RunConfig, group: RankGroup) -> CaseResult | None:
+    """``runner.token_stream_case`` on real ranks: the tiny model's greedy streams at DCP1
+    and at the world size must hash identically. The result on rank 0, ``None`` elsewhere."""
+    dcp_size = group.world_size
+    replay = f"dcpcheck hash --dcp 1,{dcp_size} --kernel {config.kernel_name}"
+    result = CaseResult("token-streams", dcp_size, "pass", replay=replay)
+    start = time.perf_counter()
+    try:
+        comparison = compare_streams_distributed(kernel, stream_config_for(group.backend), group)
+    except KernelError as exc:
+        result.status, result.error = "error", str(exc)
+    else:
+        if comparison is None:
+            return None
+        findings: tuple[Finding, ...] = ()
+        if not comparison.identical:
+            divergence = comparison.first_divergence
+            findings = (Finding("tokens", divergence.rank, divergence.describe()),)
+            result.status = "fail"
+        result.checks = [CheckResult("token_streams", findings)]
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def streams_to_json(comparison: StreamComparison, *, kernel: str, backend: str) -> str:
+    """Every digest of a comparison, in full, and its verdict (``dcpcheck.distributed hash
+    --json``); deterministic like ``dcpcheck.output.report``: sorted keys, no times."""
+    c = comparison.config
+    divergence = comparison.first_divergence
+    doc = {
+        "dcpcheck": __version__,
+        "kernel": kernel,
+        "backend": backend,
+        "model": {
+            "preset": c.preset,
+            "layers": c.layers,
+            "cache_layout": c.cache_layout.value,
+            "prompts": c.prompts,
+            "steps": c.steps,
+            "seed": c.seed,
+        },
+        "identical": comparison.identical,
+        "digests": [asdict(d) for d in comparison.digests],
+        "first_divergence": None if divergence is None else asdict(divergence),
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"

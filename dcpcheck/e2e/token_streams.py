@@ -1,0 +1,375 @@
+"""End to end (DESIGN §5): greedy token streams of a tiny MLA model under DCP1 and DCPn.
+
+The seeded model of ``dcpcheck.e2e.mla_model`` generates greedily for a batch of prompts of
+different lengths, simulating every DCP rank in one process (``generate_ranks`` also runs
+one real rank per process, for ``dcpcheck.distributed.streams``). Each prompt is prefilled in
+two chunks (the second attends to the first through the caches), then decoded one token
+per step across block boundaries. Each request's block table is allocated once for its
+final length and reused at every step.
+
+Each (DCP size, rank) run is summarized by SHA256 digests: one per request over its token
+ids as little-endian int32, and one for the whole stream over the concatenation of those
+bytes in request order. A correct kernel gives the same digests at every DCP size and on
+every rank.
+
+Why streams agree only up to near-ties
+--------------------------------------
+Within one DCP size every rank merges the same gathered partial attentions in the same
+order, so a correct kernel gives bitwise identical ranks. Across DCP sizes the cached
+keys are split differently and the log-sum-exp merge adds the shards' fp32 sums in a
+different order: hidden states differ by fp32 rounding, which the rounding of the
+kernel's inputs to bf16 turns, now and then, into one bf16 step on an element. Logits
+(standard deviation about 1) then differ by a small noise. With a correct kernel, top-2
+margins of DCP2/4/8 runs stayed within ``3.5e-3`` of the DCP1 run's, and no stream
+diverged: oracle kernel on the CPU, small-neox, 15 seeds x 3 cache layouts x 3 block
+size / interleave pairs, 12 steps (at most ``2.8e-3``); Triton kernel on an H200,
+small-neox, 10 seeds x 3 layouts (``1.8e-3``) and deepseek-v3.2 widths, 3 seeds x 3
+layouts, 8 steps (``3.4e-3``).
+Greedy argmax is unchanged unless the top two logits are closer than that noise. So
+every step records its top-2 margin, and a divergence whose DCP1 margin is below
+:data:`NEAR_TIE_MARGIN` is reported as a near-tie (rounding can flip it) rather than as
+a bug. A kernel bug shows up with a wide DCP1 margin, usually with NaN logits in the
+DCPn run (the model's kernel outputs start as NaN).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from dcpcheck.backend import Backend
+from dcpcheck.contract import PRESETS, CacheLayout, Kernel
+from dcpcheck.e2e.mla_model import (
+    WIDTHS_BY_PRESET,
+    CacheSpec,
+    InProcessExchange,
+    MlaModel,
+    ShardExchange,
+    plan_step,
+)
+from dcpcheck.spec.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
+
+BASELINE_DCP_SIZE = 1
+"""Every run is compared with the DCP1 run (rank 0), which every correct setup reproduces."""
+
+MIN_PROMPT_LENGTH = 4
+"""Prompts are prefilled in two chunks of at least 2 tokens each, so both chunks take the
+dense prefill path (a 1-token step is a decode)."""
+
+NEAR_TIE_MARGIN = 0.02
+"""A DCP1 top-2 logit margin below this is a near-tie: about 6x the largest margin noise
+between DCP sizes measured with a correct kernel (module docstring); typical margins are
+a few tenths."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """What to generate: the model, its cache layout and the batch.
+
+    ``prompts`` requests with distinct prompt lengths in ``[MIN_PROMPT_LENGTH,
+    max_prompt_length]``, each generating ``steps`` tokens. Weights, prompts and the
+    caches' initial bytes all follow from ``seed``; the block tables are shuffled with it.
+    """
+
+    preset: str = "small-neox"
+    cache_layout: CacheLayout = CacheLayout.AUTO
+    mla_scale: float | None = None  # the fp8 layout's per-tensor scale
+    dtype: torch.dtype = torch.bfloat16
+    prompts: int = 3
+    max_prompt_length: int = 9
+    steps: int = 8
+    block_size: int = 4
+    interleave: int = 1
+    seed: int = 0
+    layers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS or self.preset not in WIDTHS_BY_PRESET:
+            raise ValueError(f"unknown preset {self.preset!r}")
+        if (self.cache_layout is CacheLayout.FP8) != (self.mla_scale is not None):
+            raise ValueError("mla_scale is required by the fp8 cache layout and only by it")
+        if self.prompts < 1 or self.steps < 1 or self.layers < 1:
+            raise ValueError("prompts, steps and layers must be >= 1")
+        if self.max_prompt_length - MIN_PROMPT_LENGTH + 1 < self.prompts:
+            raise ValueError(
+                f"{self.prompts} distinct prompt lengths do not fit in "
+                f"[{MIN_PROMPT_LENGTH}, {self.max_prompt_length}]"
+            )
+        DcpLayout(self.block_size, BASELINE_DCP_SIZE, self.interleave)  # validates both
+
+    @property
+    def cache_spec(self) -> CacheSpec:
+        return CacheSpec(self.cache_layout, self.mla_scale, self.block_size)
+
+
+FP8_STREAM_SCALE = 0.5
+"""Per-tensor scale of the model's fp8 caches: normalized K rows (|x| of a few units) stay
+far inside fp8's range and keep several steps of precision."""
+
+CPU_PRESET, GPU_PRESET = "small-neox", "deepseek-v3.2"
+"""Model widths by backend: small on the CPU interpreter, real MLA dims on a GPU."""
+
+
+def stream_config_for(
+    backend: Backend,
+    cache_layout: CacheLayout = CacheLayout.AUTO,
+    *,
+    preset: str | None = None,
+    prompts: int = 3,
+    steps: int = 8,
+    seed: int = 0,
+) -> StreamConfig:
+    """The configuration ``dcpcheck hash`` and ``dcpcheck run`` use on ``backend``."""
+    return StreamConfig(
+        preset=preset or (CPU_PRESET if backend.interpreted else GPU_PRESET),
+        cache_layout=cache_layout,
+        mla_scale=FP8_STREAM_SCALE if cache_layout is CacheLayout.FP8 else None,
+        prompts=prompts,
+        max_prompt_length=MIN_PROMPT_LENGTH + 2 * prompts + 2,
+        steps=steps,
+        seed=seed,
+    )
+
+
+def prompt_tokens(config: StreamConfig) -> tuple[tuple[int, ...], ...]:
+    """The seeded prompts: distinct lengths, token ids uniform over the vocabulary."""
+    rng = random.Random(config.seed)
+    vocab = WIDTHS_BY_PRESET[config.preset].vocab
+    lengths = rng.sample(range(MIN_PROMPT_LENGTH, config.max_prompt_length + 1), config.prompts)
+    return tuple(tuple(rng.randrange(vocab) for _ in range(length)) for length in lengths)
+
+
+DIGEST_RULE = (
+    "SHA256 of the generated token ids (prompts excluded), each packed as a little-endian "
+    "int32 (Python struct '<i', 4 bytes): a request's digest over its tokens in step order, "
+    "a stream's over every request's tokens concatenated in request order"
+)
+"""How :func:`token_digest` serializes tokens, in words: ``dcpcheck hash --json`` states it
+(``hash_of``) so a reader can recompute every digest from the tokens beside it."""
+
+
+def token_digest(tokens: Sequence[int]) -> str:
+    """SHA256 (hex) of token ids as little-endian int32 (:data:`DIGEST_RULE`)."""
+    return hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Streams:
+    """What one DCP size generated: ``[rank, request, step]`` token ids and the top-2
+    logit margin (top1 - top2) of each of those greedy choices."""
+
+    dcp_size: int
+    tokens: torch.Tensor  # [n, R, steps] int64, CPU
+    margins: torch.Tensor  # [n, R, steps] fp32, CPU; NaN where the logits were NaN
+
+    def request_digests(self, rank: int) -> tuple[str, ...]:
+        return tuple(token_digest(row.tolist()) for row in self.tokens[rank])
+
+    def stream_digest(self, rank: int) -> str:
+        return token_digest(self.tokens[rank].flatten().tolist())
+
+
+def _greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy token ids and top-2 margins of logit rows ``[R, vocab]``, on the CPU."""
+    top = torch.topk(logits.float().cpu(), 2, dim=-1)
+    return top.indices[:, 0], top.values[:, 0] - top.values[:, 1]
+
+
+def writes_k_outputs(kernel: Kernel) -> bool:
+    """Whether ``kernel`` writes the KV and k_pe outputs. A kernel whose API has none
+    (vLLM 0.28.0's, through its adapter) says so with ``writes_k_outputs = False``; the
+    model's prefill then reads K from the caches (mla_model.DcpStep)."""
+    return bool(getattr(kernel, "writes_k_outputs", True))
+
+
+def build_model(config: StreamConfig, device: torch.device) -> MlaModel:
+    """The seeded model of ``config`` (the same bits on every device)."""
+    return MlaModel(PRESETS[config.preset], config.layers, config.dtype, config.seed, device)
+
+
+def generate(kernel: Kernel, config: StreamConfig, dcp_size: int, device: torch.device) -> Streams:
+    """Greedy generation of ``config``'s batch with ``dcp_size`` simulated ranks."""
+    return _generate(kernel, build_model(config, device), config, dcp_size)
+
+
+def _prefill_chunks(prompts: Sequence[Sequence[int]]) -> tuple[tuple[Batch, list[int]], ...]:
+    """The two prefill steps and their token ids: the first half of every prompt, then the
+    rest, whose tokens find the first half in the caches (a cached prefix)."""
+    split = [len(p) // 2 for p in prompts]
+    first = Batch(tuple(Request(0, s) for s in split))
+    second = Batch(tuple(Request(s, len(p) - s) for p, s in zip(prompts, split, strict=True)))
+    return (
+        (first, [t for p, s in zip(prompts, split, strict=True) for t in p[:s]]),
+        (second, [t for p, s in zip(prompts, split, strict=True) for t in p[s:]]),
+    )
+
+
+def _last_rows(batch: Batch) -> torch.Tensor:
+    """Row of each request's last new token: where its next token is read from."""
+    return torch.cumsum(torch.tensor([r.new for r in batch.requests]), 0) - 1
+
+
+def _generate(kernel: Kernel, model: MlaModel, config: StreamConfig, dcp_size: int) -> Streams:
+    tokens, margins = generate_ranks(kernel, model, config, InProcessExchange(dcp_size), dcp_size)
+    return Streams(dcp_size, tokens, margins)
+
+
+def generate_ranks(
+    kernel: Kernel,
+    model: MlaModel,
+    config: StreamConfig,
+    exchange: ShardExchange,
+    dcp_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy generation on the ranks ``exchange.local_ranks`` of a DCP group of
+    ``dcp_size``: their token ids and top-2 margins, ``[local rank, request, step]`` on the
+    CPU (the rows of :class:`Streams` for those ranks)."""
+    spec = config.cache_spec
+    layout = DcpLayout(config.block_size, dcp_size, config.interleave)
+    ranks = exchange.local_ranks
+    prompts = prompt_tokens(config)
+    # The last generated token is never fed back: a request ends with len + steps - 1 tokens.
+    final = Batch(tuple(Request(len(p) + config.steps - 2, 1) for p in prompts))
+    tables = build_block_tables(final, config.block_size, dcp_size, shuffle_seed=config.seed)
+    # Every rank's caches are drawn, in rank order, from one seeded generator: a rank's
+    # initial bytes are the same whether it runs alone in a process or with the others.
+    all_caches = model.allocate_caches(spec, num_blocks(tables), dcp_size, config.seed)
+    caches = [all_caches[rank] for rank in ranks]
+
+    def run(batch: Batch, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        step = plan_step(batch, layout, tables, k_from_caches=not writes_k_outputs(kernel))
+        inputs = [t.to(model.device) for t in inputs]
+        return model.forward(kernel, step, inputs, caches, spec, exchange)
+
+    (first, first_ids), (batch, ids) = _prefill_chunks(prompts)
+    run(first, [torch.tensor(first_ids)] * len(ranks))  # a partial prefill: logits unused
+    inputs = [torch.tensor(ids)] * len(ranks)
+    tokens = torch.empty(len(ranks), len(prompts), config.steps, dtype=torch.int64)
+    margins = torch.empty(len(ranks), len(prompts), config.steps, dtype=torch.float32)
+    for step in range(config.steps):
+        logits = run(batch, inputs)
+        rows = _last_rows(batch).to(model.device)
+        for j in range(len(ranks)):
+            tokens[j, :, step], margins[j, :, step] = _greedy(logits[j][rows])
+        # Each rank feeds back its own choice: a rank that diverged keeps diverging.
+        batch = Batch(tuple(Request(r.length, 1) for r in batch.requests))
+        inputs = [tokens[j, :, step] for j in range(len(ranks))]
+    return tokens, margins
+
+
+@dataclass(frozen=True)
+class StreamDigests:
+    """SHA256 digests of one rank's streams at one DCP size."""
+
+    dcp_size: int
+    rank: int
+    requests: tuple[str, ...]
+    stream: str
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first token where a run left the DCP1 stream.
+
+    ``baseline_margin`` is the DCP1 run's top-2 margin at that step: wide means a genuine
+    difference, below :data:`NEAR_TIE_MARGIN` means rounding noise can explain it.
+    ``margin`` is the diverging run's own margin there (NaN when its logits were NaN).
+    """
+
+    dcp_size: int
+    rank: int
+    request: int
+    step: int
+    baseline_token: int
+    token: int
+    baseline_margin: float
+    margin: float
+
+    @property
+    def near_tie(self) -> bool:
+        return self.baseline_margin < NEAR_TIE_MARGIN
+
+    def describe(self) -> str:
+        verdict = "near-tie" if self.near_tie else "genuine divergence"
+        return (
+            f"DCP{self.dcp_size} rank {self.rank}, request {self.request}, step {self.step}: "
+            f"token {self.token} where DCP1 chose {self.baseline_token} (DCP1 top-2 margin "
+            f"{self.baseline_margin:.4g}, here {self.margin:.4g}): {verdict}"
+        )
+
+
+@dataclass(frozen=True)
+class StreamComparison:
+    """Digests of every (DCP size, rank) run and where the first one left DCP1."""
+
+    config: StreamConfig
+    runs: tuple[Streams, ...]  # DCP1 first, then the other sizes in increasing order
+    digests: tuple[StreamDigests, ...]  # every rank of every run, in the order of runs
+    first_divergence: Divergence | None
+
+    @property
+    def identical(self) -> bool:
+        """Every rank of every DCP size hashed to the DCP1 stream."""
+        baseline = self.digests[0].stream
+        return all(d.stream == baseline for d in self.digests)
+
+    @property
+    def min_baseline_margin(self) -> float:
+        """The narrowest top-2 margin of the DCP1 run: how close it came to a near-tie."""
+        return float(self.runs[0].margins.min())
+
+
+def _first_divergence(baseline: Streams, runs: Sequence[Streams]) -> Divergence | None:
+    """The earliest step at which any rank of any run differs from DCP1 rank 0; ties go to
+    the smaller DCP size, then rank, then request."""
+    found: list[Divergence] = []
+    reference_tokens = baseline.tokens[0]
+    for run in runs:
+        for rank in range(run.dcp_size):
+            differs = run.tokens[rank] != reference_tokens  # [R, steps]
+            for request, row in enumerate(differs):
+                steps = torch.nonzero(row).flatten()
+                if not len(steps):
+                    continue
+                step = int(steps[0])
+                found.append(
+                    Divergence(
+                        dcp_size=run.dcp_size,
+                        rank=rank,
+                        request=request,
+                        step=step,
+                        baseline_token=int(reference_tokens[request, step]),
+                        token=int(run.tokens[rank, request, step]),
+                        baseline_margin=float(baseline.margins[0, request, step]),
+                        margin=float(run.margins[rank, request, step]),
+                    )
+                )
+    return min(found, key=lambda d: (d.step, d.dcp_size, d.rank, d.request), default=None)
+
+
+def compare_streams(
+    kernel: Kernel, config: StreamConfig, dcp_sizes: Sequence[int], device: torch.device
+) -> StreamComparison:
+    """Generate at DCP1 and at each of ``dcp_sizes`` (DCP1 is always run, as the
+    baseline) and compare the token streams by digest."""
+    if any(not isinstance(n, int) or n < 1 for n in dcp_sizes):
+        raise ValueError(f"DCP sizes must be integers >= 1, got {list(dcp_sizes)}")
+    sizes = sorted({BASELINE_DCP_SIZE, *dcp_sizes})
+    model = build_model(config, device)  # built once: full-width weights take seconds
+    return compare_runs(config, [_generate(kernel, model, config, n) for n in sizes])
+
+
+def compare_runs(config: StreamConfig, runs: Sequence[Streams]) -> StreamComparison:
+    """Digests of ``runs`` (the DCP1 run first, then increasing sizes) and where the first
+    one left the DCP1 stream, however the runs were generated (simulated or real ranks)."""
+    digests = tuple(
+        StreamDigests(run.dcp_size, rank, run.request_digests(rank), run.stream_digest(rank))
+        for run in runs
+        for rank in range(run.dcp_size)
+    )
+    return StreamComparison(config, tuple(runs), digests, _first_divergence(runs[0], runs[1:]))

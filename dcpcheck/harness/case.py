@@ -1,0 +1,516 @@
+"""One case: a scenario at one DCP size, turned into the buffers every simulated rank gets.
+
+The harness owns every buffer a kernel writes (DESIGN §7):
+
+* outputs are allocated here and **poisoned** (NaN, top-k with a sentinel) so an
+  unwritten row can never pass by luck; each lives inside a larger storage with
+  ``OUTPUT_GUARD_ROWS`` rows of ``OUTPUT_GUARD_BYTE`` before and after it, so a write past
+  either end is seen even when it crashes nothing;
+* each cache lives inside a larger byte *storage* with ``GUARD_BLOCKS`` guard blocks
+  before and after the addressable range, all filled with a seeded random byte pattern
+  (drawn on the device: ``_random_storage``),
+  so "unchanged" and "no out-of-bounds write" are both checked bytewise;
+* the cached prefix of every request is pre-written with real encodings, so a kernel
+  that rewrites a prefix entry is caught even if it writes plausible data.
+
+Activations depend only on the scenario and its seed, never on the DCP size, so DCP1
+and DCPn runs (and every rank) see identical inputs.
+
+The fp8_ds_mla tile-scale rule is the scenario's ``ds_mla_scale``; the runner has already
+resolved it (``runner.effective_ds_mla_scale``) before a case is built, so here an unset
+one simply means DESIGN's default, ``amax``. The oracle, the pre-written prefix entries
+and every rank's ``FusedOpInputs`` all get that one rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+import torch
+
+import reference
+from dcpcheck.contract import (
+    DsMlaScale,
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+    ModelPreset,
+    index_entry_bytes,
+    mla_entry_bytes,
+)
+from dcpcheck.spec import seeded
+from dcpcheck.spec.dcp import SlotMappings, num_blocks, slot_mappings
+from dcpcheck.spec.scenario import Scenario
+
+GUARD_BLOCKS = 2
+"""Guard blocks on each side of a cache: an off-by-one block index lands inside them."""
+
+TOPK_SENTINEL = 0x5EED
+"""Value the top-k buffer starts with: must survive on shared layers, vanish on indexer ones."""
+
+OUTPUT_GUARD_ROWS = 2
+"""Guard rows on each side of every output: a token index one past the end (or one before
+the start) lands inside them rather than in memory nobody checks."""
+
+OUTPUT_GUARD_BYTE = 0xA5
+"""Every byte of an output's guard rows. Not zero and not NaN (what an unwritten or
+skipped row holds), and as bf16/fp16/fp32 a tiny negative number no kernel computes."""
+
+
+@dataclass
+class Activations:
+    """The token values of a scenario, identical for every rank and DCP size."""
+
+    q_c: torch.Tensor
+    q_weight: torch.Tensor
+    kv_c: torch.Tensor
+    kv_weight: torch.Tensor
+    k_pe: torch.Tensor
+    positions: torch.Tensor
+    cos_sin: torch.Tensor
+    index_k: torch.Tensor | None
+    index_weight: torch.Tensor | None
+    index_bias: torch.Tensor | None
+
+
+@dataclass
+class GuardedCache:
+    """A cache view inside a storage tensor with guard blocks around it."""
+
+    storage: torch.Tensor  # [GUARD + num_blocks + GUARD, B, entry] uint8
+    initial: torch.Tensor  # copy of storage before the launch
+
+    @property
+    def view(self) -> torch.Tensor:
+        return self.storage[GUARD_BLOCKS : self.storage.shape[0] - GUARD_BLOCKS]
+
+    @property
+    def initial_view(self) -> torch.Tensor:
+        return self.initial[GUARD_BLOCKS : self.initial.shape[0] - GUARD_BLOCKS]
+
+
+@dataclass(frozen=True)
+class OutputGuardWrite:
+    """Bytes changed in the guard rows on one side of an output."""
+
+    side: str  # "before" / "after"
+    row: int  # first changed row, as a token index (-2, -1 before; T, T + 1 after)
+    bytes_changed: int
+
+
+@dataclass
+class GuardedOutput:
+    """An output view inside a storage with ``OUTPUT_GUARD_ROWS`` guard rows around it."""
+
+    storage: torch.Tensor  # [GUARD + T + GUARD, W], guard rows all OUTPUT_GUARD_BYTE
+
+    @property
+    def view(self) -> torch.Tensor:
+        """What the kernel gets: the ``T`` rows between the guards (contiguous)."""
+        return self.storage[OUTPUT_GUARD_ROWS : self.storage.shape[0] - OUTPUT_GUARD_ROWS]
+
+    def guard_writes(self) -> list[OutputGuardWrite]:
+        """The guard rows on each side that no longer hold ``OUTPUT_GUARD_BYTE`` only."""
+        rows = self.storage.shape[0] - 2 * OUTPUT_GUARD_ROWS
+        as_bytes = self.storage.view(torch.uint8)
+        writes = []
+        for side, guard, first_row in (
+            ("before", as_bytes[:OUTPUT_GUARD_ROWS], -OUTPUT_GUARD_ROWS),
+            ("after", as_bytes[OUTPUT_GUARD_ROWS + rows :], rows),
+        ):
+            changed = (guard != OUTPUT_GUARD_BYTE).cpu()
+            if changed.any():
+                row = int(torch.nonzero(changed.any(dim=1)).flatten()[0])
+                writes.append(OutputGuardWrite(side, first_row + row, int(changed.sum())))
+        return writes
+
+
+@dataclass
+class RankLaunch:
+    """Everything one simulated rank hands to the kernel and gets back."""
+
+    rank: int
+    inputs: FusedOpInputs
+    outputs: FusedOpOutputs
+    mla: GuardedCache
+    index: GuardedCache | None
+    prefix_slots: torch.Tensor  # [P] this rank's slots of cached-prefix tokens (-1 foreign)
+    index_prefix_slots: torch.Tensor | None
+    output_guards: dict[str, GuardedOutput]  # by FusedOpOutputs field; ``outputs`` are views
+
+    @property
+    def caches(self) -> FusedOpCaches:
+        return FusedOpCaches(self.mla.view, self.index.view if self.index else None)
+
+
+@dataclass
+class Case:
+    """A scenario at one DCP size: the mappings, the oracle's answer, and one launch per rank."""
+
+    scenario: Scenario
+    dcp_size: int
+    mappings: SlotMappings
+    index_mappings: SlotMappings | None  # None on shared layers
+    activations: Activations
+    expected: reference.FusedReference
+    ranks: list[RankLaunch]
+
+    @property
+    def label(self) -> str:
+        return f"{self.scenario.name}[dcp{self.dcp_size}]"
+
+
+@cache
+def _cos_sin(preset: ModelPreset, device: torch.device) -> torch.Tensor:
+    return reference.cos_sin_table(preset.max_position, preset.rope_dim, preset.rope_base).to(
+        device
+    )
+
+
+ZERO_ROW_STRIDE = 2
+"""``zero-rows`` regime: rows 0, 2, 4, ... of ``q_c``, ``kv_c`` and ``index_k`` are all zero, so a
+one-token batch is all zeros and a longer one mixes zero rows with normal ones."""
+
+FP8_SATURATION_GAIN = 1024.0
+"""``fp8-saturating`` regime: ``kv_weight`` and ``k_pe`` are multiplied by this. A normalized
+kv row has RMS ~1 before the weight, so its largest value over 512 Gaussian lanes is ~3x the
+gain, and the largest of a ``k_pe`` row (64 lanes, RoPE keeps each pair's norm) is ~2x: every
+row ends far beyond ``448 * s`` for a per-tensor fp8 scale ``s <= 1``, where fp8 saturates.
+The worst case, ``sqrt(512) * 1.45 * 1024 ~ 34000``, stays below fp16's 65504, so the bf16 /
+fp16 outputs stay finite."""
+
+TIE_LARGE, TIE_SMALL = 12.0, 4.0
+"""``exact-ties`` rows hold +-12 on 3/8 of their lanes and +-4 on the rest, half of each sign:
+``mean(x) = 0`` and ``mean(x^2) = (3 * 144 + 5 * 16) / 8 = 64`` exactly in fp32 whatever the
+summation order (all partial sums are integers below 2^24), for any width divisible by 16
+(every preset). ``64 + eps`` rounds back to 64 (eps = 1e-6 is below half an fp32 ulp of 64), so
+``rsqrt = 1/8`` and the normalized row is exactly +-1.5 and +-0.5."""
+
+TIE_K_PE_MAX = 8
+"""``exact-ties``: ``k_pe`` holds integers in [-8, 8], exact in every dtype (RoPE itself, with
+its cos/sin, is not exact, so the rotated outputs carry no forced ties)."""
+
+
+def _zero_rows(x: torch.Tensor) -> torch.Tensor:
+    x[::ZERO_ROW_STRIDE] = 0
+    return x
+
+
+def _tie_rows(tokens: int, width: int, gen: torch.Generator) -> torch.Tensor:
+    """``[tokens, width]`` rows of +-TIE_LARGE / +-TIE_SMALL, each lane order shuffled."""
+    large = 3 * width // 8
+    small = width - large
+    pattern = torch.tensor(
+        [TIE_LARGE] * (large // 2)
+        + [-TIE_LARGE] * (large - large // 2)
+        + [TIE_SMALL] * (small // 2)
+        + [-TIE_SMALL] * (small - small // 2)
+    )
+    order = torch.argsort(torch.rand(tokens, width, generator=gen), dim=1)
+    return pattern[order]
+
+
+def _tie_weight(width: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Weights ``1 + m * 2^-F`` (``F`` fraction bits of ``dtype``, ``m`` odd, ``3m < 2^F``).
+
+    ``1.5 * w = 3 (2^F + m) / 2^(F+1)`` lies in [1.5, 2), where the dtype's step is ``2^-F``,
+    and has exactly one bit below that step, set: the exact fp32 product sits halfway between
+    two representable values. Round-to-nearest-even picks the even one, truncation the lower.
+    """
+    step = torch.finfo(dtype).eps  # 2^-F
+    largest_odd = int(1 / step - 1) // 3
+    largest_odd -= 1 - largest_odd % 2
+    m = torch.randint(0, (largest_odd + 1) // 2, (width,), generator=gen) * 2 + 1
+    return 1.0 + m.double() * step
+
+
+def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Activations:
+    """Seeded token values with the same bits on every device (``dcpcheck.spec.seeded``).
+
+    The scenario's value regime (``Scenario.values``) then reshapes them:
+
+    * ``normal``: Gaussian rows, weights ``1 +- 0.1``.
+    * ``zero-rows``: every ``ZERO_ROW_STRIDE``-th row of ``q_c``, ``kv_c``, ``index_k`` is zero:
+      ``RMSNorm(0)`` is ``0 * rsqrt(eps)``, the fp8_ds_mla tile scale falls to its ``FLT_MIN``
+      floor and the indexer's UE8M0 amax to its ``1e-4`` floor.
+    * ``fp8-saturating``: ``kv_weight`` and ``k_pe`` times ``FP8_SATURATION_GAIN``, so the
+      per-tensor fp8 cache clamps to +-448 (the adaptive ds_mla / UE8M0 scales just grow).
+    * ``exact-ties``: norm inputs from ``_tie_rows`` and weights from ``_tie_weight``, so
+      ``RMSNorm(x) * w`` is exact in fp32 and 3/8 of the ``q_out`` / ``kv_out`` values (and of
+      the unrotated ``index_k_out`` lanes, bias 0) sit exactly on a rounding tie of the output
+      dtype, the rest exactly representable: a kernel that rounds ties differently lands one
+      step off, the most the tolerance allows. True ties can only be forced where the math is
+      exact; the rotated outputs (RoPE's cos/sin) and fp8 encodings divided by a scale are not.
+    """
+    preset, dtype = scenario.model, scenario.torch_dtype
+    gen = torch.Generator().manual_seed(seed)
+    tokens = scenario.batch.num_tokens
+    streams = iter(range(1, 100))  # one stream per draw, in this fixed order
+
+    def randn(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        return seeded.normal(seed, next(streams), shape, device) * scale + shift
+
+    def activation(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        return randn(*shape, scale=scale, shift=shift).to(dtype)
+
+    positions = slot_mappings(
+        scenario.batch, scenario.layout(1), scenario.block_tables(1)
+    ).positions
+    act = Activations(
+        q_c=activation(tokens, preset.q_lora_rank),
+        q_weight=activation(preset.q_lora_rank, scale=0.1, shift=1.0),
+        kv_c=activation(tokens, preset.kv_lora_rank),
+        kv_weight=activation(preset.kv_lora_rank, scale=0.1, shift=1.0),
+        k_pe=activation(tokens, preset.rope_dim),
+        positions=positions,
+        cos_sin=_cos_sin(preset, device),
+        index_k=None,
+        index_weight=None,
+        index_bias=None,
+    )
+    if scenario.has_indexer:
+        act.index_k = activation(tokens, preset.index_head_dim)
+        act.index_weight = randn(preset.index_head_dim, scale=0.1, shift=1.0)
+        act.index_bias = randn(preset.index_head_dim, scale=0.1)
+
+    if scenario.values == "zero-rows":
+        act.q_c, act.kv_c = _zero_rows(act.q_c), _zero_rows(act.kv_c)
+        if act.index_k is not None:
+            act.index_k = _zero_rows(act.index_k)
+    elif scenario.values == "fp8-saturating":
+        act.kv_weight = (act.kv_weight.float() * FP8_SATURATION_GAIN).to(dtype)
+        act.k_pe = (act.k_pe.float() * FP8_SATURATION_GAIN).to(dtype)
+    elif scenario.values == "exact-ties":
+        act.q_c = _tie_rows(tokens, preset.q_lora_rank, gen).to(dtype)
+        act.q_weight = _tie_weight(preset.q_lora_rank, dtype, gen).to(dtype)
+        act.kv_c = _tie_rows(tokens, preset.kv_lora_rank, gen).to(dtype)
+        act.kv_weight = _tie_weight(preset.kv_lora_rank, dtype, gen).to(dtype)
+        k_pe = torch.randint(
+            -TIE_K_PE_MAX, TIE_K_PE_MAX + 1, (tokens, preset.rope_dim), generator=gen
+        )
+        act.k_pe = k_pe.to(dtype)
+        if act.index_k is not None:
+            act.index_k = _tie_rows(tokens, preset.index_head_dim, gen).to(dtype)
+            act.index_weight = _tie_weight(preset.index_head_dim, dtype, gen).float()
+            act.index_bias = torch.zeros(preset.index_head_dim)
+
+    return Activations(
+        **{name: None if value is None else value.to(device) for name, value in vars(act).items()}
+    )  # the regimes' CPU-drawn values (and the positions) move; the rest is there already
+
+
+def ds_mla_scale_of(scenario: Scenario) -> DsMlaScale:
+    """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands: its own, else DESIGN's
+    default ``amax`` (module docstring: the runner resolves the rule before this)."""
+    return DsMlaScale.AMAX if scenario.ds_mla_scale is None else scenario.ds_mla_scale
+
+
+def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference:
+    return reference.fused_norm_rope(
+        act.q_c,
+        act.q_weight,
+        act.kv_c,
+        act.kv_weight,
+        act.k_pe,
+        act.positions,
+        act.cos_sin,
+        scenario.model.eps,
+        cache_layout=scenario.cache_layout.value,
+        mla_scale=scenario.mla_scale,
+        ds_mla_scale=ds_mla_scale_of(scenario).value,
+        index_k=act.index_k,
+        index_weight=act.index_weight,
+        index_bias=act.index_bias,
+        index_rope_interleaved=scenario.model.index_rope_interleaved,
+    )
+
+
+def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
+    """The oracle's answer for one launch's inputs (the kernel protocol's view)."""
+    return reference.fused_norm_rope(
+        inputs.q_c,
+        inputs.q_weight,
+        inputs.kv_c,
+        inputs.kv_weight,
+        inputs.k_pe,
+        inputs.positions,
+        inputs.cos_sin,
+        inputs.eps,
+        cache_layout=inputs.cache_layout.value,
+        mla_scale=inputs.mla_scale,
+        ds_mla_scale=DsMlaScale(inputs.ds_mla_scale).value,  # an external caller's "pow2" too
+        index_k=inputs.index_k,
+        index_weight=inputs.index_weight,
+        index_bias=inputs.index_bias,
+        index_rope_interleaved=inputs.index_rope_interleaved,
+    )
+
+
+def _random_storage(blocks: int, block_size: int, entry: int, gen: torch.Generator):
+    """Seeded random bytes, drawn where ``gen`` lives (the device: a cache is the largest
+    buffer of a case, and drawing it on the CPU and copying it over cost more than the
+    kernel it surrounds). Unlike the activations, these bytes differ between a CPU and a
+    GPU run of the same seed; no verdict depends on them, only on whether they changed."""
+    shape = (blocks + 2 * GUARD_BLOCKS, block_size, entry)
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8, device=gen.device)
+
+
+def _prefix_values(scenario: Scenario, count: int, case_seed: int, device):
+    """Plausible fp32 values for the cached prefix, so pre-written entries are real encodings."""
+    p = scenario.model
+    return tuple(
+        seeded.normal(case_seed, stream, (count, width), device)
+        for stream, width in enumerate((p.kv_lora_rank, p.rope_dim, p.index_head_dim))
+    )
+
+
+def build_case(
+    scenario: Scenario,
+    dcp_size: int,
+    device: torch.device,
+    *,
+    seed: int | None = None,
+    activations: Activations | None = None,
+    expected: reference.FusedReference | None = None,
+) -> Case:
+    """Lay out ``scenario`` at ``dcp_size``: mappings, poisoned outputs, guarded caches.
+
+    ``activations`` and ``expected`` may be passed in to share them between DCP sizes.
+    """
+    seed = scenario.seed if seed is None else seed
+    preset, dtype, batch = scenario.model, scenario.torch_dtype, scenario.batch
+    act = activations or make_activations(scenario, seed, device)
+    ref = expected or run_oracle(scenario, act)
+
+    tables = scenario.block_tables(dcp_size)
+    mappings = slot_mappings(batch, scenario.layout(dcp_size), tables)
+    mla_blocks = num_blocks(tables)
+
+    index_mappings, index_blocks = None, 0
+    if scenario.indexer == "sharded":
+        index_mappings, index_blocks = mappings, mla_blocks
+    elif scenario.indexer == "replicated":
+        global_tables = scenario.block_tables(1)
+        global_map = slot_mappings(batch, scenario.layout(1), global_tables)
+        # Replicated: every rank holds every token under its global slot.
+        index_mappings = replace(
+            global_map,
+            per_rank=global_map.per_rank.expand(dcp_size, -1).clone(),
+            prefix_per_rank=global_map.prefix_per_rank.expand(dcp_size, -1).clone(),
+        )
+        index_blocks = num_blocks(global_tables)
+
+    mla_bytes = mla_entry_bytes(scenario.cache_layout, preset.kv_lora_rank, preset.rope_dim, dtype)
+    idx_bytes = index_entry_bytes(preset.index_head_dim)
+    case_seed = seed * 1_000_003 + dcp_size
+    storage_gen = torch.Generator(device=device).manual_seed(case_seed)
+    num_prefix = mappings.prefix_owner.numel()
+    prefix_kv, prefix_kpe, prefix_index = _prefix_values(scenario, num_prefix, case_seed, device)
+    ds_mla_scale = ds_mla_scale_of(scenario)
+    prefix_entries = reference.encode_mla_entries(
+        prefix_kv,
+        prefix_kpe,
+        scenario.cache_layout.value,
+        dtype,
+        scenario.mla_scale,
+        ds_mla_scale=ds_mla_scale.value,
+    )
+    prefix_index_values, prefix_index_scales = reference.encode_index_entries(prefix_index)
+
+    ranks = []
+    for rank in range(dcp_size):
+        slots = None if scenario.profiling else mappings.per_rank[rank].to(device)
+        prefix_slots = mappings.prefix_per_rank[rank].to(device)
+        mla_storage = _random_storage(mla_blocks, scenario.block_size, mla_bytes, storage_gen)
+        mla_view = mla_storage[GUARD_BLOCKS : GUARD_BLOCKS + mla_blocks]
+        mla_view.copy_(reference.write_mla_cache(mla_view, prefix_slots, prefix_entries))
+
+        index_cache, index_slots, index_prefix_slots = None, None, None
+        if index_mappings is not None:
+            index_prefix_slots = index_mappings.prefix_per_rank[rank].to(device)
+            storage = _random_storage(index_blocks, scenario.block_size, idx_bytes, storage_gen)
+            view = storage[GUARD_BLOCKS : GUARD_BLOCKS + index_blocks]
+            view.copy_(
+                reference.write_index_cache(
+                    view, index_prefix_slots, prefix_index_values, prefix_index_scales
+                )
+            )
+            index_cache = GuardedCache(storage, storage.clone())
+            if not scenario.profiling:
+                index_slots = index_mappings.per_rank[rank].to(device)
+
+        inputs = FusedOpInputs(
+            q_c=act.q_c,
+            q_weight=act.q_weight,
+            kv_c=act.kv_c,
+            kv_weight=act.kv_weight,
+            k_pe=act.k_pe,
+            positions=act.positions,
+            cos_sin=act.cos_sin,
+            eps=preset.eps,
+            block_size=scenario.block_size,
+            cache_layout=scenario.cache_layout,
+            mla_scale=scenario.mla_scale,
+            slot_mapping=slots,
+            index_k=act.index_k,
+            index_weight=act.index_weight,
+            index_bias=act.index_bias,
+            index_rope_interleaved=preset.index_rope_interleaved,
+            index_slot_mapping=index_slots,
+            ds_mla_scale=ds_mla_scale,
+        )
+        guards = poisoned_outputs(scenario, device)
+        outputs = FusedOpOutputs(
+            q_out=guards["q_out"].view,
+            kv_out=guards["kv_out"].view,
+            kpe_out=guards["kpe_out"].view,
+            topk_indices=guards["topk_indices"].view,
+            index_k_out=guards["index_k_out"].view if "index_k_out" in guards else None,
+        )
+        ranks.append(
+            RankLaunch(
+                rank=rank,
+                inputs=inputs,
+                outputs=outputs,
+                mla=GuardedCache(mla_storage, mla_storage.clone()),
+                index=index_cache,
+                prefix_slots=prefix_slots,
+                index_prefix_slots=index_prefix_slots,
+                output_guards=guards,
+            )
+        )
+    return Case(scenario, dcp_size, mappings, index_mappings, act, ref, ranks)
+
+
+def _guarded(width: int, dtype: torch.dtype, poison: float, tokens: int, device) -> GuardedOutput:
+    storage = torch.empty((tokens + 2 * OUTPUT_GUARD_ROWS, width), dtype=dtype, device=device)
+    storage.view(torch.uint8).fill_(OUTPUT_GUARD_BYTE)
+    output = GuardedOutput(storage)
+    output.view.fill_(poison)
+    return output
+
+
+def poisoned_outputs(scenario: Scenario, device: torch.device) -> dict[str, GuardedOutput]:
+    """Outputs a kernel must overwrite, by ``FusedOpOutputs`` field (``index_k_out`` only on
+    indexer layers): NaN everywhere, top-k at ``TOPK_SENTINEL``, inside guard rows."""
+    p, dtype, tokens = scenario.model, scenario.torch_dtype, scenario.batch.num_tokens
+    nan = float("nan")
+    outputs = {
+        "q_out": _guarded(p.q_lora_rank, dtype, nan, tokens, device),
+        "kv_out": _guarded(p.kv_lora_rank, dtype, nan, tokens, device),
+        "kpe_out": _guarded(p.rope_dim, dtype, nan, tokens, device),
+        "topk_indices": _guarded(p.topk, torch.int32, TOPK_SENTINEL, tokens, device),
+    }
+    if scenario.has_indexer:
+        outputs["index_k_out"] = _guarded(p.index_head_dim, dtype, nan, tokens, device)
+    return outputs
+
+
+def snapshot_inputs(inputs: FusedOpInputs) -> dict[str, torch.Tensor]:
+    """Copies of every input tensor, to prove afterwards the kernel did not modify them."""
+    return {
+        name: value.clone()
+        for name, value in vars(inputs).items()
+        if isinstance(value, torch.Tensor)
+    }

@@ -1,0 +1,823 @@
+"""The contract checks of DESIGN §2, each a small function returning a ``CheckResult``.
+
+Per rank (after one launch): ``outputs`` (1), ``topk``, ``cache_owned`` (2, the written
+entries), ``cache_foreign`` (2, nothing else in range changed), ``prefix_intact``,
+``padding_inert`` (5), ``profiling_no_write`` (6), ``guard_bands`` (out-of-bounds
+writes), ``inputs_unmodified``. Across runs: ``ranks_agree`` (3) and
+``shards_reassemble`` (4).
+
+Every finding names the check, the field, the rank, the first bad token and whether that
+token is owned by, foreign to, or padding on that rank, and the largest error. Values
+are compared on the device; only verdicts move to the host.
+
+Without the oracle (``dcpcheck run --oracle off``): the two checks that compare with it,
+``outputs`` and ``cache_owned``, are replaced by their oracle-free forms,
+``check_outputs_written`` and ``check_cache_written``, which keep the check's name and say
+what they compared with (``CheckResult.without_oracle``); the values themselves are then
+judged only against the kernel's own DCP1 run, by ``ranks_agree`` and
+``shards_reassemble``. Every other check compares with the initial bytes or the DCP1 run
+already and stays as it is; only the naming of the token a stray write holds changes
+source (``TokenEncodings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+import reference
+from dcpcheck.contract import DS_MLA_NOPE_DIM, CacheLayout
+from dcpcheck.harness.case import GUARD_BLOCKS, TOPK_SENTINEL, Case, GuardedCache, RankLaunch
+from dcpcheck.spec import tolerances
+from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
+
+OWNERSHIP_NAMES = {OWNED: "owned", FOREIGN: "foreign", PADDING: "padding"}
+
+OUTPUT_FIELDS = ("q_out", "kv_out", "kpe_out", "index_k_out")
+
+ATTRIBUTION_MIN_MATCH = 0.5
+"""A stray cache entry is attributed to the token whose oracle encoding shares the most
+bytes with it, if at least this fraction: random initial bytes match by chance ~1/256."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One way a check failed, located as precisely as the evidence allows."""
+
+    field: str
+    rank: int | None
+    detail: str
+    token: int | None = None
+    ownership: str | None = None  # of ``token`` on ``rank``: owned / foreign / padding
+    max_error: str | None = None  # in steps of the stored format, or "NaN (unwritten)"
+    count: int = 1  # how many rows/entries/bytes are bad
+    tokens: tuple[int, ...] = ()  # every bad token, where rows are tokens (ownership maps)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    findings: tuple[Finding, ...] = ()
+    skipped: str | None = None  # reason; a skipped check is reported, never counted as passed
+    # Set by an oracle-free form (--oracle off): what it compared with instead of the
+    # oracle, so that a pass there never reads as a pass against the oracle.
+    without_oracle: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.skipped is None and not self.findings
+
+
+@dataclass(frozen=True)
+class EntryPart:
+    """A byte range of a cache entry, the format stored there, and its tolerance."""
+
+    name: str
+    start: int
+    stop: int
+    dtype: torch.dtype  # torch.uint8 means fp8 e4m3 bytes
+    tolerance: tolerances.Tolerance
+
+
+def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.dtype):
+    """The parts of one MLA cache entry (DESIGN §2 table)."""
+    if layout is CacheLayout.AUTO:
+        kv_end = kv_dim * act.itemsize
+        return (
+            EntryPart("kv", 0, kv_end, act, tolerances.MLA_AUTO_KV),
+            EntryPart(
+                "kpe", kv_end, kv_end + rope_dim * act.itemsize, act, tolerances.MLA_AUTO_KPE
+            ),
+        )
+    if layout is CacheLayout.FP8:
+        return (
+            EntryPart("kv", 0, kv_dim, torch.uint8, tolerances.FP8_VALUE),
+            EntryPart("kpe", kv_dim, kv_dim + rope_dim, torch.uint8, tolerances.FP8_VALUE),
+        )
+    scales_end = DS_MLA_NOPE_DIM + 16
+    return (
+        EntryPart("nope", 0, DS_MLA_NOPE_DIM, torch.uint8, tolerances.FP8_VALUE),
+        EntryPart("scales", DS_MLA_NOPE_DIM, scales_end, torch.float32, tolerances.DS_MLA_SCALE),
+        EntryPart(
+            "rope",
+            scales_end,
+            scales_end + 2 * rope_dim,
+            torch.bfloat16,
+            tolerances.BF16_ROPE_IN_CACHE,
+        ),
+    )
+
+
+def index_entry_parts(index_dim: int):
+    """Indexer rows as the checks see them: fp8 values then the fp32 UE8M0 scale."""
+    return (
+        EntryPart("values", 0, index_dim, torch.uint8, tolerances.FP8_VALUE),
+        EntryPart("scale", index_dim, index_dim + 4, torch.float32, tolerances.UE8M0_SCALE),
+    )
+
+
+def _all_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Every row bitwise equal to the expected one, and no expected value a NaN (which
+    the tolerances count as infinitely far even from itself)."""
+    fp8 = actual.dtype == torch.uint8  # float8_e4m3fn bytes: NaN is 0x7F / 0xFF
+    nan = (expected & 0x7F) == 0x7F if fp8 else expected.isnan()
+    return bool((_bits_equal(actual, expected) & ~nan.any(dim=1)).all())
+
+
+def row_violations(
+    actual: torch.Tensor, expected: torch.Tensor, tolerance: tolerances.Tolerance
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bad rows, worst steps per row among the out-of-tolerance elements), on the host.
+
+    ``actual``/``expected`` are float rows ``[K, W]``, or fp8 byte rows when the
+    tolerance is counted in fp8 steps (uint8)."""
+    if not actual.numel() or _all_identical(actual, expected):  # the usual verdict, cheaply
+        rows = actual.shape[0]
+        return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
+    if actual.dtype == torch.uint8:
+        steps = tolerances.fp8_step_distance(actual, expected)
+        bad = steps > tolerance.max_steps
+    else:
+        steps = tolerances.ulp_distance(actual, expected)
+        bad = tolerances.out_of_tolerance(actual, expected, tolerance)
+    worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
+    return bad.any(dim=1).cpu(), worst.cpu()
+
+
+def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPart):
+    """``row_violations`` of one part of byte rows [K, E], viewed in the part's format."""
+    a = actual[:, part.start : part.stop].contiguous()
+    e = expected[:, part.start : part.stop].contiguous()
+    if part.dtype != torch.uint8:
+        a, e = a.view(part.dtype), e.view(part.dtype)
+    return row_violations(a, e, part.tolerance)
+
+
+NAN_UNWRITTEN = "NaN (unwritten)"
+"""``Finding.max_error`` of a row that still holds the harness's NaN poison."""
+
+
+def _describe_steps(steps: int) -> str:
+    return NAN_UNWRITTEN if steps == torch.iinfo(torch.int64).max else f"{steps} steps"
+
+
+def _row_finding(
+    field: str,
+    rank: int,
+    detail: str,
+    bad: torch.Tensor,
+    tokens: torch.Tensor,
+    steps: torch.Tensor,
+    case: Case,
+    max_error: str | None = None,
+) -> Finding:
+    """A finding over token rows: ``bad`` masks ``tokens``; ``steps`` gives each row's
+    error (reported as the maximum over bad rows unless ``max_error`` is given).
+    ``detail`` may use ``{count}``."""
+    idx = torch.nonzero(bad).flatten()
+    token = int(tokens[idx[0]])
+    return Finding(
+        field=field,
+        rank=rank,
+        detail=detail.format(count=int(idx.numel())),
+        token=token,
+        ownership=OWNERSHIP_NAMES[int(case.mappings.ownership(rank)[token])],
+        max_error=max_error or _describe_steps(int(steps[bad].max())),
+        count=int(idx.numel()),
+        tokens=tuple(tokens[idx].tolist()),
+    )
+
+
+def _real_tokens(case: Case) -> torch.Tensor:
+    return torch.nonzero(case.mappings.owner >= 0).flatten()
+
+
+def _real_output_rows(case: Case) -> Iterator[tuple[RankLaunch, str, torch.Tensor]]:
+    """(launch, field, that output's rows of the real tokens) for every output each rank
+    was given, in rank then ``OUTPUT_FIELDS`` order (the order findings are reported in)."""
+    tokens = _real_tokens(case)
+    for launch in case.ranks:
+        for field in OUTPUT_FIELDS:
+            actual = getattr(launch.outputs, field)
+            if actual is not None:
+                yield launch, field, actual[tokens.to(actual.device)]
+
+
+def check_outputs(case: Case) -> CheckResult:
+    """Contract 1: every output equals the oracle's on every real token, whatever its slot."""
+    tokens = _real_tokens(case)
+    findings = []
+    for launch, field, rows in _real_output_rows(case):
+        expected = getattr(case.expected, field)
+        if expected is None:
+            continue
+        tolerance = tolerances.OUTPUT_TOLERANCES[field]
+        bad, steps = row_violations(rows, expected[tokens.to(rows.device)], tolerance)
+        if bad.any():
+            findings.append(
+                _row_finding(
+                    field,
+                    launch.rank,
+                    "{count} token row(s) differ from the oracle",
+                    bad,
+                    tokens,
+                    steps,
+                    case,
+                )
+            )
+    return CheckResult("outputs", tuple(findings))
+
+
+OUTPUTS_WITHOUT_ORACLE = (
+    "oracle off: every real token's row checked written (no NaN poison left); its values "
+    "are compared bitwise with the DCP1 run by ranks_agree"
+)
+
+
+def check_outputs_written(case: Case) -> CheckResult:
+    """Contract 1 without the oracle: every real token's output row was written, on every
+    rank and at every DCP size, DCP1 included.
+
+    The harness fills every float output with NaN before each launch (``case`` poisons
+    them), and this op computes no NaN from the finite inputs it is given, so a real
+    token's row that holds one was never written (or was computed from garbage). That is
+    all a run's outputs can be judged on by themselves; whether the written values are
+    right is then a comparison with the kernel's own DCP1 run, which
+    ``check_ranks_agree`` makes bitwise. Together they catch both historical DCP bugs: the
+    rows a rank skips for its foreign tokens are NaN on that rank, and differ from DCP1.
+    """
+    tokens = _real_tokens(case)
+    findings = []
+    for launch, field, rows in _real_output_rows(case):
+        bad = rows.isnan().any(dim=1).cpu()
+        if bad.any():
+            findings.append(
+                _row_finding(
+                    field,
+                    launch.rank,
+                    "{count} token row(s) still hold the harness's NaN poison: never written",
+                    bad,
+                    tokens,
+                    torch.zeros(len(tokens), dtype=torch.int64),
+                    case,
+                    max_error=NAN_UNWRITTEN,
+                )
+            )
+    return CheckResult("outputs", tuple(findings), without_oracle=OUTPUTS_WITHOUT_ORACLE)
+
+
+def check_topk(case: Case) -> CheckResult:
+    """Indexer layers fill every real row with -1; shared layers leave the buffer untouched."""
+    tokens = _real_tokens(case)
+    findings = []
+    for launch in case.ranks:
+        rows = launch.outputs.topk_indices[tokens.to(launch.outputs.topk_indices.device)]
+        want = -1 if case.scenario.has_indexer else TOPK_SENTINEL
+        bad = (rows != want).any(dim=1).cpu()  # a flag per row crosses, not the 2,048 indices
+        if bad.any():
+            steps = torch.zeros(len(tokens), dtype=torch.int64)
+            what = "not filled with -1" if want == -1 else "written on a shared (no-indexer) layer"
+            findings.append(
+                _row_finding(
+                    "topk_indices",
+                    launch.rank,
+                    "{count} row(s) " + what,
+                    bad,
+                    tokens,
+                    steps,
+                    case,
+                    max_error="-",
+                )
+            )
+    return CheckResult("topk", tuple(findings))
+
+
+def _owned(slots: torch.Tensor | None) -> torch.Tensor:
+    if slots is None:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.nonzero(slots.cpu() >= 0).flatten()
+
+
+def _index_rows(cache: torch.Tensor, slots: torch.Tensor, index_dim: int) -> torch.Tensor:
+    values, scales = reference.read_index_cache(cache, slots, index_dim)
+    return torch.cat([values, scales.contiguous().view(torch.uint8).view(-1, 4)], dim=1)
+
+
+def _expected_index_rows(case: Case, tokens: torch.Tensor) -> torch.Tensor:
+    values = case.expected.index_values[tokens]
+    scales = case.expected.index_scales[tokens].contiguous().view(torch.uint8).view(-1, 4)
+    return torch.cat([values, scales], dim=1)
+
+
+@dataclass(frozen=True)
+class OwnedEntries:
+    """The entries one rank owns in one cache this step, and how to read them."""
+
+    launch: RankLaunch
+    field: str  # "mla_cache" / "index_cache"
+    tokens: torch.Tensor  # [K] on the host: the token owning each entry
+    slots: torch.Tensor  # [K] their slots, on the cache's device
+    cache: GuardedCache
+    read: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (cache, slots) -> [K, E] bytes
+    parts: tuple[EntryPart, ...]
+
+    def rows(self) -> torch.Tensor:
+        """The entries as the kernel left them."""
+        return self.read(self.cache.view, self.slots)
+
+    def initial_rows(self) -> torch.Tensor:
+        """The same entries before the launch: the seeded random fill."""
+        return self.read(self.cache.initial_view, self.slots)
+
+
+def _owned_entries(case: Case) -> list[OwnedEntries]:
+    """Every non-empty set of owned entries, rank by rank, the MLA cache before the index."""
+    s, p = case.scenario, case.scenario.model
+    mla_parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
+    index_dim = p.index_head_dim
+
+    def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return _index_rows(cache, slots, index_dim)
+
+    found = []
+    for launch in case.ranks:
+        for field, cache, slot_mapping, read in (
+            ("mla_cache", launch.mla, launch.inputs.slot_mapping, reference.read_mla_cache),
+            ("index_cache", launch.index, launch.inputs.index_slot_mapping, read_index),
+        ):
+            tokens = _owned(slot_mapping)
+            if cache is None or not len(tokens):
+                continue
+            parts = mla_parts if field == "mla_cache" else index_entry_parts(index_dim)
+            slots = slot_mapping[tokens.to(slot_mapping.device)].to(cache.storage.device)
+            found.append(OwnedEntries(launch, field, tokens, slots, cache, read, parts))
+    return found
+
+
+def _compare_entries(
+    case: Case,
+    rank: int,
+    field: str,
+    tokens: torch.Tensor,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    parts,
+) -> list[Finding]:
+    findings = []
+    for part in parts:
+        bad, steps = part_violations(actual, expected, part)
+        if bad.any():
+            findings.append(
+                _row_finding(
+                    f"{field}.{part.name}",
+                    rank,
+                    "{count} owned entr(y/ies) differ from the oracle's encoding",
+                    bad,
+                    tokens,
+                    steps,
+                    case,
+                )
+            )
+    return findings
+
+
+def check_cache_owned(case: Case) -> CheckResult:
+    """Contract 2a: each entry this rank owns holds the oracle's encoding of its token."""
+    if case.scenario.profiling:
+        return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
+    findings = []
+    for owned in _owned_entries(case):
+        actual = owned.rows()
+        tokens = owned.tokens.to(actual.device)
+        if owned.field == "mla_cache":
+            expected = case.expected.mla_entries[tokens]
+        else:
+            expected = _expected_index_rows(case, tokens)
+        findings += _compare_entries(
+            case, owned.launch.rank, owned.field, owned.tokens, actual, expected, owned.parts
+        )
+    return CheckResult("cache_owned", tuple(findings))
+
+
+CACHE_OWNED_WITHOUT_ORACLE = (
+    "oracle off: every owned entry checked written (no part left as the seeded random "
+    "fill); its bytes are compared with the DCP1 run's entry by shards_reassemble"
+)
+
+
+def check_cache_written(case: Case) -> CheckResult:
+    """Contract 2a without the oracle: each entry this rank owns was written, at every DCP
+    size, DCP1 included.
+
+    Caches start as seeded random bytes, so an owned entry part (``mla_entry_parts``,
+    ``index_entry_parts``) that still equals them byte for byte was not written. A correct
+    part of ``b`` bytes equals the random fill by chance with odds ``2^-8b``; the smallest
+    part, an indexer row's 4-byte scale, gives 2^-32 (2.3e-10) per entry. The fill is
+    seeded, so such a coincidence would repeat on every run of that case rather than
+    flake. The written bytes are then judged against the kernel's own DCP1 run by
+    ``check_shards_reassemble``, which also catches a part written only in places: the
+    fill of a DCPn cache differs from the DCP1 one.
+    """
+    if case.scenario.profiling:
+        return CheckResult(
+            "cache_owned",
+            skipped="profiling call: no entry is owned",
+            without_oracle=CACHE_OWNED_WITHOUT_ORACLE,
+        )
+    findings = []
+    for owned in _owned_entries(case):
+        actual, initial = owned.rows(), owned.initial_rows()
+        for part in owned.parts:
+            span = slice(part.start, part.stop)
+            bad = _bits_equal(actual[:, span], initial[:, span]).cpu()
+            if bad.any():
+                findings.append(
+                    _row_finding(
+                        f"{owned.field}.{part.name}",
+                        owned.launch.rank,
+                        "{count} owned entr(y/ies) still hold the seeded random fill: "
+                        "never written",
+                        bad,
+                        owned.tokens,
+                        torch.zeros(len(owned.tokens), dtype=torch.int64),
+                        case,
+                        max_error="unwritten",
+                    )
+                )
+    return CheckResult("cache_owned", tuple(findings), without_oracle=CACHE_OWNED_WITHOUT_ORACLE)
+
+
+@dataclass(frozen=True)
+class StrayWrite:
+    """A cache entry (or guard entry) that changed although no token of this step owns it."""
+
+    cache: str  # "mla_cache" / "index_cache"
+    rank: int
+    slot: int  # entry index relative to the first addressable entry (negative: guard before)
+    where: str  # "guard before" / "guard after" / "prefix" / "unowned"
+    token: int | None  # token whose oracle encoding it holds, if recognisable
+    bytes_changed: int
+
+
+def _changed_bytes_per_entry(cache: GuardedCache, name: str, index_dim: int) -> torch.Tensor:
+    """How many bytes of each entry (slot, guard entries included) differ from before.
+
+    The MLA cache stores entries contiguously. The indexer packs a block as all its
+    fp8 rows first, then all its scales (DESIGN §2), so an entry's bytes sit in two places.
+    Counted as a sum over a reshaped comparison: finding every changed byte and binning it
+    by entry costs far more on a GPU (the bytes of one entry all hit one counter).
+    """
+    changed = cache.storage != cache.initial
+    blocks, block_size, row = changed.shape
+    if name == "mla_cache":
+        return changed.sum(dim=2).flatten()
+    flat = changed.view(blocks, block_size * row)
+    values_end = block_size * index_dim
+    values = flat[:, :values_end].reshape(blocks, block_size, index_dim).sum(dim=2)
+    scales = flat[:, values_end:].reshape(blocks, block_size, -1).sum(dim=2)
+    return (values + scales).flatten()
+
+
+def _stray_writes(
+    case: Case,
+    launch: RankLaunch,
+    cache: GuardedCache,
+    name: str,
+    owned_slots: torch.Tensor | None,
+    prefix_slots: torch.Tensor,
+    read_entry,
+    encodings: torch.Tensor | None,
+) -> list[StrayWrite]:
+    storage = cache.storage
+    blocks, block_size, _ = storage.shape
+    changed_per_entry = _changed_bytes_per_entry(cache, name, case.scenario.model.index_head_dim)
+    first_entry = GUARD_BLOCKS * block_size
+    if owned_slots is not None:
+        changed_per_entry[owned_slots[owned_slots >= 0] + first_entry] = 0
+    stray = torch.nonzero(changed_per_entry).flatten().cpu()
+    last_entry = blocks * block_size - first_entry
+    prefix = set(prefix_slots[prefix_slots >= 0].tolist())
+    writes = []
+    for entry in stray[:64].tolist():  # bounded: a report needs the first few, not all
+        slot = entry - first_entry
+        if entry < first_entry:
+            where = "guard before"
+        elif entry >= last_entry:
+            where = "guard after"
+        elif slot in prefix:
+            where = "prefix"
+        else:
+            where = "unowned"
+        held = read_entry(storage, torch.tensor([entry], device=storage.device))[0]
+        writes.append(
+            StrayWrite(
+                name,
+                launch.rank,
+                slot,
+                where,
+                _attribute(held, encodings),
+                int(changed_per_entry[entry]),
+            )
+        )
+    return writes
+
+
+def _attribute(entry: torch.Tensor, encodings: torch.Tensor | None) -> int | None:
+    """The token whose encoding (``TokenEncodings``) this stray entry most resembles, if
+    any does."""
+    if encodings is None or not len(encodings):
+        return None
+    width = min(entry.numel(), encodings.shape[1])
+    same = (encodings[:, :width] == entry[:width]).sum(dim=1)
+    best = int(same.argmax())
+    return best if int(same[best]) >= ATTRIBUTION_MIN_MATCH * width else None
+
+
+@dataclass(frozen=True)
+class TokenEncodings:
+    """Each token's cache entry bytes (padding rows included), to recognise which token a
+    stray write holds: ``[T, E]`` for the MLA cache, ``[T, I + 4]`` indexer rows (values,
+    then the scale's bytes), ``None`` on shared layers.
+
+    Recognising a token only names it in the finding and decides whether a stray write is
+    filed under ``padding_inert`` or ``cache_foreign``; that it is a failure rests on the
+    initial bytes alone (``_stray_writes``).
+    """
+
+    mla: torch.Tensor
+    index: torch.Tensor | None
+
+    @staticmethod
+    def from_oracle(case: Case) -> TokenEncodings:
+        """The oracle's encodings of every token."""
+        index = None
+        if case.index_mappings is not None:
+            index = _expected_index_rows(case, _real_and_padding(case))
+        return TokenEncodings(case.expected.mla_entries, index)
+
+    @staticmethod
+    def from_dcp1_run(case: Case, baseline: Case) -> TokenEncodings:
+        """The kernel's own encodings, for judging without the oracle (``--oracle off``):
+        each real token's entry as the DCP1 run wrote it (every real token owns a slot at
+        DCP1), so a stray copy of it is recognised byte for byte whatever encoding the
+        kernel uses.
+
+        Padding rows own no slot in any run, so no run holds their encoding: for them
+        (and for a profiling call, which writes nothing) this keeps the oracle's. A kernel
+        whose encoding the oracle does not know then has a stray padding write filed
+        under ``cache_foreign`` instead of ``padding_inert``: a failure either way.
+        """
+        encodings = TokenEncodings.from_oracle(case)
+        if baseline.scenario.profiling:
+            return encodings
+        real = _real_tokens(case)
+        base = baseline.ranks[0]
+        mla = encodings.mla.clone()
+        slots = baseline.mappings.per_rank[0][real].to(base.mla.view.device)
+        mla[real.to(mla.device)] = reference.read_mla_cache(base.mla.view, slots)
+        index = encodings.index
+        if index is not None:
+            index = index.clone()
+            slots = baseline.index_mappings.per_rank[0][real].to(base.index.view.device)
+            index_dim = case.scenario.model.index_head_dim
+            index[real.to(index.device)] = _index_rows(base.index.view, slots, index_dim)
+        return TokenEncodings(mla, index)
+
+
+def collect_stray_writes(case: Case, encodings: TokenEncodings | None = None) -> list[StrayWrite]:
+    """Every changed entry that no token of this step owned, on every rank and cache;
+    each attributed to the token whose ``encodings`` (default: the oracle's) it holds."""
+    encodings = encodings or TokenEncodings.from_oracle(case)
+    index_dim = case.scenario.model.index_head_dim
+    writes = []
+    for launch in case.ranks:
+        writes += _stray_writes(
+            case,
+            launch,
+            launch.mla,
+            "mla_cache",
+            launch.inputs.slot_mapping,
+            launch.prefix_slots,
+            reference.read_mla_cache,
+            encodings.mla,
+        )
+        if launch.index is not None:
+            writes += _stray_writes(
+                case,
+                launch,
+                launch.index,
+                "index_cache",
+                launch.inputs.index_slot_mapping,
+                launch.index_prefix_slots,
+                lambda c, s: _index_rows(c, s, index_dim),
+                encodings.index,
+            )
+    return writes
+
+
+def _real_and_padding(case: Case) -> torch.Tensor:
+    return torch.arange(case.scenario.batch.num_tokens, device=case.expected.q_out.device)
+
+
+def _stray_finding(case: Case, w: StrayWrite) -> Finding:
+    own = None
+    if w.token is not None:
+        own = OWNERSHIP_NAMES[int(case.mappings.ownership(w.rank)[w.token])]
+    who = f", holds token {w.token}'s encoding" if w.token is not None else ""
+    return Finding(
+        w.cache,
+        w.rank,
+        f"entry {w.slot} ({w.where}) changed: {w.bytes_changed} byte(s){who}",
+        w.token,
+        own,
+        f"{w.bytes_changed} bytes",
+    )
+
+
+def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> list[CheckResult]:
+    """Contract 2b, 5, 6 and out-of-bounds writes, from one scan of every cache byte.
+
+    Each stray write goes to exactly one check: a guard band if outside the cache;
+    ``profiling_no_write`` on a profiling call; ``prefix_intact`` on a cached-prefix
+    entry; ``padding_inert`` if it holds a padding row's encoding (``encodings``, default
+    the oracle's); else ``cache_foreign``.
+    """
+    buckets: dict[str, list[Finding]] = {
+        "guard_bands": [],
+        "prefix_intact": [],
+        "padding_inert": [],
+        "cache_foreign": [],
+    }
+    profiling = case.scenario.profiling
+    if profiling:
+        buckets = {"guard_bands": [], "profiling_no_write": []}
+    for w in collect_stray_writes(case, encodings):
+        if w.where.startswith("guard"):
+            bucket = "guard_bands"
+        elif profiling:
+            bucket = "profiling_no_write"
+        elif w.where == "prefix":
+            bucket = "prefix_intact"
+        elif w.token is not None and int(case.mappings.owner[w.token]) < 0:
+            bucket = "padding_inert"
+        else:
+            bucket = "cache_foreign"
+        buckets[bucket].append(_stray_finding(case, w))
+    results = [CheckResult(name, tuple(found)) for name, found in buckets.items()]
+    if not profiling and int(case.mappings.owner.lt(0).sum()) == 0:
+        results = [
+            r
+            if r.check != "padding_inert" or r.findings
+            else CheckResult("padding_inert", skipped="no padding rows in this batch")
+            for r in results
+        ]
+    return results
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-row bitwise equality (NaN-safe: compares the bytes)."""
+    a8 = a.contiguous().view(torch.uint8).view(a.shape[0], -1)
+    b8 = b.contiguous().view(torch.uint8).view(b.shape[0], -1)
+    return (a8 == b8).all(dim=1)
+
+
+def input_changes(launch: RankLaunch, before: dict[str, torch.Tensor]) -> list[Finding]:
+    """Inputs (slot mappings included) that one rank's launch modified, bitwise."""
+    same_rows = {}
+    for name, original in before.items():
+        after = getattr(launch.inputs, name)
+        rows = after.reshape(after.shape[0], -1) if after.dim() else after.reshape(1, 1)
+        same_rows[name] = _bits_equal(rows, original.reshape(rows.shape))
+    if not same_rows:
+        return []
+    # One device-to-host copy for the verdicts; the details only for inputs that changed.
+    unchanged = torch.stack([same.all() for same in same_rows.values()]).tolist()
+    findings = []
+    for (name, same), intact in zip(same_rows.items(), unchanged, strict=True):
+        if not intact:
+            same = same.cpu()
+            first = int(torch.nonzero(~same).flatten()[0])
+            findings.append(
+                Finding(
+                    name,
+                    launch.rank,
+                    f"input modified (first row {first})",
+                    count=int((~same).sum()),
+                )
+            )
+    return findings
+
+
+def check_inputs_unmodified(changes: list[Finding]) -> CheckResult:
+    """The kernel must only read its inputs (the runner restores them after each launch,
+    so one rank's scribble cannot leak into the next rank's run)."""
+    return CheckResult("inputs_unmodified", tuple(changes))
+
+
+def check_ranks_agree(case: Case, baseline: Case) -> CheckResult:
+    """Contract 3: outputs bitwise identical across ranks and equal to the DCP1 run."""
+    if case.dcp_size == 1:
+        return CheckResult("ranks_agree", skipped="DCP1 is the baseline")
+    tokens = _real_tokens(case)
+    findings = []
+    reference_launch = baseline.ranks[0]
+    for launch in case.ranks:
+        for field in OUTPUT_FIELDS:
+            actual = getattr(launch.outputs, field)
+            if actual is None:
+                continue
+            want = getattr(reference_launch.outputs, field)
+            dev = tokens.to(actual.device)
+            same = _bits_equal(actual[dev], want[dev]).cpu()
+            if not same.all():
+                bad = ~same
+                steps = tolerances.ulp_distance(actual[dev], want[dev]).amax(dim=1).cpu()
+                findings.append(
+                    _row_finding(
+                        field,
+                        launch.rank,
+                        "{count} row(s) differ bitwise from the DCP1 run",
+                        bad,
+                        tokens,
+                        steps,
+                        case,
+                    )
+                )
+    return CheckResult("ranks_agree", tuple(findings))
+
+
+def check_shards_reassemble(case: Case, baseline: Case) -> CheckResult:
+    """Contract 4: each token's entry read from its owner rank equals, byte for byte,
+    the DCP1 cache entry of that token (replicated indexer: every rank's entry does)."""
+    if case.dcp_size == 1:
+        return CheckResult("shards_reassemble", skipped="DCP1 is the baseline")
+    if case.scenario.profiling:
+        return CheckResult("shards_reassemble", skipped="profiling call writes no cache")
+    findings = []
+    tokens = _real_tokens(case)
+    base = baseline.ranks[0]
+    findings += _reassemble(
+        case,
+        tokens,
+        "mla_cache",
+        base.mla.view,
+        baseline.mappings.per_rank[0],
+        case.mappings,
+        lambda r: case.ranks[r].mla.view,
+        read=reference.read_mla_cache,
+    )
+    if case.index_mappings is not None:
+        index_dim = case.scenario.model.index_head_dim
+
+        def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+            return _index_rows(cache, slots, index_dim)
+
+        findings += _reassemble(
+            case,
+            tokens,
+            "index_cache",
+            base.index.view,
+            baseline.index_mappings.per_rank[0],
+            case.index_mappings,
+            lambda r: case.ranks[r].index.view,
+            read=read_index,
+        )
+    return CheckResult("shards_reassemble", tuple(findings))
+
+
+def _reassemble(case, tokens, field, base_cache, base_slots, mappings, cache_of, read):
+    findings = []
+    for rank in range(case.dcp_size):
+        slots = mappings.per_rank[rank][tokens]
+        mine = tokens[slots >= 0]
+        if not len(mine):
+            continue
+        actual = read(cache_of(rank), mappings.per_rank[rank][mine].to(base_cache.device))
+        want = read(base_cache, base_slots[mine].to(base_cache.device))
+        same = (actual == want).all(dim=1).cpu()
+        if not same.all():
+            bad = ~same
+            bytes_off = (actual != want).sum(dim=1).cpu()
+            findings.append(
+                _row_finding(
+                    field,
+                    rank,
+                    "{count} entr(y/ies) differ from the DCP1 cache entry",
+                    bad,
+                    mine,
+                    bytes_off,
+                    case,
+                    max_error=f"{int(bytes_off.max())} bytes",
+                )
+            )
+    return findings
+
+
+def format_finding(check: str, f) -> str:
+    """One line a kernel engineer can act on."""
+    where = f"rank {f.rank}" if f.rank is not None else "all ranks"
+    token = f", first bad token {f.token} ({f.ownership})" if f.token is not None else ""
+    err = f", max error {f.max_error}" if f.max_error else ""
+    return f"{check}: {f.field} on {where}{token}{err}: {f.detail}"

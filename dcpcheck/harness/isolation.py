@@ -1,0 +1,510 @@
+"""Run the kernel under test in a worker process, so a crash or a hang costs one case, not the run.
+
+Why a process: an illegal memory access poisons the CUDA context of the process that made
+it (every later launch and copy fails with the same error), a segfault or an abort kills
+it, and a kernel can spin forever. None of that can be caught inside the process. So
+under ``--isolate`` each whole case (build, launch, checks) runs in a worker: tensors never
+cross the process boundary, only ``CaseResult`` verdicts do, and the parent only waits.
+
+* A result arrives: that is the case's verdict, exactly as in process.
+* The worker dies: the case is a ``crash``, named by the signal (``killed by SIGSEGV``) or
+  the exit status.
+* The worker finds its CUDA context lost (it synchronizes the device before sending each
+  result, which surfaces a sticky CUDA error): ``crash`` with the CUDA error text.
+* No result within ``case_timeout`` seconds: ``timeout``; the worker is killed.
+
+After any of the last three, the cases of that scenario not yet reported get the same
+status, marked "not run", and the next job starts a fresh worker. A healthy worker is kept
+for the whole run: starting one costs an import of torch and Triton (about 2 s).
+
+Processes: the worker is ``python -m dcpcheck.harness.isolation`` in a new session (its own
+process group), so the terminal's Ctrl-C reaches only the parent, which then kills the
+group with SIGKILL (a hung kernel may ignore anything gentler). On Linux the worker also
+asks the kernel to SIGKILL it when the thread that started it exits (``PR_SET_PDEATHSIG``),
+so a worker never outlives its run, even one whose parent was itself killed. The worker's
+stdout goes to the parent's stderr (the parent's stdout carries the results); its stderr
+is inherited, so a kernel's own messages and a harness traceback stay visible.
+
+The parent loads the kernel too, before starting a worker (``dcpcheck.cli``): a load error
+is then one line and exit 125 without a process start. A kernel whose *import* crashes is
+outside what isolation covers; its launches, where kernels crash, are inside.
+
+Messages are pickles over two pipes (``multiprocessing.connection``), between two
+processes running this same package::
+
+    parent -> worker   Setup, then one ScenarioJob or TokenStreamJob at a time
+    worker -> parent   Ready or LoadFailed, after Setup;
+                       per job: one CaseResult per case then JobDone, or DeviceLost
+
+What decides a case's fp8_ds_mla tile-scale rule (``runner.effective_ds_mla_scale``)
+reaches the worker with the job: ``--ds-mla-scale`` in the ``RunConfig`` and the
+scenario's key in the ``Scenario`` of each ``ScenarioJob``; the kernel's own declaration
+the worker reads from the kernel it loaded, and ``Ready`` carries it back, so the
+parent's ``IsolatedKernel`` declares the same rule (``ds_mla_scale``) and a failure the
+parent saves records the rule the worker ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import torch
+
+from dcpcheck.backend import Backend, select_backend
+from dcpcheck.contract import DsMlaScale, Kernel
+from dcpcheck.harness.runner import (
+    TOKEN_STREAM_CASE,
+    CaseResult,
+    RunConfig,
+    declared_ds_mla_scale,
+    run_scenario,
+    token_stream_case,
+)
+from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.spec.scenario import Scenario
+
+DEFAULT_CASE_TIMEOUT_S = 300.0
+"""Default ``--case-timeout``. Generous on purpose: the first case of a scenario includes its
+DCP1 baseline run and, on a GPU, Triton's compilation of the kernel for new shapes (tens of
+seconds for a large kernel); a hang is still reported within minutes, not never."""
+
+STARTUP_TIMEOUT_S = 120.0
+"""Seconds a new worker may take to import torch, Triton and the kernel (about 2 s on a
+warm machine; a cold file cache or a large kernel module takes longer)."""
+
+KILL_WAIT_S = 10.0
+"""Seconds to wait for a killed worker to be reaped: a process inside the GPU driver can
+take a moment to die. After that it is left to the OS rather than hanging the run."""
+
+STDERR_FD = 2
+"""The worker's stdout goes to this process's stderr file descriptor (not ``sys.stderr``,
+which a test runner may have replaced by an object without a descriptor)."""
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option (linux/prctl.h): the signal a process gets when its parent exits."""
+
+
+# ---------------------------------------------------------------------------------------
+# Messages
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The first message to a worker: what to load, and where to run it."""
+
+    kernel_name: str
+    adapter: str
+    device: str  # "cuda" or "cpu", as the parent's backend chose
+    threads: int  # torch intra-op threads, as in the parent (timings stay comparable)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker loaded the kernel and waits for jobs. ``ds_mla_scale``: the fp8_ds_mla
+    tile-scale rule the kernel declares (``runner.declared_ds_mla_scale``), or None."""
+
+    ds_mla_scale: DsMlaScale | None = None
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    """The worker could not load the kernel: ``KernelLoadError``'s one line."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class ScenarioJob:
+    """Run ``runner.run_scenario`` for one scenario; a ``CaseResult`` per DCP size."""
+
+    scenario: Scenario
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class TokenStreamJob:
+    """Run ``runner.token_stream_case``; one ``CaseResult``."""
+
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class JobDone:
+    """Every result of the job was sent; the worker waits for the next one."""
+
+
+@dataclass(frozen=True)
+class DeviceLost:
+    """The worker's CUDA context is unusable (a sticky error); it exits after this."""
+
+    message: str
+
+
+# ---------------------------------------------------------------------------------------
+# Parent side
+
+
+class WorkerLost(Exception):
+    """The worker can no longer answer: ``status`` is ``crash`` or ``timeout``."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def describe_exit(code: int) -> str:
+    """A worker's exit status in words: ``killed by SIGSEGV``, ``exited with status 1``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    if code == 0:
+        return "exited without answering"
+    return f"exited with status {code} (its stderr above says why)"
+
+
+def _worker_environment() -> dict[str, str]:
+    """This process's environment plus its import path: the worker must import the kernel's
+    module (``tests.fixtures...``, a checkout put on ``sys.path``) as this process did."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    return env
+
+
+class _Worker:
+    """One worker process and the two pipes to it."""
+
+    def __init__(self) -> None:
+        self._killed = False
+        parent_reads, worker_writes = os.pipe()
+        worker_reads, parent_writes = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dcpcheck.harness.isolation",
+                    str(worker_reads),
+                    str(worker_writes),
+                    str(os.getpid()),
+                ],
+                pass_fds=(worker_reads, worker_writes),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=STDERR_FD,
+                env=_worker_environment(),
+            )
+        finally:
+            os.close(worker_reads)
+            os.close(worker_writes)
+        self.requests = Connection(parent_writes, readable=False)
+        self.replies = Connection(parent_reads, writable=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def send(self, message: object) -> None:
+        try:
+            self.requests.send(message)
+        except OSError:  # BrokenPipeError: it is gone
+            raise WorkerLost("crash", f"worker {self._death()}") from None
+
+    def receive(self, timeout: float) -> object:
+        """The next message, or ``WorkerLost`` if none comes within ``timeout`` seconds
+        (``timeout``, the worker is killed) or the worker died (``crash``)."""
+        if not self.replies.poll(timeout):
+            self.kill()
+            raise WorkerLost("timeout", f"no answer within {timeout:g} s; the worker was killed")
+        try:
+            return self.replies.recv()
+        except (EOFError, OSError):  # the pipe closed, mid-message or between messages
+            raise WorkerLost("crash", f"worker {self._death()}") from None
+
+    def _death(self) -> str:
+        try:
+            code = self.process.wait(KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # pipe closed, process alive: finish it
+            self.kill()
+            code = self.process.returncode
+        return describe_exit(code) if code is not None else "stopped answering"
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group (the kernel may have started processes of its
+        own) and reap it. Once only: afterwards the group id may belong to someone else."""
+        if self._killed:
+            return
+        self._killed = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(KILL_WAIT_S)
+        self.requests.close()
+        self.replies.close()
+
+
+class IsolatedKernel:
+    """The kernel under test behind a worker process: a ``runner.CaseRunner``.
+
+    Use as a context manager (``with IsolatedKernel(...) as kernel``), or ``start`` and
+    ``close``: starting has the first worker load the kernel (``KernelLoadError`` if it
+    cannot, nothing left running); closing kills whatever worker is alive, so leaving the
+    ``with`` on success, error or Ctrl-C leaves no process behind.
+    """
+
+    def __init__(
+        self,
+        kernel_name: str,
+        adapter: str,
+        backend: Backend,
+        case_timeout: float = DEFAULT_CASE_TIMEOUT_S,
+    ) -> None:
+        self.setup = Setup(
+            kernel_name,
+            adapter,
+            "cpu" if backend.interpreted else "cuda",
+            torch.get_num_threads(),
+        )
+        self.case_timeout = case_timeout
+        self._worker: _Worker | None = None
+        self.ds_mla_scale: DsMlaScale | None = None
+        """The loaded kernel's declared fp8_ds_mla rule, as its worker reported it
+        (``Ready``), so ``runner.effective_ds_mla_scale`` of this object is the worker's."""
+
+    def __enter__(self) -> IsolatedKernel:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the first worker and wait until it has loaded the kernel: a
+        ``KernelLoadError`` (nothing left running) if it cannot."""
+        try:
+            self._worker = self._start_worker()
+        except WorkerLost as lost:
+            raise KernelLoadError(
+                f"{self.setup.kernel_name}: the worker process could not load the kernel: "
+                f"{lost.reason}"
+            ) from None
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The live worker's process id (None between a lost worker and the next job)."""
+        return self._worker.pid if self._worker is not None else None
+
+    def close(self) -> None:
+        """Kill the worker, if one is alive: it holds nothing worth a graceful exit."""
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+    def _start_worker(self) -> _Worker:
+        worker = _Worker()
+        ready = False
+        try:
+            worker.send(self.setup)
+            reply = worker.receive(STARTUP_TIMEOUT_S)
+            if isinstance(reply, LoadFailed):
+                raise KernelLoadError(reply.message)
+            if not isinstance(reply, Ready):
+                raise WorkerLost("crash", f"unexpected answer to setup: {reply!r}")
+            self.ds_mla_scale = reply.ds_mla_scale
+            ready = True
+        finally:
+            if not ready:  # a failure above, or Ctrl-C while the worker started
+                worker.kill()
+        return worker
+
+    def _live_worker(self) -> _Worker:
+        """The worker, starting a fresh one after a lost one."""
+        if self._worker is None:
+            try:
+                self._worker = self._start_worker()
+            except (KernelLoadError, WorkerLost) as exc:  # it loaded before: the environment
+                raise WorkerLost("crash", f"a fresh worker could not start: {exc}") from None
+        return self._worker
+
+    def run_cases(self, scenario: Scenario, config: RunConfig) -> Iterator[CaseResult]:
+        """``runner.run_scenario`` in the worker: one result per DCP size, in order."""
+        expected = [
+            (scenario.name, size, config.replay_command(scenario, size))
+            for size in config.sizes_of(scenario)
+        ]
+        yield from self._job(ScenarioJob(scenario, config), expected)
+
+    def run_token_streams(self, config: RunConfig) -> CaseResult:
+        """``runner.token_stream_case`` in the worker."""
+        expected = [(TOKEN_STREAM_CASE, config.token_stream_dcp, config.token_stream_replay())]
+        [result] = self._job(TokenStreamJob(config), expected)
+        return result
+
+    def _job(
+        self, job: ScenarioJob | TokenStreamJob, expected: list[tuple[str, int, str]]
+    ) -> Iterator[CaseResult]:
+        """Send ``job`` and yield its results; ``expected`` names them (scenario, DCP size,
+        replay) so that cases the worker never answered are still reported.
+
+        If the caller stops early (``--fail-fast``) or is interrupted, the worker is
+        mid-job, with answers in flight that no later job must read: it is killed.
+        """
+        finished = False
+        received = 0
+        waiting_since = time.perf_counter()
+        try:
+            try:
+                worker = self._live_worker()
+                worker.send(job)
+                for _ in expected:
+                    waiting_since = time.perf_counter()
+                    reply = worker.receive(self.case_timeout)
+                    if isinstance(reply, DeviceLost):
+                        raise WorkerLost("crash", reply.message)
+                    if not isinstance(reply, CaseResult):
+                        raise WorkerLost("crash", f"unexpected answer: {reply!r}")
+                    received += 1
+                    yield reply
+                if not isinstance(worker.receive(self.case_timeout), JobDone):
+                    raise WorkerLost("crash", "the worker sent more results than cases")
+            except WorkerLost as lost:
+                self.close()
+                waited = time.perf_counter() - waiting_since
+                yield from _unanswered(expected[received:], lost, self.case_timeout, waited)
+            finished = True
+        finally:
+            if not finished:
+                self.close()
+
+
+def _unanswered(
+    expected: list[tuple[str, int, str]], lost: WorkerLost, case_timeout: float, waited: float
+) -> Iterator[CaseResult]:
+    """Results for the cases a lost worker never answered: the first is the one it was on
+    (``waited`` seconds for it), the others never started."""
+    reason = lost.reason
+    if lost.status == "timeout":
+        reason = f"no result within {case_timeout:g} s (--case-timeout); the worker was killed"
+    for index, (name, dcp_size, replay) in enumerate(expected):
+        if index == 0:
+            error, seconds = reason, waited
+        else:
+            error, seconds = f"not run: the worker was lost earlier ({reason})", 0.0
+        yield CaseResult(name, dcp_size, lost.status, error=error, replay=replay, seconds=seconds)
+
+
+# ---------------------------------------------------------------------------------------
+# Worker side
+
+
+def _first_line(text: str) -> str:
+    """CUDA errors span lines (the error, then debugging advice); the first says what."""
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def device_error(backend: Backend) -> str | None:
+    """The sticky CUDA error that poisoned this process's context, if any.
+
+    A kernel's illegal access surfaces at the next synchronization, and from then on every
+    CUDA call fails with it: a worker in that state can only report it and exit.
+    """
+    if backend.interpreted:
+        return None
+    try:
+        torch.cuda.synchronize(backend.device)
+    except RuntimeError as exc:  # torch.AcceleratorError is one
+        return _first_line(str(exc))
+    return None
+
+
+def _results(
+    kernel: Kernel, job: ScenarioJob | TokenStreamJob, backend: Backend
+) -> Iterator[CaseResult]:
+    if isinstance(job, ScenarioJob):
+        yield from run_scenario(kernel, job.scenario, job.config, backend)
+    else:
+        yield token_stream_case(kernel, job.config, backend)
+
+
+def _replies(
+    kernel: Kernel, job: ScenarioJob | TokenStreamJob, backend: Backend
+) -> Iterator[object]:
+    """The messages answering one job: its results, each sent only once the device is
+    known healthy, then ``JobDone``; or ``DeviceLost`` as soon as it is not."""
+    try:
+        for result in _results(kernel, job, backend):
+            lost = device_error(backend)
+            if lost is not None:
+                # The kernel's own exception, if it raised one, names the rank too.
+                said = result.error if result.status == "error" and result.error else lost
+                yield DeviceLost(_first_line(said))
+                return
+            yield result
+    except RuntimeError as exc:  # a harness call after the kernel hit the poisoned context
+        if device_error(backend) is None:
+            raise  # a harness bug: the traceback goes to stderr, the parent sees a crash
+        yield DeviceLost(_first_line(str(exc)))
+        return
+    yield JobDone()
+
+
+def serve(requests: Connection, replies: Connection) -> None:
+    """The worker's loop: load the kernel, then answer jobs until the parent hangs up."""
+    setup = requests.recv()
+    torch.set_num_threads(setup.threads)
+    backend = select_backend(setup.device)
+    try:
+        kernel = load_kernel(setup.kernel_name, setup.adapter)
+    except KernelLoadError as exc:
+        replies.send(LoadFailed(str(exc)))
+        return
+    try:
+        declared = declared_ds_mla_scale(kernel)
+    except ValueError as exc:  # it declares no rule dcpcheck knows
+        replies.send(LoadFailed(f"{setup.kernel_name}: {exc}"))
+        return
+    replies.send(Ready(declared))
+    while True:
+        try:
+            job = requests.recv()
+        except EOFError:  # the parent closed the pipe: the run is over
+            return
+        for reply in _replies(kernel, job, backend):
+            replies.send(reply)
+            if isinstance(reply, DeviceLost):
+                return
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent exits, then make sure the parent
+    had not already exited before the request was in place."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def main(argv: list[str]) -> None:
+    """``python -m dcpcheck.harness.isolation READ_FD WRITE_FD PARENT_PID`` (started by _Worker)."""
+    read_fd, write_fd, parent_pid = (int(arg) for arg in argv)
+    _die_with_parent(parent_pid)
+    serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False))
+
+
+if __name__ == "__main__":
+    # Serve from the importable copy of this module, not from ``__main__``: messages are
+    # pickled by module name, and the parent knows them as ``dcpcheck.harness.isolation.*``.
+    from dcpcheck.harness.isolation import main as worker_main
+
+    worker_main(sys.argv[1:])

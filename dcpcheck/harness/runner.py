@@ -1,0 +1,418 @@
+"""Run a kernel over scenarios x DCP sizes, one simulated rank at a time, and check it.
+
+For each scenario the DCP1 run is the baseline (checks 3 and 4 compare with it); each
+requested DCP size then runs every rank with that rank's slot mapping, in one process
+and on one device. The oracle runs once per scenario: its answer does not depend on the
+DCP size. With ``RunConfig.oracle`` off (``--oracle off``) it still runs, cheap next to
+the kernel, but whether a case passes never rests on it (``check_case``;
+``checks.TokenEncodings`` says where it still names the token a stray write holds).
+
+The kernel under test is either a protocol ``Kernel``, run in this process, or a
+:class:`CaseRunner` (``dcpcheck.harness.isolation.IsolatedKernel``) that runs each whole case in a
+worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
+``token_stream_case`` take either, so every caller (the run, the property search) gets
+isolation without knowing about it.
+
+Each scenario runs with its fp8_ds_mla tile-scale rule resolved first
+(:func:`effective_ds_mla_scale`, baked into the scenario by
+:func:`with_effective_ds_mla_scale`), so the oracle, every rank's inputs, a saved failure
+and its replay all use one rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, runtime_checkable
+
+import torch
+
+from dcpcheck.adapters.protocol import kernel_limitations
+from dcpcheck.backend import Backend
+from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
+from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
+from dcpcheck.harness import checks
+from dcpcheck.harness.case import Case, build_case, make_activations, run_oracle, snapshot_inputs
+from dcpcheck.harness.limitations import apply_limitations
+from dcpcheck.spec.scenario import Scenario
+
+TOKEN_STREAM_DCP = 4
+"""DCP size of the token-stream check when the run names none (scenarios' own sizes)."""
+
+TOKEN_STREAM_CASE = "token-streams"
+"""The ``scenario`` name of the token-stream case in results and reports."""
+
+STATUSES = ("pass", "fail", "error", "crash", "timeout")
+"""``CaseResult.status`` values. ``error``: the kernel raised (its exception text);
+``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
+error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
+its worker was killed. The last two exist only under isolation (dcpcheck.harness.isolation)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What one ``dcpcheck run`` was asked to do; enough to print a replay command."""
+
+    kernel_name: str
+    dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
+    seed: int | None = None  # None: each scenario's own seed
+    fail_fast: bool = False
+    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
+    oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
+
+    @property
+    def oracle_flag(self) -> str:
+        """The ``--oracle`` option a replay needs ("" when on, the default)."""
+        return "" if self.oracle else " --oracle off"
+
+    @property
+    def token_stream_dcp(self) -> int:
+        """DCP size of the token-stream case: the largest requested, else TOKEN_STREAM_DCP."""
+        return max(self.dcp_sizes or (TOKEN_STREAM_DCP,))
+
+    def sizes_of(self, scenario: Scenario) -> tuple[int, ...]:
+        """The DCP sizes ``scenario`` runs at: one ``CaseResult`` each, in this order."""
+        return self.dcp_sizes or scenario.dcp_sizes
+
+    def token_stream_replay(self) -> str:
+        return f"dcpcheck hash --dcp 1,{self.token_stream_dcp} --kernel {self.kernel_name}"
+
+    def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
+        options = f" --seed {self.seed}" if self.seed is not None else ""
+        if self.ds_mla_scale is not None:
+            options += f" --ds-mla-scale {self.ds_mla_scale.value}"
+        options += self.oracle_flag
+        if scenario.source is not None and scenario.source.parent.name != "scenarios":
+            return f"dcpcheck repro {scenario.source} --kernel {self.kernel_name}{options}"
+        return (
+            f"dcpcheck run --scenario {scenario.name} --dcp {dcp_size} "
+            f"--kernel {self.kernel_name}{options}"
+        )
+
+
+def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
+    """The fp8_ds_mla tile-scale rule ``kernel`` says it writes, or None if it says none.
+
+    A kernel declares it with a ``ds_mla_scale`` attribute (a ``DsMlaScale`` or its value):
+    a release adapter sets it for the releases it wraps, since a kernel's API does not say
+    which rule its code writes. ``ValueError`` for anything else, so a typo in a
+    declaration is not quietly read as "no rule".
+    """
+    declared = getattr(kernel, "ds_mla_scale", None)
+    if declared is None or isinstance(declared, DsMlaScale):
+        return declared
+    try:
+        return DsMlaScale(declared)
+    except ValueError:
+        known = ", ".join(repr(rule.value) for rule in DsMlaScale)
+        raise ValueError(
+            f"the kernel declares ds_mla_scale = {declared!r}; expected one of {known}"
+        ) from None
+
+
+def effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object) -> DsMlaScale:
+    """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands of ``kernel``.
+
+    Precedence, first that names one: the run's ``--ds-mla-scale`` (``config``), the
+    kernel's own declaration (:func:`declared_ds_mla_scale`), the scenario's
+    ``ds_mla_scale`` key, then DESIGN's default ``amax``. The option is the user's explicit
+    ask for this run. A declaration is a fact of the kernel - a released vLLM kernel writes
+    the rule its source writes (dcpcheck.kernels.releases), so the release is judged by its own
+    rule on every scenario. A scenario's key (written to test a rule, or saved from a
+    failure) decides for the kernels that write whatever they are asked, as the project's
+    kernel does.
+
+    ``kernel`` is what the runner holds: a protocol kernel, or an ``IsolatedKernel``,
+    which carries its worker's kernel's declaration (``dcpcheck.harness.isolation``), so the
+    parent and the worker resolve alike.
+    """
+    for rule in (config.ds_mla_scale, declared_ds_mla_scale(kernel), scenario.ds_mla_scale):
+        if rule is not None:
+            return rule
+    return DsMlaScale.AMAX
+
+
+def with_effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object) -> Scenario:
+    """``scenario`` as it runs: an fp8_ds_mla one with its effective tile-scale rule written
+    into ``ds_mla_scale`` (so the cases, a saved failure and its replay use that rule); a
+    scenario of another layout unchanged (it has no tile scales, and may not name a rule)."""
+    if scenario.cache_layout is not CacheLayout.FP8_DS_MLA:
+        return scenario
+    rule = effective_ds_mla_scale(scenario, config, kernel)
+    if scenario.ds_mla_scale is rule:
+        return scenario
+    return dataclasses.replace(scenario, ds_mla_scale=rule)
+
+
+@dataclass
+class CaseResult:
+    """The verdict of one scenario at one DCP size."""
+
+    scenario: str
+    dcp_size: int
+    status: str  # one of STATUSES
+    checks: list[checks.CheckResult] = field(default_factory=list)
+    error: str | None = None  # what went wrong, for status "error", "crash", "timeout"
+    replay: str = ""
+    seconds: float = 0.0  # wall time; reported on screen, never in JSON (determinism)
+    ownership: dict[str, int] = field(default_factory=dict)  # rank launches by mapping shape
+
+    @property
+    def failed_checks(self) -> list[checks.CheckResult]:
+        return [c for c in self.checks if not c.passed and c.skipped is None]
+
+
+class KernelError(RuntimeError):
+    """The kernel under test raised; the case fails with this text, the run goes on."""
+
+
+@runtime_checkable
+class CaseRunner(Protocol):
+    """A kernel under test that runs whole cases elsewhere and returns their verdicts
+    (``dcpcheck.harness.isolation.IsolatedKernel``: a worker process)."""
+
+    def run_cases(self, scenario: Scenario, config: RunConfig) -> Iterator[CaseResult]:
+        """What ``run_scenario`` yields for this kernel, one result per DCP size."""
+        ...
+
+    def run_token_streams(self, config: RunConfig) -> CaseResult:
+        """What ``token_stream_case`` returns for this kernel."""
+        ...
+
+
+KernelUnderTest = Kernel | CaseRunner
+"""What the runner accepts: a protocol kernel run here, or a ``CaseRunner``."""
+
+Buffers = TypeVar("Buffers", FusedOpInputs, FusedOpOutputs)
+
+
+def own_handles(buffers: Buffers) -> Buffers:
+    """A copy of ``buffers`` (inputs or outputs) whose tensors are new objects over the
+    same memory, for the kernel to be called with.
+
+    The kernel reads and writes through them exactly as through the originals, but
+    rebinding a field (``outputs.kv_out = ...``) or changing a tensor's shape in place
+    (``resize_``) changes only its copy. The checks read the harness's own tensors, so such
+    a kernel fails them (its outputs unwritten) instead of breaking them.
+    """
+    tensors = {
+        name: value.view_as(value)
+        for name, value in vars(buffers).items()
+        if isinstance(value, torch.Tensor)
+    }
+    return dataclasses.replace(buffers, **tensors)
+
+
+def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
+    """Launch every rank in order; return the inputs any launch modified (then restored)."""
+    changes = []
+    for launch in case.ranks:
+        before = snapshot_inputs(launch.inputs)
+        try:
+            kernel(own_handles(launch.inputs), own_handles(launch.outputs), launch.caches)
+        # Any exception of the kernel under test is its failure, sys.exit() included; only
+        # Ctrl-C (KeyboardInterrupt) stops the run.
+        except (Exception, SystemExit) as exc:
+            raise KernelError(f"rank {launch.rank}: {type(exc).__name__}: {exc}") from exc
+        found = checks.input_changes(launch, before)
+        for finding in found:
+            getattr(launch.inputs, finding.field).copy_(before[finding.field])
+        changes += found
+    return changes
+
+
+def output_guard_findings(case: Case) -> list[checks.Finding]:
+    """Writes into the guard rows around each output (``case.GuardedOutput``), per rank."""
+    findings = []
+    for launch in case.ranks:
+        for name, output in launch.output_guards.items():
+            for w in output.guard_writes():
+                edge = "start" if w.side == "before" else "end"
+                findings.append(
+                    checks.Finding(
+                        name,
+                        launch.rank,
+                        f"{w.bytes_changed} byte(s) written {w.side} the output's {edge} "
+                        f"(guard rows; first at row {w.row})",
+                        max_error=f"{w.bytes_changed} bytes",
+                        count=w.bytes_changed,
+                    )
+                )
+    return findings
+
+
+def _with_output_guards(results: list[checks.CheckResult], case: Case) -> list[checks.CheckResult]:
+    """``stray_write_checks``' results, its ``guard_bands`` (caches) extended by the
+    output guards: one check for every out-of-bounds write, whatever buffer it hit."""
+    outputs = tuple(output_guard_findings(case))
+    return [
+        checks.CheckResult(r.check, r.findings + outputs) if r.check == "guard_bands" else r
+        for r in results
+    ]
+
+
+def check_case(
+    case: Case, baseline: Case, input_changes: list[checks.Finding], oracle: bool = True
+) -> list[checks.CheckResult]:
+    """Every contract check of DESIGN §2 on one launched case.
+
+    ``oracle=False`` (``--oracle off``) judges the kernel against its own DCP1 run alone,
+    for a kernel whose encoding no oracle variant knows: the checks that compare with the
+    oracle are replaced by their oracle-free forms (``dcpcheck.harness.checks`` docstring), the
+    rest are the same checks.
+    """
+    if oracle:
+        encodings = checks.TokenEncodings.from_oracle(case)
+    else:
+        encodings = checks.TokenEncodings.from_dcp1_run(case, baseline)
+    return [
+        checks.check_outputs(case) if oracle else checks.check_outputs_written(case),
+        checks.check_topk(case),
+        checks.check_cache_owned(case) if oracle else checks.check_cache_written(case),
+        *_with_output_guards(checks.stray_write_checks(case, encodings), case),
+        checks.check_inputs_unmodified(input_changes),
+        checks.check_ranks_agree(case, baseline),
+        checks.check_shards_reassemble(case, baseline),
+    ]
+
+
+def _ownership_shapes(case: Case) -> dict[str, int]:
+    """How many rank launches saw an all-negative, mixed or fully-owned slot mapping."""
+    shapes = {"all_negative": 0, "mixed": 0, "fully_owned": 0}
+    real = case.mappings.owner >= 0
+    for rank in range(case.dcp_size):
+        owned = (case.mappings.per_rank[rank] >= 0) & real
+        if not owned.any():
+            shapes["all_negative"] += 1
+        elif bool(owned.sum() == real.sum()):
+            shapes["fully_owned"] += 1
+        else:
+            shapes["mixed"] += 1
+    return shapes
+
+
+@dataclass
+class Launched:
+    """A case after its launch: what :func:`judge` reads. ``error`` is the kernel's
+    exception as ``launch_all`` words it (then ``changes`` is empty)."""
+
+    case: Case
+    changes: list[checks.Finding]
+    error: str | None
+    seconds: float
+
+
+def launch(kernel: Kernel, case: Case) -> Launched:
+    """Launch every rank of ``case`` (``launch_all``), timed, the kernel's error kept."""
+    start = time.perf_counter()
+    try:
+        changes = launch_all(kernel, case)
+    except KernelError as exc:
+        return Launched(case, [], str(exc), time.perf_counter() - start)
+    return Launched(case, changes, None, time.perf_counter() - start)
+
+
+def judge(
+    kernel: object, scenario: Scenario, config: RunConfig, launched: Launched, baseline: Launched
+) -> CaseResult:
+    """The verdict of one launched case against its DCP1 ``baseline``: the one place a case
+    is judged, whether its ranks ran here (:func:`run_scenario`, the isolated worker, the
+    pytest plugin) or in separate processes (``dcpcheck.distributed``).
+
+    The contract checks (``check_case``), with what ``kernel``'s adapter cannot express
+    reported as skipped; an error of this case or of its baseline is the verdict instead.
+    """
+    case = launched.case
+    result = CaseResult(
+        scenario.name,
+        case.dcp_size,
+        "pass",
+        replay=config.replay_command(scenario, case.dcp_size),
+        ownership=_ownership_shapes(case),
+    )
+    start = time.perf_counter()
+    if launched.error is not None:
+        result.status, result.error = "error", launched.error
+    elif baseline.error is not None:
+        result.status = "error"
+        result.error = f"the DCP1 baseline run failed: {baseline.error}"
+    else:
+        result.checks = apply_limitations(
+            check_case(case, baseline.case, launched.changes, config.oracle),
+            kernel_limitations(kernel, [rank.inputs for rank in case.ranks]),
+        )
+        if result.failed_checks:
+            result.status = "fail"
+    result.seconds = launched.seconds + time.perf_counter() - start
+    return result
+
+
+def run_scenario(
+    kernel: KernelUnderTest, scenario: Scenario, config: RunConfig, backend: Backend
+) -> Iterator[CaseResult]:
+    """Yield one ``CaseResult`` per DCP size of ``scenario`` (DCP1 baseline run first)."""
+    scenario = with_effective_ds_mla_scale(scenario, config, kernel)
+    if isinstance(kernel, CaseRunner):
+        yield from kernel.run_cases(scenario, config)
+        return
+    seed = scenario.seed if config.seed is None else config.seed
+    act = make_activations(scenario, seed, backend.device)
+    expected = run_oracle(scenario, act)
+
+    def launched(dcp_size: int) -> Launched:
+        start = time.perf_counter()  # a case's time includes building its buffers
+        case = build_case(
+            scenario, dcp_size, backend.device, seed=seed, activations=act, expected=expected
+        )
+        return dataclasses.replace(launch(kernel, case), seconds=time.perf_counter() - start)
+
+    baseline = launched(1)
+    for dcp_size in config.sizes_of(scenario):
+        yield judge(
+            kernel, scenario, config, baseline if dcp_size == 1 else launched(dcp_size), baseline
+        )
+
+
+def token_stream_case(kernel: KernelUnderTest, config: RunConfig, backend: Backend) -> CaseResult:
+    """The end-to-end check (DESIGN §5) as one more case: the tiny MLA model's greedy
+    token streams at DCP1 and at the largest requested DCP size must hash identically."""
+    if isinstance(kernel, CaseRunner):
+        return kernel.run_token_streams(config)
+    dcp_size = config.token_stream_dcp
+    result = CaseResult(TOKEN_STREAM_CASE, dcp_size, "pass", replay=config.token_stream_replay())
+    start = time.perf_counter()
+    try:
+        comparison = compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
+    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
+        result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
+    else:
+        findings: tuple[checks.Finding, ...] = ()
+        if not comparison.identical:
+            d = comparison.first_divergence
+            findings = (checks.Finding("tokens", d.rank, d.describe()),)
+            result.status = "fail"
+        result.checks = [checks.CheckResult("token_streams", findings)]
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def run(
+    kernel: KernelUnderTest,
+    scenarios: Sequence[Scenario],
+    config: RunConfig,
+    backend: Backend,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Run every scenario; ``on_result`` sees each result as it lands (progress, partial
+    reports). Stops after the first failing case when ``config.fail_fast``."""
+    results: list[CaseResult] = []
+    for scenario in scenarios:
+        for result in run_scenario(kernel, scenario, config, backend):
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+            if config.fail_fast and result.status != "pass":
+                return results
+    return results

@@ -1,0 +1,117 @@
+"""Machine-readable reports: JSON and JUnit XML, written atomically and deterministically.
+
+Same inputs and seed give the same bytes: no timestamps, no wall times, sorted keys.
+A report is written to a temporary file beside its target and renamed over it, so a
+reader (CI, a crashed run's post-mortem) never sees half a file.
+
+Both say whether the oracle judged the run (``--oracle on|off``: JSON ``"oracle"``, a JUnit
+suite property), and a check judged in its oracle-free form says what it compared with
+instead (JSON ``"without_oracle"``, a JUnit testcase property), so a pass without the
+oracle never reads as a pass against it.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+
+from dcpcheck import __version__
+from dcpcheck.harness.checks import format_finding
+from dcpcheck.harness.runner import STATUSES, CaseResult
+
+UNCHECKED_STATUSES = ("error", "crash", "timeout")
+"""Statuses of a case whose checks never ran: the kernel raised, its worker died, or it
+ran out of time. JUnit reports each as one ``<error>`` whose ``type`` is the status."""
+
+
+def summarize(results: list[CaseResult]) -> dict[str, int]:
+    """Cases, then a count per status, every status present (a stable JSON schema)."""
+    counts = {"cases": len(results), **dict.fromkeys(STATUSES, 0)}
+    for r in results:
+        counts[r.status] += 1
+    return counts
+
+
+def _case_json(r: CaseResult) -> dict:
+    return {
+        "scenario": r.scenario,
+        "dcp": r.dcp_size,
+        "status": r.status,
+        "error": r.error,
+        "replay": r.replay,
+        "checks": [
+            {
+                "check": c.check,
+                "status": "skip" if c.skipped else ("pass" if c.passed else "fail"),
+                "skipped": c.skipped,
+                "without_oracle": c.without_oracle,
+                "findings": [asdict(f) for f in c.findings],
+            }
+            for c in r.checks
+        ],
+    }
+
+
+def oracle_word(oracle: bool) -> str:
+    """How reports spell ``RunConfig.oracle``: as the ``--oracle`` option does."""
+    return "on" if oracle else "off"
+
+
+def to_json(
+    results: list[CaseResult], *, kernel: str, backend: str, partial: bool, oracle: bool = True
+) -> str:
+    doc = {
+        "dcpcheck": __version__,
+        "kernel": kernel,
+        "backend": backend,
+        "oracle": oracle_word(oracle),
+        "partial": partial,
+        "summary": summarize(results),
+        "cases": [_case_json(r) for r in results],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def to_junit(results: list[CaseResult], *, kernel: str, partial: bool, oracle: bool = True) -> str:
+    """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
+    ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``)."""
+    suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
+    properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="oracle", value=oracle_word(oracle))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for r in results:
+        classname = f"{r.scenario}[dcp{r.dcp_size}]"
+        if r.status in UNCHECKED_STATUSES:
+            case = ET.SubElement(suite, "testcase", classname=classname, name="launch")
+            error = ET.SubElement(case, "error", type=r.status, message=r.error or "")
+            error.text = r.replay
+            counts["tests"] += 1
+            counts["errors"] += 1
+            continue
+        for c in r.checks:
+            case = ET.SubElement(suite, "testcase", classname=classname, name=c.check)
+            counts["tests"] += 1
+            if c.without_oracle:
+                ET.SubElement(
+                    ET.SubElement(case, "properties"),
+                    "property",
+                    name="without_oracle",
+                    value=c.without_oracle,
+                )
+            if c.skipped:
+                ET.SubElement(case, "skipped", message=c.skipped)
+                counts["skipped"] += 1
+            elif c.findings:
+                lines = [format_finding(c.check, f) for f in c.findings]
+                first = lines[0]
+                ET.SubElement(case, "failure", message=first).text = "\n".join(
+                    [*lines, f"replay: {r.replay}"]
+                )
+                counts["failures"] += 1
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    if partial:
+        ET.SubElement(properties, "property", name="partial", value="true")
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

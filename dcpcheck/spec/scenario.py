@@ -1,0 +1,516 @@
+"""Named scenarios: one TOML file each in ``scenarios/``, read strictly.
+
+A scenario fixes everything a run needs besides the kernel: model shape, dtypes, cache
+layout, indexer mode, the DCP layouts to try and the batch of requests. Files are read
+strictly because a typo that silently falls back to a default (``blok_size = 1``) would
+make a check pass for the wrong reason: every unknown key, wrong type and out-of-range
+value is an error, reported on one line that names the file and the key.
+
+Parsing checks what each value *is* (types, per-request counts); ``Scenario`` itself
+checks that the values fit together (layouts, presets, positions), so a scenario built or
+changed in code (``dataclasses.replace`` for a ``--dcp`` override or a shrunk failure) is
+held to the same rules as one read from a file.
+
+File format (``scenario_to_toml`` writes exactly this, keys in this order)::
+
+    name = "decode-single-dcp4"       # must equal the file stem
+    description = "what it catches"
+    preset = "small-neox"             # a key of dcpcheck.contract.PRESETS
+    dtype = "bfloat16"                # or "float16"
+    cache_layout = "auto"             # or "fp8" (needs mla_scale), "fp8_ds_mla"
+    mla_scale = 0.3                   # only with cache_layout = "fp8"
+    ds_mla_scale = "pow2"             # optional, only with cache_layout = "fp8_ds_mla":
+                                      #   "amax" or "pow2" (DS_MLA_SCALE_KEY says more)
+    indexer = "sharded"               # or "replicated", "none" (a shared layer)
+    block_size = 16
+    interleave = 1                    # optional, default 1
+    dcp = [1, 2, 4]                   # DCP sizes to run
+    seed = 0
+    values = "normal"                 # optional: or "zero-rows", "fp8-saturating",
+                                      #   "exact-ties" (VALUE_REGIMES: the token values)
+    block_table = "identity"          # optional, or "shuffled"
+    profiling = false                 # optional: a call with no slot mapping
+    padding = 0                       # optional: CUDA-graph padding rows
+
+    [[requests]]                      # one or more
+    prefix = 37                       # optional, default 0: tokens already cached
+    new = 1                           # tokens computed in this step
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+import re
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+
+from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset, mla_entry_bytes
+from dcpcheck.spec.dcp import (
+    Batch,
+    BatchError,
+    BlockTables,
+    DcpLayout,
+    DcpLayoutError,
+    Request,
+    build_block_tables,
+)
+
+SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
+"""The scenarios shipped with the repository."""
+
+DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+"""Activation dtypes a scenario may name."""
+
+INDEXER_MODES = ("sharded", "replicated", "none")
+"""``sharded``: the indexer cache uses the MLA cache's DCP mapping; ``replicated``: every rank
+stores every token at its DCP1 slot; ``none``: a shared layer with no indexer at all."""
+
+VALUE_REGIMES = ("normal", "zero-rows", "fp8-saturating", "exact-ties")
+"""How ``case.make_activations`` fills the token values (details in its docstring):
+``normal``: seeded Gaussian rows; ``zero-rows``: every even row of ``q_c``/``kv_c``/``index_k``
+is zero (the norms' ``eps`` keeps them finite); ``fp8-saturating``: kv weights and ``k_pe``
+scaled so every token's ``kv_out`` and ``kpe_out`` rows reach far beyond ``448 * s`` for any
+per-tensor fp8 scale ``s <= 1``; ``exact-ties``: small-integer rows whose RMSNorm is exact in
+fp32 and lands 3/8 of the outputs exactly on rounding ties of the output dtype. Part of the
+scenario, so a failure found in one regime replays in it."""
+
+DS_MLA_SCALE_KEY = "ds_mla_scale"
+"""The fp8_ds_mla tile-scale rule a scenario demands (``contract.DsMlaScale``: ``"amax"`` as
+vLLM wrote it up to 0.30.0, ``"pow2"`` from 0.31.0 on). Optional: unset, the rule comes
+from ``--ds-mla-scale`` or the kernel's own declaration, else ``amax``
+(``runner.effective_ds_mla_scale``); set, it beats the kernel's declaration and yields
+only to ``--ds-mla-scale``. Only allowed with ``cache_layout = "fp8_ds_mla"``, like
+``mla_scale`` with ``fp8``: in a file of another layout it would do nothing, and a key
+that does nothing reads as if it mattered. (The run-wide ``--ds-mla-scale`` and a
+kernel's declaration span scenarios of every layout, so those are ignored, not refused,
+where the layout has no tile scales.) Saved failures always spell it out, so a replay
+uses the rule the failing run used."""
+
+BLOCK_TABLE_MODES = ("identity", "shuffled")
+"""``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""Scenario names are file stems and CLI arguments: no spaces, slashes or glob characters."""
+
+_DCP_LAYOUT_KEYS = {"block_size": "block_size", "dcp_size": "dcp", "interleave": "interleave"}
+"""DcpLayoutError.field -> the scenario key that set it."""
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run. The message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One named, replayable configuration of the harness (see module docstring)."""
+
+    name: str
+    description: str
+    preset: str
+    dtype: str
+    cache_layout: CacheLayout
+    mla_scale: float | None
+    indexer: str
+    block_size: int
+    interleave: int
+    dcp_sizes: tuple[int, ...]
+    seed: int
+    block_table: str
+    profiling: bool
+    batch: Batch
+    values: str = "normal"
+    ds_mla_scale: DsMlaScale | None = None  # None: not named here (DS_MLA_SCALE_KEY)
+    source: Path | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self._check_names()
+        self._check_cache()
+        self._check_layouts()
+        self._check_positions()
+        if self.seed < 0:
+            self._fail("seed", f"must be >= 0, got {self.seed}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def model(self) -> ModelPreset:
+        return PRESETS[self.preset]
+
+    @property
+    def has_indexer(self) -> bool:
+        return self.indexer != "none"
+
+    def layout(self, dcp_size: int) -> DcpLayout:
+        """The DCP layout of this scenario at one DCP size."""
+        return DcpLayout(self.block_size, dcp_size, self.interleave)
+
+    def block_tables(self, dcp_size: int) -> BlockTables:
+        """Block tables at one DCP size: identity, or shuffled with this scenario's seed."""
+        shuffle_seed = self.seed if self.block_table == "shuffled" else None
+        return build_block_tables(self.batch, self.block_size, dcp_size, shuffle_seed)
+
+    def _fail(self, key: str, problem: str) -> NoReturn:
+        where = _display(self.source) if self.source is not None else f"scenario {self.name!r}"
+        raise ScenarioError(f"{where}: key '{key}': {problem}")
+
+    def _check_names(self) -> None:
+        if NAME_PATTERN.fullmatch(self.name) is None:
+            self._fail("name", f"{self.name!r} is not a valid name ({NAME_PATTERN.pattern})")
+        if not self.description.strip():
+            self._fail("description", "must say what the scenario catches, got a blank string")
+        if self.preset not in PRESETS:
+            self._fail("preset", f"unknown preset {self.preset!r} (known: {_known(PRESETS)})")
+        if self.dtype not in DTYPES:
+            self._fail("dtype", f"unknown dtype {self.dtype!r} (known: {_known(DTYPES)})")
+        if self.indexer not in INDEXER_MODES:
+            self._fail("indexer", f"unknown mode {self.indexer!r} (known: {_known(INDEXER_MODES)})")
+        if self.values not in VALUE_REGIMES:
+            self._fail("values", f"unknown regime {self.values!r} (known: {_known(VALUE_REGIMES)})")
+        if self.block_table not in BLOCK_TABLE_MODES:
+            self._fail(
+                "block_table",
+                f"unknown mode {self.block_table!r} (known: {_known(BLOCK_TABLE_MODES)})",
+            )
+
+    def _check_cache(self) -> None:
+        if self.cache_layout is CacheLayout.FP8:
+            if self.mla_scale is None:
+                self._fail("mla_scale", "required with cache_layout 'fp8' (the per-tensor scale)")
+            elif not (math.isfinite(self.mla_scale) and self.mla_scale > 0):
+                self._fail("mla_scale", f"must be finite and > 0, got {self.mla_scale}")
+        elif self.mla_scale is not None:
+            self._fail(
+                "mla_scale",
+                f"only allowed with cache_layout 'fp8', not {self.cache_layout.value!r}",
+            )
+        if self.ds_mla_scale is not None:
+            if not isinstance(self.ds_mla_scale, DsMlaScale):
+                self._fail(DS_MLA_SCALE_KEY, f"expected a DsMlaScale, got {self.ds_mla_scale!r}")
+            if self.cache_layout is not CacheLayout.FP8_DS_MLA:
+                self._fail(
+                    DS_MLA_SCALE_KEY,
+                    f"only allowed with cache_layout 'fp8_ds_mla', not "
+                    f"{self.cache_layout.value!r} (no other layout has tile scales)",
+                )
+        model = self.model
+        try:
+            mla_entry_bytes(self.cache_layout, model.kv_lora_rank, model.rope_dim, self.torch_dtype)
+        except ValueError as error:
+            self._fail(
+                "cache_layout", f"{self.cache_layout.value!r} with preset {model.name!r}: {error}"
+            )
+
+    def _check_layouts(self) -> None:
+        if not self.dcp_sizes:
+            self._fail("dcp", "needs at least one DCP size")
+        if len(set(self.dcp_sizes)) != len(self.dcp_sizes):
+            self._fail("dcp", f"repeats a DCP size: {list(self.dcp_sizes)}")
+        for dcp_size in self.dcp_sizes:
+            try:
+                self.layout(dcp_size)
+            except DcpLayoutError as error:
+                self._fail(_DCP_LAYOUT_KEYS[error.field], str(error))
+
+    def _check_positions(self) -> None:
+        if not self.batch.requests:
+            self._fail("requests", "needs at least one request")
+        max_position = self.model.max_position
+        for index, request in enumerate(self.batch.requests):
+            last = request.length - 1
+            if last >= max_position:
+                self._fail(
+                    f"requests[{index}]",
+                    f"last position {last} (prefix {request.prefix} + new {request.new} - 1) is "
+                    f"past preset {self.preset!r} max_position {max_position} (positions "
+                    f"0..{max_position - 1})",
+                )
+
+
+# ---------------------------------------------------------------------------------------
+# Reading
+
+
+def _display(path: Path) -> str:
+    """A path as the user most likely typed it: relative to the working directory if inside."""
+    cwd = Path.cwd()
+    return (
+        str(path.relative_to(cwd)) if path.is_absolute() and path.is_relative_to(cwd) else str(path)
+    )
+
+
+def _known(names: Sequence[str] | dict[str, Any]) -> str:
+    return ", ".join(sorted(names))
+
+
+_TOML_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),  # before int: bool is a subclass of int
+    (int, "integer"),
+    (float, "float"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "table"),
+)
+
+
+def _toml_type(value: object) -> str:
+    for python_type, toml_name in _TOML_TYPE_NAMES:
+        if isinstance(value, python_type):
+            return toml_name
+    return "date/time"
+
+
+def _toml_literal(value: object) -> str:
+    """A value written back the way TOML spells it, for error messages and for writing."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
+    return str(value) if isinstance(value, int | float) else repr(value)
+
+
+_REQUIRED = object()
+"""Default of a key that must be present."""
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One allowed key of a TOML table: the value's expected type and, if optional, its default."""
+
+    expected: str  # TOML type name(s), for messages
+    accepts: Callable[[object], bool]
+    default: object = _REQUIRED
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _string(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, float) or _integer(value)
+
+
+def _boolean(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def _integer_array(value: object) -> bool:
+    return isinstance(value, list) and all(_integer(v) for v in value)
+
+
+def _table_array(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+_TOP_LEVEL_KEYS: dict[str, _Key] = {
+    "name": _Key("string", _string),
+    "description": _Key("string", _string),
+    "preset": _Key("string", _string),
+    "dtype": _Key("string", _string),
+    "cache_layout": _Key("string", _string),
+    "mla_scale": _Key("float", _number, None),
+    DS_MLA_SCALE_KEY: _Key("string", _string, None),
+    "indexer": _Key("string", _string),
+    "block_size": _Key("integer", _integer),
+    "interleave": _Key("integer", _integer, 1),
+    "dcp": _Key("array of integers", _integer_array),
+    "seed": _Key("integer", _integer),
+    "values": _Key("string", _string, "normal"),
+    "block_table": _Key("string", _string, "identity"),
+    "profiling": _Key("boolean", _boolean, False),
+    "padding": _Key("integer", _integer, 0),
+    "requests": _Key("array of tables ([[requests]])", _table_array),
+}
+
+_REQUEST_KEYS: dict[str, _Key] = {
+    "prefix": _Key("integer", _integer, 0),
+    "new": _Key("integer", _integer),
+}
+
+
+def _read_table(
+    table: dict[str, Any], keys: dict[str, _Key], where: str, key_prefix: str = ""
+) -> dict[str, Any]:
+    """``table`` with defaults filled in, after rejecting unknown, missing and mistyped keys."""
+    for key in table:
+        if key not in keys:
+            raise ScenarioError(
+                f"{where}: key '{key_prefix}{key}': unknown key (known: {_known(keys)})"
+            )
+    values = {}
+    for key, spec in keys.items():
+        if key not in table:
+            if spec.default is _REQUIRED:
+                raise ScenarioError(f"{where}: key '{key_prefix}{key}': required but missing")
+            values[key] = spec.default
+            continue
+        value = table[key]
+        if not spec.accepts(value):
+            raise ScenarioError(
+                f"{where}: key '{key_prefix}{key}': expected {spec.expected}, got "
+                f"{_toml_literal(value)} ({_toml_type(value)})"
+            )
+        values[key] = value
+    return values
+
+
+def _read_batch(requests: list[dict[str, Any]], padding: int, where: str) -> Batch:
+    parsed = []
+    for index, table in enumerate(requests):
+        key_prefix = f"requests[{index}]."
+        values = _read_table(table, _REQUEST_KEYS, where, key_prefix)
+        try:
+            parsed.append(Request(prefix=values["prefix"], new=values["new"]))
+        except BatchError as error:
+            raise ScenarioError(f"{where}: key '{key_prefix}{error.field}': {error}") from None
+    try:
+        return Batch(tuple(parsed), padding=padding)
+    except BatchError as error:
+        raise ScenarioError(f"{where}: key '{error.field}': {error}") from None
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate one scenario file; its ``name`` must equal the file's stem."""
+    path = Path(path)
+    where = _display(path)
+    if not path.is_file():
+        raise ScenarioError(f"{where}: no such scenario file")
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
+
+    values = _read_table(table, _TOP_LEVEL_KEYS, where)
+    if values["name"] != path.stem:
+        raise ScenarioError(
+            f"{where}: key 'name': {values['name']!r} does not match the file name "
+            f"(expected {path.stem!r}, so --scenario and the file agree)"
+        )
+    layouts = {layout.value: layout for layout in CacheLayout}
+    if values["cache_layout"] not in layouts:
+        raise ScenarioError(
+            f"{where}: key 'cache_layout': unknown layout {values['cache_layout']!r} "
+            f"(known: {_known(layouts)})"
+        )
+    mla_scale = values["mla_scale"]
+    rules = {rule.value: rule for rule in DsMlaScale}
+    ds_mla_scale = values[DS_MLA_SCALE_KEY]
+    if ds_mla_scale is not None and ds_mla_scale not in rules:
+        raise ScenarioError(
+            f"{where}: key '{DS_MLA_SCALE_KEY}': unknown rule {ds_mla_scale!r} "
+            f"(known: {_known(rules)})"
+        )
+    return Scenario(
+        name=values["name"],
+        description=values["description"],
+        preset=values["preset"],
+        dtype=values["dtype"],
+        cache_layout=layouts[values["cache_layout"]],
+        mla_scale=None if mla_scale is None else float(mla_scale),
+        indexer=values["indexer"],
+        block_size=values["block_size"],
+        interleave=values["interleave"],
+        dcp_sizes=tuple(values["dcp"]),
+        seed=values["seed"],
+        block_table=values["block_table"],
+        profiling=values["profiling"],
+        batch=_read_batch(values["requests"], values["padding"], where),
+        values=values["values"],
+        ds_mla_scale=None if ds_mla_scale is None else rules[ds_mla_scale],
+        source=path,
+    )
+
+
+def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[Scenario]:
+    """The scenarios under ``root`` whose names match any of ``patterns``, sorted by name.
+
+    A pattern is a name or an ``fnmatch`` glob over names (``fp8-*``); no patterns means
+    every scenario. A pattern that matches nothing is an error, so a typo on the command
+    line never quietly runs zero scenarios.
+    """
+    paths = {path.stem: path for path in Path(root).glob("*.toml")}
+    chosen: set[str] = set()
+    for pattern in patterns:
+        matches = fnmatch.filter(paths, pattern)
+        if not matches:
+            raise ScenarioError(
+                f"{_display(Path(root))}: no scenario matches {pattern!r} "
+                f"(known: {_known(paths) or 'none'})"
+            )
+        chosen.update(matches)
+    names = sorted(chosen if patterns else paths)
+    return [load_scenario(paths[name]) for name in names]
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+
+_TOML_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for char in text:
+        if char in _TOML_ESCAPES:
+            out.append(_TOML_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def scenario_to_toml(scenario: Scenario) -> str:
+    """The TOML text of ``scenario``: every key spelled out, in the module docstring's order,
+    so that ``load_scenario`` of the written file gives back an equal scenario."""
+    s = scenario
+    top: list[tuple[str, object]] = [
+        ("name", s.name),
+        ("description", s.description),
+        ("preset", s.preset),
+        ("dtype", s.dtype),
+        ("cache_layout", s.cache_layout.value),
+    ]
+    if s.mla_scale is not None:
+        top.append(("mla_scale", float(s.mla_scale)))
+    if s.ds_mla_scale is not None:
+        top.append((DS_MLA_SCALE_KEY, s.ds_mla_scale.value))
+    top += [
+        ("indexer", s.indexer),
+        ("block_size", s.block_size),
+        ("interleave", s.interleave),
+        ("dcp", list(s.dcp_sizes)),
+        ("seed", s.seed),
+        ("values", s.values),
+        ("block_table", s.block_table),
+        ("profiling", s.profiling),
+        ("padding", s.batch.padding),
+    ]
+    lines = [f"{key} = {_toml_literal(value)}" for key, value in top]
+    for request in s.batch.requests:
+        lines += ["", "[[requests]]", f"prefix = {request.prefix}", f"new = {request.new}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,321 @@
+"""Property search: Hypothesis draws scenarios, the runner checks a kernel on each, and the
+first failure is shrunk to the simplest scenario that still fails and saved as a file.
+
+The property is the whole DCP contract: for a drawn scenario (``dcpcheck.workflows.strategies``)
+every ``CaseResult`` of ``runner.run_scenario`` passes. A failing or erroring case raises
+``ScenarioFailed``, which carries the scenario; Hypothesis shrinks it and re-raises the
+exception of its final replay, the minimal example, so the scenario comes straight from
+that exception.
+
+The shrunk scenario is written as an ordinary scenario file under
+``<home>/failures/`` (``home`` is ``.dcpcheck/`` in the working directory, or
+``$DCPCHECK_HOME``): ``name`` equals the file stem, the description says which checks
+failed on which fields, and the file loads with ``load_scenario`` and can be copied into
+``scenarios/`` as it is. It is read back and run once more before the search returns,
+so a saved failure is a replayed failure (``dcpcheck repro FILE``). Drawn scenarios name
+no fp8_ds_mla tile-scale rule (the run's option or the kernel's declaration decides it,
+``runner.effective_ds_mla_scale``); the saved file names the rule it failed under, so a
+replay with another kernel or without the option still runs that rule.
+
+Reproducibility: without an explicit seed Hypothesis runs from ``DEFAULT_SEED``, so the
+same kernel and options draw the same scenarios on every machine (CI), and ``seed``
+explores others. Hypothesis's ``derandomize=True`` would do the former but forbids an
+example database, and ``hypothesis.seed`` clears it; the settings below are applied
+*after* ``seed`` to put the database back. So a run is seeded *and* a re-run replays the
+last failure first, from ``<home>/hypothesis/<kernel>/`` (an empty home, as in CI, has
+nothing to replay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from dcpcheck import files
+from dcpcheck.backend import Backend
+from dcpcheck.contract import PRESETS, DsMlaScale, Kernel
+from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario, with_effective_ds_mla_scale
+from dcpcheck.spec.scenario import Scenario, load_scenario, scenario_to_toml
+from dcpcheck.workflows import strategies
+
+HOME_ENV = "DCPCHECK_HOME"
+"""Environment variable naming the run directory (default ``.dcpcheck`` in the cwd)."""
+
+DEFAULT_HOME = Path(".dcpcheck")
+
+FAILURES_DIR = "failures"
+"""Under home: shrunk failures, one scenario file each."""
+
+DATABASE_DIR = "hypothesis"
+"""Under home: Hypothesis's example database, one directory per kernel."""
+
+DEFAULT_SEED = 0
+"""Hypothesis seed of a run without ``--seed``: every such run draws the same scenarios."""
+
+OWNERSHIP_SHAPES = ("all_negative", "mixed", "fully_owned")
+"""Keys of ``CaseResult.ownership``: rank launches by the shape of their slot mapping."""
+
+SLUG_MAX = 40
+"""Longest kernel slug in a failure's name (a file path as ``--kernel`` can be long)."""
+
+HASH_HEX_DIGITS = 8
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How much a property search tries: examples, batch sizes, presets.
+
+    Counts and sizes are chosen for the time each profile may take with the default kernel:
+    on the CPU, Triton's interpreter runs a small case in ~0.05-0.2 s per rank launch.
+    """
+
+    name: str
+    examples: int
+    max_tokens: int  # rows per batch, padding included
+    max_requests: int
+    cpu_presets: tuple[str, ...]  # under Triton's interpreter
+    gpu_presets: tuple[str, ...]
+    description: str
+
+    def space(self, backend: Backend, dcp_sizes: tuple[int, ...] | None) -> strategies.SearchSpace:
+        presets = self.cpu_presets if backend.interpreted else self.gpu_presets
+        return strategies.SearchSpace(presets, self.max_tokens, self.max_requests, dcp_sizes)
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "smoke",
+            20,
+            4,
+            2,
+            strategies.SMALL_PRESETS,
+            strategies.SMALL_PRESETS,
+            "20 examples, <= 4 rows, <= 2 requests, small presets: a few seconds on the CPU",
+        ),
+        Profile(
+            "ci",
+            100,
+            8,
+            3,
+            strategies.SMALL_PRESETS,
+            strategies.SMALL_PRESETS,
+            "100 examples, <= 8 rows, <= 3 requests, small presets: about a minute on 2 CPU cores",
+        ),
+        Profile(
+            "thorough",
+            1000,
+            32,
+            4,
+            strategies.SMALL_PRESETS,
+            tuple(PRESETS),
+            "1000 examples, <= 32 rows, <= 4 requests; the real DeepSeek-V3.2 / GLM-5 "
+            "presets too on a GPU (small ones only on the CPU)",
+        ),
+    )
+}
+
+
+def default_home() -> Path:
+    """``$DCPCHECK_HOME`` if set, else ``.dcpcheck`` relative to the working directory."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """What one property search is asked to do."""
+
+    kernel_name: str
+    profile: Profile = PROFILES["ci"]
+    examples: int | None = None  # None: the profile's count
+    dcp_sizes: tuple[int, ...] | None = None  # None: drawn per scenario (1..8)
+    seed: int | None = None  # None: DEFAULT_SEED (reproducible); else explore with this seed
+    home: Path = field(default_factory=default_home)
+    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
+    oracle: bool = True  # --oracle off: each example judged against its own DCP1 run alone
+
+    @property
+    def max_examples(self) -> int:
+        return self.profile.examples if self.examples is None else self.examples
+
+    @property
+    def failures_dir(self) -> Path:
+        return self.home / FAILURES_DIR
+
+    @property
+    def database_dir(self) -> Path:
+        return self.home / DATABASE_DIR / kernel_slug(self.kernel_name)
+
+
+@dataclass
+class SearchResult:
+    """What a search did and, if the kernel failed, the shrunk failure and its replay."""
+
+    examples_run: int  # property calls: generated, replayed and shrinking examples alike
+    seconds: float
+    examples_to_first_failure: int | None  # None: no example failed
+    ownership: dict[str, int]  # rank launches by slot-mapping shape, over all examples
+    shrunk: Scenario | None = None  # the minimal failing scenario, as saved (source set)
+    saved_path: Path | None = None
+    failed_checks: tuple[str, ...] = ()  # checks the shrunk scenario fails ("error" if raised)
+    replay: list[CaseResult] = field(default_factory=list)  # the saved file, run again
+
+    @property
+    def passed(self) -> bool:
+        return self.shrunk is None
+
+    @property
+    def examples_per_second(self) -> float:
+        return self.examples_run / self.seconds if self.seconds > 0 else 0.0
+
+
+class ScenarioFailed(AssertionError):
+    """The property's failure: ``scenario`` has a failing or erroring case in ``results``."""
+
+    def __init__(self, scenario: Scenario, results: list[CaseResult]) -> None:
+        super().__init__(f"{scenario.name}: {', '.join(failure_summary(results))}")
+        self.scenario = scenario
+        self.results = results
+
+
+def kernel_slug(kernel_name: str) -> str:
+    """``regress/pre-54908`` -> ``regress-pre-54908``: a kernel name fit for a file name."""
+    slug = re.sub(r"[^A-Za-z0-9._]+", "-", kernel_name).strip("-.")
+    return slug[:SLUG_MAX].rstrip("-.") or "kernel"
+
+
+def failure_summary(results: list[CaseResult]) -> list[str]:
+    """One phrase per failing case: checks with the fields they failed on, or the error."""
+    phrases = []
+    for r in results:
+        if r.status == "error":
+            phrases.append(f"DCP{r.dcp_size}: the kernel raised ({r.error})")
+        elif r.status == "fail":
+            checks = []
+            for c in r.failed_checks:
+                fields = ", ".join(dict.fromkeys(f.field for f in c.findings))
+                first = c.findings[0]
+                where = f"rank {first.rank}" if first.rank is not None else "all ranks"
+                token = (
+                    f", token {first.token} {first.ownership}" if first.token is not None else ""
+                )
+                checks.append(f"{c.check} on {fields} (first: {where}{token})")
+            phrases.append(f"DCP{r.dcp_size}: " + "; ".join(checks))
+    return phrases
+
+
+def ownership_totals(results: list[CaseResult]) -> dict[str, int]:
+    """Rank launches by slot-mapping shape (``OWNERSHIP_SHAPES``), summed over ``results``."""
+    totals = dict.fromkeys(OWNERSHIP_SHAPES, 0)
+    for r in results:
+        for shape, count in r.ownership.items():
+            totals[shape] += count
+    return totals
+
+
+def failed_check_names(results: list[CaseResult]) -> tuple[str, ...]:
+    names = [c.check for r in results for c in r.failed_checks]
+    names += ["error"] * any(r.status == "error" for r in results)
+    return tuple(dict.fromkeys(names))
+
+
+def save_failure(scenario: Scenario, stem: str, description: str, directory: Path) -> Path:
+    """Write ``scenario`` as ``directory/<stem>-<hash>.toml`` (atomically), renamed and
+    described, so it loads as is and ``dcpcheck repro`` replays it; its path.
+
+    The hash is of the file's text under the name without the hash, so one failure always
+    gets one name and saving it twice overwrites one file.
+    """
+    unhashed = dataclasses.replace(scenario, name=stem, description=description, source=None)
+    digest = hashlib.sha256(scenario_to_toml(unhashed).encode()).hexdigest()[:HASH_HEX_DIGITS]
+    named = dataclasses.replace(unhashed, name=f"{stem}-{digest}")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{named.name}.toml"
+    files.write_atomic(path, scenario_to_toml(named))
+    return path
+
+
+def search(
+    kernel: Kernel,
+    config: SearchConfig,
+    backend: Backend,
+    on_example: Callable[[int], None] | None = None,
+) -> SearchResult:
+    """Run the property over ``config.max_examples`` drawn scenarios (plus replays and
+    shrinking); ``on_example`` sees the running count (progress)."""
+    space = config.profile.space(backend, config.dcp_sizes)
+    # Each scenario's own sizes and seed; the options' tile-scale rule (if given) and oracle.
+    run_config = RunConfig(
+        config.kernel_name, None, ds_mla_scale=config.ds_mla_scale, oracle=config.oracle
+    )
+    ownership = ownership_totals([])
+    examples_run = 0
+    first_failure: int | None = None
+
+    def contract_holds(scenario: Scenario) -> None:
+        nonlocal examples_run, first_failure
+        examples_run += 1
+        results = list(run_scenario(kernel, scenario, run_config, backend))
+        for shape, count in ownership_totals(results).items():
+            ownership[shape] += count
+        if on_example is not None:
+            on_example(examples_run)
+        if any(r.status != "pass" for r in results):
+            first_failure = first_failure or examples_run
+            raise ScenarioFailed(scenario, results)
+
+    hypothesis_settings = settings(
+        max_examples=config.max_examples,
+        deadline=None,  # kernel time varies with the interpreter, the GPU's warm-up
+        database=DirectoryBasedExampleDatabase(config.database_dir),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+        report_multiple_bugs=False,  # one shrunk failure, the one saved
+        verbosity=Verbosity.quiet,  # the result is reported by the caller
+        print_blob=False,
+    )
+    hypothesis_seed = DEFAULT_SEED if config.seed is None else config.seed
+    # seed() clears the database; the settings applied after it put it back (docstring).
+    test = hypothesis_settings(
+        seed(hypothesis_seed)(given(strategies.scenarios(space))(contract_holds))
+    )
+
+    start = time.perf_counter()
+    try:
+        test()
+    except ScenarioFailed as failure:
+        shrunk, failing = failure.scenario, failure.results
+    else:
+        return SearchResult(examples_run, time.perf_counter() - start, None, ownership)
+    seconds = time.perf_counter() - start
+
+    description = (
+        f"Found and shrunk by dcpcheck's property search: kernel {config.kernel_name} fails "
+        f"{' | '.join(failure_summary(failing))}. Replay: dcpcheck repro <this file> "
+        f"--kernel {config.kernel_name}{run_config.oracle_flag}"
+    )
+    stem = f"shrunk-{kernel_slug(config.kernel_name)}"
+    shrunk = with_effective_ds_mla_scale(shrunk, run_config, kernel)  # the rule it failed under
+    path = save_failure(shrunk, stem, description, config.failures_dir)
+    saved = load_scenario(path)
+    replay = list(run_scenario(kernel, saved, run_config, backend))
+    return SearchResult(
+        examples_run,
+        seconds,
+        first_failure,
+        ownership,
+        shrunk=saved,
+        saved_path=path,
+        failed_checks=failed_check_names(failing),
+        replay=replay,
+    )

@@ -1,0 +1,505 @@
+"""``dcpcheck selftest``: prove the harness catches every mutant of the project's own kernel.
+
+A harness that passes a correct kernel proves little until it is shown to fail wrong
+ones. ``dcpcheck.kernels.variants.MUTANTS`` is a catalog of wrong ones: the two DCP bugs that
+shipped (``regress/...``) and small, realistic slips of the same Triton kernel
+(``mutant/...``), each one ``MUTATION`` constexpr away from the correct kernel. The
+selftest runs the harness against each and reports, per mutant, whether it was caught,
+by which check on which field, after how many property examples, and how small the
+shrunk failure is.
+
+Strategy per kernel:
+
+1. the shipped named scenarios, cheapest first (``scenario_cost``), stopping at the first
+   failing case: "examples to the first failure" is 0;
+2. only if none fails, the property search (``dcpcheck.workflows.search``) with the profile's
+   example count; the shrunk failure is then replayed on the correct kernel, and counts as
+   a catch only if the correct kernel passes it (otherwise the harness, not the mutant, is
+   at fault).
+
+The correct kernel (``default``) runs first through the same named scenarios and the same
+property search, so every check that catches a mutant is known to pass the correct kernel.
+
+Verdict: the selftest passes only when the correct kernel passes and every mutant is
+caught. A mutant that cannot show in this run (``GPU_SCALE_MUTATIONS`` on the CPU, or on a
+GPU outside the ``thorough`` profile) is reported as skipped with the reason: it is never
+counted as caught, and it does not fail the run.
+
+GPU-sized case
+--------------
+32-bit address arithmetic only goes wrong past 2^31 bytes into the cache: at 3.3M
+fp8_ds_mla slots. ``address_overflow_scenario`` builds the smallest scenario that gets
+there: one short request whose block table points at a block just past that mark, so the
+cache is 2.1 GB per rank but only 7 positions are written. With the harness's pristine
+copy of every cache and three rank launches (DCP1, and DCP2's two ranks) that is about
+13 GB of device memory, so the ``thorough`` profile adds it on a GPU only. (Measured on
+2 CPU cores at DCP1 alone: 20 s and 6.6 GB under the interpreter; the 32-bit mutant fails
+``cache_owned`` there, the correct kernel passes.) No shipped scenario can say this (block
+tables are built from block 0 up), hence ``HighSlotScenario``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from dcpcheck.backend import Backend
+from dcpcheck.contract import DS_MLA_ENTRY_BYTES, CacheLayout, Kernel
+from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.kernels.variants import DEFAULT_VARIANT, MUTANTS, KernelVariant, Mutation
+from dcpcheck.spec.dcp import Batch, BlockTables, Request
+from dcpcheck.spec.scenario import Scenario, load_scenarios
+from dcpcheck.workflows import search
+
+GPU_SCALE_MUTATIONS = frozenset({Mutation.ADDRESS_ARITHMETIC_32BIT})
+"""Mutations only a GPU-sized cache shows (``address_overflow_scenario``)."""
+
+INT32_ADDRESS_LIMIT = 2**31
+"""A signed 32-bit byte offset wraps negative here."""
+
+OVERFLOW_BLOCK_SIZE = 64
+"""Block size of the GPU-sized case: the largest DESIGN §3 names, so the fewest blocks."""
+
+OVERFLOW_FIRST_BLOCK = math.ceil(INT32_ADDRESS_LIMIT / (DS_MLA_ENTRY_BYTES * OVERFLOW_BLOCK_SIZE))
+"""51,151: the first block whose first fp8_ds_mla entry starts past 2^31 bytes (slot
+3,273,664 of 656 bytes)."""
+
+
+class Status(enum.Enum):
+    """The outcome of one row of the selftest."""
+
+    CAUGHT = "caught"  # a mutant failed a check the correct kernel passes
+    MISSED = "missed"  # a mutant passed everything it was run through
+    SKIPPED = "skipped"  # a mutant that cannot show in this run (reason given)
+    PASSED = "passed"  # the correct kernel passed everything
+    FAILED = "failed"  # the correct kernel failed: the selftest proves nothing
+
+
+@dataclass(frozen=True)
+class SelftestProfile:
+    """How hard the selftest tries on kernels the named scenarios do not catch."""
+
+    name: str
+    search_profile: search.Profile  # sizes of the drawn scenarios
+    examples: int  # property examples per kernel (0: named scenarios only)
+    gpu_scale: bool  # add ``address_overflow_scenario`` when running on a GPU
+    description: str
+
+
+PROFILES: dict[str, SelftestProfile] = {
+    p.name: p
+    for p in (
+        SelftestProfile(
+            "smoke",
+            search.PROFILES["smoke"],
+            10,
+            False,
+            "shipped scenarios, then 10 property examples per kernel they miss",
+        ),
+        SelftestProfile(
+            "ci",
+            search.PROFILES["ci"],
+            search.PROFILES["ci"].examples,
+            False,
+            f"shipped scenarios, then the ci property search "
+            f"({search.PROFILES['ci'].examples} examples); a few minutes on 2 CPU cores",
+        ),
+        SelftestProfile(
+            "thorough",
+            search.PROFILES["thorough"],
+            search.PROFILES["thorough"].examples,
+            True,
+            f"shipped scenarios plus, on a GPU, a 2.1 GB cache written past 2^31 bytes, then "
+            f"the thorough property search ({search.PROFILES['thorough'].examples} examples)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class SelftestRow:
+    """One kernel's line of the report."""
+
+    kernel: str
+    description: str
+    status: Status
+    check: str | None = None  # the first failing check of the first failing case
+    field: str | None = None  # that check's first finding's field ("error" has none)
+    case: str | None = None  # the failing case: "scenario[dcpN]" (a shrunk one's name)
+    examples: int | None = None  # property examples to the first failure; 0: named scenario
+    shrunk_requests: int | None = None  # size of the shrunk failure (property catches)
+    shrunk_tokens: int | None = None  # rows, padding included
+    saved_path: Path | None = None  # the shrunk failure's scenario file, if kept (``home``)
+    seconds: float = 0.0
+    reason: str | None = None  # why skipped or missed; what failed on the correct kernel
+
+
+@dataclass
+class SelftestReport:
+    """Every row of one selftest run, the correct kernel first."""
+
+    profile: str
+    backend: str
+    default: SelftestRow
+    mutants: list[SelftestRow] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> list[SelftestRow]:
+        return [self.default, *self.mutants]
+
+    def count(self, status: Status) -> int:
+        return sum(row.status is status for row in self.mutants)
+
+    @property
+    def passed(self) -> bool:
+        """The correct kernel passes and every mutant that could show was caught."""
+        return self.default.status is Status.PASSED and all(
+            row.status in (Status.CAUGHT, Status.SKIPPED) for row in self.mutants
+        )
+
+
+@dataclass(frozen=True)
+class HighSlotScenario(Scenario):
+    """A scenario whose physical block ids start at ``first_block`` instead of 0, so a few
+    tokens land at high slots of a cache that is sized to reach them."""
+
+    first_block: int = 0
+
+    def block_tables(self, dcp_size: int) -> BlockTables:
+        return tuple(
+            tuple(self.first_block + block for block in table)
+            for table in super().block_tables(dcp_size)
+        )
+
+
+def address_overflow_scenario() -> HighSlotScenario:
+    """Two new tokens (positions 5 and 6, after a 5-token prefix) written past byte 2^31 of
+    an fp8_ds_mla cache, at DCP1 and DCP2 (module docstring; guard and pristine copies
+    are per rank, so DCP stays small)."""
+    return HighSlotScenario(
+        name="address-overflow-ds-mla",
+        description=(
+            "A 2.1 GB fp8_ds_mla cache written at slots past 3,273,664, where slot * 656 "
+            "exceeds 2^31: catches 32-bit cache address arithmetic. GPU only."
+        ),
+        preset="small-neox",
+        dtype="bfloat16",
+        cache_layout=CacheLayout.FP8_DS_MLA,
+        mla_scale=None,
+        indexer="none",
+        block_size=OVERFLOW_BLOCK_SIZE,
+        interleave=1,
+        dcp_sizes=(1, 2),
+        seed=0,
+        block_table="identity",
+        profiling=False,
+        batch=Batch((Request(prefix=5, new=2),)),
+        first_block=OVERFLOW_FIRST_BLOCK,
+    )
+
+
+def scenario_cost(scenario: Scenario) -> int:
+    """Relative cost of running ``scenario``: rank launches (the DCP1 baseline included)
+    times rows times the row width every sub-task reads."""
+    launches = 1 + sum(n for n in scenario.dcp_sizes if n != 1)
+    preset = scenario.model
+    width = preset.q_lora_rank + preset.kv_lora_rank + preset.rope_dim + preset.index_head_dim
+    return launches * scenario.batch.num_tokens * width
+
+
+def selftest_scenarios(profile: SelftestProfile, backend: Backend) -> list[Scenario]:
+    """The named scenarios of a run, cheapest first: the shipped ones, plus the GPU-sized
+    case when the profile asks for it and the backend is a GPU."""
+    scenarios = load_scenarios([])
+    if profile.gpu_scale and not backend.interpreted:
+        scenarios.append(address_overflow_scenario())
+    return sorted(scenarios, key=lambda s: (scenario_cost(s), s.name))
+
+
+def gpu_scale_skip_reason(profile: SelftestProfile, backend: Backend) -> str | None:
+    """Why a ``GPU_SCALE_MUTATIONS`` mutant cannot show in this run, or None if it can."""
+    if backend.interpreted:
+        return "not applicable on the CPU (needs a GPU-sized cache)"
+    if not profile.gpu_scale:
+        return f"needs the GPU-sized cache of the thorough profile (this is {profile.name})"
+    return None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Where a kernel first failed, as a row reports it."""
+
+    check: str
+    field: str | None
+    reason: str | None
+
+
+def _first_failure(result: CaseResult) -> _Failure:
+    if result.status == "error":
+        return _Failure("error", None, result.error)
+    check = result.failed_checks[0]
+    finding = check.findings[0]
+    return _Failure(check.check, finding.field, None)
+
+
+def _first_failing_case(results: Sequence[CaseResult]) -> CaseResult | None:
+    return next((r for r in results if r.status != "pass"), None)
+
+
+def _run_named(
+    kernel: Kernel, name: str, scenarios: Sequence[Scenario], backend: Backend
+) -> CaseResult | None:
+    """The first failing case of ``kernel`` over ``scenarios`` in order, or None."""
+    config = RunConfig(name, None)
+    for scenario in scenarios:
+        for result in run_scenario(kernel, scenario, config, backend):
+            if result.status != "pass":
+                return result
+    return None
+
+
+def _label(result: CaseResult) -> str:
+    return f"{result.scenario}[dcp{result.dcp_size}]"
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every kernel of one selftest run is run through."""
+
+    scenarios: Sequence[Scenario]
+    profile: SelftestProfile
+    backend: Backend
+    home: Path
+    keep_failures: bool  # the caller chose ``home``: saved failures outlive the run
+
+    def property_search(self, kernel: Kernel, name: str) -> search.SearchResult:
+        config = search.SearchConfig(
+            name, self.profile.search_profile, examples=self.profile.examples, home=self.home
+        )
+        return search.search(kernel, config, self.backend)
+
+
+def _named_row(
+    variant: KernelVariant,
+    status: Status,
+    failing: CaseResult,
+    start: float,
+    reason: str | None = None,
+) -> SelftestRow:
+    """A row for a kernel that failed a named scenario."""
+    failure = _first_failure(failing)
+    return SelftestRow(
+        variant.name,
+        variant.description,
+        status,
+        failure.check,
+        failure.field,
+        _label(failing),
+        examples=0,
+        seconds=time.perf_counter() - start,
+        reason=failure.reason or reason,
+    )
+
+
+def _search_row(
+    variant: KernelVariant,
+    status: Status,
+    searched: search.SearchResult,
+    context: _Context,
+    start: float,
+    reason: str | None = None,
+) -> SelftestRow:
+    """A row for a failed property search: check and field from the saved failure's
+    replay (what ``dcpcheck repro`` shows), sizes from the shrunk scenario."""
+    replayed = _first_failing_case(searched.replay)
+    if replayed is not None:
+        failure, case = _first_failure(replayed), _label(replayed)
+    else:
+        failure = _Failure(searched.failed_checks[0], None, "the saved failure passed on replay")
+        case = searched.shrunk.name
+    batch = searched.shrunk.batch
+    return SelftestRow(
+        variant.name,
+        variant.description,
+        status,
+        failure.check,
+        failure.field,
+        case,
+        examples=searched.examples_to_first_failure,
+        shrunk_requests=len(batch.requests),
+        shrunk_tokens=batch.num_tokens,
+        saved_path=searched.saved_path if context.keep_failures else None,
+        seconds=time.perf_counter() - start,
+        reason=reason or failure.reason,
+    )
+
+
+def _probe_default(kernel: Kernel, context: _Context) -> SelftestRow:
+    """The correct kernel through everything a mutant may be run through."""
+    variant = DEFAULT_VARIANT
+    start = time.perf_counter()
+    failing = _run_named(kernel, variant.name, context.scenarios, context.backend)
+    if failing is not None:
+        return _named_row(
+            variant, Status.FAILED, failing, start, "a named scenario fails the correct kernel"
+        )
+    examples = 0
+    if context.profile.examples:
+        searched = context.property_search(kernel, variant.name)
+        if not searched.passed:
+            return _search_row(
+                variant,
+                Status.FAILED,
+                searched,
+                context,
+                start,
+                "the property search fails the correct kernel",
+            )
+        examples = searched.examples_run
+    return SelftestRow(
+        variant.name,
+        variant.description,
+        Status.PASSED,
+        examples=examples,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _probe_mutant(
+    variant: KernelVariant, kernel: Kernel, correct: Kernel, context: _Context
+) -> SelftestRow:
+    """Named scenarios first; the property search only if they all pass (module doc)."""
+    start = time.perf_counter()
+    failing = _run_named(kernel, variant.name, context.scenarios, context.backend)
+    if failing is not None:
+        return _named_row(variant, Status.CAUGHT, failing, start)
+    if not context.profile.examples:
+        return SelftestRow(
+            variant.name,
+            variant.description,
+            Status.MISSED,
+            seconds=time.perf_counter() - start,
+            reason="passes every named scenario (this profile runs no property search)",
+        )
+    searched = context.property_search(kernel, variant.name)
+    if searched.passed:
+        return SelftestRow(
+            variant.name,
+            variant.description,
+            Status.MISSED,
+            examples=searched.examples_run,
+            seconds=time.perf_counter() - start,
+            reason=f"passes every named scenario and {searched.examples_run} property examples",
+        )
+    on_correct = run_scenario(
+        correct, searched.shrunk, RunConfig(DEFAULT_VARIANT.name, None), context.backend
+    )
+    if _first_failing_case(list(on_correct)) is not None:
+        return _search_row(
+            variant,
+            Status.MISSED,
+            searched,
+            context,
+            start,
+            "the correct kernel fails the shrunk scenario too: a harness fault, not a catch",
+        )
+    return _search_row(variant, Status.CAUGHT, searched, context, start)
+
+
+def run_selftest(
+    profile: SelftestProfile,
+    backend: Backend,
+    *,
+    mutants: Sequence[KernelVariant] = MUTANTS,
+    scenarios: Sequence[Scenario] | None = None,
+    home: Path | None = None,
+    on_row: Callable[[SelftestRow], None] | None = None,
+) -> SelftestReport:
+    """Run the correct kernel, then every mutant, as the module docstring describes.
+
+    ``scenarios`` replaces the named scenarios (default: ``selftest_scenarios``; run in
+    the order given). ``home`` is the property search's run directory, where shrunk
+    failures are kept. Default: a temporary directory removed afterwards, so each run
+    searches from scratch; with a ``home`` of earlier runs, Hypothesis replays their
+    failures first and "examples to the first failure" drops to 1. ``on_row`` sees each
+    row as it lands (progress).
+    """
+    from dcpcheck.kernels.fused_norm_rope import make_kernel  # after the backend is fixed
+
+    named = selftest_scenarios(profile, backend) if scenarios is None else list(scenarios)
+    skip_reason = gpu_scale_skip_reason(profile, backend)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dcpcheck-selftest-") as scratch:
+        context = _Context(
+            named, profile, backend, Path(scratch) if home is None else home, home is not None
+        )
+        correct = make_kernel(DEFAULT_VARIANT)
+        report = SelftestReport(profile.name, backend.describe(), _probe_default(correct, context))
+        if on_row is not None:
+            on_row(report.default)
+        for variant in mutants:
+            if variant.mutation in GPU_SCALE_MUTATIONS and skip_reason is not None:
+                row = SelftestRow(
+                    variant.name, variant.description, Status.SKIPPED, reason=skip_reason
+                )
+            else:
+                row = _probe_mutant(variant, make_kernel(variant), correct, context)
+            report.mutants.append(row)
+            if on_row is not None:
+                on_row(row)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+_STATUS_STYLES = {
+    Status.CAUGHT: "[green]caught[/]",
+    Status.MISSED: "[bold red]MISSED[/]",
+    Status.SKIPPED: "[yellow]skipped[/]",
+    Status.PASSED: "[green]passed[/]",
+    Status.FAILED: "[bold red]FAILED[/]",
+}
+
+
+def _blank(value: object | None) -> str:
+    return "" if value is None else escape(str(value))
+
+
+def selftest_table(report: SelftestReport) -> Table:
+    """The report as a rich table: one row per kernel, the correct kernel first, then a
+    caption with the verdict. Skip and miss reasons go in the last column."""
+    table = Table(title=f"dcpcheck selftest ({report.profile}, {report.backend})")
+    for column in ("kernel", "result", "caught by", "case", "examples", "shrunk", "s", "note"):
+        table.add_column(column, justify="right" if column in ("examples", "s") else "left")
+    for row in report.rows:
+        caught_by = row.check if row.field is None else f"{row.check}: {row.field}"
+        shrunk = (
+            ""
+            if row.shrunk_requests is None
+            else f"{row.shrunk_requests} req / {row.shrunk_tokens} tok"
+        )
+        table.add_row(
+            escape(row.kernel),
+            _STATUS_STYLES[row.status],
+            _blank(caught_by),
+            _blank(row.case),
+            _blank(row.examples),
+            shrunk,
+            f"{row.seconds:.1f}",
+            _blank(row.reason),
+        )
+    verdict = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
+    table.caption = (
+        f"{verdict}: {report.count(Status.CAUGHT)} of {len(report.mutants)} mutants caught, "
+        f"{report.count(Status.MISSED)} missed, {report.count(Status.SKIPPED)} skipped; "
+        f"correct kernel {report.default.status.value}; {report.seconds:.1f} s"
+    )
+    return table
