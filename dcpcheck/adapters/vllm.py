@@ -54,7 +54,13 @@ from typing import Any
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError, Limitation
-from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOpOutputs
+from dcpcheck.contract import (
+    CacheLayout,
+    DsMlaScale,
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+)
 
 
 class ApiShape(enum.Enum):
@@ -210,7 +216,7 @@ class VllmFusedNormRope:
     shape: ApiShape
     optional: frozenset[str] = frozenset()
     name: str = "vllm"
-    ds_mla_scale: Any = None
+    ds_mla_scale: DsMlaScale | None = None
 
     @property
     def writes_k_outputs(self) -> bool:
@@ -313,7 +319,9 @@ class VllmFusedNormRope:
             )
 
 
-def adapt(function: Callable[..., object], ds_mla_scale: Any = None) -> VllmFusedNormRope:
+def adapt(
+    function: Callable[..., object], ds_mla_scale: DsMlaScale | None = None
+) -> VllmFusedNormRope:
     """``function`` (a vLLM ``fused_norm_rope``) as a protocol kernel."""
     shape = api_shape(function)
     if shape is None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dcpcheck.contract import DsMlaScale
+from dcpcheck.files import write_atomic
 
 PACKAGE = "vllm"
 KERNEL_MEMBER = "vllm/models/deepseek_v32/common/kernels.py"
@@ -107,15 +108,6 @@ def cached_kernel_file(version: str) -> Path:
     return cache_root() / "releases" / PACKAGE / version / Path(KERNEL_MEMBER).name
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``path`` so that a reader sees the old file or the whole new one, never a
-    part: two runs fetching the same release at once both end with a whole file."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
-        tmp.write(data)
-    os.chmod(tmp.name, 0o644)  # NamedTemporaryFile makes 0600; the cache is for every user
-    os.replace(tmp.name, path)
-
-
 def _download_wheel(version: str, into: Path) -> Path:
     command = [
         sys.executable,
@@ -170,8 +162,8 @@ def fetch(version: str) -> Path:
             "member": KERNEL_MEMBER,
             "sha256": hashlib.sha256(source).hexdigest(),
         }
-        _write_atomically(
+        write_atomic(
             target.with_name("source.json"), json.dumps(provenance, indent=2).encode() + b"\n"
         )
-        _write_atomically(target, source)
+        write_atomic(target, source)
     return target  # the wheel went with the temporary directory
