@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The released-kernels acceptance on a GPU box (issue 16): kernel/oracle/adapter/release
-# tests, the release matrix with and without the oracle, the release bisect, and the
-# default run. Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
+# The GPU acceptance runs: kernel/oracle/adapter/release and harness tests, the release
+# matrix with and without the oracle, the release bisect, the default run, the property
+# search on releases, the selftest, and compute-sanitizer (tests and slowdown). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
 set -u
 OUT=${OUT:-out}
@@ -20,7 +20,13 @@ for job in $JOBS; do
           tests/test_golden_vectors_kernel.py tests/test_golden_vectors_reference.py \
           tests/test_ds_mla_scale.py tests/test_vllm_adapter.py tests/test_releases.py \
           tests/test_token_streams.py tests/test_checks.py tests/test_mutants.py \
+          tests/test_determinism.py tests/test_session.py tests/test_run_cli.py \
+          tests/test_distributed.py tests/test_seeded.py tests/test_pytest_plugin.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
+    sanitizer)
+      ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
+          > "$OUT/sanitizer_tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/sanitizer_tests.log"
+        timed python3 benchmarks/sanitizer_slowdown.py > "$OUT/sanitizer_slowdown.md" 2>&1 ) & ;;
     matrix)
       ( python3 benchmarks/release_matrix.py --out "$OUT/releases" --oracle on \
           > "$OUT/matrix_on.md" 2>&1 ) &

@@ -13,7 +13,7 @@ once, the top-k row filled, the RoPE table row of each token read. Weights are i
     ncu --clock-control none -k regex:fused_norm_rope -c 1 python3 benchmarks/kernel_bandwidth.py \
         --no-eager --tokens 65536 --presets deepseek-v3.2 --layouts fp8_ds_mla   # one launch
 
-The kernel is timed as a CUDA graph of its launch alone (``fused_norm_rope.launch``, the
+The kernel is timed as a CUDA graph of its launch alone (``launcher.launch``, the
 buffers checked once beforehand): GPU time, free of Python and of the launch checks'
 device-to-host copy. The eager composition is timed as it runs, call by call
 (``triton.testing.do_bench``): its host time is part of what it costs.
@@ -43,8 +43,8 @@ from dcpcheck.contract import (
     mla_entry_bytes,
 )
 from dcpcheck.harness.case import oracle_for
-from dcpcheck.kernels.fused_norm_rope import GPU_NUM_WARPS, launch
 from dcpcheck.kernels.launch_checks import check_launch
+from dcpcheck.kernels.launcher import GPU_NUM_WARPS, launch
 
 H200_PEAK_TBPS = 4.8
 """HBM3e peak by NVIDIA's datasheet; a device-to-device copy reaches about 4.3 TB/s."""

@@ -42,6 +42,12 @@ DS_MLA_ROPE_DIM = 64
 DS_MLA_ENTRY_BYTES = DS_MLA_NOPE_DIM + 4 * (DS_MLA_NOPE_DIM // DS_MLA_TILE) + 2 * DS_MLA_ROPE_DIM
 """656 = 512 fp8 NoPE bytes + 4 fp32 tile scales (16 bytes) + 64 bf16 RoPE values (128 bytes)."""
 
+DS_MLA_SCALES_OFFSET = DS_MLA_NOPE_DIM
+"""Byte 512 of a ds_mla entry: the 4 fp32 tile scales follow the 512 fp8 NoPE bytes."""
+
+DS_MLA_ROPE_OFFSET = DS_MLA_SCALES_OFFSET + 4 * (DS_MLA_NOPE_DIM // DS_MLA_TILE)
+"""Byte 528 of a ds_mla entry: the 64 bf16 RoPE values follow the scales, to the entry's end."""
+
 INDEX_SCALE_BYTES = 4
 """Each indexer cache row carries one fp32 (UE8M0-valued) scale."""
 

@@ -24,6 +24,8 @@ Options (each as for ``dcpcheck run``):
 * ``--dcpcheck-no-tokens``: leave out the token-stream item.
 * ``--dcpcheck-oracle on|off``: off judges the kernel against its own DCP1 run alone, for
   a kernel whose encoding no oracle variant knows (``dcpcheck run --oracle``).
+* ``--dcpcheck-home DIR``: where failing cases are saved, as scenario files under
+  ``DIR/failures/`` that ``dcpcheck repro`` replays (``dcpcheck run --home``).
 
 Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.spec.scenario``)
 in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
@@ -34,6 +36,9 @@ in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
 Their scenarios join those of ``--dcpcheck-scenario-dir`` under the same patterns, ids
 and checks; a name defined twice is an error. One declarative place, because a scenario
 is data: a repository adds a file, not a test function.
+
+Items run through the CLI's session API (``dcpcheck.harness.session.Session``): the same
+cases, judged by the same function, and a failing case saved as ``dcpcheck run`` saves it.
 
 Outcomes. A case fails with the CLI's text: one ``checks.format_finding`` line per finding,
 then the replay command; a case whose checks never ran (any status but pass and fail:
@@ -51,8 +56,13 @@ because Triton decides between compiling and interpreting when a kernel is *defi
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
+import functools
+import os
+import shlex
+import subprocess
+import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,8 +74,8 @@ import pytest
 # --dcpcheck-kernel is given, so an inert plugin costs nothing (module docstring).
 if TYPE_CHECKING:
     from dcpcheck.backend import Backend
-    from dcpcheck.contract import Kernel
-    from dcpcheck.harness.runner import CaseResult, RunConfig
+    from dcpcheck.harness.runner import CaseResult
+    from dcpcheck.harness.session import Session
     from dcpcheck.spec.scenario import Scenario
 
 COLLECTOR_NAME = "dcpcheck"
@@ -73,6 +83,34 @@ COLLECTOR_NAME = "dcpcheck"
 
 SCENARIO_DIRS_INI = "dcpcheck_scenario_dirs"
 """The ini option naming a repository's own scenario directories."""
+
+@functools.cache
+def fresh_process_path() -> tuple[Path, ...]:
+    """The directories a fresh Python process started here searches for modules (its
+    ``sys.path``: the working directory, ``PYTHONPATH``, site-packages and the ``.pth``
+    files of editable installs), asked of one: this process's own ``sys.path`` has had
+    conftests and pytest's ``pythonpath`` ini added to it."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "import sys; print('\\n'.join(sys.path))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return tuple(Path(entry or ".").resolve() for entry in shown.splitlines())
+
+
+def replay_prefix(kernel_name: str) -> str:
+    """What a printed replay needs before ``dcpcheck`` to find the kernel from where pytest
+    runs: ``PYTHONPATH=<root> `` when the kernel's package was imported from a directory
+    only this pytest run searches (a ``src/`` layout on the ``pythonpath`` ini), else ""."""
+    from dcpcheck.kernels.loading import import_root
+
+    root = import_root(kernel_name)
+    if root is None or root == Path.cwd().resolve():
+        return ""
+    if root in fresh_process_path():
+        return ""
+    return f"PYTHONPATH={shlex.quote(os.path.relpath(root))} "
 
 
 class CaseFailure(Exception):
@@ -88,7 +126,7 @@ class Verdict:
     text: str  # failure text, skip reason, or the not-applicable checks of a pass
 
 
-def judge(result: CaseResult, kernel_name: str) -> Verdict:
+def verdict_of(result: CaseResult, kernel_name: str) -> Verdict:
     """The pytest outcome of one case: failed on any failed check or a kernel error,
     skipped when no check applied, else passed (naming the checks that did not apply)."""
     label = f"{result.scenario}[dcp{result.dcp_size}]"
@@ -131,7 +169,7 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         result = self._run_case()
         self.user_properties.append(("dcpcheck_replay", result.replay))
-        verdict = judge(result, self._kernel_name)
+        verdict = verdict_of(result, self._kernel_name)
         if verdict.outcome == "failed":
             raise CaseFailure(verdict.text)
         if verdict.outcome == "skipped":
@@ -153,9 +191,7 @@ class CaseItem(pytest.Item):
 class Plan:
     """What ``--dcpcheck-*`` asked for, resolved once at configure time."""
 
-    kernel: Kernel
-    backend: Backend
-    config: RunConfig
+    session: Session  # the CLI's session API: same cases, same saved failures
     scenarios: tuple[Scenario, ...]
     token_streams: bool
 
@@ -218,6 +254,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "kernel whose encoding no oracle variant knows yet (default on; as `dcpcheck run "
         "--oracle`).",
     )
+    group.addoption(
+        "--dcpcheck-home",
+        metavar="DIR",
+        default=None,
+        help="Run directory: failing cases are saved under DIR/failures/ as scenario files "
+        "that `dcpcheck repro` replays (default: $DCPCHECK_HOME, else .dcpcheck; as "
+        "`dcpcheck run --home`).",
+    )
     parser.addini(
         SCENARIO_DIRS_INI,
         type="paths",
@@ -246,9 +290,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
     """``--dcpcheck-dcp``: ``"4"`` or ``"1,2,4"``."""
     from dcpcheck.spec import dcp
+    from dcpcheck.spec.limits import DCP_SIZE_MAX
 
     try:
-        return dcp.parse_dcp_sizes(text)
+        return dcp.parse_dcp_sizes(text, DCP_SIZE_MAX)
     except ValueError as exc:
         raise pytest.UsageError(f"--dcpcheck-dcp: {exc}") from None
 
@@ -292,8 +337,11 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     from dcpcheck.harness.runner import RunConfig
+    from dcpcheck.harness.session import Session
     from dcpcheck.kernels.loading import KernelLoadError, load_kernel
-    from dcpcheck.spec.scenario import SCENARIO_DIR
+    from dcpcheck.spec import cost
+    from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
+    from dcpcheck.workflows.search import default_home
 
     dcp_text = config.getoption("dcpcheck_dcp")
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
@@ -306,12 +354,28 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
         kernel = load_kernel(kernel_name, config.getoption("dcpcheck_adapter"))
     except KernelLoadError as exc:
         raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
+    home = config.getoption("dcpcheck_home")
+    run_config = RunConfig(
+        kernel_name,
+        dcp_sizes,
+        oracle=config.getoption("dcpcheck_oracle") == "on",
+        replay_prefix=replay_prefix(kernel_name),
+    )
+    budget = cost.available_memory(backend.device)
+    for scenario in scenarios:
+        try:
+            cost.check_cost(scenario, run_config.sizes_of(scenario), budget)
+        except ScenarioError as exc:
+            raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
+    session = Session(
+        kernel,
+        run_config,
+        backend,
+        Path(home) if home is not None else default_home(),
+        on_warning=lambda text: warnings.warn(f"dcpcheck: {text}", stacklevel=1),
+    )
     return Plan(
-        kernel=kernel,
-        backend=backend,
-        config=RunConfig(
-            kernel_name, dcp_sizes, oracle=config.getoption("dcpcheck_oracle") == "on"
-        ),
+        session=session,
         scenarios=tuple(scenarios),
         token_streams=not config.getoption("dcpcheck_no_tokens"),
     )
@@ -331,42 +395,28 @@ class CaseCollector(pytest.Collector):
         super().__init__(**kwargs)
         self._plan = plan
 
-    def _scenario_case(self, scenario: Scenario, dcp_size: int) -> Callable[[], CaseResult]:
-        from dcpcheck.harness.runner import run_scenario
-
-        plan = self._plan
-
-        def run() -> CaseResult:
-            config = dataclasses.replace(plan.config, dcp_sizes=(dcp_size,))
-            (result,) = run_scenario(plan.kernel, scenario, config, plan.backend)
-            return result
-
-        return run
-
     def collect(self) -> list[CaseItem]:
-        from dcpcheck.harness.runner import TOKEN_STREAM_DCP, token_stream_case
-
         plan = self._plan
-        kernel_name = plan.config.kernel_name
+        session = plan.session
+        config = session.config
         items = [
             CaseItem.from_parent(
                 self,
                 name=f"{scenario.name}[dcp{dcp_size}]",
-                run_case=self._scenario_case(scenario, dcp_size),
-                kernel_name=kernel_name,
+                run_case=functools.partial(session.case, scenario, dcp_size),
+                kernel_name=config.kernel_name,
                 source=scenario.source,
             )
             for scenario in plan.scenarios
-            for dcp_size in plan.config.dcp_sizes or scenario.dcp_sizes
+            for dcp_size in config.sizes_of(scenario)
         ]
         if plan.scenarios and plan.token_streams:
-            dcp_size = max(plan.config.dcp_sizes or (TOKEN_STREAM_DCP,))
             items.append(
                 CaseItem.from_parent(
                     self,
-                    name=f"token-streams[dcp{dcp_size}]",
-                    run_case=lambda: token_stream_case(plan.kernel, plan.config, plan.backend),
-                    kernel_name=kernel_name,
+                    name=f"token-streams[dcp{config.token_stream_dcp}]",
+                    run_case=session.token_streams,
+                    kernel_name=config.kernel_name,
                     source=None,
                 )
             )

@@ -76,13 +76,25 @@ _calls = {"count": 0}
 
 
 def one_rank_differs(inputs, outputs, caches) -> None:
-    """Rank-dependent result within tolerance: the 3rd launch nudges one q value by 1 ulp.
+    """Rank-dependent result within tolerance: the rank that owns token 0 of a split launch
+    (more foreign rows than the scenario's 2 padding rows) nudges one q value by 1 ulp.
 
-    Launch order is the DCP1 baseline, then ranks 0..n-1, so this hits rank 1 of DCPn.
+    In test_checks' scenario (interleave 1) that is rank 1 of DCP4; the DCP1 launch owns
+    every real token and is left alone, and the same launch always does the same.
     """
     oracle_kernel(inputs, outputs, caches)
+    slots = inputs.slot_mapping
+    if slots is not None and slots[0] >= 0 and int((slots < 0).sum()) > 2:
+        bits = outputs.q_out[0, :1].view(torch.int16)
+        bits.add_(1)
+
+
+def flaky_q_out(inputs, outputs, caches) -> None:
+    """Not deterministic: every other call nudges one q value by 1 ulp (the same launch
+    leaves different bytes on its first and second run)."""
+    oracle_kernel(inputs, outputs, caches)
     _calls["count"] += 1
-    if _calls["count"] == 3:
+    if _calls["count"] % 2 == 0:
         bits = outputs.q_out[0, :1].view(torch.int16)
         bits.add_(1)
 

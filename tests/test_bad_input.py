@@ -1,6 +1,7 @@
 """Every bad input is one line on stderr and a documented exit code, never a traceback.
 
-Exit 2 for bad input found before any work (options, scenario files, output paths);
+Exit 2 for bad input found before any work (options, scenario files, output paths, a
+`--kernel` name the registry does not know);
 125 for a kernel that cannot be loaded (``git bisect run`` skips it). Each row of
 ``BAD_INPUTS`` runs ``dcpcheck.cli.main`` in this process (fast: the backend is already
 fixed, no torch import per row); a few rows run again as real ``python -m dcpcheck``
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from dcpcheck.cli import main
-from dcpcheck.cli.common import DCP_SIZE_MAX, SEED_MAX
+from dcpcheck.spec.limits import BLOCK_SIZE_MAX, DCP_SIZE_MAX, PADDING_MAX, SEED_MAX
 from dcpcheck.spec.scenario import load_scenarios, scenario_to_toml
 
 REPO = Path(__file__).parents[1]
@@ -97,6 +98,37 @@ BAD_INPUTS: dict[str, BadInput] = {
         f"key 'seed': must be <= {SEED_MAX}, got {SEED_MAX + 1}",
         {SCENARIO_FILE: scenario_with("seed = 0", f"seed = {SEED_MAX + 1}")},
     ),
+    # Issue 18: a scenario file gets the command line's limits (dcpcheck.spec.limits).
+    "scenario block size too large": BadInput(
+        ("run", *IN_TMP_DIR),
+        2,
+        f"key 'block_size': must be <= {BLOCK_SIZE_MAX}, got 1099511627776",
+        {SCENARIO_FILE: scenario_with("block_size = 16", "block_size = 1099511627776")},
+    ),
+    "scenario padding too large": BadInput(
+        ("run", *IN_TMP_DIR),
+        2,
+        f"key 'padding': must be <= {PADDING_MAX}, got 50000000",
+        {SCENARIO_FILE: scenario_with("padding = 0", "padding = 50000000")},
+    ),
+    "scenario DCP size too large": BadInput(
+        ("run", *IN_TMP_DIR),
+        2,
+        f"key 'dcp': DCP size must be <= {DCP_SIZE_MAX}, got 100000000",
+        {SCENARIO_FILE: scenario_with("dcp = [4]", "dcp = [100000000]")},
+    ),
+    "repro of a file with a DCP size too large": BadInput(
+        ("repro", "{tmp}/saved.toml"),
+        2,
+        f"{{tmp}}/saved.toml: key 'dcp': DCP size must be <= {DCP_SIZE_MAX}, got 100000000",
+        {"saved.toml": scenario_with("dcp = [4]", "dcp = [100000000]")},
+    ),
+    "scenario named unlike its file": BadInput(
+        ("run", *IN_TMP_DIR),
+        2,
+        f"key 'name': '{NAME}' does not match the file name (expected 'renamed'",
+        {"scenarios/renamed.toml": VALID_SCENARIO},
+    ),
     "negative seed": BadInput(("run", "--seed", "-1"), 2, "Invalid value for '--seed'"),
     "seed too large": BadInput(("run", "--seed", str(2**40)), 2, "Invalid value for '--seed'"),
     "case timeout zero": BadInput(
@@ -141,7 +173,7 @@ BAD_INPUTS: dict[str, BadInput] = {
     ),
     "hash with an unknown preset": BadInput(("hash", "--preset", "tiny"), 2, "unknown preset"),
     "unknown kernel": BadInput(
-        ("run", "--kernel", "no-such-kernel"), 125, "unknown kernel 'no-such-kernel'"
+        ("run", "--kernel", "no-such-kernel"), 2, "unknown kernel 'no-such-kernel'"
     ),
     "kernel file without the function": BadInput(
         ("run", "--kernel", "{tmp}/k.py:missing"),
@@ -166,6 +198,7 @@ BAD_INPUTS: dict[str, BadInput] = {
 IN_A_REAL_PROCESS = [
     "scenario dir missing",
     "scenario seed too large",
+    "scenario block size too large",
     "report directory not writable",
     "case timeout zero",
     "repro of a missing file",

@@ -30,7 +30,7 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.kernels.fused_norm_rope import fused_norm_rope
+from dcpcheck.kernels.launcher import fused_norm_rope
 from dcpcheck.spec.tolerances import (
     DS_MLA_SCALE,
     FP8_VALUE,

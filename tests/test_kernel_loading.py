@@ -1,10 +1,12 @@
 """Resolving ``--kernel``: every form that loads, and every way of failing, each a
 :class:`KernelLoadError` with one line naming the cause, which the CLI turns into exit
-code 125 (``git bisect run``'s "skip")."""
+code 125 (``git bisect run``'s "skip"); a spec wrong in itself (a misspelt registry name)
+is a :class:`KernelSpecError`, bad input (exit code 2), not a revision to skip."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +16,15 @@ from click.testing import CliRunner
 
 from dcpcheck.adapters.vllm import ApiShape, VllmFusedNormRope
 from dcpcheck.cli import cli
-from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
+from dcpcheck.exit_codes import EXIT_KERNEL_LOAD, EXIT_USAGE
 from dcpcheck.harness.runner import RunConfig, run_scenario
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.kernels.loading import (
+    KernelLoadError,
+    KernelSpecError,
+    UnknownKernelName,
+    import_root,
+    load_kernel,
+)
 from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel
@@ -82,7 +90,23 @@ BAD_KERNELS = {
     ),
     "registry kernel with the vllm adapter": (None, "default", "vllm", "does not apply"),
     "unknown adapter": (None, "default", "cuda-graphs", "unknown adapter 'cuda-graphs'"),
+    "module without a function name": (None, "mykernels.kernels:", "auto", "expected module:"),
+    "vLLM release with the native adapter": (
+        None,
+        "vllm==0.29.0",
+        "native",
+        "runs through the vllm adapter",
+    ),
 }
+SPEC_ERRORS = {
+    "unknown registry name",
+    "file without :function",
+    "module without a function name",
+    "registry kernel with the vllm adapter",
+    "unknown adapter",
+    "vLLM release with the native adapter",
+}
+"""Bad specs that no revision of any file would load: KernelSpecError, exit code 2."""
 CLI_EXPRESSIBLE = [name for name, (_, _, adapter, _) in BAD_KERNELS.items() if adapter == "auto"]
 
 
@@ -113,12 +137,49 @@ def test_bad_kernel_raises_one_line_naming_the_cause(tmp_path, name):
     assert not leftovers, "stand-ins must not outlive a failed load"
 
 
-@pytest.mark.parametrize("name", CLI_EXPRESSIBLE)
+@pytest.mark.parametrize("name", list(BAD_KERNELS))
+def test_only_a_spec_wrong_in_itself_is_a_spec_error(tmp_path, name):
+    _skip_if_vllm_installed(name)
+    with pytest.raises(KernelLoadError) as raised:
+        load_kernel(_spec(name, tmp_path), adapter=BAD_KERNELS[name][2])
+    assert isinstance(raised.value, KernelSpecError) == (name in SPEC_ERRORS)
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestions"),
+    [
+        ("regress/pre-5490", ["regress/pre-54908", "regress/pre-50005"]),
+        ("mutant/eps-outside-sqrt", ["mutant/eps-outside-rsqrt"]),
+        ("defualt", ["default"]),
+        ("mykernels.kernels", []),  # a module without :function
+        ("vllm==banana", []),  # not a release
+    ],
+)
+def test_an_unknown_name_names_the_closest_registry_names(name, suggestions):
+    with pytest.raises(UnknownKernelName) as raised:
+        load_kernel(name)
+    assert raised.value.name == name
+    assert raised.value.suggestions == suggestions
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"unknown kernel {name!r}: no registry kernel has that name")
+    assert ("closest: " + ", ".join(suggestions) in message) == bool(suggestions)
+    assert "all: dcpcheck list kernels" in message
+
+
+@pytest.mark.parametrize("name", [n for n in CLI_EXPRESSIBLE if n not in SPEC_ERRORS])
 def test_cli_exit_code_is_125_for_a_bad_kernel(tmp_path, name):
     _skip_if_vllm_installed(name)
     spec = _spec(name, tmp_path)
     result = CliRunner().invoke(cli, ["run", "--kernel", spec, "--scenario", "decode-single-dcp4"])
     assert result.exit_code == EXIT_KERNEL_LOAD == 125, result.output
+
+
+@pytest.mark.parametrize("name", [n for n in CLI_EXPRESSIBLE if n in SPEC_ERRORS])
+def test_cli_exit_code_is_2_for_a_spec_wrong_in_itself(tmp_path, name):
+    spec = _spec(name, tmp_path)
+    result = CliRunner().invoke(cli, ["run", "--kernel", spec, "--scenario", "decode-single-dcp4"])
+    assert result.exit_code == EXIT_USAGE == 2, result.output
 
 
 def test_dcpcheck_process_prints_one_error_line_and_exits_125(tmp_path):
@@ -171,3 +232,56 @@ def test_vllm_signatures_get_the_vllm_adapter(file, shape, adapter):
 def test_native_adapter_refuses_a_vllm_signature():
     with pytest.raises(KernelLoadError, match="neither kernel"):
         load_kernel(f"{FIXTURES / 'vllm_separate_outputs_api.py'}:fused_norm_rope", "native")
+
+
+def _write_package(root: Path, package: str) -> None:
+    """``root/package/kernels.py`` with ``oracle_kernel`` (re-exported from the tests)."""
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "kernels.py").write_text(
+        "from tests.kernels_under_test import oracle_kernel\n"
+    )
+
+
+@pytest.fixture
+def forget_modules():
+    """Drop the modules a test imported under the given top-level names when it ends."""
+    names: list[str] = []
+    yield names.append
+    for module in [m for m in sys.modules if m.split(".")[0] in names]:
+        del sys.modules[module]
+
+
+def test_a_module_spec_imports_from_the_working_directory_and_keeps_it_on_the_path(
+    tmp_path, monkeypatch, forget_modules
+):
+    """As ``python -m`` has it, though the ``dcpcheck`` script's ``sys.path`` starts
+    elsewhere: modelled here by a ``sys.path`` without the working directory."""
+    _write_package(tmp_path, "dcpcheck_cwd_kernels")
+    forget_modules("dcpcheck_cwd_kernels")
+    here = os.path.realpath(tmp_path)
+    without_cwd = [p for p in sys.path if p and os.path.realpath(p) != here]
+    monkeypatch.setattr(sys, "path", without_cwd)
+    monkeypatch.chdir(tmp_path)
+    assert load_kernel("dcpcheck_cwd_kernels.kernels:oracle_kernel") is oracle_kernel
+    assert sys.path[0] == here  # first, and still there for the module's later imports
+    load_kernel("dcpcheck_cwd_kernels.kernels:oracle_kernel")
+    assert sys.path.count(here) == 1
+
+
+def test_import_root_is_the_directory_a_module_spec_was_found_in(
+    tmp_path, monkeypatch, forget_modules
+):
+    src = tmp_path / "src"
+    _write_package(src, "dcpcheck_src_kernels")
+    forget_modules("dcpcheck_src_kernels")
+    monkeypatch.syspath_prepend(str(src))  # what pytest's pythonpath = ["src"] does
+    spec = "dcpcheck_src_kernels.kernels:oracle_kernel"
+    assert import_root(spec) is None  # not loaded yet
+    load_kernel(spec)
+    assert import_root(spec) == src.resolve()
+    assert import_root("dcpcheck_src_kernels:kernels") == src.resolve()  # a package
+    assert import_root("tests.kernels_under_test:oracle_kernel") == REPO.resolve()
+    assert import_root("default") is None
+    assert import_root(f"{FIXTURES / 'vllm_inplace_api.py'}:fused_norm_rope") is None
+    assert import_root("vllm==0.29.0") is None

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from dcpcheck import pytest_plugin
-from dcpcheck.harness import runner
+from dcpcheck.harness import runner, session
 from dcpcheck.harness.checks import CheckResult, Finding
 from dcpcheck.harness.runner import CaseResult
 from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.pytest_plugin import judge
+from dcpcheck.pytest_plugin import verdict_of
 from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 from tests.conftest import BACKEND
 
@@ -250,6 +250,34 @@ def test_a_scenario_defined_twice_is_a_usage_error(pytester):
     result.stderr.fnmatch_lines(["*'decode-single-dcp4' is defined twice*"])
 
 
+def test_a_failing_case_is_saved_and_replays_as_it_failed(pytester):
+    """The plugin saves a failing case as ``dcpcheck run`` does (the session API), under
+    ``--dcpcheck-home``; ``dcpcheck repro`` on the saved file fails the same way."""
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    home = pytester.path / "home"
+    result = run(
+        pytester,
+        "--dcpcheck-kernel=regress/pre-54908",
+        "--dcpcheck-dcp=1,4",
+        f"--dcpcheck-home={home}",
+        *ONE_TOKEN,
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    saved = sorted((home / "failures").glob("*.toml"))
+    assert len(saved) == 1, saved
+    assert saved[0].name.startswith("decode-single-dcp4-regress-pre-54908-dcp4-")
+    scenario = load_scenario(saved[0])
+    assert scenario.dcp_sizes == (4,)
+    replay = CliRunner().invoke(cli, ["repro", str(saved[0]), "--kernel", "regress/pre-54908"])
+    assert replay.exit_code == 1, replay.output
+    assert "ranks_agree" in replay.output
+    fixed = CliRunner().invoke(cli, ["repro", str(saved[0]), "--kernel", "default"])
+    assert fixed.exit_code == 0, fixed.output
+
+
 def test_a_kernel_that_raises_fails_its_item_with_the_error(pytester):
     kernel = _write_kernel_file(
         pytester, "def fused(inputs, outputs, caches):\n    raise RuntimeError('boom')\n"
@@ -275,7 +303,7 @@ def test_a_case_where_no_check_applies_is_skipped_not_passed(pytester, monkeypat
             replay="r",
         )
 
-    monkeypatch.setattr(runner, "run_scenario", nothing_applies)
+    monkeypatch.setattr(session, "run_scenario", nothing_applies)
     result = run(pytester, "--dcpcheck-kernel=default", "--dcpcheck-dcp=4", *ONE_TOKEN, "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(
@@ -337,7 +365,7 @@ def test_judge_fails_on_findings_with_one_line_each_and_the_replay():
         ],
         replay="dcpcheck run --scenario s --dcp 4 --kernel k",
     )
-    verdict = judge(result, "k")
+    verdict = verdict_of(result, "k")
     assert verdict.outcome == "failed"
     assert verdict.text.splitlines() == [
         "s[dcp4]: FAIL on kernel k: outputs",
@@ -352,7 +380,7 @@ def test_judge_fails_on_findings_with_one_line_each_and_the_replay():
 @pytest.mark.parametrize("status", ["error", "crash", "timeout"])
 def test_judge_fails_every_status_other_than_pass(status):
     result = CaseResult("s", 2, status, error="rank 1: killed after 60 s", replay="r")
-    verdict = judge(result, "k")
+    verdict = verdict_of(result, "k")
     assert verdict.outcome == "failed"
     assert (
         verdict.text
@@ -362,11 +390,11 @@ def test_judge_fails_every_status_other_than_pass(status):
 
 def test_judge_never_passes_a_case_whose_checks_were_all_skipped():
     skipped = [CheckResult("outputs", skipped="a"), CheckResult("topk", skipped="b")]
-    assert judge(CaseResult("s", 1, "pass", skipped), "k") == pytest_plugin.Verdict(
+    assert verdict_of(CaseResult("s", 1, "pass", skipped), "k") == pytest_plugin.Verdict(
         "skipped", "s[dcp1]: no check applies: outputs (a); topk (b)"
     )
-    assert judge(CaseResult("s", 1, "pass", []), "k").outcome == "skipped"
+    assert verdict_of(CaseResult("s", 1, "pass", []), "k").outcome == "skipped"
     passing = [CheckResult("outputs"), CheckResult("topk", skipped="b")]
-    assert judge(CaseResult("s", 1, "pass", passing), "k") == pytest_plugin.Verdict(
+    assert verdict_of(CaseResult("s", 1, "pass", passing), "k") == pytest_plugin.Verdict(
         "passed", "not applicable: topk (b)"
     )

@@ -1,14 +1,18 @@
-"""Scenario files (dcpcheck.spec.scenario): the shipped ones load and round-trip, and every kind of
-mistake in a file is an error that names the file and the key, on one line."""
+"""Scenario files (dcpcheck.spec.scenario): the shipped ones load and round-trip, every kind of
+mistake in a file (an oversized count included: dcpcheck.spec.limits) is an error that names
+the file and the key, on one line, and a saved file replays whatever it is renamed to."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 
+from dcpcheck.cli import main
 from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset
+from dcpcheck.spec import limits
 from dcpcheck.spec.dcp import Batch, Request
 from dcpcheck.spec.scenario import (
     SCENARIO_DIR,
@@ -254,7 +258,6 @@ BAD_FILES = [
         "mla_scale",
         "finite",
     ),
-    ("name-not-file-stem", 'name = "case"', 'name = "other"', "name", "does not match the file"),
     ("position-past-max", "prefix = 9", "prefix = 4096", "requests[1]", "max_position 4096"),
     ("unknown-preset", 'preset = "small-neox"', 'preset = "glm-6"', "preset", "unknown preset"),
     ("unknown-dtype", 'dtype = "bfloat16"', 'dtype = "float32"', "dtype", "known: bfloat16"),
@@ -267,6 +270,64 @@ BAD_FILES = [
     ("unknown-values", "seed = 0", 'seed = 0\nvalues = "spiky"', "values", "known: exact-ties"),
     ("values-not-string", "seed = 0", "seed = 0\nvalues = 1", "values", "expected string"),
     ("empty-description", "a scenario for the loader's tests", " ", "description", "blank"),
+    # Counts past dcpcheck.spec.limits: refused before anything is sized by them.
+    (
+        "block-size-over-limit",
+        "block_size = 16",
+        "block_size = 1099511627776",
+        "block_size",
+        f"must be <= {limits.BLOCK_SIZE_MAX}, got 1099511627776 (BLOCK_SIZE_MAX, ",
+    ),
+    (
+        "block-size-past-64-bits",
+        "block_size = 16",
+        "block_size = 99999999999999999999999",
+        "block_size",
+        f"must be <= {limits.BLOCK_SIZE_MAX}, got 99999999999999999999999",
+    ),
+    (
+        "dcp-size-over-limit",
+        "dcp = [1, 2]",
+        "dcp = [1, 100000000]",
+        "dcp",
+        f"DCP size must be <= {limits.DCP_SIZE_MAX}, got 100000000 (DCP_SIZE_MAX, ",
+    ),
+    (
+        "padding-over-limit",
+        "seed = 0",
+        "seed = 0\npadding = 50000000",
+        "padding",
+        f"must be <= {limits.PADDING_MAX}, got 50000000 (PADDING_MAX, ",
+    ),
+    (
+        "seed-over-limit",
+        "seed = 0",
+        f"seed = {limits.SEED_MAX + 1}",
+        "seed",
+        f"must be <= {limits.SEED_MAX}, got {limits.SEED_MAX + 1} (SEED_MAX, ",
+    ),
+    (
+        "too-many-requests",
+        REQUESTS,
+        "\n[[requests]]\nnew = 1\n" * (limits.REQUESTS_MAX + 1),
+        "requests",
+        f"the number of requests must be <= {limits.REQUESTS_MAX}, got {limits.REQUESTS_MAX + 1}",
+    ),
+    (
+        "too-many-rows",
+        REQUESTS,
+        "\n[[requests]]\nnew = 4000\n" * 100,
+        "requests",
+        f"rows (new tokens + padding) must be <= {limits.BATCH_TOKENS_MAX}, got 400000",
+    ),
+    (
+        "too-many-cached-tokens",
+        REQUESTS,
+        "\n[[requests]]\nprefix = 4000\nnew = 90\n" * 300,
+        "requests",
+        f"cached tokens (prefix + new of every request) must be <= "
+        f"{limits.CONTEXT_TOKENS_MAX}, got 1227000",
+    ),
 ]
 
 
@@ -286,6 +347,55 @@ def test_bad_file_names_file_and_key(
     assert message.startswith(f"{path}: key '{key}': "), message
     assert words in message
     assert "\n" not in message
+
+
+PROBE = {
+    "block_size": ("block_size = 16", "block_size = 1099511627776"),
+    "padding": ("seed = 0", "seed = 0\npadding = 50000000"),
+    "dcp": ("dcp = [1, 2]", "dcp = [100000000]"),
+}
+"""The adversarial probe of issue 18: each passed the reader and died late in a traceback."""
+
+
+@pytest.mark.parametrize("key", PROBE)
+def test_the_oversized_probe_is_refused_by_the_reader(tmp_path: Path, key: str) -> None:
+    old, new = PROBE[key]
+    path = write_case(tmp_path, VALID.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: key '{key}': "), message
+    assert "must be <= " in message and "dcpcheck/spec/limits.py" in message
+    assert "\n" not in message
+
+
+def test_limits_bind_scenarios_changed_in_code_too() -> None:
+    """A ``--dcp`` or ``--seed`` override is a ``dataclasses.replace``: held to the same limits."""
+    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    with pytest.raises(ScenarioError, match=r"key 'dcp': DCP size must be <= 64, got 65"):
+        dataclasses.replace(scenario, dcp_sizes=(65,))
+    with pytest.raises(ScenarioError, match=rf"key 'seed': must be <= {limits.SEED_MAX}"):
+        dataclasses.replace(scenario, seed=limits.SEED_MAX + 1)
+    at_limits = dataclasses.replace(
+        scenario,
+        block_size=limits.BLOCK_SIZE_MAX,
+        dcp_sizes=(limits.DCP_SIZE_MAX,),
+        seed=limits.SEED_MAX,
+        batch=Batch((Request(37, 1),), padding=limits.PADDING_MAX),
+    )
+    assert at_limits.batch.padding == limits.PADDING_MAX
+
+
+def test_the_shipped_and_the_searched_scenarios_are_within_the_limits() -> None:
+    """The property search draws scenarios in code: its bounds must sit inside the limits,
+    or a drawn scenario would be refused instead of run."""
+    from dcpcheck.workflows import strategies
+
+    assert strategies.MAX_DCP_SIZE <= limits.DCP_SIZE_MAX
+    assert max(strategies.BLOCK_SIZES) <= limits.BLOCK_SIZE_MAX
+    assert strategies.MAX_PADDING <= limits.PADDING_MAX
+    assert strategies.MAX_VALUE_SEED <= limits.SEED_MAX
+    assert load_scenarios([])  # every shipped file passes the limits
 
 
 def test_toml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
@@ -332,6 +442,46 @@ def test_a_scenario_built_in_code_is_named_by_its_name() -> None:
     unsaved = dataclasses.replace(scenario, source=None)
     with pytest.raises(ScenarioError, match=r"^scenario 'decode-single-dcp4': key 'dcp': "):
         dataclasses.replace(unsaved, dcp_sizes=(0,))
+
+
+# ---------------------------------------------------------------------------------------
+# Renamed files
+
+
+def test_a_renamed_file_loads_under_its_own_name(tmp_path: Path) -> None:
+    """A saved failure renamed by its user (or copied under another name) keeps the name
+    its ``name`` key gives, and points at the file it was read from."""
+    path = write_case(tmp_path, VALID, name="the-bug-from-friday")
+    scenario = load_scenario(path)
+    assert scenario.name == "case"
+    assert scenario.source == path
+    assert scenario == load_scenario(write_case(tmp_path, VALID))  # the file name plays no part
+
+
+def test_in_a_scenario_directory_name_and_file_must_agree(tmp_path: Path) -> None:
+    """There ``--scenario NAME`` selects files by stem, while reports and replay lines name
+    scenarios by ``name``: a file whose name differs would be replayed as another one."""
+    path = write_case(tmp_path, VALID, name="other")
+    with pytest.raises(ScenarioError) as raised:
+        load_scenarios([], tmp_path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: key 'name': 'case' does not match the file name"), message
+    assert "expected 'other'" in message and "\n" not in message
+
+
+def test_dcpcheck_repro_replays_a_renamed_saved_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue-18 report: `dcpcheck repro` refused a saved failure once it was renamed."""
+    saved = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    text = scenario_to_toml(dataclasses.replace(saved, name="shrunk-default-0123abcd"))
+    renamed = write_case(tmp_path, text, name="renamed-by-its-user")
+    monkeypatch.setattr(sys, "argv", ["dcpcheck", "repro", str(renamed)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    captured = capsys.readouterr()
+    assert exited.value.code == 0, captured.err
+    assert "shrunk-default-0123abcd[dcp4]" in captured.out
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from dcpcheck.exit_codes import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
 from dcpcheck.output.console import err
 from dcpcheck.spec import dcp
+from dcpcheck.spec.limits import DCP_SIZE_MAX
 from dcpcheck.spec.scenario import SCENARIO_DIR
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
@@ -30,7 +31,8 @@ Exit codes (part of the interface; `git bisect run` relies on 125):
 \b
   0    every check passed
   1    a check failed, or the kernel raised, crashed or timed out
-  2    usage error or bad input, found before any work starts
+  2    usage error or bad input (a --kernel name the registry does not know, too),
+       found before any work starts
   125  the kernel under test could not be loaded or compiled
   130  interrupted (Ctrl-C): the reports so far are written, marked partial
   143  terminated (SIGTERM, e.g. a CI job's timeout): the same, under its own code
@@ -42,16 +44,6 @@ source decides it, so `git bisect run` skips such a revision); a shape or dtype 
 rejects when called is that case's error (only the kernel knows what it supports).
 """
 """The command group's help: what dcpcheck is and its exit codes (``run`` repeats the codes)."""
-
-
-DCP_SIZE_MAX = 64
-"""Largest ``--dcp``: every rank is simulated in this process, each with its own caches, so
-the cost grows with the size; deployed DCP groups are a node or two (8-16 ranks)."""
-
-
-SEED_MAX = 2**32 - 1
-"""Largest seed (``--seed``, a scenario's ``seed``): ``case.build_case`` derives torch
-generator seeds as ``seed * 1_000_003 + dcp_size``, which must fit in 64 bits."""
 
 
 class InputError(click.ClickException):
@@ -238,8 +230,11 @@ def open_backend(device: str):
 
 
 def load(name: str, adapter: str = "auto") -> Kernel:
-    """The ``--kernel`` under ``--adapter``; exit 125 if it does not load."""
+    """The ``--kernel`` under ``--adapter``: exit 2 if the spec is wrong in itself (a name
+    the registry does not know, a file without ``:function``), 125 if it does not load."""
     try:
         return load_kernel(name, adapter)
+    except KernelSpecError as exc:
+        raise InputError(str(exc)) from None
     except KernelLoadError as exc:
         raise KernelLoadFailure(str(exc)) from None

@@ -31,8 +31,8 @@ from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
 from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
 from dcpcheck.harness.runner import KernelError, RunConfig, declared_ds_mla_scale
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
-from dcpcheck.output import console, report
+from dcpcheck.harness.session import ReportNotWritten, RunOutcome, write_reports
+from dcpcheck.output import console
 from dcpcheck.spec.scenario import ScenarioError, load_scenarios
 
 
@@ -72,10 +72,7 @@ def commands() -> None:
 
 
 def _group_kernel(name: str, adapter: str) -> Kernel:
-    try:
-        kernel = load_kernel(name, adapter)
-    except KernelLoadError as exc:
-        raise common.KernelLoadFailure(str(exc)) from None
+    kernel = common.load(name, adapter)
     try:
         declared_ds_mla_scale(kernel)  # a rule dcpcheck does not know: exit 125, as in run
     except ValueError as exc:
@@ -160,23 +157,15 @@ def run_command(
         results = run_distributed(kernel, scenarios, config, group, tokens=not no_tokens)
         if results is None:
             return
-        backend_name = "interpreter" if group.backend.interpreted else "cuda"
-        if json_path is not None:
-            text = report.to_json(
-                results,
-                kernel=kernel_name,
-                backend=backend_name,
-                partial=False,
-                oracle=config.oracle,
-            )
-            files.write_atomic(json_path, text)
-        if junit_path is not None:
-            text = report.to_junit(results, kernel=kernel_name, partial=False, oracle=config.oracle)
-            files.write_atomic(junit_path, text)
+        outcome = RunOutcome(results)
+        try:
+            write_reports(results, config, group.backend, json_path, junit_path, partial=False)
+        except ReportNotWritten as exc:
+            raise common.InputError(str(exc)) from None
         console.print_results(results)
         if stats:
             console.print_stats(results, time.perf_counter() - started, None)
-    raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
+    raise SystemExit(outcome.exit_code)
 
 
 @commands.command("hash")

@@ -4,20 +4,17 @@ search), write the reports, save failing cases; replay one saved case."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck import files
+from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     HELP,
-    SEED_MAX,
     InputError,
     Interrupted,
     KernelLoadFailure,
@@ -42,21 +39,28 @@ from dcpcheck.cli.common import (
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.harness import sanitizer
 from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
 from dcpcheck.harness.runner import (
     CaseResult,
     KernelUnderTest,
     RunConfig,
     declared_ds_mla_scale,
-    run,
-    token_stream_case,
-    with_effective_ds_mla_scale,
+)
+from dcpcheck.harness.session import (
+    ReportNotWritten,
+    RunOutcome,
+    RunPlan,
+    Session,
+    run_session,
+    write_reports,
 )
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.kernels.registry import KERNELS
-from dcpcheck.output import ownership_map, report
+from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
-from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
+from dcpcheck.spec.limits import SEED_MAX
+from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario
 from dcpcheck.workflows import search
 
 isolate_option = click.option(
@@ -66,6 +70,18 @@ isolate_option = click.option(
     "memory access) or a hang fails its case (status crash / timeout) and the run goes on "
     "with a fresh worker. Default: on for kernels from outside the registry "
     "(module:function, file.py:function), off for registry kernels.",
+)
+
+
+sanitize_option = click.option(
+    "--sanitize",
+    type=click.Choice(sanitizer.TOOLS),
+    default=None,
+    help="Run every case's kernel under NVIDIA's compute-sanitizer with this tool (CUDA "
+    "only; implies --isolate): memcheck (out-of-bounds and misaligned accesses), initcheck "
+    "(reads of unwritten global memory), racecheck (shared-memory races), synccheck "
+    "(barrier misuse). Each report fails its case as check 'sanitizer', naming the kernel, "
+    "the rank and the sanitizer's own text. Many times slower.",
 )
 
 
@@ -80,13 +96,20 @@ case_timeout_option = click.option(
 )
 
 
-def _case_timeout(kernel_name: str, isolate: bool | None, case_timeout: float | None):
+def _case_timeout(
+    kernel_name: str, isolate: bool | None, case_timeout: float | None, sanitize: str | None
+):
     """The per-case timeout if the kernel is to run isolated, else None (in process).
 
     Isolation defaults to on for kernels from outside the registry (code this project has
     not vetted) and off for registry kernels; an explicit ``--case-timeout`` asks for it,
-    since only a worker process can be stopped in the middle of a case.
+    since only a worker process can be stopped in the middle of a case, and so does
+    ``--sanitize``: compute-sanitizer runs the worker process.
     """
+    if sanitize is not None and isolate is False:
+        raise InputError("--sanitize needs --isolate: compute-sanitizer runs the worker process")
+    if sanitize is not None:
+        isolate = True
     if case_timeout is not None and not (math.isfinite(case_timeout) and case_timeout > 0):
         raise InputError(f"--case-timeout: must be a number of seconds > 0, got {case_timeout}")
     if isolate is False and case_timeout is not None:
@@ -102,7 +125,7 @@ def _case_timeout(kernel_name: str, isolate: bool | None, case_timeout: float | 
 
 @contextlib.contextmanager
 def _kernel_under_test(
-    name: str, adapter: str, backend, case_timeout: float | None
+    name: str, adapter: str, backend, case_timeout: float | None, sanitize: str | None = None
 ) -> Iterator[KernelUnderTest]:
     """The kernel, in this process (``case_timeout`` None) or behind a worker process.
 
@@ -119,7 +142,7 @@ def _kernel_under_test(
     if case_timeout is None:
         yield kernel
         return
-    isolated = IsolatedKernel(name, adapter, backend, case_timeout)
+    isolated = IsolatedKernel(name, adapter, backend, case_timeout, sanitizer=sanitize)
     try:
         isolated.start()
     except KernelLoadError as exc:
@@ -130,52 +153,11 @@ def _kernel_under_test(
         isolated.close()
 
 
-def _check_report_paths(*paths: Path | None) -> None:
-    """Every report path must be writable, and each its own file, before any work."""
-    given = [path for path in paths if path is not None]
-    if len({path.resolve() for path in given}) < len(given):
-        raise InputError(f"--json and --junit name the same file: {given[0]}")
-    for path in given:
-        try:
-            files.ensure_writable(path)
-        except files.ReportPathError as exc:
-            raise InputError(str(exc)) from None
-
-
-def _check_home(home: Path) -> None:
-    try:
-        files.ensure_directory_writable(home)
-    except files.ReportPathError as exc:
-        raise InputError(f"--home: {exc}") from None
-
-
-def _check_overrides(scenario: Scenario, dcp_sizes: tuple[int, ...] | None, seed) -> None:
-    """``scenario`` as it will run (``Scenario`` validates the layout at each DCP size), and
-    its seed within ``SEED_MAX``."""
-    try:
-        dataclasses.replace(
-            scenario,
-            dcp_sizes=dcp_sizes or scenario.dcp_sizes,
-            seed=scenario.seed if seed is None else seed,
-        )
-    except ScenarioError as exc:
-        raise InputError(f"{exc} (with the --dcp / --seed given)") from None
-    if scenario.seed > SEED_MAX:
-        where = scenario.source if scenario.source is not None else scenario.name
-        raise InputError(f"{where}: key 'seed': must be <= {SEED_MAX}, got {scenario.seed}")
-
-
-def _run_with_progress(
-    kernel: KernelUnderTest,
-    scenarios: list[Scenario],
-    config: RunConfig,
-    backend,
-    keep: Callable[[CaseResult], None],
-) -> None:
-    """Run with a progress bar on stderr, handing each result to ``keep`` as it lands, so
-    that an interrupted run still reports what it did (marked partial)."""
-    if not scenarios:
-        return
+@contextlib.contextmanager
+def _progress(scenarios: list[Scenario], config: RunConfig) -> Iterator[tuple]:
+    """The callbacks of ``run_session`` as a progress display on stderr: a bar over the
+    named cases, then a line for the token streams, then the search's example count
+    (shrinking runs past the requested count, so no bar there)."""
     total = sum(len(config.sizes_of(s)) for s in scenarios)
     with Progress(
         TextColumn("{task.description}"),
@@ -184,15 +166,25 @@ def _run_with_progress(
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task("checking", total=total)
+        cases = progress.add_task("checking", total=total, visible=total > 0)
+        stage = progress.add_task("", total=None, visible=False)
 
         def on_result(result: CaseResult) -> None:
-            keep(result)
-            progress.update(
-                task, advance=1, description=escape(f"{result.scenario}[dcp{result.dcp_size}]")
-            )
+            label = f"{result.scenario}[dcp{result.dcp_size}]"
+            progress.update(cases, advance=1, description=escape(label))
 
-        run(kernel, scenarios, config, backend, on_result=on_result)
+        def on_stage(name: str) -> None:
+            progress.update(cases, visible=False)
+            what = STAGE_LINES.get(name, name)
+            progress.update(stage, description=what, visible=True)
+
+        def on_example(count: int) -> None:
+            progress.update(stage, description=f"property search: example {count}")
+
+        yield on_result, on_stage, on_example
+
+
+STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 
 
 @click.command("run", epilog=HELP.split("\n\n", 1)[1])
@@ -285,6 +277,7 @@ def _run_with_progress(
 @fail_fast_option
 @isolate_option
 @case_timeout_option
+@sanitize_option
 @click.pass_context
 def run_command(
     ctx: click.Context,
@@ -311,6 +304,7 @@ def run_command(
     fail_fast,
     isolate,
     case_timeout,
+    sanitize,
 ) -> None:
     """Run the contract checks of a kernel over scenarios x DCP sizes, then, if asked, the
     property search over drawn scenarios (a failure is shrunk and saved under HOME).
@@ -324,13 +318,18 @@ def run_command(
         raise InputError("--rank-timeout needs --launcher torchrun")
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
-    timeout = _case_timeout(kernel_name, isolate, case_timeout)
-    _check_report_paths(json_path, junit_path)
+    timeout = _case_timeout(kernel_name, isolate, case_timeout, sanitize)
+    preflight.check_report_paths(json_path, junit_path)
     if report_dir is not None:
-        _check_report_dir(report_dir)
+        preflight.check_report_dir(report_dir)
     search_config = None
     if property_only or examples is not None or profile_name is not None:
-        _check_home(home)  # the search writes its example database there
+        if sanitize is not None:
+            raise InputError(
+                "--sanitize runs named scenarios only: the property search would start a "
+                "sanitized worker per drawn example"
+            )
+        preflight.check_home(home)  # the search writes its example database there
         profile = search.PROFILES[profile_name or "ci"]
         search_config = search.SearchConfig(
             kernel_name,
@@ -342,7 +341,9 @@ def run_command(
             ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
             oracle=oracle == "on",
         )
-    scenarios = [] if property_only else _scenarios(patterns, scenario_dir, dcp_sizes, seed)
+    scenarios = (
+        [] if property_only else preflight.named_scenarios(patterns, scenario_dir, dcp_sizes, seed)
+    )
     backend = open_backend(device)
     announce_oracle(oracle == "on")
     config = RunConfig(
@@ -352,73 +353,62 @@ def run_command(
         fail_fast,
         ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
         oracle=oracle == "on",
+        sanitize=sanitize,
     )
 
-    named: list[CaseResult] = []
-    saved: dict[tuple[str, int], Path] = {}
-    searched: search.SearchResult | None = None
-    started = time.perf_counter()
-    named_seconds = 0.0
-    partial, stopped = True, None
-    with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
-        by_name = {s.name: s for s in scenarios}
-        saving = True  # until HOME turns out not to be writable: then one warning
-
-        def keep(result: CaseResult) -> None:
-            nonlocal saving
-            named.append(result)
-            if result.status == "pass" or not saving:
-                return
-            try:
-                scenario = by_name[result.scenario]
-                as_run = with_effective_ds_mla_scale(scenario, config, kernel)
-                path = _save_failed_case(as_run, result, config, home)
-            except OSError as exc:
-                saving = False
-                err.print(
-                    f"dcpcheck: warning: cannot save failing cases under {home}: "
-                    f"{exc.strerror} (see --home)",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            else:
-                saved[(result.scenario, result.dcp_size)] = path
-
-        try:
-            _run_with_progress(kernel, scenarios, config, backend, keep)
-            failed = any(r.status != "pass" for r in named)
-            if scenarios and not no_tokens and not (fail_fast and failed):
-                with err.status("token streams: tiny MLA model, DCP1 vs DCPn"):
-                    named.append(token_stream_case(kernel, config, backend))
-            named_seconds = time.perf_counter() - started
-            failed = any(r.status != "pass" for r in named)
-            if search_config is not None and not (fail_fast and failed):
-                searched = _search_with_progress(kernel, search_config, backend)
-            partial = False
-        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM, wherever the run was
-            stopped = stop  # reported below, once the reports are written, the worker gone
-        finally:
-            # The shrunk failure's replay goes into the reports like any other case.
-            replayed = searched.replay if searched is not None else []
-            _write_reports(named + replayed, config, backend, json_path, junit_path, partial)
+    plan = RunPlan(scenarios, token_streams=not no_tokens, search=search_config)
+    preflight.check_sanitizer(sanitize, backend)
+    preflight.check_cost(scenarios, config, backend)
+    with _kernel_under_test(kernel_name, adapter, backend, timeout, sanitize) as kernel:
+        session = Session(kernel, config, backend, home, on_warning=_warn)
+        with _progress(scenarios, config) as (on_result, on_stage, on_example):
+            outcome = run_session(
+                session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
+            )
+        searched = None if outcome.searched is None else (search_config, outcome.searched)
+        _write_reports(
+            outcome.reported, config, backend, json_path, junit_path, outcome.partial, searched
+        )
     if scenarios:
-        print_results(named, saved)
-    if report_dir is not None and stopped is None:
+        print_results(outcome.results, session.saved)
+    if outcome.internal_error is not None:
+        raise InternalFailure(outcome, json_path, junit_path)
+    if report_dir is not None and outcome.stopped is None:
         written = ownership_map.write_report_dir(
-            named, scenarios, report_dir, kernel_name=kernel_name
+            outcome.results, scenarios, report_dir, kernel_name=kernel_name
         )
         out.print(f"report: {escape(str(written[0]))}", soft_wrap=True)
-    if stopped is not None:
-        written = [str(path) for path in (json_path, junit_path) if path is not None]
-        kept = f"; partial report(s): {', '.join(written)}" if written else ""
-        how, code = stop_reason(stopped)
-        raise Interrupted(f"{how} after {len(named)} case(s){kept}", code)
-    if searched is not None:
-        print_search(searched, search_config)
+    if outcome.stopped is not None:
+        kept = _kept_reports(json_path, junit_path)
+        how, code = stop_reason(outcome.stopped)
+        raise Interrupted(f"{how} after {len(outcome.results)} case(s){kept}", code)
+    if outcome.searched is not None:
+        print_search(outcome.searched, search_config)
     if stats:
-        print_stats(named, named_seconds, searched)
-    passed = all(r.status == "pass" for r in named) and (searched is None or searched.passed)
-    raise SystemExit(EXIT_OK if passed else EXIT_FAIL)
+        print_stats(outcome.results, outcome.named_seconds, outcome.searched)
+    raise SystemExit(outcome.exit_code)
+
+
+def _warn(text: str) -> None:
+    err.print(f"dcpcheck: warning: {text}", markup=False, soft_wrap=True)
+
+
+def _kept_reports(json_path: Path | None, junit_path: Path | None) -> str:
+    written = [str(path) for path in (json_path, junit_path) if path is not None]
+    return f"; partial report(s): {', '.join(written)}" if written else ""
+
+
+class InternalFailure(click.ClickException):
+    """dcpcheck itself broke mid-run: its traceback on stderr (a bug to report, so it is
+    not cut to one line), the reports written with an error record, exit 1 (the run did
+    not pass)."""
+
+    exit_code = EXIT_FAIL
+
+    def __init__(self, outcome: RunOutcome, json_path, junit_path) -> None:
+        record = outcome.internal_error
+        err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
+        super().__init__(f"{record.error}{_kept_reports(json_path, junit_path)}")
 
 
 RANK_OPTIONS = (
@@ -472,97 +462,15 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
     return launcher.launch(sizes[0], argv, rank_timeout or DEFAULT_RANK_TIMEOUT_S)
 
 
-def _check_report_dir(report_dir: Path) -> None:
+def _write_reports(results, config, backend, json_path, junit_path, partial, searched) -> None:
+    """Both reports (``session.write_reports``). Their paths were tried before any work, so
+    failing now means the disk changed under the run (full, unmounted): one line, exit 2."""
     try:
-        files.ensure_directory_writable(report_dir)
-    except files.ReportPathError as exc:
-        raise InputError(str(exc)) from None
-
-
-def _scenarios(
-    patterns: tuple[str, ...], scenario_dir: Path, dcp_sizes: tuple[int, ...] | None, seed
-) -> list[Scenario]:
-    """The scenarios to run, each checked with the ``--dcp`` / ``--seed`` overrides applied,
-    so that a combination that cannot run is an error before any work."""
-    if not scenario_dir.is_dir():
-        what = "does not exist" if not scenario_dir.exists() else "is not a directory"
-        raise InputError(f"--scenario-dir: {scenario_dir} {what}")
-    try:
-        scenarios = load_scenarios(list(patterns), scenario_dir)
-    except ScenarioError as exc:
-        raise InputError(str(exc)) from None
-    except OSError as exc:
-        raise InputError(f"{exc.filename}: cannot read: {exc.strerror}") from None
-    if not scenarios:
-        raise InputError(f"--scenario-dir: no scenario files (*.toml) in {scenario_dir}")
-    for scenario in scenarios:
-        _check_overrides(scenario, dcp_sizes, seed)
-    return scenarios
-
-
-def _failure_phrase(result: CaseResult) -> str:
-    """What failed, as the property search words it; a crash or timeout by its reason."""
-    phrases = search.failure_summary([result])
-    return phrases[0] if phrases else f"DCP{result.dcp_size}: {result.status} ({result.error})"
-
-
-def _save_failed_case(
-    scenario: Scenario, result: CaseResult, config: RunConfig, home: Path
-) -> Path:
-    """Save the failing case under ``home/failures/`` with the seed and DCP size it ran at,
-    so ``dcpcheck repro FILE`` replays exactly it. ``scenario`` is the one that ran, its
-    fp8_ds_mla tile-scale rule resolved (``runner.with_effective_ds_mla_scale``), so the
-    file names that rule. ``OSError`` if ``home`` cannot be written: the caller warns and
-    goes on (the replay command reproduces the case too)."""
-    seed = scenario.seed if config.seed is None else config.seed
-    case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed)
-    description = (
-        f"Saved by dcpcheck run: kernel {config.kernel_name} fails scenario "
-        f"{scenario.name} at {_failure_phrase(result)}. Replay: dcpcheck repro "
-        f"<this file> --kernel {config.kernel_name}{config.oracle_flag}"
-    )
-    stem = f"{scenario.name}-{search.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
-    return search.save_failure(case, stem, description, home / search.FAILURES_DIR)
-
-
-def _search_with_progress(
-    kernel: KernelUnderTest, config: search.SearchConfig, backend
-) -> search.SearchResult:
-    """The property search with a count of examples on stderr (shrinking runs past the
-    requested count, so no bar)."""
-    with Progress(TextColumn("{task.description}"), console=err, transient=True) as progress:
-        task = progress.add_task("property search")
-
-        def on_example(count: int) -> None:
-            progress.update(task, description=f"property search: example {count}")
-
-        return search.search(kernel, config, backend, on_example=on_example)
-
-
-def _write_reports(results, config, backend, json_path, junit_path, partial) -> None:
-    """Both reports, atomically. Their paths were tried before any work, so failing now
-    means the disk changed under the run (full, unmounted): one line, exit 2."""
-    backend_name = "interpreter" if backend.interpreted else "cuda"
-    reports = []
-    if json_path is not None:
-        text = report.to_json(
-            results,
-            kernel=config.kernel_name,
-            backend=backend_name,
-            partial=partial,
-            oracle=config.oracle,
+        write_reports(
+            results, config, backend, json_path, junit_path, partial=partial, searched=searched
         )
-        reports.append((json_path, text))
-    if junit_path is not None:
-        text = report.to_junit(
-            results, kernel=config.kernel_name, partial=partial, oracle=config.oracle
-        )
-        reports.append((junit_path, text))
-    for path, text in reports:
-        try:
-            files.write_atomic(path, text)
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
+    except ReportNotWritten as exc:
+        raise InputError(str(exc)) from None
 
 
 @click.command("repro")
@@ -581,45 +489,97 @@ def _write_reports(results, config, backend, json_path, junit_path, partial) -> 
     metavar="N[,N...]",
     help="DCP sizes to simulate instead of the file's own.",
 )
+@click.option(
+    "--seed",
+    type=click.IntRange(0, SEED_MAX),
+    default=None,
+    help="Value seed instead of the file's own (as `dcpcheck run --seed`).",
+)
 @device_option
 @adapter_option
 @ds_mla_scale_option
 @oracle_option
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Replay it N times and say whether the verdict was the same every time: a "
+    "nondeterministic kernel's failure may pass some replays (exit 1 unless all N pass).",
+)
 @isolate_option
 @case_timeout_option
+@sanitize_option
 def repro_command(
     file: Path,
     kernel_name: str,
     dcp_text: str | None,
+    seed: int | None,
     device: str,
     adapter: str,
     ds_mla_scale: str | None,
     oracle: str,
     isolate: bool | None,
+    runs: int,
     case_timeout: float | None,
+    sanitize: str | None,
 ) -> None:
     """Replay one scenario FILE, such as a failure saved under .dcpcheck/failures/ (by the
     property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
     if it passes."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    timeout = _case_timeout(kernel_name, isolate, case_timeout)
+    timeout = _case_timeout(kernel_name, isolate, case_timeout, sanitize)
     try:
         scenario = load_scenario(file)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     except OSError as exc:
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
-    _check_overrides(scenario, dcp_sizes, None)
+    preflight.check_overrides(scenario, dcp_sizes, seed)
     backend = open_backend(device)
     announce_oracle(oracle == "on")
-    results: list[CaseResult] = []
-    with _kernel_under_test(kernel_name, adapter, backend, timeout) as kernel:
-        config = RunConfig(
-            kernel_name,
-            dcp_sizes,
-            ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
-            oracle=oracle == "on",
+    config = RunConfig(
+        kernel_name,
+        dcp_sizes,
+        seed,
+        ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
+        oracle=oracle == "on",
+        sanitize=sanitize,
+    )
+    preflight.check_sanitizer(sanitize, backend)
+    preflight.check_cost([scenario], config, backend)
+    outcomes: list[RunOutcome] = []
+    with _kernel_under_test(kernel_name, adapter, backend, timeout, sanitize) as kernel:
+        session = Session(kernel, config, backend)  # a replay saves nothing new
+        while len(outcomes) < runs and not (outcomes and outcomes[-1].partial):
+            with _progress([scenario], config) as (on_result, _, _):
+                outcomes.append(
+                    run_session(
+                        session, RunPlan([scenario], token_streams=False), on_result=on_result
+                    )
+                )
+    failed = [outcome for outcome in outcomes if not outcome.passed]
+    shown = failed[0] if failed else outcomes[-1]  # the first failing run says most
+    print_results(shown.results)
+    if shown.internal_error is not None:
+        raise InternalFailure(shown, None, None)
+    if outcomes[-1].stopped is not None:
+        how, code = stop_reason(outcomes[-1].stopped)
+        raise Interrupted(f"{how} after {len(outcomes)} run(s)", code)
+    if runs > 1:
+        _print_stability(len(outcomes), len(failed))
+    raise SystemExit(EXIT_FAIL if failed else EXIT_OK)
+
+
+def _print_stability(runs: int, failed: int) -> None:
+    """The verdict over ``--runs``: the same every time, or not (then the kernel is not
+    deterministic and one passing replay proves nothing)."""
+    if 0 < failed < runs:
+        out.print(
+            f"[bold magenta]NONDETERMINISTIC:[/] failed {failed} of {runs} runs, passed "
+            f"{runs - failed}: the verdict is not stable, so a passing replay proves nothing"
         )
-        _run_with_progress(kernel, [scenario], config, backend, results.append)
-    print_results(results)
-    raise SystemExit(EXIT_OK if all(r.status == "pass" for r in results) else EXIT_FAIL)
+    else:
+        verdict = "[red]failed[/]" if failed else "[green]passed[/]"
+        out.print(f"stable over {runs} runs: {verdict} every time")

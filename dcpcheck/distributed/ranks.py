@@ -14,8 +14,8 @@ import torch
 
 from dcpcheck.contract import Kernel
 from dcpcheck.distributed.group import DistributedUsageError, RankGroup
-from dcpcheck.distributed.streams import token_stream_case
-from dcpcheck.harness.case import Case, build_case, make_activations, run_oracle
+from dcpcheck.distributed.streams import token_stream_case_on_ranks
+from dcpcheck.harness.case import Case, build_case, make_activations, oracle_for, scenario_inputs
 from dcpcheck.harness.checks import Finding
 from dcpcheck.harness.runner import (
     CaseResult,
@@ -25,6 +25,7 @@ from dcpcheck.harness.runner import (
     judge,
     launch,
     launch_all,
+    run_twice,
     with_effective_ds_mla_scale,
 )
 from dcpcheck.spec.scenario import Scenario
@@ -110,7 +111,7 @@ def _check_scenario(
     group.progress.working(f"launching {label}")
     start = time.perf_counter()
     act = make_activations(scenario, seed, device)
-    expected = run_oracle(scenario, act)
+    expected = oracle_for(scenario_inputs(scenario, act))
     case = build_case(
         scenario, group.world_size, device, seed=seed, activations=act, expected=expected
     )
@@ -121,11 +122,17 @@ def _check_scenario(
     group.progress.working(f"checking {label}")
     error, changes = _adopt(case, gathered)
     distributed = Launched(case, changes, error, time.perf_counter() - start)
-    baseline = distributed
-    if group.world_size != 1:  # rank 0 is a whole DCP1 group by itself
+
+    def dcp1_here() -> Launched:
         start = time.perf_counter()
         base_case = build_case(scenario, 1, device, seed=seed, activations=act, expected=expected)
-        baseline = replace(launch(kernel, base_case), seconds=time.perf_counter() - start)
+        return replace(launch(kernel, base_case), seconds=time.perf_counter() - start)
+
+    # Rank 0 is a whole DCP1 group by itself; it runs the baseline twice, as the simulated
+    # mode does (runner.run_twice). A failing DCPn case is not run again across the ranks.
+    baseline = run_twice(distributed if group.world_size == 1 else dcp1_here(), dcp1_here)
+    if group.world_size == 1:
+        distributed = baseline
     by_size = {1: baseline, group.world_size: distributed}
     return [judge(kernel, scenario, config, by_size[n], baseline) for n in sizes]
 
@@ -159,7 +166,7 @@ def run_distributed(
         if config.fail_fast and group.broadcast_from_root(stop, "the fail-fast decision"):
             return results if group.is_root else None
     if tokens and scenarios:
-        result = token_stream_case(kernel, config, group)
+        result = token_stream_case_on_ranks(kernel, config, group)
         if result is not None:
             results.append(result)
             if on_result is not None:

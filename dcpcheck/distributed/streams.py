@@ -16,7 +16,6 @@ top-2 margins of every rank and compares them with ``token_streams.compare_runs`
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -37,8 +36,7 @@ from dcpcheck.e2e.token_streams import (
     generate_ranks,
     stream_config_for,
 )
-from dcpcheck.harness.checks import CheckResult, Finding
-from dcpcheck.harness.runner import CaseResult, KernelError, RunConfig
+from dcpcheck.harness.runner import CaseResult, KernelError, RunConfig, token_stream_verdict
 
 if TYPE_CHECKING:
     from dcpcheck.distributed import RankGroup
@@ -144,28 +142,17 @@ def compare_streams_distributed(
     return compare_runs(config, runs)
 
 
-def token_stream_case(kernel: Kernel, config: RunConfig, group: RankGroup) -> CaseResult | None:
+def token_stream_case_on_ranks(
+    kernel: Kernel, config: RunConfig, group: RankGroup
+) -> CaseResult | None:
     """``runner.token_stream_case`` on real ranks: the tiny model's greedy streams at DCP1
     and at the world size must hash identically. The result on rank 0, ``None`` elsewhere."""
-    dcp_size = group.world_size
-    replay = f"dcpcheck hash --dcp 1,{dcp_size} --kernel {config.kernel_name}"
-    result = CaseResult("token-streams", dcp_size, "pass", replay=replay)
-    start = time.perf_counter()
-    try:
-        comparison = compare_streams_distributed(kernel, stream_config_for(group.backend), group)
-    except KernelError as exc:
-        result.status, result.error = "error", str(exc)
-    else:
-        if comparison is None:
-            return None
-        findings: tuple[Finding, ...] = ()
-        if not comparison.identical:
-            divergence = comparison.first_divergence
-            findings = (Finding("tokens", divergence.rank, divergence.describe()),)
-            result.status = "fail"
-        result.checks = [CheckResult("token_streams", findings)]
-    result.seconds = time.perf_counter() - start
-    return result
+    stream_config = stream_config_for(group.backend)
+    return token_stream_verdict(
+        config,
+        group.world_size,
+        lambda: compare_streams_distributed(kernel, stream_config, group),
+    )
 
 
 def streams_to_json(comparison: StreamComparison, *, kernel: str, backend: str) -> str:

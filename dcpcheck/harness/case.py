@@ -306,28 +306,36 @@ def ds_mla_scale_of(scenario: Scenario) -> DsMlaScale:
     return DsMlaScale.AMAX if scenario.ds_mla_scale is None else scenario.ds_mla_scale
 
 
-def run_oracle(scenario: Scenario, act: Activations) -> reference.FusedReference:
-    return reference.fused_norm_rope(
-        act.q_c,
-        act.q_weight,
-        act.kv_c,
-        act.kv_weight,
-        act.k_pe,
-        act.positions,
-        act.cos_sin,
-        scenario.model.eps,
-        cache_layout=scenario.cache_layout.value,
+def scenario_inputs(scenario: Scenario, act: Activations) -> FusedOpInputs:
+    """The op's inputs for ``scenario``'s activations, before any slot mapping: what every
+    rank's launch shares (``build_case`` adds each rank's mappings), and all the oracle
+    reads (:func:`oracle_for`)."""
+    return FusedOpInputs(
+        q_c=act.q_c,
+        q_weight=act.q_weight,
+        kv_c=act.kv_c,
+        kv_weight=act.kv_weight,
+        k_pe=act.k_pe,
+        positions=act.positions,
+        cos_sin=act.cos_sin,
+        eps=scenario.model.eps,
+        block_size=scenario.block_size,
+        cache_layout=scenario.cache_layout,
         mla_scale=scenario.mla_scale,
-        ds_mla_scale=ds_mla_scale_of(scenario).value,
+        slot_mapping=None,
         index_k=act.index_k,
         index_weight=act.index_weight,
         index_bias=act.index_bias,
         index_rope_interleaved=scenario.model.index_rope_interleaved,
+        index_slot_mapping=None,
+        ds_mla_scale=ds_mla_scale_of(scenario),
     )
 
 
 def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
-    """The oracle's answer for one launch's inputs (the kernel protocol's view)."""
+    """The oracle's answer for one launch's inputs (the kernel protocol's view): the one
+    place dcpcheck calls ``reference.fused_norm_rope``. Slot mappings play no part: the
+    oracle's outputs and cache entries are per token, whichever rank owns it."""
     return reference.fused_norm_rope(
         inputs.q_c,
         inputs.q_weight,
@@ -381,7 +389,8 @@ def build_case(
     seed = scenario.seed if seed is None else seed
     preset, dtype, batch = scenario.model, scenario.torch_dtype, scenario.batch
     act = activations or make_activations(scenario, seed, device)
-    ref = expected or run_oracle(scenario, act)
+    shared = scenario_inputs(scenario, act)
+    ref = expected or oracle_for(shared)
 
     tables = scenario.block_tables(dcp_size)
     mappings = slot_mappings(batch, scenario.layout(dcp_size), tables)
@@ -440,26 +449,7 @@ def build_case(
             if not scenario.profiling:
                 index_slots = index_mappings.per_rank[rank].to(device)
 
-        inputs = FusedOpInputs(
-            q_c=act.q_c,
-            q_weight=act.q_weight,
-            kv_c=act.kv_c,
-            kv_weight=act.kv_weight,
-            k_pe=act.k_pe,
-            positions=act.positions,
-            cos_sin=act.cos_sin,
-            eps=preset.eps,
-            block_size=scenario.block_size,
-            cache_layout=scenario.cache_layout,
-            mla_scale=scenario.mla_scale,
-            slot_mapping=slots,
-            index_k=act.index_k,
-            index_weight=act.index_weight,
-            index_bias=act.index_bias,
-            index_rope_interleaved=preset.index_rope_interleaved,
-            index_slot_mapping=index_slots,
-            ds_mla_scale=ds_mla_scale,
-        )
+        inputs = replace(shared, slot_mapping=slots, index_slot_mapping=index_slots)
         guards = poisoned_outputs(scenario, device)
         outputs = FusedOpOutputs(
             q_out=guards["q_out"].view,

@@ -18,28 +18,30 @@ judged only against the kernel's own DCP1 run, by ``ranks_agree`` and
 ``shards_reassemble``. Every other check compares with the initial bytes or the DCP1 run
 already and stays as it is; only the naming of the token a stray write holds changes
 source (``TokenEncodings``).
+
+What the checks stand on lives beside them: ``cache_entries`` reads and cuts cache entries,
+``comparison`` compares rows in steps of their stored format, and ``stray_writes`` scans
+each cache for the writes no token owned, which ``stray_write_checks`` files here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 import reference
-from dcpcheck.contract import DS_MLA_NOPE_DIM, CacheLayout
-from dcpcheck.harness.case import GUARD_BLOCKS, TOPK_SENTINEL, Case, GuardedCache, RankLaunch
+from dcpcheck.harness.cache_entries import expected_index_rows, index_rows, owned_entries
+from dcpcheck.harness.case import TOPK_SENTINEL, Case, RankLaunch
+from dcpcheck.harness.comparison import bits_equal, part_violations, row_violations
+from dcpcheck.harness.stray_writes import StrayWrite, collect_stray_writes
 from dcpcheck.spec import tolerances
 from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
 
 OWNERSHIP_NAMES = {OWNED: "owned", FOREIGN: "foreign", PADDING: "padding"}
 
 OUTPUT_FIELDS = ("q_out", "kv_out", "kpe_out", "index_k_out")
-
-ATTRIBUTION_MIN_MATCH = 0.5
-"""A stray cache entry is attributed to the token whose oracle encoding shares the most
-bytes with it, if at least this fraction: random initial bytes match by chance ~1/256."""
 
 
 @dataclass(frozen=True)
@@ -68,91 +70,6 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return self.skipped is None and not self.findings
-
-
-@dataclass(frozen=True)
-class EntryPart:
-    """A byte range of a cache entry, the format stored there, and its tolerance."""
-
-    name: str
-    start: int
-    stop: int
-    dtype: torch.dtype  # torch.uint8 means fp8 e4m3 bytes
-    tolerance: tolerances.Tolerance
-
-
-def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.dtype):
-    """The parts of one MLA cache entry (DESIGN §2 table)."""
-    if layout is CacheLayout.AUTO:
-        kv_end = kv_dim * act.itemsize
-        return (
-            EntryPart("kv", 0, kv_end, act, tolerances.MLA_AUTO_KV),
-            EntryPart(
-                "kpe", kv_end, kv_end + rope_dim * act.itemsize, act, tolerances.MLA_AUTO_KPE
-            ),
-        )
-    if layout is CacheLayout.FP8:
-        return (
-            EntryPart("kv", 0, kv_dim, torch.uint8, tolerances.FP8_VALUE),
-            EntryPart("kpe", kv_dim, kv_dim + rope_dim, torch.uint8, tolerances.FP8_VALUE),
-        )
-    scales_end = DS_MLA_NOPE_DIM + 16
-    return (
-        EntryPart("nope", 0, DS_MLA_NOPE_DIM, torch.uint8, tolerances.FP8_VALUE),
-        EntryPart("scales", DS_MLA_NOPE_DIM, scales_end, torch.float32, tolerances.DS_MLA_SCALE),
-        EntryPart(
-            "rope",
-            scales_end,
-            scales_end + 2 * rope_dim,
-            torch.bfloat16,
-            tolerances.BF16_ROPE_IN_CACHE,
-        ),
-    )
-
-
-def index_entry_parts(index_dim: int):
-    """Indexer rows as the checks see them: fp8 values then the fp32 UE8M0 scale."""
-    return (
-        EntryPart("values", 0, index_dim, torch.uint8, tolerances.FP8_VALUE),
-        EntryPart("scale", index_dim, index_dim + 4, torch.float32, tolerances.UE8M0_SCALE),
-    )
-
-
-def _all_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    """Every row bitwise equal to the expected one, and no expected value a NaN (which
-    the tolerances count as infinitely far even from itself)."""
-    fp8 = actual.dtype == torch.uint8  # float8_e4m3fn bytes: NaN is 0x7F / 0xFF
-    nan = (expected & 0x7F) == 0x7F if fp8 else expected.isnan()
-    return bool((_bits_equal(actual, expected) & ~nan.any(dim=1)).all())
-
-
-def row_violations(
-    actual: torch.Tensor, expected: torch.Tensor, tolerance: tolerances.Tolerance
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bad rows, worst steps per row among the out-of-tolerance elements), on the host.
-
-    ``actual``/``expected`` are float rows ``[K, W]``, or fp8 byte rows when the
-    tolerance is counted in fp8 steps (uint8)."""
-    if not actual.numel() or _all_identical(actual, expected):  # the usual verdict, cheaply
-        rows = actual.shape[0]
-        return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
-    if actual.dtype == torch.uint8:
-        steps = tolerances.fp8_step_distance(actual, expected)
-        bad = steps > tolerance.max_steps
-    else:
-        steps = tolerances.ulp_distance(actual, expected)
-        bad = tolerances.out_of_tolerance(actual, expected, tolerance)
-    worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
-    return bad.any(dim=1).cpu(), worst.cpu()
-
-
-def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPart):
-    """``row_violations`` of one part of byte rows [K, E], viewed in the part's format."""
-    a = actual[:, part.start : part.stop].contiguous()
-    e = expected[:, part.start : part.stop].contiguous()
-    if part.dtype != torch.uint8:
-        a, e = a.view(part.dtype), e.view(part.dtype)
-    return row_violations(a, e, part.tolerance)
 
 
 NAN_UNWRITTEN = "NaN (unwritten)"
@@ -294,68 +211,6 @@ def check_topk(case: Case) -> CheckResult:
     return CheckResult("topk", tuple(findings))
 
 
-def _owned(slots: torch.Tensor | None) -> torch.Tensor:
-    if slots is None:
-        return torch.empty(0, dtype=torch.int64)
-    return torch.nonzero(slots.cpu() >= 0).flatten()
-
-
-def _index_rows(cache: torch.Tensor, slots: torch.Tensor, index_dim: int) -> torch.Tensor:
-    values, scales = reference.read_index_cache(cache, slots, index_dim)
-    return torch.cat([values, scales.contiguous().view(torch.uint8).view(-1, 4)], dim=1)
-
-
-def _expected_index_rows(case: Case, tokens: torch.Tensor) -> torch.Tensor:
-    values = case.expected.index_values[tokens]
-    scales = case.expected.index_scales[tokens].contiguous().view(torch.uint8).view(-1, 4)
-    return torch.cat([values, scales], dim=1)
-
-
-@dataclass(frozen=True)
-class OwnedEntries:
-    """The entries one rank owns in one cache this step, and how to read them."""
-
-    launch: RankLaunch
-    field: str  # "mla_cache" / "index_cache"
-    tokens: torch.Tensor  # [K] on the host: the token owning each entry
-    slots: torch.Tensor  # [K] their slots, on the cache's device
-    cache: GuardedCache
-    read: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (cache, slots) -> [K, E] bytes
-    parts: tuple[EntryPart, ...]
-
-    def rows(self) -> torch.Tensor:
-        """The entries as the kernel left them."""
-        return self.read(self.cache.view, self.slots)
-
-    def initial_rows(self) -> torch.Tensor:
-        """The same entries before the launch: the seeded random fill."""
-        return self.read(self.cache.initial_view, self.slots)
-
-
-def _owned_entries(case: Case) -> list[OwnedEntries]:
-    """Every non-empty set of owned entries, rank by rank, the MLA cache before the index."""
-    s, p = case.scenario, case.scenario.model
-    mla_parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
-    index_dim = p.index_head_dim
-
-    def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        return _index_rows(cache, slots, index_dim)
-
-    found = []
-    for launch in case.ranks:
-        for field, cache, slot_mapping, read in (
-            ("mla_cache", launch.mla, launch.inputs.slot_mapping, reference.read_mla_cache),
-            ("index_cache", launch.index, launch.inputs.index_slot_mapping, read_index),
-        ):
-            tokens = _owned(slot_mapping)
-            if cache is None or not len(tokens):
-                continue
-            parts = mla_parts if field == "mla_cache" else index_entry_parts(index_dim)
-            slots = slot_mapping[tokens.to(slot_mapping.device)].to(cache.storage.device)
-            found.append(OwnedEntries(launch, field, tokens, slots, cache, read, parts))
-    return found
-
-
 def _compare_entries(
     case: Case,
     rank: int,
@@ -388,13 +243,13 @@ def check_cache_owned(case: Case) -> CheckResult:
     if case.scenario.profiling:
         return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
     findings = []
-    for owned in _owned_entries(case):
+    for owned in owned_entries(case):
         actual = owned.rows()
         tokens = owned.tokens.to(actual.device)
         if owned.field == "mla_cache":
             expected = case.expected.mla_entries[tokens]
         else:
-            expected = _expected_index_rows(case, tokens)
+            expected = expected_index_rows(case, tokens)
         findings += _compare_entries(
             case, owned.launch.rank, owned.field, owned.tokens, actual, expected, owned.parts
         )
@@ -427,11 +282,11 @@ def check_cache_written(case: Case) -> CheckResult:
             without_oracle=CACHE_OWNED_WITHOUT_ORACLE,
         )
     findings = []
-    for owned in _owned_entries(case):
+    for owned in owned_entries(case):
         actual, initial = owned.rows(), owned.initial_rows()
         for part in owned.parts:
             span = slice(part.start, part.stop)
-            bad = _bits_equal(actual[:, span], initial[:, span]).cpu()
+            bad = bits_equal(actual[:, span], initial[:, span]).cpu()
             if bad.any():
                 findings.append(
                     _row_finding(
@@ -450,92 +305,6 @@ def check_cache_written(case: Case) -> CheckResult:
 
 
 @dataclass(frozen=True)
-class StrayWrite:
-    """A cache entry (or guard entry) that changed although no token of this step owns it."""
-
-    cache: str  # "mla_cache" / "index_cache"
-    rank: int
-    slot: int  # entry index relative to the first addressable entry (negative: guard before)
-    where: str  # "guard before" / "guard after" / "prefix" / "unowned"
-    token: int | None  # token whose oracle encoding it holds, if recognisable
-    bytes_changed: int
-
-
-def _changed_bytes_per_entry(cache: GuardedCache, name: str, index_dim: int) -> torch.Tensor:
-    """How many bytes of each entry (slot, guard entries included) differ from before.
-
-    The MLA cache stores entries contiguously. The indexer packs a block as all its
-    fp8 rows first, then all its scales (DESIGN §2), so an entry's bytes sit in two places.
-    Counted as a sum over a reshaped comparison: finding every changed byte and binning it
-    by entry costs far more on a GPU (the bytes of one entry all hit one counter).
-    """
-    changed = cache.storage != cache.initial
-    blocks, block_size, row = changed.shape
-    if name == "mla_cache":
-        return changed.sum(dim=2).flatten()
-    flat = changed.view(blocks, block_size * row)
-    values_end = block_size * index_dim
-    values = flat[:, :values_end].reshape(blocks, block_size, index_dim).sum(dim=2)
-    scales = flat[:, values_end:].reshape(blocks, block_size, -1).sum(dim=2)
-    return (values + scales).flatten()
-
-
-def _stray_writes(
-    case: Case,
-    launch: RankLaunch,
-    cache: GuardedCache,
-    name: str,
-    owned_slots: torch.Tensor | None,
-    prefix_slots: torch.Tensor,
-    read_entry,
-    encodings: torch.Tensor | None,
-) -> list[StrayWrite]:
-    storage = cache.storage
-    blocks, block_size, _ = storage.shape
-    changed_per_entry = _changed_bytes_per_entry(cache, name, case.scenario.model.index_head_dim)
-    first_entry = GUARD_BLOCKS * block_size
-    if owned_slots is not None:
-        changed_per_entry[owned_slots[owned_slots >= 0] + first_entry] = 0
-    stray = torch.nonzero(changed_per_entry).flatten().cpu()
-    last_entry = blocks * block_size - first_entry
-    prefix = set(prefix_slots[prefix_slots >= 0].tolist())
-    writes = []
-    for entry in stray[:64].tolist():  # bounded: a report needs the first few, not all
-        slot = entry - first_entry
-        if entry < first_entry:
-            where = "guard before"
-        elif entry >= last_entry:
-            where = "guard after"
-        elif slot in prefix:
-            where = "prefix"
-        else:
-            where = "unowned"
-        held = read_entry(storage, torch.tensor([entry], device=storage.device))[0]
-        writes.append(
-            StrayWrite(
-                name,
-                launch.rank,
-                slot,
-                where,
-                _attribute(held, encodings),
-                int(changed_per_entry[entry]),
-            )
-        )
-    return writes
-
-
-def _attribute(entry: torch.Tensor, encodings: torch.Tensor | None) -> int | None:
-    """The token whose encoding (``TokenEncodings``) this stray entry most resembles, if
-    any does."""
-    if encodings is None or not len(encodings):
-        return None
-    width = min(entry.numel(), encodings.shape[1])
-    same = (encodings[:, :width] == entry[:width]).sum(dim=1)
-    best = int(same.argmax())
-    return best if int(same[best]) >= ATTRIBUTION_MIN_MATCH * width else None
-
-
-@dataclass(frozen=True)
 class TokenEncodings:
     """Each token's cache entry bytes (padding rows included), to recognise which token a
     stray write holds: ``[T, E]`` for the MLA cache, ``[T, I + 4]`` indexer rows (values,
@@ -543,7 +312,7 @@ class TokenEncodings:
 
     Recognising a token only names it in the finding and decides whether a stray write is
     filed under ``padding_inert`` or ``cache_foreign``; that it is a failure rests on the
-    initial bytes alone (``_stray_writes``).
+    initial bytes alone (``stray_writes``).
     """
 
     mla: torch.Tensor
@@ -554,7 +323,7 @@ class TokenEncodings:
         """The oracle's encodings of every token."""
         index = None
         if case.index_mappings is not None:
-            index = _expected_index_rows(case, _real_and_padding(case))
+            index = expected_index_rows(case, _real_and_padding(case))
         return TokenEncodings(case.expected.mla_entries, index)
 
     @staticmethod
@@ -582,39 +351,8 @@ class TokenEncodings:
             index = index.clone()
             slots = baseline.index_mappings.per_rank[0][real].to(base.index.view.device)
             index_dim = case.scenario.model.index_head_dim
-            index[real.to(index.device)] = _index_rows(base.index.view, slots, index_dim)
+            index[real.to(index.device)] = index_rows(base.index.view, slots, index_dim)
         return TokenEncodings(mla, index)
-
-
-def collect_stray_writes(case: Case, encodings: TokenEncodings | None = None) -> list[StrayWrite]:
-    """Every changed entry that no token of this step owned, on every rank and cache;
-    each attributed to the token whose ``encodings`` (default: the oracle's) it holds."""
-    encodings = encodings or TokenEncodings.from_oracle(case)
-    index_dim = case.scenario.model.index_head_dim
-    writes = []
-    for launch in case.ranks:
-        writes += _stray_writes(
-            case,
-            launch,
-            launch.mla,
-            "mla_cache",
-            launch.inputs.slot_mapping,
-            launch.prefix_slots,
-            reference.read_mla_cache,
-            encodings.mla,
-        )
-        if launch.index is not None:
-            writes += _stray_writes(
-                case,
-                launch,
-                launch.index,
-                "index_cache",
-                launch.inputs.index_slot_mapping,
-                launch.index_prefix_slots,
-                lambda c, s: _index_rows(c, s, index_dim),
-                encodings.index,
-            )
-    return writes
 
 
 def _real_and_padding(case: Case) -> torch.Tensor:
@@ -653,7 +391,8 @@ def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> l
     profiling = case.scenario.profiling
     if profiling:
         buckets = {"guard_bands": [], "profiling_no_write": []}
-    for w in collect_stray_writes(case, encodings):
+    encodings = encodings or TokenEncodings.from_oracle(case)
+    for w in collect_stray_writes(case, encodings.mla, encodings.index):
         if w.where.startswith("guard"):
             bucket = "guard_bands"
         elif profiling:
@@ -676,20 +415,13 @@ def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> l
     return results
 
 
-def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per-row bitwise equality (NaN-safe: compares the bytes)."""
-    a8 = a.contiguous().view(torch.uint8).view(a.shape[0], -1)
-    b8 = b.contiguous().view(torch.uint8).view(b.shape[0], -1)
-    return (a8 == b8).all(dim=1)
-
-
 def input_changes(launch: RankLaunch, before: dict[str, torch.Tensor]) -> list[Finding]:
     """Inputs (slot mappings included) that one rank's launch modified, bitwise."""
     same_rows = {}
     for name, original in before.items():
         after = getattr(launch.inputs, name)
         rows = after.reshape(after.shape[0], -1) if after.dim() else after.reshape(1, 1)
-        same_rows[name] = _bits_equal(rows, original.reshape(rows.shape))
+        same_rows[name] = bits_equal(rows, original.reshape(rows.shape))
     if not same_rows:
         return []
     # One device-to-host copy for the verdicts; the details only for inputs that changed.
@@ -730,7 +462,7 @@ def check_ranks_agree(case: Case, baseline: Case) -> CheckResult:
                 continue
             want = getattr(reference_launch.outputs, field)
             dev = tokens.to(actual.device)
-            same = _bits_equal(actual[dev], want[dev]).cpu()
+            same = bits_equal(actual[dev], want[dev]).cpu()
             if not same.all():
                 bad = ~same
                 steps = tolerances.ulp_distance(actual[dev], want[dev]).amax(dim=1).cpu()
@@ -772,7 +504,7 @@ def check_shards_reassemble(case: Case, baseline: Case) -> CheckResult:
         index_dim = case.scenario.model.index_head_dim
 
         def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-            return _index_rows(cache, slots, index_dim)
+            return index_rows(cache, slots, index_dim)
 
         findings += _reassemble(
             case,

@@ -42,6 +42,11 @@ scenario's key in the ``Scenario`` of each ``ScenarioJob``; the kernel's own dec
 the worker reads from the kernel it loaded, and ``Ready`` carries it back, so the
 parent's ``IsolatedKernel`` declares the same rule (``ds_mla_scale``) and a failure the
 parent saves records the rule the worker ran.
+
+Under ``--sanitize TOOL`` (``IsolatedKernel(sanitizer=TOOL)``, CUDA only) the process
+started is compute-sanitizer, the worker its child (``dcpcheck.harness.sanitizer``): it
+answers one job, its results get a ``sanitizer`` check each. It dies with
+compute-sanitizer, which dies with dcpcheck: dcpcheck is its ancestor, not its parent.
 """
 
 from __future__ import annotations
@@ -56,12 +61,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import torch
 
 from dcpcheck.backend import Backend, select_backend
 from dcpcheck.contract import DsMlaScale, Kernel
+from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.harness.runner import (
+    LAUNCH_WATCHER,
     TOKEN_STREAM_CASE,
     CaseResult,
     RunConfig,
@@ -85,6 +93,10 @@ KILL_WAIT_S = 10.0
 """Seconds to wait for a killed worker to be reaped: a process inside the GPU driver can
 take a moment to die. After that it is left to the OS rather than hanging the run."""
 
+SANITIZED_EXIT_S = 120.0
+"""Seconds a sanitized worker may take to exit after its job (torch's teardown, then
+compute-sanitizer's last reports and summary) before it is killed, its log read as it is."""
+
 STDERR_FD = 2
 """The worker's stdout goes to this process's stderr file descriptor (not ``sys.stderr``,
 which a test runner may have replaced by an object without a descriptor)."""
@@ -105,6 +117,7 @@ class Setup:
     adapter: str
     device: str  # "cuda" or "cpu", as the parent's backend chose
     threads: int  # torch intra-op threads, as in the parent (timings stay comparable)
+    sanitizer: str | None = None  # the compute-sanitizer tool it runs under: write markers
 
 
 @dataclass(frozen=True)
@@ -174,36 +187,42 @@ def describe_exit(code: int) -> str:
     return f"exited with status {code} (its stderr above says why)"
 
 
-def _worker_environment() -> dict[str, str]:
+def _worker_environment(sanitized: bool) -> dict[str, str]:
     """This process's environment plus its import path: the worker must import the kernel's
-    module (``tests.fixtures...``, a checkout put on ``sys.path``) as this process did."""
+    module (``tests.fixtures...``, a checkout put on ``sys.path``) as this process did.
+    Sanitized, PyTorch's caching allocator is off (``sanitizing.NO_CACHING_ENV`` says why)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    if sanitized:
+        env.update(sanitizing.NO_CACHING_ENV)
     return env
 
 
 class _Worker:
-    """One worker process and the two pipes to it."""
+    """One worker process, the two pipes to it, and under compute-sanitizer (``prefix``)
+    the log that is the stdout of both."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: list[str] | None = None) -> None:
         self._killed = False
+        self.log = sanitizing.new_log() if prefix is not None else None
         parent_reads, worker_writes = os.pipe()
         worker_reads, parent_writes = os.pipe()
+        argv = [
+            sys.executable,
+            "-m",
+            "dcpcheck.harness.isolation",
+            str(worker_reads),
+            str(worker_writes),
+            str(os.getpid()),
+        ]
         try:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "dcpcheck.harness.isolation",
-                    str(worker_reads),
-                    str(worker_writes),
-                    str(os.getpid()),
-                ],
+                argv if prefix is None else sanitizing.launched_under(prefix, argv),
                 pass_fds=(worker_reads, worker_writes),
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,
-                stdout=STDERR_FD,
-                env=_worker_environment(),
+                stdout=STDERR_FD if self.log is None else self.log.fileno(),
+                env=_worker_environment(sanitized=prefix is not None),
             )
         finally:
             os.close(worker_reads)
@@ -253,6 +272,24 @@ class _Worker:
         self.requests.close()
         self.replies.close()
 
+    def finish(self) -> str:
+        """A sanitized worker's log, once it has exited (its requests pipe closed ends its
+        loop; killed past ``SANITIZED_EXIT_S``), so compute-sanitizer has printed all it
+        holds. The log's other lines (the worker's stdout) are passed on to stderr."""
+        assert self.log is not None
+        if not self._killed:
+            self.requests.close()
+            try:
+                self.process.wait(SANITIZED_EXIT_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            else:  # it exited and is reaped: its group id is free for others, leave it
+                self._killed = True
+                self.replies.close()
+        log = sanitizing.take_log(self.log)
+        os.write(STDERR_FD, sanitizing.other_output(log).encode())
+        return log
+
 
 class IsolatedKernel:
     """The kernel under test behind a worker process: a ``runner.CaseRunner``.
@@ -269,15 +306,21 @@ class IsolatedKernel:
         adapter: str,
         backend: Backend,
         case_timeout: float = DEFAULT_CASE_TIMEOUT_S,
+        sanitizer: str | None = None,
     ) -> None:
+        """``sanitizer``: a compute-sanitizer tool to run every worker under (None: none);
+        ``sanitizing.SanitizerUnavailable`` off CUDA or without compute-sanitizer."""
+        self._prefix = None if sanitizer is None else sanitizing.worker_prefix(sanitizer, backend)
         self.setup = Setup(
             kernel_name,
             adapter,
             "cpu" if backend.interpreted else "cuda",
             torch.get_num_threads(),
+            sanitizer,
         )
         self.case_timeout = case_timeout
         self._worker: _Worker | None = None
+        self._newest: _Worker | None = None  # the last one started: a sanitized job's log
         self.ds_mla_scale: DsMlaScale | None = None
         """The loaded kernel's declared fp8_ds_mla rule, as its worker reported it
         (``Ready``), so ``runner.effective_ds_mla_scale`` of this object is the worker's."""
@@ -291,7 +334,8 @@ class IsolatedKernel:
 
     def start(self) -> None:
         """Start the first worker and wait until it has loaded the kernel: a
-        ``KernelLoadError`` (nothing left running) if it cannot."""
+        ``KernelLoadError`` (nothing left running) if it cannot; a sanitized worker's log,
+        compute-sanitizer's own complaints included, then goes to stderr."""
         try:
             self._worker = self._start_worker()
         except WorkerLost as lost:
@@ -299,6 +343,9 @@ class IsolatedKernel:
                 f"{self.setup.kernel_name}: the worker process could not load the kernel: "
                 f"{lost.reason}"
             ) from None
+        finally:
+            if self._worker is None and self._newest is not None and self._newest.log:
+                os.write(STDERR_FD, sanitizing.take_log(self._newest.log).encode())
 
     @property
     def worker_pid(self) -> int | None:
@@ -306,13 +353,19 @@ class IsolatedKernel:
         return self._worker.pid if self._worker is not None else None
 
     def close(self) -> None:
-        """Kill the worker, if one is alive: it holds nothing worth a graceful exit."""
+        """Kill the worker, if one is alive: it holds nothing worth a graceful exit (nor
+        does the log of a sanitized job that never finished)."""
+        self._drop_worker()
+        if self._newest is not None and self._newest.log is not None:
+            self._newest.log.close()
+
+    def _drop_worker(self) -> None:  # kill it, if alive
         if self._worker is not None:
             self._worker.kill()
             self._worker = None
 
     def _start_worker(self) -> _Worker:
-        worker = _Worker()
+        worker = self._newest = _Worker(self._prefix)
         ready = False
         try:
             worker.send(self.setup)
@@ -347,11 +400,29 @@ class IsolatedKernel:
 
     def run_token_streams(self, config: RunConfig) -> CaseResult:
         """``runner.token_stream_case`` in the worker."""
-        expected = [(TOKEN_STREAM_CASE, config.token_stream_dcp, config.token_stream_replay())]
+        dcp_size = config.token_stream_dcp
+        expected = [(TOKEN_STREAM_CASE, dcp_size, config.token_stream_replay(dcp_size))]
         [result] = self._job(TokenStreamJob(config), expected)
         return result
 
     def _job(
+        self, job: ScenarioJob | TokenStreamJob, expected: list[tuple[str, int, str]]
+    ) -> Iterator[CaseResult]:
+        """``_answers``; under compute-sanitizer all of them at once, once the job's worker
+        has exited, each with its ``sanitizer`` check (``sanitizing.attach``)."""
+        if self.setup.sanitizer is None:
+            yield from self._answers(job, expected)
+            return
+        results = list(self._answers(job, expected))
+        worker, self._newest = self._newest, None
+        if worker is None:  # no worker could start: nothing was logged
+            yield from results
+            return
+        if self._worker is worker:
+            self._worker = None
+        yield from sanitizing.attach(results, worker.finish(), self.setup.sanitizer)
+
+    def _answers(
         self, job: ScenarioJob | TokenStreamJob, expected: list[tuple[str, int, str]]
     ) -> Iterator[CaseResult]:
         """Send ``job`` and yield its results; ``expected`` names them (scenario, DCP size,
@@ -379,13 +450,13 @@ class IsolatedKernel:
                 if not isinstance(worker.receive(self.case_timeout), JobDone):
                     raise WorkerLost("crash", "the worker sent more results than cases")
             except WorkerLost as lost:
-                self.close()
+                self._drop_worker()
                 waited = time.perf_counter() - waiting_since
                 yield from _unanswered(expected[received:], lost, self.case_timeout, waited)
             finished = True
         finally:
             if not finished:
-                self.close()
+                self._drop_worker()
 
 
 def _unanswered(
@@ -475,24 +546,43 @@ def serve(requests: Connection, replies: Connection) -> None:
         replies.send(LoadFailed(f"{setup.kernel_name}: {exc}"))
         return
     replies.send(Ready(declared))
+    if setup.sanitizer is not None:
+        LAUNCH_WATCHER.set(sanitizing.launch_watcher(backend.device))
     while True:
         try:
             job = requests.recv()
-        except EOFError:  # the parent closed the pipe: the run is over
+        except EOFError:  # the parent closed the pipe: the run (or a sanitized job) is over
             return
         for reply in _replies(kernel, job, backend):
+            if setup.sanitizer is not None and isinstance(reply, CaseResult):
+                sanitizing.write_marker(sanitizing.case_done_marker(sanitizing.case_label(reply)))
             replies.send(reply)
             if isinstance(reply, DeviceLost):
                 return
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent exits, then make sure the parent
-    had not already exited before the request was in place."""
+    """Ask Linux to SIGKILL this process when its parent exits, then make sure dcpcheck
+    (``parent_pid``) had not already exited before the request was in place."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
+    if not _descends_from(parent_pid):
         os._exit(1)
+
+
+def _descends_from(pid: int) -> bool:
+    """Whether ``pid`` is this process's parent or (under compute-sanitizer, the parent)
+    an ancestor, read from ``/proc``; an exited dcpcheck is nobody's ancestor."""
+    ancestor = os.getppid()
+    while ancestor != pid:
+        try:
+            stat = Path(f"/proc/{ancestor}/stat").read_text()
+        except OSError:  # no /proc (not Linux), or that process has just exited
+            return False
+        ancestor = int(stat.rsplit(")", 1)[1].split()[1])
+        if ancestor <= 1:  # init, or the kernel above it
+            return False
+    return True
 
 
 def main(argv: list[str]) -> None:

@@ -22,9 +22,12 @@ and its replay all use one rule.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
@@ -32,11 +35,18 @@ import torch
 from dcpcheck.adapters.protocol import kernel_limitations
 from dcpcheck.backend import Backend
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
-from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
-from dcpcheck.harness import checks
-from dcpcheck.harness.case import Case, build_case, make_activations, run_oracle, snapshot_inputs
+from dcpcheck.e2e.token_streams import StreamComparison, compare_streams, stream_config_for
+from dcpcheck.harness import checks, determinism
+from dcpcheck.harness.case import (
+    Case,
+    build_case,
+    make_activations,
+    oracle_for,
+    scenario_inputs,
+    snapshot_inputs,
+)
 from dcpcheck.harness.limitations import apply_limitations
-from dcpcheck.spec.scenario import Scenario
+from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario
 
 TOKEN_STREAM_DCP = 4
 """DCP size of the token-stream check when the run names none (scenarios' own sizes)."""
@@ -44,8 +54,10 @@ TOKEN_STREAM_DCP = 4
 TOKEN_STREAM_CASE = "token-streams"
 """The ``scenario`` name of the token-stream case in results and reports."""
 
-STATUSES = ("pass", "fail", "error", "crash", "timeout")
-"""``CaseResult.status`` values. ``error``: the kernel raised (its exception text);
+STATUSES = ("pass", "fail", "error", "crash", "timeout", "nondeterministic")
+"""``CaseResult.status`` values. ``nondeterministic``: two runs of the same launch left
+different bytes (``dcpcheck.harness.determinism``), so no finding of the case can be
+pinned on DCP; ``error``: the kernel raised (its exception text);
 ``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
 error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
 its worker was killed. The last two exist only under isolation (dcpcheck.harness.isolation)."""
@@ -61,11 +73,26 @@ class RunConfig:
     fail_fast: bool = False
     ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
     oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
+    sanitize: str | None = None  # --sanitize TOOL: every case's kernel under compute-sanitizer
+    # Put before every printed replay command: what that command's environment needs (the
+    # pytest plugin's "PYTHONPATH=src " for a kernel imported from a directory a fresh
+    # process would not search).
+    replay_prefix: str = ""
 
     @property
     def oracle_flag(self) -> str:
         """The ``--oracle`` option a replay needs ("" when on, the default)."""
         return "" if self.oracle else " --oracle off"
+
+    @property
+    def kernel_options(self) -> str:
+        """``--kernel`` (shell-quoted: a file path may hold spaces) and every option that
+        changes what a case demands of it, as a replay must repeat them."""
+        options = f" --kernel {shlex.quote(self.kernel_name)}"
+        if self.ds_mla_scale is not None:
+            options += f" --ds-mla-scale {self.ds_mla_scale.value}"
+        options += self.oracle_flag
+        return options + (f" --sanitize {self.sanitize}" if self.sanitize else "")
 
     @property
     def token_stream_dcp(self) -> int:
@@ -76,20 +103,33 @@ class RunConfig:
         """The DCP sizes ``scenario`` runs at: one ``CaseResult`` each, in this order."""
         return self.dcp_sizes or scenario.dcp_sizes
 
-    def token_stream_replay(self) -> str:
-        return f"dcpcheck hash --dcp 1,{self.token_stream_dcp} --kernel {self.kernel_name}"
+    def token_stream_replay(self, dcp_size: int) -> str:
+        kernel = shlex.quote(self.kernel_name)
+        return f"{self.replay_prefix}dcpcheck hash --dcp 1,{dcp_size} --kernel {kernel}"
 
     def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
-        options = f" --seed {self.seed}" if self.seed is not None else ""
-        if self.ds_mla_scale is not None:
-            options += f" --ds-mla-scale {self.ds_mla_scale.value}"
-        options += self.oracle_flag
-        if scenario.source is not None and scenario.source.parent.name != "scenarios":
-            return f"dcpcheck repro {scenario.source} --kernel {self.kernel_name}{options}"
+        """The command that runs this one case again, from where the run was started: a
+        shipped scenario by name, any other by its file (``dcpcheck repro``), with the seed,
+        DCP size and options the case ran with."""
+        seed = f" --seed {self.seed}" if self.seed is not None else ""
+        if scenario.source is not None and not is_shipped(scenario.source):
+            return (
+                f"{self.replay_prefix}dcpcheck repro {shlex.quote(str(scenario.source))} "
+                f"--dcp {dcp_size}{seed}{self.kernel_options}"
+            )
         return (
-            f"dcpcheck run --scenario {scenario.name} --dcp {dcp_size} "
-            f"--kernel {self.kernel_name}{options}"
+            f"{self.replay_prefix}dcpcheck run --scenario {scenario.name} --dcp {dcp_size}"
+            f"{self.kernel_options}{seed}"
         )
+
+
+def is_shipped(source: Path) -> bool:
+    """Whether a scenario file is one of dcpcheck's shipped scenarios, which ``dcpcheck run
+    --scenario NAME`` finds wherever it is started."""
+    try:
+        return source.resolve().parent == SCENARIO_DIR.resolve()
+    except OSError:
+        return False
 
 
 def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
@@ -205,17 +245,32 @@ def own_handles(buffers: Buffers) -> Buffers:
     return dataclasses.replace(buffers, **tensors)
 
 
+LAUNCH_WATCHER: ContextVar[Callable[[str, int, bool], None] | None] = ContextVar(
+    "LAUNCH_WATCHER", default=None
+)
+"""Called as ``watcher(case_label, rank, started)`` right before (``started`` True) and
+right after each rank's kernel call, when set: how a tool that watches the process from
+outside (compute-sanitizer, in the isolated worker) learns which case and rank each of its
+reports belongs to."""
+
+
 def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
     """Launch every rank in order; return the inputs any launch modified (then restored)."""
     changes = []
+    watcher = LAUNCH_WATCHER.get()
     for launch in case.ranks:
         before = snapshot_inputs(launch.inputs)
+        if watcher is not None:
+            watcher(case.label, launch.rank, True)
         try:
             kernel(own_handles(launch.inputs), own_handles(launch.outputs), launch.caches)
         # Any exception of the kernel under test is its failure, sys.exit() included; only
         # Ctrl-C (KeyboardInterrupt) stops the run.
         except (Exception, SystemExit) as exc:
             raise KernelError(f"rank {launch.rank}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if watcher is not None:
+                watcher(case.label, launch.rank, False)
         found = checks.input_changes(launch, before)
         for finding in found:
             getattr(launch.inputs, finding.field).copy_(before[finding.field])
@@ -296,12 +351,28 @@ def _ownership_shapes(case: Case) -> dict[str, int]:
 @dataclass
 class Launched:
     """A case after its launch: what :func:`judge` reads. ``error`` is the kernel's
-    exception as ``launch_all`` words it (then ``changes`` is empty)."""
+    exception as ``launch_all`` words it (then ``changes`` is empty); ``moved``, once the
+    case was run a second time (:func:`run_twice`), what differed between the two runs."""
 
     case: Case
     changes: list[checks.Finding]
     error: str | None
     seconds: float
+    moved: list[checks.Finding] = field(default_factory=list)
+
+
+def run_twice(first: Launched, again: Callable[[], Launched]) -> Launched:
+    """``first`` with what moved when its case was built and launched ``again``
+    (``determinism.launch_differences``); a second run that raises where the first did not
+    is a difference too. ``first`` unchanged if it raised (nothing to compare)."""
+    if first.error is not None:
+        return first
+    second = again()
+    if second.error is not None:
+        moved = [checks.Finding("launch", None, f"the second run raised: {second.error}")]
+    else:
+        moved = determinism.launch_differences(first.case, second.case)
+    return dataclasses.replace(first, moved=moved, seconds=first.seconds + second.seconds)
 
 
 def launch(kernel: Kernel, case: Case) -> Launched:
@@ -322,7 +393,10 @@ def judge(
     pytest plugin) or in separate processes (``dcpcheck.distributed``).
 
     The contract checks (``check_case``), with what ``kernel``'s adapter cannot express
-    reported as skipped; an error of this case or of its baseline is the verdict instead.
+    reported as skipped, then ``deterministic``: what moved between two runs of the
+    baseline and, if the case was run twice, of the case. Anything moved makes the case
+    ``nondeterministic`` whatever else failed: its other findings may be that noise. An
+    error of this case or of its baseline is the verdict instead.
     """
     case = launched.case
     result = CaseResult(
@@ -343,7 +417,12 @@ def judge(
             check_case(case, baseline.case, launched.changes, config.oracle),
             kernel_limitations(kernel, [rank.inputs for rank in case.ranks]),
         )
-        if result.failed_checks:
+        moved = baseline.moved + (launched.moved if launched is not baseline else [])
+        result.checks.append(determinism.check_deterministic(moved))
+        if moved:
+            result.status = "nondeterministic"
+            result.error = determinism.describe(moved)
+        elif result.failed_checks:
             result.status = "fail"
     result.seconds = launched.seconds + time.perf_counter() - start
     return result
@@ -359,7 +438,7 @@ def run_scenario(
         return
     seed = scenario.seed if config.seed is None else config.seed
     act = make_activations(scenario, seed, backend.device)
-    expected = run_oracle(scenario, act)
+    expected = oracle_for(scenario_inputs(scenario, act))
 
     def launched(dcp_size: int) -> Launched:
         start = time.perf_counter()  # a case's time includes building its buffers
@@ -368,11 +447,17 @@ def run_scenario(
         )
         return dataclasses.replace(launch(kernel, case), seconds=time.perf_counter() - start)
 
-    baseline = launched(1)
+    # The baseline runs twice, a failing case once more before it is reported: a kernel
+    # whose runs differ is nondeterministic, not DCP-dependent (dcpcheck.harness.determinism).
+    baseline = run_twice(launched(1), lambda: launched(1))
     for dcp_size in config.sizes_of(scenario):
-        yield judge(
-            kernel, scenario, config, baseline if dcp_size == 1 else launched(dcp_size), baseline
-        )
+        case = baseline if dcp_size == 1 else launched(dcp_size)
+        result = judge(kernel, scenario, config, case, baseline)
+        if result.status == "fail" and case is not baseline:
+            case = run_twice(case, lambda size=dcp_size: launched(size))
+            if case.moved:
+                result = judge(kernel, scenario, config, case, baseline)
+        yield result
 
 
 def token_stream_case(kernel: KernelUnderTest, config: RunConfig, backend: Backend) -> CaseResult:
@@ -381,13 +466,36 @@ def token_stream_case(kernel: KernelUnderTest, config: RunConfig, backend: Backe
     if isinstance(kernel, CaseRunner):
         return kernel.run_token_streams(config)
     dcp_size = config.token_stream_dcp
-    result = CaseResult(TOKEN_STREAM_CASE, dcp_size, "pass", replay=config.token_stream_replay())
+
+    def compare() -> StreamComparison:
+        try:
+            return compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
+        except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
+            raise KernelError(f"{type(exc).__name__}: {exc}") from exc
+
+    result = token_stream_verdict(config, dcp_size, compare)
+    assert result is not None  # compare() returns a comparison in one process
+    return result
+
+
+def token_stream_verdict(
+    config: RunConfig, dcp_size: int, compare: Callable[[], StreamComparison | None]
+) -> CaseResult | None:
+    """The token-stream case from ``compare``, which runs the DCP1 and DCP-``dcp_size``
+    streams in one process (:func:`token_stream_case`) or on real ranks
+    (``dcpcheck.distributed.streams``): a divergence fails it, a ``KernelError`` is its
+    error. ``None`` where ``compare`` returns None (a real rank other than rank 0)."""
+    result = CaseResult(
+        TOKEN_STREAM_CASE, dcp_size, "pass", replay=config.token_stream_replay(dcp_size)
+    )
     start = time.perf_counter()
     try:
-        comparison = compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
-    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
-        result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
+        comparison = compare()
+    except KernelError as exc:
+        result.status, result.error = "error", str(exc)
     else:
+        if comparison is None:
+            return None
         findings: tuple[checks.Finding, ...] = ()
         if not comparison.identical:
             d = comparison.first_divergence

@@ -11,18 +11,28 @@ The function found is then fitted to the protocol by an adapter (:mod:`dcpcheck.
 ``auto`` recognises vLLM's ``fused_norm_rope`` by its signature and otherwise takes the
 callable as following the protocol itself; ``vllm`` and ``native`` force the choice.
 
+A ``package.module:function`` is imported with the working directory first on ``sys.path``,
+as ``python -m dcpcheck`` has it, so the ``dcpcheck`` script resolves a module spec from
+where the user stands as well (:func:`_import_from_working_directory`).
+
 Every way of failing raises :class:`KernelLoadError` with one line naming the cause; the
 CLI turns it into exit code 125, which ``git bisect run`` treats as "skip this commit".
+A spec that is wrong in itself, whatever the revision (a registry name the registry does
+not know, ``file.py`` without ``:function``, an adapter that does not apply), raises its
+subclass :class:`KernelSpecError`, which the CLI reports as bad input (exit code 2): a
+typo is then an error to fix, not a revision to skip (``dcpcheck bisect`` stops on it).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import hashlib
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +51,31 @@ log = logging.getLogger(__name__)
 
 class KernelLoadError(RuntimeError):
     """The kernel cannot be imported, compiled or found (exit code 125)."""
+
+
+SUGGESTIONS_MAX = 3
+"""Registered names an unknown name's message offers (``difflib``'s default cutoff, 0.6)."""
+
+
+class KernelSpecError(KernelLoadError):
+    """The ``--kernel`` spec (or its adapter) is wrong in itself: no revision of any file
+    would load it, so it is bad input (exit code 2), not a revision to skip (125)."""
+
+
+class UnknownKernelName(KernelSpecError):
+    """A name the registry does not know, where only a registry name fits: no ``:``, not a
+    release (``vllm==X.Y.Z``), not a ``.py`` file. ``suggestions``: the closest registered
+    names, best first (maybe none)."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.suggestions = difflib.get_close_matches(name, known, n=SUGGESTIONS_MAX)
+        closest = f"closest: {', '.join(self.suggestions)}; " if self.suggestions else ""
+        super().__init__(
+            f"unknown kernel {name!r}: no registry kernel has that name ({closest}all: "
+            "dcpcheck list kernels); other kernels are package.module:function, "
+            "path/to/file.py:function or vllm==X.Y.Z"
+        )
 
 
 def _module_name(path: Path) -> str:
@@ -92,7 +127,24 @@ def _load_file(path: Path) -> ModuleType:
     return module
 
 
+def _import_from_working_directory() -> None:
+    """Put the working directory first on ``sys.path`` unless it is on it already.
+
+    ``python -m dcpcheck`` starts with it there, the ``dcpcheck`` script with its own
+    directory instead; without this, a replay printed as ``dcpcheck run --kernel
+    mypkg.kernels:f`` would not find ``mypkg`` where ``python -m`` does. It stays, as it
+    does under ``python -m``: the kernel's module may import more of its package's siblings
+    when it is first called, and ``--isolate``'s worker is handed this ``sys.path``
+    (dcpcheck.harness.isolation). As under ``python -m``, a module there shadows an
+    installed one of the same name.
+    """
+    here = os.path.realpath(os.getcwd())
+    if all(os.path.realpath(entry or os.curdir) != here for entry in sys.path):
+        sys.path.insert(0, here)
+
+
 def _load_module(name: str) -> ModuleType:
+    _import_from_working_directory()
     try:
         return importlib.import_module(name)
     except SyntaxError as exc:
@@ -109,15 +161,34 @@ def _split_spec(spec: str, registry: list[str]) -> tuple[str, str]:
     """``where:function`` -> (where, function), or a one-line error naming what is missing."""
     if ":" not in spec:
         if spec.endswith(".py"):
-            raise KernelLoadError(f"{spec}: name the function too, as {spec}:FUNCTION")
-        raise KernelLoadError(
-            f"unknown kernel {spec!r}: not a registry name ({', '.join(registry)}) "
-            "nor module:function"
-        )
+            raise KernelSpecError(f"{spec}: name the function too, as {spec}:FUNCTION")
+        raise UnknownKernelName(spec, registry)
     where, function = spec.rsplit(":", 1)
     if not where or not function:
-        raise KernelLoadError(f"{spec!r}: expected module:function or path/to/file.py:function")
+        raise KernelSpecError(f"{spec!r}: expected module:function or path/to/file.py:function")
     return where, function
+
+
+def import_root(spec: str) -> Path | None:
+    """The ``sys.path`` directory that a loaded ``package.module:function`` spec's module
+    was imported from (the directory holding its top-level package); None for the other
+    forms of spec and for a module not loaded, or not loaded from a file.
+
+    A command printed for another process (a replay) names the module only; that process
+    finds it from its working directory (:func:`_import_from_working_directory`) or its
+    ``PYTHONPATH``, so a root that is neither (a ``src/`` layout on pytest's
+    ``pythonpath``) must go on the printed command's ``PYTHONPATH``.
+    """
+    if ":" not in spec or releases.parse_spec(spec) is not None:
+        return None
+    where = spec.rsplit(":", 1)[0]
+    module = sys.modules.get(where)  # a file's module has a name of its own (_module_name)
+    if module is None or getattr(module, "__file__", None) is None:
+        return None
+    # Module a.b.c is <root>/a/b/c.py and package a.b is <root>/a/b/__init__.py: two
+    # levels below the root either way.
+    levels = where.count(".") + (module.__spec__.submodule_search_locations is not None)
+    return Path(module.__file__).resolve().parents[levels]
 
 
 def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
@@ -127,13 +198,13 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
     follow the protocol already and accept only ``auto`` or ``native``.
     """
     if adapter not in adapters.ADAPTER_NAMES:
-        raise KernelLoadError(
+        raise KernelSpecError(
             f"unknown adapter {adapter!r} (expected {', '.join(adapters.ADAPTER_NAMES)})"
         )
     current_backend()  # fix interpreted vs compiled before any @triton.jit is defined
     if spec in KERNELS:
         if adapter not in ("auto", "native"):
-            raise KernelLoadError(
+            raise KernelSpecError(
                 f"{spec}: a registry kernel follows dcpcheck's protocol; "
                 f"the {adapter} adapter does not apply"
             )
@@ -158,7 +229,7 @@ def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:
     """A released vLLM kernel: its file from the release cache (fetched on first use),
     through vLLM's adapter, carrying what the release's source says of its encoding."""
     if adapter not in ("auto", "vllm"):
-        raise KernelLoadError(f"{release.name}: a vLLM release runs through the vllm adapter")
+        raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
     try:
         path = releases.fetch(release.version)
     except releases.ReleaseError as exc:

@@ -29,7 +29,7 @@ class KernelEntry:
 def _variant_loader(variant: KernelVariant) -> Callable[[], Kernel]:
     def load() -> Kernel:
         current_backend()  # fix TRITON_INTERPRET before the @triton.jit module is imported
-        from dcpcheck.kernels.fused_norm_rope import make_kernel
+        from dcpcheck.kernels.launcher import make_kernel
 
         return make_kernel(variant)
 

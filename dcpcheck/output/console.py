@@ -39,6 +39,7 @@ VERDICTS = {
     "error": "[red]ERROR[/]",
     "crash": "[bold red]CRASH[/]",
     "timeout": "[bold red]TIMEOUT[/]",
+    "nondeterministic": "[bold magenta]NONDETERMINISTIC[/]",
 }
 """How each ``CaseResult.status`` reads in the table and the finding lines."""
 
@@ -74,7 +75,7 @@ def print_results(
     out.print(table)
     for r in results:
         label = escape(f"{r.scenario}[dcp{r.dcp_size}]")
-        if r.status in report.UNCHECKED_STATUSES:
+        if r.status in (*report.UNCHECKED_STATUSES, "nondeterministic"):
             out.print(f"{VERDICTS[r.status]} {label}: {escape(r.error or '')}", soft_wrap=True)
         findings = [(c.check, f) for c in r.failed_checks for f in c.findings]
         for check, f in findings[:FINDINGS_SHOWN]:
@@ -90,7 +91,11 @@ def print_results(
     colour = "green" if s["pass"] == s["cases"] else "red"
     faults = "".join(
         f", {s[status]} {noun}"
-        for status, noun in (("crash", "crash(es)"), ("timeout", "timeout(s)"))
+        for status, noun in (
+            ("crash", "crash(es)"),
+            ("timeout", "timeout(s)"),
+            ("nondeterministic", "nondeterministic"),
+        )
         if s[status]
     )
     out.print(
@@ -109,14 +114,19 @@ def print_search(result: search.SearchResult, config: search.SearchConfig) -> No
         return
     shrunk = result.shrunk
     batch = shrunk.batch
+    # A flaky failure cannot be shrunk: it passed when Hypothesis replayed it.
+    shrunk_or_not = (
+        "not shrunk (it passed when replayed):" if "flaky" in result.failed_checks else "shrunk to"
+    )
     out.print(
         f"[bold red]property: FAIL[/] ({what}): first failure at example "
-        f"{result.examples_to_first_failure}, shrunk to {len(batch.requests)} request(s), "
+        f"{result.examples_to_first_failure}, {shrunk_or_not} {len(batch.requests)} request(s), "
         f"{batch.num_real_tokens} token(s) + {batch.padding} padding, DCP "
         f"{', '.join(map(str, shrunk.dcp_sizes))}; failed: {', '.join(result.failed_checks)}",
         soft_wrap=True,
     )
     out.print(f"  saved: {escape(str(result.saved_path))}", soft_wrap=True)
+    out.print(f"  replay: {escape(result.replay_command)}", soft_wrap=True)
     print_results(result.replay)
     if all(r.status == "pass" for r in result.replay):
         out.print(

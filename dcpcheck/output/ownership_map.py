@@ -18,12 +18,16 @@ Large batches keep the picture at most ``MAX_MAP_COLUMNS`` pixels wide by groupi
 consecutive tokens per pixel column: the column's ownership colour is the mean of its
 tokens' colours, and a field cell is red if *any* of its tokens is bad, so no failure is
 averaged away. Per-token truth stays in the HTML for cases of up to
-``TOKEN_TABLE_MAX_TOKENS`` tokens: a table cell per token and rank whose tooltip names the
-token, its position, its ownership and every finding on it.
+``map_page.TOKEN_TABLE_MAX_TOKENS`` tokens: a table cell per token and rank whose tooltip
+names the token, its position, its ownership and every finding on it.
 
 ``write_report_dir`` writes ``index.html`` (self-contained: inline CSS, the maps embedded
 as base64 PNG, nothing loaded from the network) and one ``<scenario>-dcp<N>.png`` per
 case, each atomically. The same inputs give the same bytes (no timestamps).
+
+This module draws the maps and writes the report directory. What a map shows is
+``dcpcheck.output.case_map``; the page around the maps is ``dcpcheck.output.map_page``;
+the colours both use are ``dcpcheck.output.map_colors``.
 
 To look at a report as a browser shows it (Debian's ``chromium`` package; the
 networking flags keep it from reaching out, which fails on a closed network)::
@@ -36,8 +40,6 @@ networking flags keep it from reaching out, which fails on a closed network)::
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import math
 from collections.abc import Sequence
@@ -47,33 +49,22 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from dcpcheck.files import write_atomic
-from dcpcheck.harness.checks import OUTPUT_FIELDS, format_finding
 from dcpcheck.harness.runner import CaseResult
-from dcpcheck.spec.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING, slot_mappings
+from dcpcheck.output.case_map import CaseMap, build_case_map, case_label, verdict_label
+from dcpcheck.output.map_colors import (
+    BACKGROUND,
+    BAD_COLOR,
+    FIELD_OK_WHITENESS,
+    OWNERSHIP_COLORS,
+    TEXT_COLOR,
+    Rgb,
+)
+from dcpcheck.output.map_page import render_html
+from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
 from dcpcheck.spec.scenario import Scenario
 
 REPORT_HTML = "index.html"
 """The report page inside the report directory."""
-
-Rgb = tuple[int, int, int]
-
-OWNERSHIP_COLORS: dict[int, Rgb] = {
-    OWNED: (49, 120, 181),  # blue
-    FOREIGN: (242, 176, 53),  # amber: blue/amber stay apart for red-green colour blindness
-    PADDING: (170, 170, 170),  # grey
-}
-"""Fill of an ownership cell, by ``SlotMappings.ownership`` code."""
-
-BAD_COLOR: Rgb = (200, 16, 46)
-"""A field cell where some check found the field bad (darker than amber, so a bad foreign
-cell never reads as a merely foreign one)."""
-
-FIELD_OK_WHITENESS = 0.7
-"""A field cell with no finding is its ownership colour mixed with this much white: the
-ownership pattern shows through every row, faint, so red stands out against it."""
-
-BACKGROUND: Rgb = (255, 255, 255)
-TEXT_COLOR: Rgb = (32, 32, 32)
 
 MAX_MAP_COLUMNS = 1600
 """Widest map in pixel columns; larger batches group tokens per column (module docstring)."""
@@ -101,105 +92,10 @@ MIN_TICK_SPACING = 48
 UNPLACED_SHOWN = 6
 """Findings with no token listed under a map; the page lists every finding."""
 
-TOKEN_TABLE_MAX_TOKENS = 64
-"""Cases up to this many tokens also get a per-token HTML table with tooltips."""
-
-MAP_ROWS = (*OUTPUT_FIELDS, "topk_indices", "mla_cache", "index_cache")
-"""Field rows under each rank, in this order (``index_*`` rows only on indexer layers);
-a finding's row is its field up to the first dot."""
-
-
-def _row_of(field: str) -> str:
-    return field.split(".", 1)[0]
-
-
-def _hex(color: Rgb) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*color)
-
 
 def _whiten(color: Rgb, whiteness: float) -> Rgb:
     r, g, b = (round(c + (255 - c) * whiteness) for c in color)
     return r, g, b
-
-
-@dataclass(frozen=True)
-class CaseMap:
-    """What one case's map shows: ownership and findings per (rank, token)."""
-
-    result: CaseResult
-    scenario: Scenario
-    ownership: tuple[tuple[int, ...], ...]  # [rank][token] OWNED / FOREIGN / PADDING
-    positions: tuple[int, ...]
-    rows: tuple[str, ...]  # field rows under each rank's ownership row
-    marks: dict[tuple[int, int], tuple[tuple[str, str], ...]]  # (rank, token) -> (check, field)
-    unplaced: tuple[str, ...]  # finding lines with no (rank, token) to draw them at
-
-    @property
-    def num_ranks(self) -> int:
-        return len(self.ownership)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.positions)
-
-    def bad_rows(self, rank: int, token: int) -> set[str]:
-        return {_row_of(field) for _, field in self.marks.get((rank, token), ())}
-
-    def ownership_tally(self) -> list[str]:
-        """Per field row found bad anywhere: its bad cells out of all cells of each
-        ownership class, e.g. ``kv_out: bad on 3 of 3 foreign, 0 of 1 owned cells``.
-
-        The per-token stripes blur once a pixel column holds several tokens; these counts
-        say whether a bug tracks ownership at any batch size.
-        """
-        totals = {code: 0 for code in OWNERSHIP_COLORS}
-        bad: dict[str, dict[int, int]] = {}
-        for rank, codes in enumerate(self.ownership):
-            for token, code in enumerate(codes):
-                totals[code] += 1
-                for row in self.bad_rows(rank, token):
-                    counts = bad.setdefault(row, dict.fromkeys(OWNERSHIP_COLORS, 0))
-                    counts[code] += 1
-        lines = []
-        for row in self.rows:
-            if row in bad:
-                parts = [
-                    f"{bad[row][code]} of {total} {OWNERSHIP_NAMES[code]}"
-                    for code, total in totals.items()
-                    if total
-                ]
-                lines.append(f"{row}: bad on {', '.join(parts)} cells")
-        return lines
-
-
-def build_case_map(result: CaseResult, scenario: Scenario) -> CaseMap:
-    """The map of ``result``, a run of ``scenario`` at ``result.dcp_size``."""
-    dcp = result.dcp_size
-    mappings = slot_mappings(scenario.batch, scenario.layout(dcp), scenario.block_tables(dcp))
-    ownership = tuple(tuple(mappings.ownership(rank).tolist()) for rank in range(dcp))
-    on_layer = {"index_k_out", "index_cache"} if scenario.has_indexer else set()
-    rows = [r for r in MAP_ROWS if not r.startswith("index_") or r in on_layer]
-    marks: dict[tuple[int, int], list[tuple[str, str]]] = {}
-    unplaced = []
-    for check in result.checks:
-        for finding in check.findings:
-            tokens = finding.tokens or (() if finding.token is None else (finding.token,))
-            if finding.rank is None or not tokens:
-                unplaced.append(format_finding(check.check, finding))
-                continue
-            if _row_of(finding.field) not in rows:
-                rows.append(_row_of(finding.field))
-            for token in tokens:
-                marks.setdefault((finding.rank, token), []).append((check.check, finding.field))
-    return CaseMap(
-        result=result,
-        scenario=scenario,
-        ownership=ownership,
-        positions=tuple(mappings.positions.tolist()),
-        rows=tuple(rows),
-        marks={key: tuple(dict.fromkeys(found)) for key, found in marks.items()},
-        unplaced=tuple(unplaced),
-    )
 
 
 @dataclass(frozen=True)
@@ -291,14 +187,6 @@ def _mean_color(colors: Sequence[Rgb]) -> Rgb:
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     """Pillow's bundled font (no system font needed), at ``size`` when FreeType is there."""
     return ImageFont.load_default(size=size)
-
-
-def verdict_label(result: CaseResult) -> str:
-    return result.status.upper()
-
-
-def case_label(result: CaseResult) -> str:
-    return f"{result.scenario}[dcp{result.dcp_size}]"
 
 
 def _summary_lines(case: CaseMap, kernel_name: str) -> list[str]:
@@ -418,164 +306,6 @@ def render_map_png(case: CaseMap, kernel_name: str) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()
-
-
-# ---------------------------------------------------------------------------------------
-# HTML
-
-_CSS = f"""
-body {{ font-family: system-ui, sans-serif; margin: 24px; color: {_hex(TEXT_COLOR)}; }}
-h1 {{ font-size: 20px; margin: 0 0 4px; }}
-h2 {{ font-size: 16px; margin: 28px 0 6px; }}
-.verdict {{ color: {_hex(BAD_COLOR)}; }} .verdict.pass {{ color: #1b7a32; }}
-.legend span.sw {{ display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px;
-  vertical-align: -1px; border: 1px solid #0003; }}
-table.summary {{ border-collapse: collapse; margin: 12px 0; }}
-table.summary td, table.summary th {{ border-bottom: 1px solid #ddd; padding: 2px 10px;
-  text-align: left; }}
-img.map {{ display: block; margin: 8px 0; image-rendering: pixelated; }}
-table.tokens {{ border-collapse: collapse; font-size: 11px; margin: 8px 0; }}
-table.tokens th, table.tokens td {{ border: 1px solid #fff; min-width: 18px; height: 18px;
-  padding: 0 2px; text-align: center; }}
-table.tokens th {{ font-weight: normal; color: #555; }}
-td.owned {{ background: {_hex(OWNERSHIP_COLORS[OWNED])}; color: #fff; }}
-td.foreign {{ background: {_hex(OWNERSHIP_COLORS[FOREIGN])}; }}
-td.padding {{ background: {_hex(OWNERSHIP_COLORS[PADDING])}; }}
-td.bad {{ box-shadow: inset 0 0 0 3px {_hex(BAD_COLOR)}; font-weight: bold; }}
-ul.findings {{ font-family: ui-monospace, monospace; font-size: 12px; padding-left: 18px; }}
-code.replay {{ background: #f3f3f3; padding: 2px 6px; }}
-"""
-
-
-def _legend_html() -> str:
-    items = [
-        (OWNERSHIP_COLORS[OWNED], "owned"),
-        (OWNERSHIP_COLORS[FOREIGN], "foreign"),
-        (OWNERSHIP_COLORS[PADDING], "padding"),
-        (BAD_COLOR, "field found bad for that token on that rank"),
-    ]
-    swatches = "".join(
-        f'<span class="sw" style="background:{_hex(color)}"></span>{html.escape(name)}'
-        for color, name in items
-    )
-    return (
-        f'<p class="legend">{swatches}</p><p>Each rank is a band: its ownership row, then one '
-        "row per field (pale: no finding; red: a check found the field bad there).</p>"
-    )
-
-
-def _token_table_html(case: CaseMap) -> str:
-    """One cell per token and rank; the tooltip holds everything known about it."""
-    header = "".join(f"<th>{t}</th>" for t in range(case.num_tokens))
-    positions = "".join(f"<th>{p}</th>" for p in case.positions)
-    rows = [
-        f"<tr><th>token</th>{header}</tr>",
-        f"<tr><th>position</th>{positions}</tr>",
-    ]
-    for rank in range(case.num_ranks):
-        cells = []
-        for token in range(case.num_tokens):
-            own = OWNERSHIP_NAMES[case.ownership[rank][token]]
-            marks = case.marks.get((rank, token), ())
-            found = ", ".join(f"{check}: {field}" for check, field in marks)
-            tip = f"token {token} (position {case.positions[token]}) on rank {rank}: {own}; "
-            tip += f"bad: {found}" if marks else "no finding"
-            css = f"{own} bad" if marks else own
-            text = f"&#x2717;{len({field for _, field in marks})}" if marks else ""
-            cells.append(f'<td class="{css}" title="{html.escape(tip)}">{text}</td>')
-        rows.append(f"<tr><th>rank {rank}</th>{''.join(cells)}</tr>")
-    return f'<table class="tokens">{"".join(rows)}</table>'
-
-
-def _findings_html(result: CaseResult) -> str:
-    lines = [format_finding(c.check, f) for c in result.failed_checks for f in c.findings]
-    if result.error:
-        lines.insert(0, result.error)
-    if not lines:
-        return ""
-    return '<ul class="findings">' + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>"
-
-
-def _not_applicable_html(result: CaseResult) -> str:
-    skipped = [f"{c.check} ({c.skipped})" for c in result.checks if c.skipped is not None]
-    if not skipped:
-        return ""
-    return f"<p>Not applicable: {html.escape('; '.join(skipped))}</p>"
-
-
-def _verdict_html(result: CaseResult, tag: str) -> str:
-    """The verdict in red, or green for a pass (any other status is a failure: a kernel
-    error, a crashed or timed-out worker)."""
-    css = f"verdict {result.status}"
-    return f'<{tag} class="{html.escape(css)}">{html.escape(verdict_label(result))}</{tag}>'
-
-
-def _case_anchor(result: CaseResult) -> str:
-    return f"case-{result.scenario}-dcp{result.dcp_size}"
-
-
-def _case_html(result: CaseResult, case: CaseMap | None, png: bytes | None) -> str:
-    parts = [
-        f'<section id="{html.escape(_case_anchor(result))}">',
-        f"<h2>{html.escape(case_label(result))} {_verdict_html(result, 'span')}</h2>",
-    ]
-    if case is not None:
-        parts.append(f"<p>{html.escape(case.scenario.description)}</p>")
-    if png is not None:
-        encoded = base64.b64encode(png).decode("ascii")
-        alt = f"ownership map of {case_label(result)}"
-        parts.append(
-            f'<img class="map" alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
-        )
-    else:
-        parts.append("<p>No ownership map: this case is not a scenario run.</p>")
-    if case is not None and case.num_tokens <= TOKEN_TABLE_MAX_TOKENS:
-        parts.append(_token_table_html(case))
-    if case is not None and case.ownership_tally():
-        tally = "".join(f"<li>{html.escape(line)}</li>" for line in case.ownership_tally())
-        parts.append(f"<p>Bad cells by ownership:</p><ul>{tally}</ul>")
-    parts += [
-        _findings_html(result),
-        _not_applicable_html(result),
-        f'<p>replay: <code class="replay">{html.escape(result.replay)}</code></p>',
-        "</section>",
-    ]
-    return "\n".join(p for p in parts if p)
-
-
-def render_html(
-    cases: Sequence[tuple[CaseResult, CaseMap | None, bytes | None]], *, kernel_name: str
-) -> str:
-    """The report page: summary table, legend, then each case's map and findings."""
-    counts: dict[str, int] = {}
-    for result, _, _ in cases:
-        counts[result.status] = counts.get(result.status, 0) + 1
-    totals = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    summary_rows = "".join(
-        f'<tr><td><a href="#{html.escape(_case_anchor(r))}">{html.escape(case_label(r))}</a></td>'
-        f"{_verdict_html(r, 'td')}"
-        f"<td>{html.escape(', '.join(c.check for c in r.failed_checks) or (r.error or ''))}</td>"
-        "</tr>"
-        for r, _, _ in cases
-    )
-    title = f"dcpcheck ownership maps: {kernel_name}"
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title>",
-            f"<style>{_CSS}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1>",
-            f"<p>{len(cases)} case(s): {html.escape(totals)}</p>",
-            _legend_html(),
-            '<table class="summary"><tr><th>case</th><th>verdict</th><th>failed</th></tr>',
-            summary_rows,
-            "</table>",
-            *(_case_html(*case) for case in cases),
-            "</body></html>",
-            "",
-        ]
-    )
 
 
 def png_name(result: CaseResult) -> str:

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from dcpcheck import __version__
 from dcpcheck.harness.checks import format_finding
 from dcpcheck.harness.runner import STATUSES, CaseResult
+from dcpcheck.workflows import search
 
 UNCHECKED_STATUSES = ("error", "crash", "timeout")
 """Statuses of a case whose checks never ran: the kernel raised, its worker died, or it
@@ -53,14 +54,42 @@ def _case_json(r: CaseResult) -> dict:
     }
 
 
+Search = tuple[search.SearchConfig, search.SearchResult]
+"""A property search as the reports record it: what it was asked, what it did."""
+
+
+def search_record(searched: Search) -> dict:
+    """What a property search did, with what it needs to be run again: its profile, seed and
+    DCP sizes, the examples asked for and run, its verdict, the failed checks and the saved
+    failure (its replay is among the cases). No wall time (the reports are deterministic)."""
+    config, result = searched
+    return {
+        "profile": config.profile.name,
+        "seed": search.DEFAULT_SEED if config.seed is None else config.seed,
+        "dcp": None if config.dcp_sizes is None else list(config.dcp_sizes),
+        "examples_requested": config.max_examples,
+        "examples_run": result.examples_run,
+        "status": "pass" if result.passed else "fail",
+        "failed_checks": list(result.failed_checks),
+        "saved": None if result.saved_path is None else str(result.saved_path),
+    }
+
+
 def oracle_word(oracle: bool) -> str:
     """How reports spell ``RunConfig.oracle``: as the ``--oracle`` option does."""
     return "on" if oracle else "off"
 
 
 def to_json(
-    results: list[CaseResult], *, kernel: str, backend: str, partial: bool, oracle: bool = True
+    results: list[CaseResult],
+    *,
+    kernel: str,
+    backend: str,
+    partial: bool,
+    oracle: bool = True,
+    searched: Search | None = None,
 ) -> str:
+    """The report; ``"search"`` only where a property search ran (``search_record``)."""
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
@@ -70,12 +99,22 @@ def to_json(
         "summary": summarize(results),
         "cases": [_case_json(r) for r in results],
     }
+    if searched is not None:
+        doc["search"] = search_record(searched)
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def to_junit(results: list[CaseResult], *, kernel: str, partial: bool, oracle: bool = True) -> str:
+def to_junit(
+    results: list[CaseResult],
+    *,
+    kernel: str,
+    partial: bool,
+    oracle: bool = True,
+    searched: Search | None = None,
+) -> str:
     """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
-    ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``)."""
+    ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``); one
+    ``property-search`` testcase where a search ran, its record as properties."""
     suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
     properties = ET.SubElement(suite, "properties")
     ET.SubElement(properties, "property", name="oracle", value=oracle_word(oracle))
@@ -109,6 +148,21 @@ def to_junit(results: list[CaseResult], *, kernel: str, partial: bool, oracle: b
                     [*lines, f"replay: {r.replay}"]
                 )
                 counts["failures"] += 1
+    if searched is not None:
+        record = search_record(searched)
+        case = ET.SubElement(suite, "testcase", classname="property-search", name="contract")
+        props = ET.SubElement(case, "properties")
+        for name in ("profile", "seed", "dcp", "examples_requested", "examples_run", "saved"):
+            if record[name] is not None:
+                value = record[name]
+                text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+                ET.SubElement(props, "property", name=name, value=text)
+        counts["tests"] += 1
+        if record["status"] == "fail":
+            message = f"failed: {', '.join(record['failed_checks'])}"
+            failure = ET.SubElement(case, "failure", message=message)
+            failure.text = f"saved: {record['saved']}"
+            counts["failures"] += 1
     for key, value in counts.items():
         suite.set(key, str(value))
     if partial:

@@ -7,13 +7,20 @@ make a check pass for the wrong reason: every unknown key, wrong type and out-of
 value is an error, reported on one line that names the file and the key.
 
 Parsing checks what each value *is* (types, per-request counts); ``Scenario`` itself
-checks that the values fit together (layouts, presets, positions), so a scenario built or
-changed in code (``dataclasses.replace`` for a ``--dcp`` override or a shrunk failure) is
-held to the same rules as one read from a file.
+checks that the values fit together (layouts, presets, positions) and stay within
+``dcpcheck.spec.limits``, so a scenario built or changed in code (``dataclasses.replace``
+for a ``--dcp`` override or a shrunk failure) is held to the same rules as one read from a
+file. Whether a scenario within those limits fits in the memory at hand is
+``dcpcheck.spec.cost``'s question, asked once the device is known.
+
+A file's ``name`` is the scenario's name wherever the file lies, so a saved failure that
+was renamed or copied still replays (``load_scenario``). In a scenario directory, where
+``--scenario NAME`` selects files by stem and reports and replay lines name scenarios by
+``name``, the two must agree (``load_scenarios``).
 
 File format (``scenario_to_toml`` writes exactly this, keys in this order)::
 
-    name = "decode-single-dcp4"       # must equal the file stem
+    name = "decode-single-dcp4"       # the file stem, in a scenario directory
     description = "what it catches"
     preset = "small-neox"             # a key of dcpcheck.contract.PRESETS
     dtype = "bfloat16"                # or "float16"
@@ -52,6 +59,7 @@ from typing import Any, NoReturn
 import torch
 
 from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset, mla_entry_bytes
+from dcpcheck.spec import limits
 from dcpcheck.spec.dcp import (
     Batch,
     BatchError,
@@ -131,6 +139,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         self._check_names()
+        self._check_limits()
         self._check_cache()
         self._check_layouts()
         self._check_positions()
@@ -158,9 +167,18 @@ class Scenario:
         shuffle_seed = self.seed if self.block_table == "shuffled" else None
         return build_block_tables(self.batch, self.block_size, dcp_size, shuffle_seed)
 
+    @property
+    def where(self) -> str:
+        """How a message names this scenario: its file as the user would type it, else its
+        name (a scenario built in code)."""
+        return _display(self.source) if self.source is not None else f"scenario {self.name!r}"
+
+    def error(self, key: str, problem: str) -> ScenarioError:
+        """The one-line error about ``key`` of this scenario (module docstring)."""
+        return ScenarioError(f"{self.where}: key '{key}': {problem}")
+
     def _fail(self, key: str, problem: str) -> NoReturn:
-        where = _display(self.source) if self.source is not None else f"scenario {self.name!r}"
-        raise ScenarioError(f"{where}: key '{key}': {problem}")
+        raise self.error(key, problem)
 
     def _check_names(self) -> None:
         if NAME_PATTERN.fullmatch(self.name) is None:
@@ -180,6 +198,31 @@ class Scenario:
                 "block_table",
                 f"unknown mode {self.block_table!r} (known: {_known(BLOCK_TABLE_MODES)})",
             )
+
+    def _check_limits(self) -> None:
+        """Every count within ``dcpcheck.spec.limits`` (which says why each bound is what
+        it is), before anything is sized by it."""
+        batch = self.batch
+        counts = (  # (key, what the count is, the count, its limit's name in ``limits``)
+            ("block_size", "", self.block_size, "BLOCK_SIZE_MAX"),
+            *(("dcp", "DCP size ", size, "DCP_SIZE_MAX") for size in self.dcp_sizes),
+            ("seed", "", self.seed, "SEED_MAX"),
+            ("padding", "", batch.padding, "PADDING_MAX"),
+            ("requests", "the number of requests ", len(batch.requests), "REQUESTS_MAX"),
+            ("requests", "rows (new tokens + padding) ", batch.num_tokens, "BATCH_TOKENS_MAX"),
+            (
+                "requests",
+                "cached tokens (prefix + new of every request) ",
+                batch.num_prefix_tokens + batch.num_real_tokens,
+                "CONTEXT_TOKENS_MAX",
+            ),
+        )
+        for key, what, count, name in counts:
+            limit = getattr(limits, name)
+            if isinstance(count, int) and count > limit:  # a non-integer is refused below
+                self._fail(
+                    key, f"{what}must be <= {limit}, got {count} ({name}, dcpcheck/spec/limits.py)"
+                )
 
     def _check_cache(self) -> None:
         if self.cache_layout is CacheLayout.FP8:
@@ -384,7 +427,13 @@ def _read_batch(requests: list[dict[str, Any]], padding: int, where: str) -> Bat
 
 
 def load_scenario(path: Path) -> Scenario:
-    """Read and validate one scenario file; its ``name`` must equal the file's stem."""
+    """Read and validate one scenario file, wherever it lies and whatever it is called.
+
+    Its ``name`` key names the scenario and ``source`` is ``path``, so a saved failure
+    renamed or copied elsewhere still replays under its own name (a replay line of a file
+    outside ``scenarios/`` points at the file, ``runner.RunConfig.replay_command``).
+    ``load_scenarios`` adds what a scenario directory needs: name and stem agree.
+    """
     path = Path(path)
     where = _display(path)
     if not path.is_file():
@@ -396,11 +445,6 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(f"{where}: invalid TOML: {error}") from None
 
     values = _read_table(table, _TOP_LEVEL_KEYS, where)
-    if values["name"] != path.stem:
-        raise ScenarioError(
-            f"{where}: key 'name': {values['name']!r} does not match the file name "
-            f"(expected {path.stem!r}, so --scenario and the file agree)"
-        )
     layouts = {layout.value: layout for layout in CacheLayout}
     if values["cache_layout"] not in layouts:
         raise ScenarioError(
@@ -442,6 +486,11 @@ def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[S
     A pattern is a name or an ``fnmatch`` glob over names (``fp8-*``); no patterns means
     every scenario. A pattern that matches nothing is an error, so a typo on the command
     line never quietly runs zero scenarios.
+
+    Patterns select files by stem, while results, reports and replay lines
+    (``dcpcheck run --scenario NAME``) name a scenario by its ``name`` key, and the run
+    looks scenarios up by name: so here the two must agree, or a replay line would select
+    another file (or none), and two files naming one scenario would shadow each other.
     """
     paths = {path.stem: path for path in Path(root).glob("*.toml")}
     chosen: set[str] = set()
@@ -454,7 +503,21 @@ def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[S
             )
         chosen.update(matches)
     names = sorted(chosen if patterns else paths)
-    return [load_scenario(paths[name]) for name in names]
+    return [_load_named(paths[name]) for name in names]
+
+
+def _load_named(path: Path) -> Scenario:
+    """``load_scenario`` of a file in a scenario directory, whose ``name`` must be its stem
+    (``load_scenarios`` says why)."""
+    scenario = load_scenario(path)
+    if scenario.name != path.stem:
+        raise scenario.error(
+            "name",
+            f"{scenario.name!r} does not match the file name (expected {path.stem!r}: in a "
+            f"scenario directory --scenario selects files by name; `dcpcheck repro FILE` "
+            f"replays a file of any name)",
+        )
+    return scenario
 
 
 # ---------------------------------------------------------------------------------------

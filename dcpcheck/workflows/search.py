@@ -24,21 +24,29 @@ example database, and ``hypothesis.seed`` clears it; the settings below are appl
 *after* ``seed`` to put the database back. So a run is seeded *and* a re-run replays the
 last failure first, from ``<home>/hypothesis/<kernel>/`` (an empty home, as in CI, has
 nothing to replay).
+
+Everything Hypothesis writes goes under ``<home>/hypothesis/``: while a search runs that is
+Hypothesis's storage directory too (:func:`hypothesis_storage`), where it caches what else
+it keeps (``constants/``: literals it mines from the modules under test to draw from);
+otherwise that would be ``.hypothesis/`` in the directory Python started in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
+import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, configuration, given, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Flaky
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
@@ -55,8 +63,11 @@ DEFAULT_HOME = Path(".dcpcheck")
 FAILURES_DIR = "failures"
 """Under home: shrunk failures, one scenario file each."""
 
-DATABASE_DIR = "hypothesis"
-"""Under home: Hypothesis's example database, one directory per kernel."""
+HYPOTHESIS_DIR = "hypothesis"
+"""Under home: all Hypothesis writes. Its example database, one directory per kernel, and
+its storage directory for the rest (a kernel's directory is its ``kernel_slug``, never one
+of Hypothesis's own names: a spec's slug has a ``-`` for its ``:``, and registry names are
+none of them)."""
 
 DEFAULT_SEED = 0
 """Hypothesis seed of a run without ``--seed``: every such run draws the same scenarios."""
@@ -68,6 +79,10 @@ SLUG_MAX = 40
 """Longest kernel slug in a failure's name (a file path as ``--kernel`` can be long)."""
 
 HASH_HEX_DIGITS = 8
+
+REPLAY_RUNS_FLAKY = 10
+"""How many runs the replay of a flaky failure asks for (``dcpcheck repro --runs``): a
+kernel that fails one call in ten shows it in most ten-run replays."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +168,12 @@ class SearchConfig:
         return self.home / FAILURES_DIR
 
     @property
+    def hypothesis_dir(self) -> Path:
+        return self.home / HYPOTHESIS_DIR
+
+    @property
     def database_dir(self) -> Path:
-        return self.home / DATABASE_DIR / kernel_slug(self.kernel_name)
+        return self.hypothesis_dir / kernel_slug(self.kernel_name)
 
 
 @dataclass
@@ -169,6 +188,7 @@ class SearchResult:
     saved_path: Path | None = None
     failed_checks: tuple[str, ...] = ()  # checks the shrunk scenario fails ("error" if raised)
     replay: list[CaseResult] = field(default_factory=list)  # the saved file, run again
+    replay_command: str = ""  # how to run the saved file again, from where the search ran
 
     @property
     def passed(self) -> bool:
@@ -200,7 +220,7 @@ def failure_summary(results: list[CaseResult]) -> list[str]:
     for r in results:
         if r.status == "error":
             phrases.append(f"DCP{r.dcp_size}: the kernel raised ({r.error})")
-        elif r.status == "fail":
+        elif r.status in ("fail", "nondeterministic"):
             checks = []
             for c in r.failed_checks:
                 fields = ", ".join(dict.fromkeys(f.field for f in c.findings))
@@ -245,6 +265,20 @@ def save_failure(scenario: Scenario, stem: str, description: str, directory: Pat
     return path
 
 
+@contextlib.contextmanager
+def hypothesis_storage(directory: Path) -> Iterator[None]:
+    """Hypothesis's storage directory is ``directory`` inside the ``with``, and what it was
+    after. Its default is fixed when Hypothesis is imported (``.hypothesis`` in the working
+    directory of that moment) and ``HYPOTHESIS_STORAGE_DIRECTORY`` is read once, so only
+    ``set_hypothesis_home_dir`` moves it for one search."""
+    before = configuration.storage_directory(intent_to_write=False).home_directory
+    configuration.set_hypothesis_home_dir(directory)
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(before)
+
+
 def search(
     kernel: Kernel,
     config: SearchConfig,
@@ -261,9 +295,10 @@ def search(
     ownership = ownership_totals([])
     examples_run = 0
     first_failure: int | None = None
+    last_failure: ScenarioFailed | None = None
 
     def contract_holds(scenario: Scenario) -> None:
-        nonlocal examples_run, first_failure
+        nonlocal examples_run, first_failure, last_failure
         examples_run += 1
         results = list(run_scenario(kernel, scenario, run_config, backend))
         for shape, count in ownership_totals(results).items():
@@ -272,7 +307,8 @@ def search(
             on_example(examples_run)
         if any(r.status != "pass" for r in results):
             first_failure = first_failure or examples_run
-            raise ScenarioFailed(scenario, results)
+            last_failure = ScenarioFailed(scenario, results)
+            raise last_failure
 
     hypothesis_settings = settings(
         max_examples=config.max_examples,
@@ -292,19 +328,33 @@ def search(
 
     start = time.perf_counter()
     try:
-        test()
+        with hypothesis_storage(config.hypothesis_dir):
+            test()
     except ScenarioFailed as failure:
-        shrunk, failing = failure.scenario, failure.results
+        shrunk, failing, flaky = failure.scenario, failure.results, False
+    except Flaky:
+        # A failing example passed when Hypothesis replayed it: the kernel's verdict on one
+        # input is not stable. Keep the last failure as it was seen (not shrunk: shrinking
+        # needs a failure that repeats) and say so; never Hypothesis's traceback.
+        assert last_failure is not None, "Hypothesis reported a flaky test that never failed"
+        shrunk, failing, flaky = last_failure.scenario, last_failure.results, True
     else:
         return SearchResult(examples_run, time.perf_counter() - start, None, ownership)
     seconds = time.perf_counter() - start
 
-    description = (
-        f"Found and shrunk by dcpcheck's property search: kernel {config.kernel_name} fails "
-        f"{' | '.join(failure_summary(failing))}. Replay: dcpcheck repro <this file> "
-        f"--kernel {config.kernel_name}{run_config.oracle_flag}"
+    runs = f" --runs {REPLAY_RUNS_FLAKY}" if flaky else ""
+    how = (
+        "Found by dcpcheck's property search and not shrunk, because it passed when "
+        "replayed (the kernel is not deterministic)"
+        if flaky
+        else "Found and shrunk by dcpcheck's property search"
     )
-    stem = f"shrunk-{kernel_slug(config.kernel_name)}"
+    description = (
+        f"{how}: kernel {config.kernel_name} fails "
+        f"{' | '.join(failure_summary(failing))}. Replay: dcpcheck repro <this file>"
+        f"{runs}{run_config.kernel_options}"
+    )
+    stem = f"{'flaky' if flaky else 'shrunk'}-{kernel_slug(config.kernel_name)}"
     shrunk = with_effective_ds_mla_scale(shrunk, run_config, kernel)  # the rule it failed under
     path = save_failure(shrunk, stem, description, config.failures_dir)
     saved = load_scenario(path)
@@ -316,6 +366,7 @@ def search(
         ownership,
         shrunk=saved,
         saved_path=path,
-        failed_checks=failed_check_names(failing),
+        failed_checks=failed_check_names(failing) + (("flaky",) if flaky else ()),
         replay=replay,
+        replay_command=f"dcpcheck repro {shlex.quote(str(path))}{runs}{run_config.kernel_options}",
     )

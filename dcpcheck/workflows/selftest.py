@@ -433,7 +433,7 @@ def run_selftest(
     failures first and "examples to the first failure" drops to 1. ``on_row`` sees each
     row as it lands (progress).
     """
-    from dcpcheck.kernels.fused_norm_rope import make_kernel  # after the backend is fixed
+    from dcpcheck.kernels.launcher import make_kernel  # after the backend is fixed
 
     named = selftest_scenarios(profile, backend) if scenarios is None else list(scenarios)
     skip_reason = gpu_scale_skip_reason(profile, backend)

@@ -1,0 +1,99 @@
+"""What ``run`` and ``repro`` check before any work starts, each a one-line error and exit
+2 (``InputError``): report paths and directories writable, scenarios loadable and runnable
+with the ``--dcp`` / ``--seed`` given, their memory within what the device has, the
+sanitizer present. A run that passes these fails only through its kernel or a changed disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from dcpcheck import files
+from dcpcheck.cli.common import InputError
+from dcpcheck.harness import sanitizer
+from dcpcheck.harness.runner import RunConfig
+from dcpcheck.spec import cost
+from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenarios
+
+
+def check_sanitizer(sanitize: str | None, backend) -> None:
+    """``--sanitize`` needs a CUDA device and compute-sanitizer: else exit 2, before any work."""
+    if sanitize is None:
+        return
+    try:
+        sanitizer.worker_prefix(sanitize, backend)
+    except sanitizer.SanitizerUnavailable as exc:
+        raise InputError(f"--sanitize: {exc}") from None
+
+
+def check_cost(scenarios: list[Scenario], config: RunConfig, backend) -> None:
+    """Every scenario's peak memory against what the device has free: exit 2, naming the
+    file and the key that drives the size, before any work (``spec.cost``)."""
+    budget = cost.available_memory(backend.device)
+    for scenario in scenarios:
+        try:
+            cost.check_cost(scenario, config.sizes_of(scenario), budget)
+        except ScenarioError as exc:
+            given = " (with the --dcp given)" if config.dcp_sizes else ""
+            raise InputError(f"{exc}{given}") from None
+
+
+def check_report_paths(*paths: Path | None) -> None:
+    """Every report path must be writable, and each its own file, before any work."""
+    given = [path for path in paths if path is not None]
+    if len({path.resolve() for path in given}) < len(given):
+        raise InputError(f"--json and --junit name the same file: {given[0]}")
+    for path in given:
+        try:
+            files.ensure_writable(path)
+        except files.ReportPathError as exc:
+            raise InputError(str(exc)) from None
+
+
+def check_home(home: Path) -> None:
+    try:
+        files.ensure_directory_writable(home)
+    except files.ReportPathError as exc:
+        raise InputError(f"--home: {exc}") from None
+
+
+def check_overrides(scenario: Scenario, dcp_sizes: tuple[int, ...] | None, seed) -> None:
+    """``scenario`` as it will run: ``Scenario`` validates the layout at each DCP size and
+    every count within ``spec.limits``."""
+    try:
+        dataclasses.replace(
+            scenario,
+            dcp_sizes=dcp_sizes or scenario.dcp_sizes,
+            seed=scenario.seed if seed is None else seed,
+        )
+    except ScenarioError as exc:
+        raise InputError(f"{exc} (with the --dcp / --seed given)") from None
+
+
+def check_report_dir(report_dir: Path) -> None:
+    try:
+        files.ensure_directory_writable(report_dir)
+    except files.ReportPathError as exc:
+        raise InputError(str(exc)) from None
+
+
+def named_scenarios(
+    patterns: tuple[str, ...], scenario_dir: Path, dcp_sizes: tuple[int, ...] | None, seed
+) -> list[Scenario]:
+    """The scenarios to run, each checked with the ``--dcp`` / ``--seed`` overrides applied,
+    so that a combination that cannot run is an error before any work."""
+    if not scenario_dir.is_dir():
+        what = "does not exist" if not scenario_dir.exists() else "is not a directory"
+        raise InputError(f"--scenario-dir: {scenario_dir} {what}")
+    try:
+        scenarios = load_scenarios(list(patterns), scenario_dir)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+    if not scenarios:
+        raise InputError(f"--scenario-dir: no scenario files (*.toml) in {scenario_dir}")
+    for scenario in scenarios:
+        check_overrides(scenario, dcp_sizes, seed)
+    return scenarios

@@ -1,0 +1,154 @@
+"""A cache's entries as the checks read them: byte rows, their parts, and the entries each
+rank owns in a step.
+
+The contract's layouts (``dcpcheck.contract``) say where each byte of an entry sits; the
+checks need the same facts in the form they compare: an entry as one byte row ``[E]``
+(``reference.read_mla_cache``; ``index_rows`` for the indexer, whose block keeps values and
+scales apart), cut into parts that each have a stored format and a tolerance
+(``mla_entry_parts``, ``index_entry_parts``). Every check that looks at entries (owned
+entries, stray writes, shards reassembled) and the kernel's own tests read them through
+here, so an entry is read and cut one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import reference
+from dcpcheck.contract import (
+    DS_MLA_ENTRY_BYTES,
+    DS_MLA_ROPE_OFFSET,
+    DS_MLA_SCALES_OFFSET,
+    INDEX_SCALE_BYTES,
+    CacheLayout,
+)
+from dcpcheck.harness.case import Case, GuardedCache, RankLaunch
+from dcpcheck.spec import tolerances
+
+
+@dataclass(frozen=True)
+class EntryPart:
+    """A byte range of a cache entry, the format stored there, and its tolerance."""
+
+    name: str
+    start: int
+    stop: int
+    dtype: torch.dtype  # torch.uint8 means fp8 e4m3 bytes
+    tolerance: tolerances.Tolerance
+
+
+def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.dtype):
+    """The parts of one MLA cache entry (DESIGN §2 table)."""
+    if layout is CacheLayout.AUTO:
+        kv_end = kv_dim * act.itemsize
+        return (
+            EntryPart("kv", 0, kv_end, act, tolerances.MLA_AUTO_KV),
+            EntryPart(
+                "kpe", kv_end, kv_end + rope_dim * act.itemsize, act, tolerances.MLA_AUTO_KPE
+            ),
+        )
+    if layout is CacheLayout.FP8:
+        return (
+            EntryPart("kv", 0, kv_dim, torch.uint8, tolerances.FP8_VALUE),
+            EntryPart("kpe", kv_dim, kv_dim + rope_dim, torch.uint8, tolerances.FP8_VALUE),
+        )
+    return (
+        EntryPart("nope", 0, DS_MLA_SCALES_OFFSET, torch.uint8, tolerances.FP8_VALUE),
+        EntryPart(
+            "scales",
+            DS_MLA_SCALES_OFFSET,
+            DS_MLA_ROPE_OFFSET,
+            torch.float32,
+            tolerances.DS_MLA_SCALE,
+        ),
+        EntryPart(
+            "rope",
+            DS_MLA_ROPE_OFFSET,
+            DS_MLA_ENTRY_BYTES,
+            torch.bfloat16,
+            tolerances.BF16_ROPE_IN_CACHE,
+        ),
+    )
+
+
+def index_entry_parts(index_dim: int):
+    """Indexer rows as the checks see them: fp8 values then the fp32 UE8M0 scale."""
+    return (
+        EntryPart("values", 0, index_dim, torch.uint8, tolerances.FP8_VALUE),
+        EntryPart(
+            "scale",
+            index_dim,
+            index_dim + INDEX_SCALE_BYTES,
+            torch.float32,
+            tolerances.UE8M0_SCALE,
+        ),
+    )
+
+
+def index_rows(cache: torch.Tensor, slots: torch.Tensor, index_dim: int) -> torch.Tensor:
+    """The indexer entries at ``slots`` as byte rows ``[K, I + 4]``: the fp8 values, then the
+    scale's bytes (the rows ``index_entry_parts`` cuts)."""
+    values, scales = reference.read_index_cache(cache, slots, index_dim)
+    scale_bytes = scales.contiguous().view(torch.uint8).view(-1, INDEX_SCALE_BYTES)
+    return torch.cat([values, scale_bytes], dim=1)
+
+
+def expected_index_rows(case: Case, tokens: torch.Tensor) -> torch.Tensor:
+    """The oracle's indexer entries of ``tokens``, as ``index_rows`` reads a cache's."""
+    values = case.expected.index_values[tokens]
+    scales = case.expected.index_scales[tokens].contiguous().view(torch.uint8)
+    return torch.cat([values, scales.view(-1, INDEX_SCALE_BYTES)], dim=1)
+
+
+def _owned(slots: torch.Tensor | None) -> torch.Tensor:
+    if slots is None:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.nonzero(slots.cpu() >= 0).flatten()
+
+
+@dataclass(frozen=True)
+class OwnedEntries:
+    """The entries one rank owns in one cache this step, and how to read them."""
+
+    launch: RankLaunch
+    field: str  # "mla_cache" / "index_cache"
+    tokens: torch.Tensor  # [K] on the host: the token owning each entry
+    slots: torch.Tensor  # [K] their slots, on the cache's device
+    cache: GuardedCache
+    read: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (cache, slots) -> [K, E] bytes
+    parts: tuple[EntryPart, ...]
+
+    def rows(self) -> torch.Tensor:
+        """The entries as the kernel left them."""
+        return self.read(self.cache.view, self.slots)
+
+    def initial_rows(self) -> torch.Tensor:
+        """The same entries before the launch: the seeded random fill."""
+        return self.read(self.cache.initial_view, self.slots)
+
+
+def owned_entries(case: Case) -> list[OwnedEntries]:
+    """Every non-empty set of owned entries, rank by rank, the MLA cache before the index."""
+    s, p = case.scenario, case.scenario.model
+    mla_parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
+    index_dim = p.index_head_dim
+
+    def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return index_rows(cache, slots, index_dim)
+
+    found = []
+    for launch in case.ranks:
+        for field, cache, slot_mapping, read in (
+            ("mla_cache", launch.mla, launch.inputs.slot_mapping, reference.read_mla_cache),
+            ("index_cache", launch.index, launch.inputs.index_slot_mapping, read_index),
+        ):
+            tokens = _owned(slot_mapping)
+            if cache is None or not len(tokens):
+                continue
+            parts = mla_parts if field == "mla_cache" else index_entry_parts(index_dim)
+            slots = slot_mapping[tokens.to(slot_mapping.device)].to(cache.storage.device)
+            found.append(OwnedEntries(launch, field, tokens, slots, cache, read, parts))
+    return found

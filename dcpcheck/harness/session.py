@@ -1,0 +1,285 @@
+"""A run's session: the library call behind ``dcpcheck run``, ``repro``, the real-rank
+run and the pytest plugin, so that each saves, orders and reports cases the same way.
+
+A :class:`Session` holds what one run shares (the kernel under test, its ``RunConfig``,
+the backend, where failing cases are saved) and runs cases through the runner; it adds
+what a single case does not know:
+
+* A failing case is saved under ``HOME/failures/`` as a scenario file with its seed, DCP
+  size and fp8_ds_mla tile-scale rule baked in (``dcpcheck repro FILE`` replays exactly
+  it); a HOME that cannot be written costs one warning, never the run.
+* :func:`run_session` orders a whole run: the named scenarios, then the token-stream case
+  (unless asked not to, or ``--fail-fast`` already failed), then the property search. A
+  Ctrl-C or SIGTERM anywhere ends it with what ran marked ``partial``; an internal error of
+  dcpcheck itself ends it with an error record (:data:`INTERNAL_ERROR_CASE`), so a report
+  of a run that broke never reads as a clean one.
+* :func:`write_reports` writes the JSON and JUnit reports atomically, the search's
+  shrunk failure replay among the cases.
+
+The pytest plugin calls :meth:`Session.case` and :meth:`Session.token_streams` per item;
+the CLI calls :func:`run_session`; both get the same saving and the same verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dcpcheck import files
+from dcpcheck.backend import Backend
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.harness.runner import (
+    CaseResult,
+    KernelUnderTest,
+    RunConfig,
+    run,
+    run_scenario,
+    token_stream_case,
+    with_effective_ds_mla_scale,
+)
+from dcpcheck.output import report
+from dcpcheck.spec.scenario import Scenario
+from dcpcheck.workflows import search
+
+INTERNAL_ERROR_CASE = "dcpcheck-internal-error"
+"""The ``scenario`` of the error record a run that stopped on dcpcheck's own error gets:
+status ``error`` (counted as failed), the exception and where it was raised."""
+
+
+def _ignore(*_: object) -> None:
+    pass
+
+
+@dataclass
+class Session:
+    """What one run shares; every case it runs goes through :meth:`cases`.
+
+    ``home`` None: failing cases are not saved (a caller that saves nothing on purpose).
+    ``on_warning`` hears the one warning a HOME that cannot be written costs.
+    """
+
+    kernel: KernelUnderTest
+    config: RunConfig
+    backend: Backend
+    home: Path | None = None
+    on_warning: Callable[[str], None] = _ignore
+    saved: dict[tuple[str, int], Path] = field(default_factory=dict)
+    _saving: bool = True
+
+    def cases(
+        self,
+        scenarios: Sequence[Scenario],
+        on_result: Callable[[CaseResult], None] = _ignore,
+    ) -> list[CaseResult]:
+        """Every case of ``scenarios`` (``runner.run``), each failing one saved as it lands."""
+        by_name = {scenario.name: scenario for scenario in scenarios}
+
+        def landed(result: CaseResult) -> None:
+            self._save_if_failed(by_name[result.scenario], result)
+            on_result(result)
+
+        return run(self.kernel, scenarios, self.config, self.backend, on_result=landed)
+
+    def case(self, scenario: Scenario, dcp_size: int) -> CaseResult:
+        """One case of ``scenario`` at ``dcp_size`` (with its own DCP1 baseline), saved if
+        it fails: a pytest item."""
+        config = dataclasses.replace(self.config, dcp_sizes=(dcp_size,))
+        (result,) = run_scenario(self.kernel, scenario, config, self.backend)
+        self._save_if_failed(scenario, result)
+        return result
+
+    def token_streams(self) -> CaseResult:
+        """The end-to-end token-stream case (its replay is ``dcpcheck hash``, nothing to save)."""
+        return token_stream_case(self.kernel, self.config, self.backend)
+
+    def search(
+        self, config: search.SearchConfig, on_example: Callable[[int], None] = _ignore
+    ) -> search.SearchResult:
+        """The property search; it saves its own shrunk failure under ``config.home``."""
+        return search.search(self.kernel, config, self.backend, on_example=on_example)
+
+    def _save_if_failed(self, scenario: Scenario, result: CaseResult) -> None:
+        if result.status == "pass" or self.home is None or not self._saving:
+            return
+        try:
+            path = save_failed_case(
+                with_effective_ds_mla_scale(scenario, self.config, self.kernel),
+                result,
+                self.config,
+                self.home,
+            )
+        except OSError as exc:
+            self._saving = False
+            self.on_warning(
+                f"cannot save failing cases under {self.home}: {exc.strerror} (see --home)"
+            )
+        else:
+            self.saved[(result.scenario, result.dcp_size)] = path
+
+
+def failure_phrase(result: CaseResult) -> str:
+    """What failed, as the property search words it; a crash or timeout by its reason."""
+    phrases = search.failure_summary([result])
+    return phrases[0] if phrases else f"DCP{result.dcp_size}: {result.status} ({result.error})"
+
+
+def save_failed_case(scenario: Scenario, result: CaseResult, config: RunConfig, home: Path) -> Path:
+    """Save the failing case under ``home/failures/`` with the seed and DCP size it ran at,
+    so ``dcpcheck repro FILE`` replays exactly it. ``scenario`` is the one that ran, its
+    fp8_ds_mla tile-scale rule resolved (``runner.with_effective_ds_mla_scale``), so the
+    file names that rule. ``OSError`` if ``home`` cannot be written."""
+    seed = scenario.seed if config.seed is None else config.seed
+    case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed)
+    description = (
+        f"Saved by dcpcheck: kernel {config.kernel_name} fails scenario "
+        f"{scenario.name} at {failure_phrase(result)}. Replay: dcpcheck repro "
+        f"<this file> --kernel {config.kernel_name}{config.oracle_flag}"
+    )
+    stem = f"{scenario.name}-{search.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
+    return search.save_failure(case, stem, description, home / search.FAILURES_DIR)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a whole run does, in order: named scenarios, token streams, property search."""
+
+    scenarios: Sequence[Scenario]
+    token_streams: bool = True
+    search: search.SearchConfig | None = None
+
+
+@dataclass
+class RunOutcome:
+    """What a run did. ``partial``: it did not finish (``stopped`` or ``internal_error``)."""
+
+    results: list[CaseResult]  # named cases, then the token-stream case
+    searched: search.SearchResult | None = None
+    named_seconds: float = 0.0
+    stopped: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM turned into one
+    internal_error: CaseResult | None = None  # dcpcheck's own error, as an error record
+    internal_traceback: str = ""  # its whole traceback: for the bug report, not the reports
+
+    @property
+    def partial(self) -> bool:
+        return self.stopped is not None or self.internal_error is not None
+
+    @property
+    def reported(self) -> list[CaseResult]:
+        """Every case the reports hold: the run's, the shrunk failure's replay, the error
+        record of an internal error."""
+        replayed = self.searched.replay if self.searched is not None else []
+        error = [self.internal_error] if self.internal_error is not None else []
+        return [*self.results, *replayed, *error]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.status == "pass" for r in self.reported) and (
+            self.searched is None or self.searched.passed
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.passed else EXIT_FAIL
+
+
+def internal_error_record(exc: BaseException) -> CaseResult:
+    """An error of dcpcheck itself as a case: status ``error``, the exception and the
+    innermost frame it came from, so the report says the run broke and where."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return CaseResult(
+        INTERNAL_ERROR_CASE,
+        0,
+        "error",
+        error=f"dcpcheck stopped on an internal error: {type(exc).__name__}: {exc}{where}",
+    )
+
+
+def run_session(
+    session: Session,
+    plan: RunPlan,
+    *,
+    on_result: Callable[[CaseResult], None] = _ignore,
+    on_stage: Callable[[str], None] = _ignore,
+    on_example: Callable[[int], None] = _ignore,
+) -> RunOutcome:
+    """Run ``plan`` through ``session``; never raises for a stop or an internal error, which
+    the outcome records (the caller writes the reports, then says why it stopped).
+
+    ``on_result`` sees every case as it lands, ``on_stage`` hears ``"token streams"`` and
+    ``"property search"`` as they start, ``on_example`` counts the search's examples.
+    """
+    outcome = RunOutcome([])
+    started = time.perf_counter()
+    fail_fast = session.config.fail_fast
+
+    def failed() -> bool:
+        return any(r.status != "pass" for r in outcome.results)
+
+    def landed(result: CaseResult) -> None:
+        outcome.results.append(result)
+        on_result(result)
+
+    try:
+        session.cases(plan.scenarios, on_result=landed)
+        if plan.scenarios and plan.token_streams and not (fail_fast and failed()):
+            on_stage("token streams")
+            landed(session.token_streams())
+        outcome.named_seconds = time.perf_counter() - started
+        if plan.search is not None and not (fail_fast and failed()):
+            on_stage("property search")
+            outcome.searched = session.search(plan.search, on_example)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM, wherever the run was
+        outcome.stopped = stop
+    except Exception as exc:  # dcpcheck's own bug: recorded, never a clean-looking report
+        outcome.internal_error = internal_error_record(exc)
+        outcome.internal_traceback = traceback.format_exc()
+    return outcome
+
+
+def write_reports(
+    results: Sequence[CaseResult],
+    config: RunConfig,
+    backend: Backend,
+    json_path: Path | None,
+    junit_path: Path | None,
+    *,
+    partial: bool,
+    searched: report.Search | None = None,
+) -> None:
+    """Both reports, atomically; :class:`ReportNotWritten` if a path cannot be written."""
+    backend_name = "interpreter" if backend.interpreted else "cuda"
+    reports = []
+    if json_path is not None:
+        text = report.to_json(
+            list(results),
+            kernel=config.kernel_name,
+            backend=backend_name,
+            partial=partial,
+            oracle=config.oracle,
+            searched=searched,
+        )
+        reports.append((json_path, text))
+    if junit_path is not None:
+        text = report.to_junit(
+            list(results),
+            kernel=config.kernel_name,
+            partial=partial,
+            oracle=config.oracle,
+            searched=searched,
+        )
+        reports.append((junit_path, text))
+    for path, text in reports:
+        try:
+            files.write_atomic(path, text)
+        except OSError as exc:
+            raise ReportNotWritten(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
+class ReportNotWritten(Exception):
+    """A report path that could be written when the run began cannot be now (the disk
+    filled up, a mount went away): one line naming the path and the reason."""

@@ -1,0 +1,133 @@
+"""A run's session (``dcpcheck.harness.session``) as the CLI drives it: what the reports say
+when dcpcheck itself breaks mid-run, and what they record of a property search."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from dcpcheck.cli import cli
+from dcpcheck.harness import checks, runner, session
+
+ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_an_internal_error_is_an_error_record_in_a_partial_report(tmp_path, monkeypatch):
+    """A bug of dcpcheck's own (here: a check that raises) must not leave a clean-looking
+    report: the JSON says partial, counts an error, and names where it was raised."""
+
+    def broken(case):
+        raise RuntimeError("a check that breaks")
+
+    monkeypatch.setattr(checks, "check_topk", broken)
+    json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
+    result = invoke("run", *ONE_CASE, "--json", str(json_path), "--junit", str(junit_path))
+    assert result.exit_code == 1, result.output
+    assert "internal error: RuntimeError: a check that breaks" in result.output
+    doc = json.loads(json_path.read_text())
+    assert doc["partial"] is True
+    assert doc["summary"]["error"] == 1 and doc["summary"]["cases"] == 1
+    [record] = doc["cases"]
+    assert record["scenario"] == session.INTERNAL_ERROR_CASE
+    assert record["status"] == "error"
+    assert "RuntimeError: a check that breaks at " in record["error"]
+    suite = ET.parse(junit_path).getroot()
+    assert suite.get("errors") == "1"
+
+
+def test_a_passing_property_search_is_recorded_in_both_reports(tmp_path):
+    json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
+    result = invoke(
+        "run",
+        "--property-only",
+        "--profile",
+        "smoke",
+        "--examples",
+        "2",
+        "--dcp",
+        "2",
+        "--home",
+        str(tmp_path / "home"),
+        "--json",
+        str(json_path),
+        "--junit",
+        str(junit_path),
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(json_path.read_text())["search"]
+    assert record["profile"] == "smoke"
+    assert record["seed"] == 0
+    assert record["dcp"] == [2]
+    assert record["examples_requested"] == 2
+    assert record["examples_run"] >= 2
+    assert record["status"] == "pass"
+    assert record["saved"] is None
+    suite = ET.parse(junit_path).getroot()
+    [case] = [c for c in suite.iter("testcase") if c.get("classname") == "property-search"]
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["profile"] == "smoke" and props["seed"] == "0"
+    assert int(props["examples_run"]) >= 2
+    assert suite.get("tests") == "1" and suite.get("failures") == "0"
+
+
+def test_a_failing_search_is_a_failure_in_both_reports(tmp_path):
+    json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
+    result = invoke(
+        "run",
+        "--property-only",
+        "--profile",
+        "smoke",
+        "--kernel",
+        "regress/pre-54908",
+        "--dcp",
+        "2",
+        "--home",
+        str(tmp_path / "home"),
+        "--json",
+        str(json_path),
+        "--junit",
+        str(junit_path),
+    )
+    assert result.exit_code == 1, result.output
+    record = json.loads(json_path.read_text())["search"]
+    assert record["status"] == "fail"
+    assert record["failed_checks"]
+    assert record["saved"].startswith(str(tmp_path / "home" / "failures"))
+    suite = ET.parse(junit_path).getroot()
+    [case] = [c for c in suite.iter("testcase") if c.get("classname") == "property-search"]
+    assert case.find("failure") is not None
+
+
+@pytest.mark.parametrize("home_writable", [True, False])
+def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
+    """``Session.case`` saves a failing case under HOME/failures/; a HOME that cannot be
+    written costs one warning, and the verdict stands."""
+    from dcpcheck.kernels.loading import load_kernel
+    from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
+    from tests.conftest import BACKEND
+
+    home = tmp_path / "home"
+    if not home_writable:
+        home.write_text("a file where HOME should be")
+    warnings: list[str] = []
+    kernel = load_kernel("regress/pre-54908")
+    config = runner.RunConfig("regress/pre-54908", None)
+    run = session.Session(kernel, config, BACKEND, home, on_warning=warnings.append)
+    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    first = run.case(scenario, 4)
+    second = run.case(scenario, 4)
+    assert first.status == second.status == "fail"
+    if home_writable:
+        assert not warnings
+        assert list(run.saved) == [("decode-single-dcp4", 4)]
+        assert run.saved[("decode-single-dcp4", 4)].parent == home / "failures"
+    else:
+        assert len(warnings) == 1 and str(home) in warnings[0]
+        assert run.saved == {}
