@@ -237,3 +237,27 @@ def test_a_self_consistent_encoding_fails_the_oracle_and_passes_without_it(
     assert failing(run_one(kernel, scenario, dcp=(1, 4))) == oracle_finds
     results = run_one(kernel, scenario, dcp=(1, 4), oracle=False)
     assert [r.status for r in results] == ["pass", "pass"], failing(results)
+
+
+def test_a_computed_nan_is_not_reported_as_unwritten(tmp_path, oracle):
+    """The kernel wrote the row; one element is a NaN of its own (canonical bits, not the
+    harness's poison): a numeric bug, reported as such, not as a skipped write."""
+
+    def computes_a_nan(inputs, outputs, caches):
+        k.oracle_kernel(inputs, outputs, caches)
+        outputs.q_out[0, 3] = float("nan")
+
+    results = run_one(computes_a_nan, make_scenario(tmp_path), oracle=oracle)
+    outputs = [
+        f for r in results for c in r.failed_checks if c.check == "outputs" for f in c.findings
+    ]
+    assert outputs and all(f.field == "q_out" and f.token == 0 for f in outputs)
+    assert {f.max_error for f in outputs} == {"NaN (computed)"}
+
+
+def test_an_unwritten_row_is_reported_as_unwritten(tmp_path, oracle):
+    results = run_one(k.skips_q_out_row_zero, make_scenario(tmp_path), oracle=oracle)
+    outputs = [
+        f for r in results for c in r.failed_checks if c.check == "outputs" for f in c.findings
+    ]
+    assert outputs and {f.max_error for f in outputs} == {"NaN (unwritten)"}

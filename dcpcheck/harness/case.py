@@ -57,6 +57,28 @@ OUTPUT_GUARD_BYTE = 0xA5
 """Every byte of an output's guard rows. Not zero and not NaN (what an unwritten or
 skipped row holds), and as bf16/fp16/fp32 a tiny negative number no kernel computes."""
 
+POISON_BITS = {
+    torch.bfloat16: (torch.int16, 0x7FE1),
+    torch.float16: (torch.int16, 0x7E21),
+    torch.float32: (torch.int32, 0x7FC00021),
+}
+"""The NaN every float output starts as, by dtype: (the integer view, its bits). A quiet
+NaN with a payload (0x21) that arithmetic never produces: a computed NaN is the
+canonical one (0x7FC0 / 0x7FFF for bf16, and so on), so a NaN row that holds these bits
+was never written, and one that holds other NaN bits was computed (``holds_poison``)."""
+
+
+def fill_poison(output: torch.Tensor) -> None:
+    """Fill a float output with ``POISON_BITS``."""
+    view, bits = POISON_BITS[output.dtype]
+    output.view(view).fill_(bits)
+
+
+def holds_poison(rows: torch.Tensor) -> torch.Tensor:
+    """Elementwise: which elements of float ``rows`` still hold the poison's bits."""
+    view, bits = POISON_BITS[rows.dtype]
+    return rows.contiguous().view(view) == bits
+
 
 @dataclass
 class Activations:
@@ -473,27 +495,31 @@ def build_case(
     return Case(scenario, dcp_size, mappings, index_mappings, act, ref, ranks)
 
 
-def _guarded(width: int, dtype: torch.dtype, poison: float, tokens: int, device) -> GuardedOutput:
+def _guarded(width: int, dtype: torch.dtype, tokens: int, device) -> GuardedOutput:
+    """A poisoned output (``POISON_BITS``; top-k: ``TOPK_SENTINEL``) inside guard rows."""
     storage = torch.empty((tokens + 2 * OUTPUT_GUARD_ROWS, width), dtype=dtype, device=device)
     storage.view(torch.uint8).fill_(OUTPUT_GUARD_BYTE)
     output = GuardedOutput(storage)
-    output.view.fill_(poison)
+    if dtype in POISON_BITS:
+        fill_poison(output.view)
+    else:
+        output.view.fill_(TOPK_SENTINEL)
     return output
 
 
 def poisoned_outputs(scenario: Scenario, device: torch.device) -> dict[str, GuardedOutput]:
     """Outputs a kernel must overwrite, by ``FusedOpOutputs`` field (``index_k_out`` only on
-    indexer layers): NaN everywhere, top-k at ``TOPK_SENTINEL``, inside guard rows."""
+    indexer layers): the NaN poison everywhere, top-k at ``TOPK_SENTINEL``, inside guard
+    rows."""
     p, dtype, tokens = scenario.model, scenario.torch_dtype, scenario.batch.num_tokens
-    nan = float("nan")
     outputs = {
-        "q_out": _guarded(p.q_lora_rank, dtype, nan, tokens, device),
-        "kv_out": _guarded(p.kv_lora_rank, dtype, nan, tokens, device),
-        "kpe_out": _guarded(p.rope_dim, dtype, nan, tokens, device),
-        "topk_indices": _guarded(p.topk, torch.int32, TOPK_SENTINEL, tokens, device),
+        "q_out": _guarded(p.q_lora_rank, dtype, tokens, device),
+        "kv_out": _guarded(p.kv_lora_rank, dtype, tokens, device),
+        "kpe_out": _guarded(p.rope_dim, dtype, tokens, device),
+        "topk_indices": _guarded(p.topk, torch.int32, tokens, device),
     }
     if scenario.has_indexer:
-        outputs["index_k_out"] = _guarded(p.index_head_dim, dtype, nan, tokens, device)
+        outputs["index_k_out"] = _guarded(p.index_head_dim, dtype, tokens, device)
     return outputs
 
 

@@ -33,7 +33,7 @@ import torch
 
 import reference
 from dcpcheck.harness.cache_entries import expected_index_rows, index_rows, owned_entries
-from dcpcheck.harness.case import TOPK_SENTINEL, Case, RankLaunch
+from dcpcheck.harness.case import POISON_BITS, TOPK_SENTINEL, Case, RankLaunch, holds_poison
 from dcpcheck.harness.comparison import bits_equal, part_violations, row_violations
 from dcpcheck.harness.stray_writes import StrayWrite, collect_stray_writes
 from dcpcheck.spec import tolerances
@@ -75,9 +75,22 @@ class CheckResult:
 NAN_UNWRITTEN = "NaN (unwritten)"
 """``Finding.max_error`` of a row that still holds the harness's NaN poison."""
 
+NAN_COMPUTED = "NaN (computed)"
+"""``Finding.max_error`` of a row the kernel wrote with a NaN of its own: a numeric bug,
+not a skipped write (``case.POISON_BITS`` tells the two apart)."""
 
-def _describe_steps(steps: int) -> str:
-    return NAN_UNWRITTEN if steps == torch.iinfo(torch.int64).max else f"{steps} steps"
+NAN_IN_DCP1 = "NaN in the DCP1 run"
+"""``Finding.max_error`` of a finite row compared with a NaN row of the DCP1 run."""
+
+
+def _describe_steps(steps: int, rows: torch.Tensor | None) -> str:
+    """A row's error in steps; for a NaN (infinitely far), which NaN: the poison left
+    unwritten, one the kernel computed, or (no NaN in ``rows``) one on the other side."""
+    if steps != torch.iinfo(torch.int64).max:
+        return f"{steps} steps"
+    if rows is None or rows.dtype not in POISON_BITS or holds_poison(rows).any():
+        return NAN_UNWRITTEN
+    return NAN_COMPUTED if rows.isnan().any() else NAN_IN_DCP1
 
 
 def _row_finding(
@@ -89,19 +102,23 @@ def _row_finding(
     steps: torch.Tensor,
     case: Case,
     max_error: str | None = None,
+    rows: torch.Tensor | None = None,
 ) -> Finding:
     """A finding over token rows: ``bad`` masks ``tokens``; ``steps`` gives each row's
-    error (reported as the maximum over bad rows unless ``max_error`` is given).
-    ``detail`` may use ``{count}``."""
+    error (reported as the maximum over bad rows unless ``max_error`` is given; ``rows``,
+    the float rows judged, say which NaN a NaN is). ``detail`` may use ``{count}``."""
     idx = torch.nonzero(bad).flatten()
     token = int(tokens[idx[0]])
+    if max_error is None:
+        judged = None if rows is None else rows[idx.to(rows.device)]
+        max_error = _describe_steps(int(steps[bad].max()), judged)
     return Finding(
         field=field,
         rank=rank,
         detail=detail.format(count=int(idx.numel())),
         token=token,
         ownership=OWNERSHIP_NAMES[int(case.mappings.ownership(rank)[token])],
-        max_error=max_error or _describe_steps(int(steps[bad].max())),
+        max_error=max_error,
         count=int(idx.numel()),
         tokens=tuple(tokens[idx].tolist()),
     )
@@ -142,6 +159,7 @@ def check_outputs(case: Case) -> CheckResult:
                     tokens,
                     steps,
                     case,
+                    rows=rows,
                 )
             )
     return CheckResult("outputs", tuple(findings))
@@ -168,20 +186,27 @@ def check_outputs_written(case: Case) -> CheckResult:
     tokens = _real_tokens(case)
     findings = []
     for launch, field, rows in _real_output_rows(case):
-        bad = rows.isnan().any(dim=1).cpu()
-        if bad.any():
-            findings.append(
-                _row_finding(
-                    field,
-                    launch.rank,
-                    "{count} token row(s) still hold the harness's NaN poison: never written",
-                    bad,
-                    tokens,
-                    torch.zeros(len(tokens), dtype=torch.int64),
-                    case,
-                    max_error=NAN_UNWRITTEN,
+        if not rows.is_floating_point():
+            continue  # top-k: check_topk
+        unwritten = holds_poison(rows).any(dim=1)
+        computed = rows.isnan().any(dim=1) & ~unwritten
+        for bad, detail, error in (
+            (unwritten, "still hold the harness's NaN poison: never written", NAN_UNWRITTEN),
+            (computed, "hold a NaN the kernel computed (from finite inputs)", NAN_COMPUTED),
+        ):
+            if bad.any():
+                findings.append(
+                    _row_finding(
+                        field,
+                        launch.rank,
+                        "{count} token row(s) " + detail,
+                        bad.cpu(),
+                        tokens,
+                        torch.zeros(len(tokens), dtype=torch.int64),
+                        case,
+                        max_error=error,
+                    )
                 )
-            )
     return CheckResult("outputs", tuple(findings), without_oracle=OUTPUTS_WITHOUT_ORACLE)
 
 
@@ -475,6 +500,7 @@ def check_ranks_agree(case: Case, baseline: Case) -> CheckResult:
                         tokens,
                         steps,
                         case,
+                        rows=actual[dev] if actual.is_floating_point() else None,
                     )
                 )
     return CheckResult("ranks_agree", tuple(findings))

@@ -33,6 +33,7 @@ import dataclasses
 import enum
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -81,20 +82,31 @@ class RunOptions:
     fail_fast: bool = True
     timeout_s: float = 600.0
 
+    def _options(self, kernel: str) -> list[str]:
+        """``run``'s arguments for ``kernel`` under these options (no device, no reports).
+        Token streams add a model run per revision and say nothing the checks miss here."""
+        words = ["run", "--no-tokens", "--kernel", kernel]
+        for scenario in self.scenarios:
+            words += ["--scenario", scenario]
+        if self.dcp is not None:
+            words += ["--dcp", self.dcp]
+        if self.seed is not None:
+            words += ["--seed", str(self.seed)]
+        if self.scenario_dir is not None:
+            words += ["--scenario-dir", str(self.scenario_dir.resolve())]
+        return words
+
     def command(self, kernel: str, json_path: Path) -> list[str]:
         """The ``python -m dcpcheck run`` command line checking ``kernel``."""
-        # Token streams add a model run per revision and say nothing the checks miss here.
-        command = [sys.executable, "-m", "dcpcheck", "run", "--no-tokens", "--kernel", kernel]
-        for scenario in self.scenarios:
-            command += ["--scenario", scenario]
-        if self.dcp is not None:
-            command += ["--dcp", self.dcp]
-        if self.seed is not None:
-            command += ["--seed", str(self.seed)]
-        if self.scenario_dir is not None:
-            command += ["--scenario-dir", str(self.scenario_dir.resolve())]
+        command = [sys.executable, "-m", "dcpcheck", *self._options(kernel)]
         command += ["--device", self.device, "--json", str(json_path)]
         return [*command, "-x"] if self.fail_fast else command
+
+    def replay(self, kernel: str) -> str:
+        """The ``dcpcheck run`` a user types to see ``kernel``'s verdict as the bisection
+        saw it (shell-quoted; the options given, no report paths)."""
+        device = ["--device", self.device] if self.device != "auto" else []
+        return shlex.join(["dcpcheck", *self._options(kernel), *device])
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,7 @@ class BisectResult:
     failing_check: str | None
     undecided: tuple[Commit, ...] = ()
     find: Find | None = None  # set when bisecting releases
+    replay: str = ""  # the shell command that runs the revision found (exit 1 if it fails)
 
     @property
     def runs(self) -> int:
@@ -327,7 +340,15 @@ def bisect(
             raise BisectError(
                 f"the bad revision {bad} passes: {path} is not broken there"
             ) from None
-    return _result(path, function, good, bad, history, steps, low, high, skipped, failing)
+    result = _result(path, function, good, bad, history, steps, low, high, skipped, failing)
+    if result.first_bad is None:
+        return result
+    # The file as it was at that commit, written beside the user, then checked.
+    sha = result.first_bad.sha
+    copy = f"kernel-{result.first_bad.short}.py"
+    show = shlex.join(["git", "-C", str(repo.resolve()), "show", f"{sha}:{path}"])
+    replay = f"{show} > {copy} && {run_options.replay(f'{copy}:{function}')}"
+    return dataclasses.replace(result, replay=replay)
 
 
 class Find(enum.Enum):
@@ -376,7 +397,10 @@ def bisect_releases(
         skipped,
         found,
     )
-    return dataclasses.replace(result, find=find)
+    replay = ""
+    if result.first_bad is not None:
+        replay = run_options.replay(f"vllm=={result.first_bad.sha}:{function}")
+    return dataclasses.replace(result, find=find, replay=replay)
 
 
 def _result(
@@ -425,6 +449,7 @@ def render(result: BisectResult) -> list[str]:
         lines.append(f"{target} {kind}: {result.first_bad.sha} {result.first_bad.subject}")
         if not fixed:
             lines.append(f"failing check: {result.failing_check}")
+        lines.append(f"replay (exit {0 if fixed else 1}): {result.replay}")
     else:
         lines.append(f"skipped revisions hide the {target} {kind}; it is one of:")
         lines += [f"  {c.sha} {c.subject}" for c in result.undecided]
