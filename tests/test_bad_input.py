@@ -172,6 +172,15 @@ BAD_INPUTS: dict[str, BadInput] = {
         ("repro", "{tmp}/" + SCENARIO_FILE), 2, "invalid TOML", {SCENARIO_FILE: "[[requests]\n"}
     ),
     "hash with an unknown preset": BadInput(("hash", "--preset", "tiny"), 2, "unknown preset"),
+    "sanitize without a CUDA device": BadInput(
+        ("run", "--sanitize", "memcheck", "--device", "cpu"), 2, "needs a CUDA device"
+    ),
+    "sanitize without isolation": BadInput(
+        ("run", "--sanitize", "initcheck", "--no-isolate"), 2, "--sanitize needs --isolate"
+    ),
+    "sanitize with the property search": BadInput(
+        ("run", "--sanitize", "racecheck", "--property-only"), 2, "--sanitize runs named"
+    ),
     "unknown kernel": BadInput(
         ("run", "--kernel", "no-such-kernel"), 2, "unknown kernel 'no-such-kernel'"
     ),

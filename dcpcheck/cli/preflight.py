@@ -24,7 +24,7 @@ def check_sanitizer(sanitize: str | None, backend) -> None:
     try:
         sanitizer.worker_prefix(sanitize, backend)
     except sanitizer.SanitizerUnavailable as exc:
-        raise InputError(f"--sanitize: {exc}") from None
+        raise InputError(str(exc)) from None
 
 
 def check_cost(scenarios: list[Scenario], config: RunConfig, backend) -> None:

@@ -562,8 +562,8 @@ def repro_command(
     failed = [outcome for outcome in outcomes if not outcome.passed]
     shown = failed[0] if failed else outcomes[-1]  # the first failing run says most
     print_results(shown.results)
-    if shown.internal_error is not None:
-        raise InternalFailure(shown, None, None)
+    if outcomes[-1].internal_error is not None:  # a broken run ends the loop: the last
+        raise InternalFailure(outcomes[-1], None, None)
     if outcomes[-1].stopped is not None:
         how, code = stop_reason(outcomes[-1].stopped)
         raise Interrupted(f"{how} after {len(outcomes)} run(s)", code)
