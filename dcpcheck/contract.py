@@ -48,6 +48,36 @@ DS_MLA_SCALES_OFFSET = DS_MLA_NOPE_DIM
 DS_MLA_ROPE_OFFSET = DS_MLA_SCALES_OFFSET + 4 * (DS_MLA_NOPE_DIM // DS_MLA_TILE)
 """Byte 528 of a ds_mla entry: the 64 bf16 RoPE values follow the scales, to the entry's end."""
 
+E2M1_MAX = 6.0
+"""Largest e2m1 (fp4) magnitude: nvfp4_ds_mla values saturate to +-6."""
+
+NVFP4_DS_MLA_TILE = 16
+"""nvfp4_ds_mla quantizes the 512 NoPE values in 32 tiles of 16, one e4m3 scale each
+(vLLM 0.33.0's ``fused_norm_rope``, issue 21)."""
+
+NVFP4_DS_MLA_NUM_TILES = DS_MLA_NOPE_DIM // NVFP4_DS_MLA_TILE
+"""32 NoPE tiles, so 32 scale bytes."""
+
+NVFP4_DS_MLA_ROPE_OFFSET = DS_MLA_NOPE_DIM // 2
+"""Byte 256 of an nvfp4_ds_mla entry: two e2m1 NoPE values per byte fill bytes [0, 256)
+(element ``2j`` in the low nibble of byte ``j``), the 64 unscaled e4m3 RoPE bytes follow."""
+
+NVFP4_DS_MLA_SCALES_OFFSET = NVFP4_DS_MLA_ROPE_OFFSET + DS_MLA_ROPE_DIM
+"""Byte 320 of an nvfp4_ds_mla entry: the 32 e4m3 tile scales follow the RoPE bytes."""
+
+NVFP4_DS_MLA_ENTRY_BYTES = NVFP4_DS_MLA_SCALES_OFFSET + NVFP4_DS_MLA_NUM_TILES
+"""352 = 256 e2m1 NoPE bytes + 64 e4m3 RoPE bytes + 32 e4m3 scale bytes."""
+
+NVFP4_SCALE_FLOOR = 2.0**-9
+"""An nvfp4_ds_mla tile scale is ``e4m3(max(amax / 6, 2^-9))``, rounded to nearest; the
+floor is the smallest e4m3 subnormal, so an all-zero tile stores byte 0x01."""
+
+
+def nvfp4_scale_position(tile: int) -> int:
+    """Byte (within the 32 scale bytes) holding tile ``tile``'s scale: ``8*(s & 3) + (s >> 2)``."""
+    return 8 * (tile & 3) + (tile >> 2)
+
+
 INDEX_SCALE_BYTES = 4
 """Each indexer cache row carries one fp32 (UE8M0-valued) scale."""
 
@@ -66,6 +96,7 @@ class CacheLayout(enum.Enum):
     AUTO = "auto"  # kv_out | kpe_out in the activation dtype, KV + R elements
     FP8 = "fp8"  # fp8_e4m3(kv / s) | fp8_e4m3(kpe / s), one per-tensor scale s
     FP8_DS_MLA = "fp8_ds_mla"  # DS_MLA_ENTRY_BYTES, see above
+    NVFP4_DS_MLA = "nvfp4_ds_mla"  # NVFP4_DS_MLA_ENTRY_BYTES, see above
 
 
 class DsMlaScale(enum.Enum):
@@ -126,9 +157,11 @@ def mla_entry_bytes(layout: CacheLayout, kv_dim: int, rope_dim: int, act_dtype: 
         return kv_dim + rope_dim
     if (kv_dim, rope_dim) != (DS_MLA_NOPE_DIM, DS_MLA_ROPE_DIM):
         raise ValueError(
-            f"fp8_ds_mla needs kv_lora_rank {DS_MLA_NOPE_DIM} and rope_dim {DS_MLA_ROPE_DIM}, "
-            f"got {kv_dim} and {rope_dim}"
+            f"{layout.value} needs kv_lora_rank {DS_MLA_NOPE_DIM} and rope_dim "
+            f"{DS_MLA_ROPE_DIM}, got {kv_dim} and {rope_dim}"
         )
+    if layout is CacheLayout.NVFP4_DS_MLA:
+        return NVFP4_DS_MLA_ENTRY_BYTES
     return DS_MLA_ENTRY_BYTES
 
 

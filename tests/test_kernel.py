@@ -32,6 +32,8 @@ from dcpcheck.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_ROPE_OFFSET,
     DS_MLA_SCALES_OFFSET,
+    NVFP4_DS_MLA_ENTRY_BYTES,
+    NVFP4_DS_MLA_SCALES_OFFSET,
     PRESETS,
     CacheLayout,
     FusedOpCaches,
@@ -44,7 +46,12 @@ from dcpcheck.contract import (
 from dcpcheck.harness.cache_entries import index_entry_parts, mla_entry_parts
 from dcpcheck.harness.case import GUARD_BLOCKS, TOPK_SENTINEL, oracle_for
 from dcpcheck.harness.comparison import part_violations, row_violations
-from dcpcheck.kernels.fp8_codes import fp8_e4m3_codes, ue8m0_scale
+from dcpcheck.kernels.fp8_codes import (
+    e2m1_codes,
+    fp8_e4m3_codes,
+    fp8_e4m3_values,
+    ue8m0_scale,
+)
 from dcpcheck.kernels.launcher import fused_norm_rope
 from dcpcheck.kernels.loading import KernelLoadError, load_kernel
 from dcpcheck.kernels.registry import KERNELS
@@ -593,6 +600,60 @@ def test_fp8_and_ue8m0_encoders_match_torch(device):
     _encode_kernel[(1,)](x, codes, amax, scales, n)
     assert torch.equal(codes.cpu(), reference.fp8_e4m3_bytes(x.cpu()))
     assert torch.equal(scales.cpu(), reference.ue8m0_scale(amax.cpu()))
+
+
+@triton.jit
+def _nvfp4_codes_kernel(x_ptr, e2m1_ptr, fp8_ptr, fp8_values_ptr, N: tl.constexpr):
+    lanes = tl.arange(0, N)
+    tl.store(e2m1_ptr + lanes, e2m1_codes(tl.load(x_ptr + lanes)).to(tl.uint8))
+    fp8 = tl.load(fp8_ptr + lanes, mask=lanes < 256, other=0).to(tl.int32)
+    tl.store(fp8_values_ptr + lanes, fp8_e4m3_values(fp8), mask=lanes < 256)
+
+
+def _e2m1_probe_values() -> torch.Tensor:
+    """Every e2m1 magnitude, the midpoints between neighbours (ties, which go to the even
+    code), one fp32 ulp either side of each, values past 6, and both signs of each."""
+    magnitudes = torch.tensor(reference.quant.E2M1_MAGNITUDES)
+    mids = (magnitudes[1:] + magnitudes[:-1]) / 2
+    above = torch.nextafter(mids, torch.full_like(mids, float("inf")))
+    below = torch.nextafter(mids, torch.full_like(mids, -float("inf")))
+    extremes = torch.tensor([6.5, 7.0, 1e6, float("inf"), 1e-30, 0.1])
+    probe = torch.cat([magnitudes, mids, above, below, extremes])
+    return torch.cat([probe, -probe])
+
+
+def test_e2m1_encoder_and_e4m3_decoder_match_the_oracle(device):
+    """The comparison-based e2m1 encoder equals the oracle's round-to-nearest-even,
+    saturating one on every probe (ties, one ulp either side, -0); the e4m3 decoder
+    returns every finite byte's exact value."""
+    x = _e2m1_probe_values()
+    n = triton.next_power_of_2(max(x.numel(), 256))
+    x = torch.cat([x, torch.zeros(n - x.numel())]).to(device)
+    fp8 = torch.arange(256, dtype=torch.uint8)
+    finite = (fp8 & 0x7F) != 0x7F
+    e2m1 = torch.empty(n, dtype=torch.uint8, device=device)
+    values = torch.empty(256, dtype=torch.float32, device=device)
+    _nvfp4_codes_kernel[(1,)](x, e2m1, fp8.to(device), values, n)
+    assert torch.equal(e2m1.cpu(), reference.quant.e2m1_codes(x.cpu()))
+    assert torch.equal(values.cpu()[finite], reference.fp8_e4m3_values(fp8)[finite])
+
+
+@pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nvfp4_ds_mla_entries_equal_the_oracle_bytewise(device, seed, act_dtype):
+    """Every owned nvfp4_ds_mla entry equals the oracle's byte for byte: e2m1 codes and
+    their nibble order, unscaled e4m3 RoPE bytes, e4m3 tile scales at their permuted
+    bytes. One token's latent is all zeros, so its tiles take the 2^-9 floor scale."""
+    launch = build_launch(device, layout=CacheLayout.NVFP4_DS_MLA, act_dtype=act_dtype,
+                          owned_fraction=1.0, seed=seed)
+    launch.inputs.kv_c[3] = 0.0
+    fused_norm_rope(launch.inputs, launch.outputs, launch.caches)
+    ref = oracle(launch.inputs)
+    written = reference.read_mla_cache(launch.caches.mla, launch.inputs.slot_mapping).cpu()
+    assert written.shape[1] == NVFP4_DS_MLA_ENTRY_BYTES
+    assert torch.equal(written, ref.mla_entries.cpu())
+    floor_scales = written[3, NVFP4_DS_MLA_SCALES_OFFSET:]
+    assert torch.equal(floor_scales, torch.ones_like(floor_scales))  # e4m3 byte of 2^-9
 
 
 # ----------------------------------------------------------------------------------------

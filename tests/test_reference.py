@@ -512,6 +512,16 @@ def test_layout_constants_agree_with_the_contract():
     """reference/ restates a few layout facts because it may not import dcpcheck."""
     assert ref.DS_MLA_ENTRY_BYTES == contract.DS_MLA_ENTRY_BYTES == 656
     assert ref.FP8_E4M3_MAX == contract.FP8_E4M3_MAX
-    assert {ref.LAYOUT_AUTO, ref.LAYOUT_FP8, ref.LAYOUT_FP8_DS_MLA} == {
-        layout.value for layout in contract.CacheLayout
-    }
+    assert ref.NVFP4_DS_MLA_ENTRY_BYTES == contract.NVFP4_DS_MLA_ENTRY_BYTES == 352
+    assert ref.E2M1_MAX == contract.E2M1_MAX
+    assert ref.cache_layouts.NVFP4_DS_MLA_ROPE_OFFSET == contract.NVFP4_DS_MLA_ROPE_OFFSET
+    assert ref.cache_layouts.NVFP4_DS_MLA_SCALES_OFFSET == contract.NVFP4_DS_MLA_SCALES_OFFSET
+    positions = [contract.nvfp4_scale_position(s) for s in range(contract.NVFP4_DS_MLA_NUM_TILES)]
+    assert list(ref.cache_layouts.NVFP4_DS_MLA_SCALE_POSITIONS) == positions
+    assert ref.quant.NVFP4_SCALE_FLOOR == contract.NVFP4_SCALE_FLOOR
+    assert {
+        ref.LAYOUT_AUTO,
+        ref.LAYOUT_FP8,
+        ref.LAYOUT_FP8_DS_MLA,
+        ref.LAYOUT_NVFP4_DS_MLA,
+    } == {layout.value for layout in contract.CacheLayout}

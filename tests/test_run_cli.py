@@ -201,3 +201,22 @@ def test_bad_input_is_one_line_with_its_exit_code(args, code, message):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("dcpcheck: error:")]
     assert len(errors) == 1 and message in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+NVFP4_DIR = Path(__file__).parent / "fixtures" / "scenarios"
+
+
+def test_the_project_kernel_passes_the_nvfp4_ds_mla_scenario_at_every_dcp_size(tmp_path):
+    args = ["--scenario-dir", str(NVFP4_DIR), "--dcp", "1,2,4,8", "--no-tokens"]
+    code, report = run_json(tmp_path, *args)
+    assert code == 0
+    assert [(c["scenario"], c["dcp"], c["status"]) for c in report["cases"]] == [
+        ("nvfp4-ds-mla-cache", n, "pass") for n in (1, 2, 4, 8)
+    ]
+
+
+def test_list_layouts_shows_bytes_per_token():
+    result = invoke("list", "layouts")
+    assert result.exit_code == 0
+    sizes = dict(line.split()[:2] for line in result.output.splitlines())
+    assert sizes == {"auto": "1152", "fp8": "576", "fp8_ds_mla": "656", "nvfp4_ds_mla": "352"}

@@ -1,19 +1,31 @@
-"""``dcpcheck list``: registered kernels, the selftest's mutants, the shipped scenarios."""
+"""``dcpcheck list``: registered kernels, the selftest's mutants, the shipped scenarios, the
+MLA cache layouts."""
 
 from __future__ import annotations
 
 import click
+import torch
 
 from dcpcheck.cli.common import InputError
+from dcpcheck.contract import DS_MLA_NOPE_DIM, DS_MLA_ROPE_DIM, CacheLayout, mla_entry_bytes
 from dcpcheck.output.console import out
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.workflows import selftest
 
 
 @click.command("list")
-@click.argument("what", type=click.Choice(["kernels", "mutants", "scenarios"]), default="kernels")
+@click.argument(
+    "what", type=click.Choice(["kernels", "mutants", "scenarios", "layouts"]), default="kernels"
+)
 def list_command(what: str) -> None:
-    """List the registered kernels, the selftest's mutants, or the shipped scenarios."""
+    """List the registered kernels, the selftest's mutants, the shipped scenarios, or the
+    MLA cache layouts with their bytes per token (at kv_lora_rank 512 and rope_dim 64, the
+    shape of every preset; ``auto`` in bf16 or fp16)."""
+    if what == "layouts":
+        for layout in CacheLayout:
+            size = mla_entry_bytes(layout, DS_MLA_NOPE_DIM, DS_MLA_ROPE_DIM, torch.bfloat16)
+            out.print(f"{layout.value:16} {size:4} bytes per token")
+        return
     if what == "mutants":
         for variant in selftest.MUTANTS:
             out.print(f"{variant.name:34} {variant.description}", soft_wrap=True)

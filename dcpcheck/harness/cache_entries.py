@@ -23,6 +23,9 @@ from dcpcheck.contract import (
     DS_MLA_ROPE_OFFSET,
     DS_MLA_SCALES_OFFSET,
     INDEX_SCALE_BYTES,
+    NVFP4_DS_MLA_ENTRY_BYTES,
+    NVFP4_DS_MLA_ROPE_OFFSET,
+    NVFP4_DS_MLA_SCALES_OFFSET,
     CacheLayout,
 )
 from dcpcheck.harness.case import Case, GuardedCache, RankLaunch
@@ -36,7 +39,7 @@ class EntryPart:
     name: str
     start: int
     stop: int
-    dtype: torch.dtype  # torch.uint8 means fp8 e4m3 bytes
+    dtype: torch.dtype  # torch.uint8 means fp8 e4m3 bytes; float4_e2m1fn_x2 e2m1 pairs
     tolerance: tolerances.Tolerance
 
 
@@ -54,6 +57,31 @@ def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.
         return (
             EntryPart("kv", 0, kv_dim, torch.uint8, tolerances.FP8_VALUE),
             EntryPart("kpe", kv_dim, kv_dim + rope_dim, torch.uint8, tolerances.FP8_VALUE),
+        )
+    if layout is CacheLayout.NVFP4_DS_MLA:
+        # The scales are compared as stored (e4m3 bytes, permuted alike on both sides).
+        return (
+            EntryPart(
+                "nope",
+                0,
+                NVFP4_DS_MLA_ROPE_OFFSET,
+                torch.float4_e2m1fn_x2,
+                tolerances.E2M1_VALUE,
+            ),
+            EntryPart(
+                "rope",
+                NVFP4_DS_MLA_ROPE_OFFSET,
+                NVFP4_DS_MLA_SCALES_OFFSET,
+                torch.uint8,
+                tolerances.FP8_VALUE,
+            ),
+            EntryPart(
+                "scales",
+                NVFP4_DS_MLA_SCALES_OFFSET,
+                NVFP4_DS_MLA_ENTRY_BYTES,
+                torch.uint8,
+                tolerances.NVFP4_SCALE,
+            ),
         )
     return (
         EntryPart("nope", 0, DS_MLA_SCALES_OFFSET, torch.uint8, tolerances.FP8_VALUE),

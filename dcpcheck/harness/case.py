@@ -19,7 +19,9 @@ and DCPn runs (and every rank) see identical inputs.
 The fp8_ds_mla tile-scale rule is the scenario's ``ds_mla_scale``; the runner has already
 resolved it (``runner.effective_ds_mla_scale``) before a case is built, so here an unset
 one simply means DESIGN's default, ``amax``. The oracle, the pre-written prefix entries
-and every rank's ``FusedOpInputs`` all get that one rule.
+and every rank's ``FusedOpInputs`` all get that one rule. The nvfp4_ds_mla tile scale has
+no such choice in a case: the oracle and the prefix entries form ``amax / 6`` by division,
+DESIGN §2's formula (``reference.NVFP4_SCALE_DIV``), which the project's kernel writes.
 """
 
 from __future__ import annotations
@@ -370,6 +372,7 @@ def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
         cache_layout=inputs.cache_layout.value,
         mla_scale=inputs.mla_scale,
         ds_mla_scale=DsMlaScale(inputs.ds_mla_scale).value,  # an external caller's "pow2" too
+        nvfp4_scale=reference.NVFP4_SCALE_DIV,  # DESIGN's amax / 6 (module docstring)
         index_k=inputs.index_k,
         index_weight=inputs.index_weight,
         index_bias=inputs.index_bias,
@@ -446,6 +449,7 @@ def build_case(
         dtype,
         scenario.mla_scale,
         ds_mla_scale=ds_mla_scale.value,
+        nvfp4_scale=reference.NVFP4_SCALE_DIV,
     )
     prefix_index_values, prefix_index_scales = reference.encode_index_entries(prefix_index)
 

@@ -1,5 +1,5 @@
 """How the checks compare values: bitwise, or within a tolerance counted in steps of the
-stored format (ulps of bf16/fp16/fp32, steps of fp8 e4m3), row by row.
+stored format (ulps of bf16/fp16/fp32, steps of fp8 e4m3 and of e2m1), row by row.
 
 One place for it because every check compares rows: outputs against the oracle, cache
 entry parts in their own formats (``cache_entries.EntryPart``), ranks against the DCP1
@@ -54,6 +54,14 @@ def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPar
     """``row_violations`` of one part of byte rows [K, E], viewed in the part's format."""
     a = actual[:, part.start : part.stop].contiguous()
     e = expected[:, part.start : part.stop].contiguous()
+    if part.dtype == torch.float4_e2m1fn_x2:  # e2m1 pairs: steps per value, no NaN
+        if not a.numel() or torch.equal(a, e):
+            rows = a.shape[0]
+            return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
+        steps = tolerances.e2m1_step_distance(a, e)
+        bad = steps > part.tolerance.max_steps
+        worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
+        return bad.any(dim=1).cpu(), worst.cpu()
     if part.dtype != torch.uint8:
         a, e = a.view(part.dtype), e.view(part.dtype)
     return row_violations(a, e, part.tolerance)

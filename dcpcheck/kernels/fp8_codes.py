@@ -90,3 +90,45 @@ def power_of_two_at_or_above(ratio):
 def ue8m0_scale(amax):
     """``2^ceil(log2(max(amax, 1e-4) / 448))`` in fp32, exactly (module docstring)."""
     return power_of_two_at_or_above(tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX))
+
+
+E4M3_SUBNORMAL_STEP = tl.constexpr(2.0**-9)
+"""An e4m3 code with a zero exponent field is ``mantissa * 2^-9``."""
+
+
+@triton.jit
+def fp8_e4m3_values(codes):
+    """The fp32 value of each float8_e4m3fn byte (int32, 0..255), exactly; the inverse of
+    :func:`fp8_e4m3_codes` on finite codes. A normal code's exponent and mantissa move into
+    fp32's fields (rebiased by 120), a subnormal one counts steps of 2^-9."""
+    sign = (codes >> 7) & 1
+    exponent = (codes >> E4M3_MANTISSA_BITS) & 0xF
+    mantissa = codes & 0x7
+    normal_bits = ((exponent << E4M3_MANTISSA_BITS) + REBIAS + mantissa) << DROPPED_MANTISSA_BITS
+    magnitude = tl.where(exponent == 0, mantissa.to(tl.float32) * E4M3_SUBNORMAL_STEP,
+                         normal_bits.to(tl.float32, bitcast=True))
+    return tl.where(sign != 0, -magnitude, magnitude)
+
+
+E2M1_SIGN_BIT = tl.constexpr(3)
+"""Bit 3 of an e2m1 code is the sign (``reference.quant.E2M1_SIGN``)."""
+
+
+@triton.jit
+def e2m1_codes(x):
+    """The 4-bit e2m1 (fp4) code (int32, 0..15) of fp32 ``x``, by comparisons: round to
+    nearest, ties to the even code, saturating to +-6, the sign bit kept (so a small
+    negative is -0, code 8), exactly as ``reference.quant.e2m1_codes`` and the GPU's
+    ``cvt.rn.satfinite.e2m1x2.f32``, which this kernel does not use (the H200 lacks it).
+
+    The magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0..7); the code is the number of
+    midpoints ``|x|`` passes. A tie goes to the even code, so a midpoint above an even code
+    (0.25, 1.25, 2.5, 5) is passed only strictly above it, one above an odd code (0.75,
+    1.75, 3.5) already at it."""
+    magnitude = tl.abs(x)
+    code = ((magnitude > 0.25).to(tl.int32) + (magnitude >= 0.75).to(tl.int32)
+            + (magnitude > 1.25).to(tl.int32) + (magnitude >= 1.75).to(tl.int32)
+            + (magnitude > 2.5).to(tl.int32) + (magnitude >= 3.5).to(tl.int32)
+            + (magnitude > 5.0).to(tl.int32))
+    sign = (x.to(tl.int32, bitcast=True) >> 31) & 1
+    return code | (sign << E2M1_SIGN_BIT)

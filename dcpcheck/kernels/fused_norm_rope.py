@@ -24,6 +24,9 @@ One launch covers the whole op on a 2-D grid, laid out like the production kerne
   Shared (no-indexer) layers launch sub-tasks 1 and 2 only, so the indexer and the top-k
   buffer are not touched at all.
 
+The nvfp4_ds_mla entry is written by ``dcpcheck.kernels.nvfp4_ds_mla`` (integer and
+comparison arithmetic alone, no fp4 instruction).
+
 The fp8_ds_mla tile scale follows the rule the case demands (``inputs.ds_mla_scale``,
 ``contract.DsMlaScale``), compiled in as the ``DS_MLA_POW2`` constexpr: ``amax * (1/448)``
 floored at FLT_MIN, or that ratio floored at 1e-4 and rounded up to a power of two from its
@@ -98,6 +101,7 @@ from dcpcheck.kernels.fp8_codes import (
     power_of_two_at_or_above,
     ue8m0_scale,
 )
+from dcpcheck.kernels.nvfp4_ds_mla import write_nvfp4_ds_mla_entries
 from dcpcheck.kernels.variants import Mutation
 
 TASK_INDEXER_K = tl.constexpr(0)
@@ -111,6 +115,7 @@ LAYOUT_CODES = {layout: code for code, layout in enumerate(CacheLayout)}
 LAYOUT_AUTO = tl.constexpr(LAYOUT_CODES[CacheLayout.AUTO])
 LAYOUT_FP8 = tl.constexpr(LAYOUT_CODES[CacheLayout.FP8])
 LAYOUT_FP8_DS_MLA = tl.constexpr(LAYOUT_CODES[CacheLayout.FP8_DS_MLA])
+LAYOUT_NVFP4_DS_MLA = tl.constexpr(LAYOUT_CODES[CacheLayout.NVFP4_DS_MLA])
 
 DS_MLA_NUM_TILES = tl.constexpr(DS_MLA_NOPE_DIM // DS_MLA_TILE)
 DS_MLA_TILE_WIDTH = tl.constexpr(DS_MLA_TILE)
@@ -375,6 +380,8 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         tl.store(entry_ptr[:, None] + kv_lanes[None, :], kv_codes.to(tl.uint8), mask=kv_mask)
         tl.store(entry_ptr[:, None] + KV_DIM + rope_lanes[None, :], kpe_codes.to(tl.uint8),
                  mask=rope_mask)
+    elif CACHE_LAYOUT == LAYOUT_NVFP4_DS_MLA:
+        write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T)
     else:
         # fp8_ds_mla: 4 tiles of 128 NoPE values, each divided by its own scale, then the
         # 4 fp32 scales, then the RoPE part in bf16 (KV_DIM == BLOCK_KV == 512 here).

@@ -24,7 +24,8 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     description = "what it catches"
     preset = "small-neox"             # a key of dcpcheck.contract.PRESETS
     dtype = "bfloat16"                # or "float16"
-    cache_layout = "auto"             # or "fp8" (needs mla_scale), "fp8_ds_mla"
+    cache_layout = "auto"             # or "fp8" (needs mla_scale), "fp8_ds_mla",
+                                      #   "nvfp4_ds_mla" (both: kv_lora 512, rope 64)
     mla_scale = 0.3                   # only with cache_layout = "fp8"
     ds_mla_scale = "pow2"             # optional, only with cache_layout = "fp8_ds_mla":
                                       #   "amax" or "pow2" (DS_MLA_SCALE_KEY says more)
@@ -242,7 +243,7 @@ class Scenario:
                 self._fail(
                     DS_MLA_SCALE_KEY,
                     f"only allowed with cache_layout 'fp8_ds_mla', not "
-                    f"{self.cache_layout.value!r} (no other layout has tile scales)",
+                    f"{self.cache_layout.value!r} (no other layout has a choice of scale rule)",
                 )
         model = self.model
         try:

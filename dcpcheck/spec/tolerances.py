@@ -64,6 +64,17 @@ def fp8_step_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Ten
     return torch.where(nan, torch.full_like(dist, torch.iinfo(torch.int64).max), dist)
 
 
+def e2m1_step_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in representable e2m1 (fp4) steps between two uint8 byte
+    tensors ``[rows, N]`` holding two e2m1 codes each (low nibble first); the result is
+    ``[rows, 2N]``, one distance per value. e2m1 has no NaN; +0 and -0 are 0 steps apart."""
+
+    def codes(packed: torch.Tensor) -> torch.Tensor:
+        return torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)
+
+    return (_ordered_int(codes(actual), 0x8) - _ordered_int(codes(expected), 0x8)).abs()
+
+
 def out_of_tolerance(
     actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance
 ) -> torch.Tensor:
@@ -105,6 +116,26 @@ DS_MLA_SCALE = Tolerance(
     "pow2 rule (vLLM 0.31+) a scale is a power of two, equal to the oracle's unless amax "
     "sits within those few ulps of a power-of-two ratio; the other rule's scale is up to "
     "2x off, millions of ulps.",
+)
+
+NVFP4_SCALE = Tolerance(
+    1,
+    "nvfp4_ds_mla tile scales are stored in e4m3 = e4m3(max(amax(kv_fp32) / 6, 2^-9)): "
+    "amax carries the fp32 error of the RMSNorm (a few ulps, see DS_MLA_SCALE), which "
+    "can move the ratio across an e4m3 rounding midpoint, one step. The oracle's own "
+    "'div' and 'mul' rules differ the same way. A wrong tile or a dropped byte "
+    "permutation is many steps off. A scale rounded the wrong way is one step off, within "
+    "this tolerance: the project's kernel matches the oracle bit for bit on the CPU and "
+    "the H200, so issue 21's rounding mutant will show whether this must tighten to 0.",
+)
+
+E2M1_VALUE = Tolerance(
+    1,
+    "nvfp4_ds_mla NoPE values are e2m1 codes of kv_fp32 / stored scale: the value's few "
+    "fp32 ulps can cross an e2m1 midpoint, and a scale one e4m3 step off (NVFP4_SCALE, "
+    "at most 12.5% relative) moves a quotient by less than e2m1's smallest relative "
+    "spacing (4/3), so by at most one step. Counted per value, not per packed byte, so "
+    "a swapped nibble order is many steps off.",
 )
 
 UE8M0_SCALE = Tolerance(
