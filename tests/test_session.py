@@ -42,26 +42,23 @@ def test_an_internal_error_is_an_error_record_in_a_partial_report(tmp_path, monk
     assert suite.get("errors") == "1"
 
 
-def test_a_passing_property_search_is_recorded_in_both_reports(tmp_path):
+def search_reports(tmp_path, *args: str):
+    """A smoke-profile property search at DCP2 with both reports: its exit code, the JSON's
+    ``"search"`` record and the JUnit ``property-search`` testcase and suite."""
     json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
     result = invoke(
-        "run",
-        "--property-only",
-        "--profile",
-        "smoke",
-        "--examples",
-        "2",
-        "--dcp",
-        "2",
-        "--home",
-        str(tmp_path / "home"),
-        "--json",
-        str(json_path),
-        "--junit",
-        str(junit_path),
-    )
-    assert result.exit_code == 0, result.output
+        "run", "--property-only", "--profile", "smoke", "--dcp", "2", *args,
+        "--home", str(tmp_path / "home"), "--json", str(json_path), "--junit", str(junit_path),
+    )  # fmt: skip
     record = json.loads(json_path.read_text())["search"]
+    suite = ET.parse(junit_path).getroot()
+    [case] = [c for c in suite.iter("testcase") if c.get("classname") == "property-search"]
+    return result, record, case, suite
+
+
+def test_a_passing_property_search_is_recorded_in_both_reports(tmp_path):
+    result, record, case, suite = search_reports(tmp_path, "--examples", "2")
+    assert result.exit_code == 0, result.output
     assert record["profile"] == "smoke"
     assert record["seed"] == 0
     assert record["dcp"] == [2]
@@ -69,8 +66,6 @@ def test_a_passing_property_search_is_recorded_in_both_reports(tmp_path):
     assert record["examples_run"] >= 2
     assert record["status"] == "pass"
     assert record["saved"] is None
-    suite = ET.parse(junit_path).getroot()
-    [case] = [c for c in suite.iter("testcase") if c.get("classname") == "property-search"]
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["profile"] == "smoke" and props["seed"] == "0"
     assert int(props["examples_run"]) >= 2
@@ -78,30 +73,11 @@ def test_a_passing_property_search_is_recorded_in_both_reports(tmp_path):
 
 
 def test_a_failing_search_is_a_failure_in_both_reports(tmp_path):
-    json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
-    result = invoke(
-        "run",
-        "--property-only",
-        "--profile",
-        "smoke",
-        "--kernel",
-        "regress/pre-54908",
-        "--dcp",
-        "2",
-        "--home",
-        str(tmp_path / "home"),
-        "--json",
-        str(json_path),
-        "--junit",
-        str(junit_path),
-    )
+    result, record, case, _ = search_reports(tmp_path, "--kernel", "regress/pre-54908")
     assert result.exit_code == 1, result.output
-    record = json.loads(json_path.read_text())["search"]
     assert record["status"] == "fail"
     assert record["failed_checks"]
     assert record["saved"].startswith(str(tmp_path / "home" / "failures"))
-    suite = ET.parse(junit_path).getroot()
-    [case] = [c for c in suite.iter("testcase") if c.get("classname") == "property-search"]
     assert case.find("failure") is not None
 
 

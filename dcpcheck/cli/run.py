@@ -372,7 +372,7 @@ def run_command(
     if scenarios:
         print_results(outcome.results, session.saved)
     if outcome.internal_error is not None:
-        raise InternalFailure(outcome, json_path, junit_path)
+        raise _internal_failure(outcome, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
         written = ownership_map.write_report_dir(
             outcome.results, scenarios, report_dir, kernel_name=kernel_name
@@ -399,16 +399,18 @@ def _kept_reports(json_path: Path | None, junit_path: Path | None) -> str:
 
 
 class InternalFailure(click.ClickException):
-    """dcpcheck itself broke mid-run: its traceback on stderr (a bug to report, so it is
-    not cut to one line), the reports written with an error record, exit 1 (the run did
-    not pass)."""
+    """dcpcheck itself broke mid-run: the reports written with an error record, exit 1
+    (the run did not pass)."""
 
     exit_code = EXIT_FAIL
 
-    def __init__(self, outcome: RunOutcome, json_path, junit_path) -> None:
-        record = outcome.internal_error
-        err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
-        super().__init__(f"{record.error}{_kept_reports(json_path, junit_path)}")
+
+def _internal_failure(outcome: RunOutcome, json_path, junit_path) -> InternalFailure:
+    """The error to raise for ``outcome``'s internal error, its whole traceback printed on
+    stderr first (a bug to report, so it is not cut to one line)."""
+    err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
+    kept = _kept_reports(json_path, junit_path)
+    return InternalFailure(f"{outcome.internal_error.error}{kept}")
 
 
 RANK_OPTIONS = (
@@ -563,7 +565,7 @@ def repro_command(
     shown = failed[0] if failed else outcomes[-1]  # the first failing run says most
     print_results(shown.results)
     if outcomes[-1].internal_error is not None:  # a broken run ends the loop: the last
-        raise InternalFailure(outcomes[-1], None, None)
+        raise _internal_failure(outcomes[-1], None, None)
     if outcomes[-1].stopped is not None:
         how, code = stop_reason(outcomes[-1].stopped)
         raise Interrupted(f"{how} after {len(outcomes)} run(s)", code)

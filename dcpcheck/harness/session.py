@@ -68,7 +68,7 @@ class Session:
     home: Path | None = None
     on_warning: Callable[[str], None] = _ignore
     saved: dict[tuple[str, int], Path] = field(default_factory=dict)
-    _saving: bool = True
+    _saving: bool = field(default=True, init=False)  # until HOME turns out unwritable
 
     def cases(
         self,
