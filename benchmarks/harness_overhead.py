@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
-from dcpcheck.harness.case import build_case, make_activations, run_oracle
+from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
 from dcpcheck.harness.runner import RunConfig, check_case, launch_all, run_scenario
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.spec.dcp import Batch, Request
@@ -106,7 +106,7 @@ def main() -> None:
         wall = min(wall_ms(case) for _ in range(3))
         kernel_ms, all_other_ms, launched = device_ms(case)
         act = make_activations(scenario, scenario.seed, backend.device)
-        _, oracle_ms, _ = device_ms(lambda s=scenario, a=act: run_oracle(s, a))
+        _, oracle_ms, _ = device_ms(lambda s=scenario, a=act: oracle_for(scenario_inputs(s, a)))
         print(
             f"{scenario.name:28} {wall:8.1f} {kernel_ms:9.3f} {oracle_ms:9.3f} "
             f"{all_other_ms - oracle_ms:8.3f} {launched:11d} "
@@ -137,7 +137,7 @@ def step_times(kernel, scenario) -> dict[str, float]:
     with step("values"):
         act = make_activations(scenario, seed, device)
     with step("oracle"):
-        expected = run_oracle(scenario, act)
+        expected = oracle_for(scenario_inputs(scenario, act))
     cases = {}
     for size in (1, DCP):
         with step(f"build dcp{size}"):

@@ -25,10 +25,13 @@ class Backend:
     interpreted: bool
     fp8_cast: str = field(default="", compare=False)
     """What was done about the interpreter's fp8 cast (dcpcheck.interpreter_fp8), if any."""
+    language_patch: str = field(default="", compare=False)
+    """How often the interpreter patches ``triton.language`` (dcpcheck.interpreter_calls)."""
 
     def describe(self) -> str:
         if self.interpreted:
-            note = f"; {self.fp8_cast}" if self.fp8_cast else ""
+            notes = [note for note in (self.fp8_cast, self.language_patch) if note]
+            note = "".join(f"; {n}" for n in notes)
             return f"cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use{note})"
         return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
 
@@ -70,9 +73,14 @@ def select_backend(device: str = "auto") -> Backend:
         return _selected
     if chosen.interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
+        from dcpcheck.interpreter_calls import install_language_patch_once
         from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
 
-        chosen = replace(chosen, fp8_cast=install_fp8_cast_correction().summary())
+        chosen = replace(
+            chosen,
+            fp8_cast=install_fp8_cast_correction().summary(),
+            language_patch=install_language_patch_once(),
+        )
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():
             raise BackendError("kernels were defined under TRITON_INTERPRET=1; cannot use cuda")

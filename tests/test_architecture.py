@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.contract",
         "dcpcheck.backend",
         "dcpcheck.interpreter_fp8",
+        "dcpcheck.interpreter_calls",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
     ),

@@ -77,6 +77,41 @@ def test_a_broken_kernel_is_found_and_shrunk_to_a_tiny_scenario(found) -> None:
     assert found.failed_checks == ("outputs", "ranks_agree")
 
 
+FLAWED_POSITION = 3
+FLAWED_LAUNCH_ROWS: list[int] = []
+
+
+def skips_foreign_kv_at_position_three(
+    inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
+) -> None:
+    """The PR-54908 flaw, only in launches where some token sits at position 3 (the rows
+    of each such launch noted in ``FLAWED_LAUNCH_ROWS``)."""
+    if bool((inputs.positions == FLAWED_POSITION).any()):
+        FLAWED_LAUNCH_ROWS.append(inputs.num_tokens)
+        skips_foreign_kv(inputs, outputs, caches)
+    else:
+        oracle_kernel(inputs, outputs, caches)
+
+
+def test_a_failure_found_in_a_batch_shrinks_to_one_scenario_that_fails_alone(
+    tmp_path: Path,
+) -> None:
+    """Examples launch several scenarios as one; the saved failure is one request holding
+    the flawed position, and it fails when replayed on its own."""
+    name = "tests.test_search:skips_foreign_kv_at_position_three"
+    FLAWED_LAUNCH_ROWS.clear()
+    result = run_search(tmp_path, kernel=skips_foreign_kv_at_position_three, name=name,
+                        examples=100)  # fmt: skip
+    assert not result.passed
+    assert result.scenarios_run > result.examples_run  # batched examples ran
+    [request] = result.shrunk.batch.requests
+    assert request.prefix <= FLAWED_POSITION < request.length
+    assert max(FLAWED_LAUNCH_ROWS) > result.shrunk.batch.num_tokens  # seen in a larger launch
+    replayed = invoke("repro", str(result.saved_path), "--kernel", name)
+    assert replayed.exit_code == 1, replayed.output
+    assert invoke("repro", str(result.saved_path), "--kernel", ORACLE).exit_code == 0
+
+
 def test_the_failure_is_saved_as_a_scenario_named_after_its_file(found, home: Path) -> None:
     path = found.saved_path
     assert path.parent == home / search.FAILURES_DIR
@@ -220,7 +255,7 @@ def test_repro_replays_the_saved_failure_and_passes_a_correct_kernel(found) -> N
     failing = invoke("repro", path, "--kernel", BROKEN)
     assert failing.exit_code == 1
     assert "outputs: kv_out on rank" in failing.output
-    assert "ranks_agree: kv_out on rank" in failing.output
+    assert "failed: outputs, ranks_agree" in failing.output
     assert invoke("repro", path, "--kernel", ORACLE).exit_code == 0
 
 
@@ -294,14 +329,16 @@ def test_run_stats_count_examples_and_rank_launches(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0
     stats = re.search(
-        r"stats: property: (\d+) example\(s\) in [\d.]+ s \(([\d.]+) examples/s\); rank "
-        r"launches: (\d+) all_negative, (\d+) mixed, (\d+) fully_owned",
+        r"stats: property: (\d+) example\(s\), (\d+) scenarios, in [\d.]+ s \(([\d.]+) "
+        r"examples/s, ([\d.]+) scenarios/s\); rank launches: (\d+) all_negative, (\d+) mixed, "
+        r"(\d+) fully_owned",
         result.output,
     )
     assert stats is not None, result.output
-    examples, rate, *shapes = stats.groups()
+    examples, scenarios, rate, scenario_rate, *shapes = stats.groups()
     assert int(examples) == 8
-    assert float(rate) > 0
+    assert int(scenarios) > int(examples)  # examples launch several scenarios at once
+    assert float(scenario_rate) > float(rate) > 0
     assert sum(map(int, shapes)) == 4 * 8  # DCP4: four rank launches per example
     assert int(shapes[0]) > 0 and int(shapes[1]) > 0  # both shapes the search is built for
 
@@ -314,7 +351,8 @@ def test_run_named_scenarios_then_the_property(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "decode-single-dcp4[dcp4]" in result.output
     assert "stats: scenarios: 1 case(s)" in result.output
-    assert "property: 3 example(s) passed (profile ci, seed 0)" in result.output
+    assert re.search(r"property: 3 example\(s\) passed \(\d+ scenarios; profile ci, seed 0\)",
+                     result.output)  # fmt: skip
 
 
 def test_property_only_and_scenario_exclude_each_other() -> None:

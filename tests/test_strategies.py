@@ -316,3 +316,86 @@ def test_exact_ties_separate_rounding_to_nearest_even_from_truncation() -> None:
     nearest_even = q32.to(torch.bfloat16).float()
     differs = (nearest_even != truncated).float().mean().item()
     assert 0.1 < differs < 3 / 8
+
+
+# ---------------------------------------------------------------------------------------
+# Examples: several scenarios launched as one
+
+BATCHED = dataclasses.replace(SPACE, max_batched=6)
+
+
+@drawn
+@given(strategies.examples(BATCHED))
+def test_an_examples_members_differ_only_in_their_batches(members: tuple[Scenario, ...]) -> None:
+    assert 1 <= len(members) <= BATCHED.max_batched
+    first = members[0]
+    for member in members:
+        assert dataclasses.replace(member, batch=first.batch) == first
+        assert member.batch.num_tokens <= BATCHED.max_tokens  # each as large as one scenario
+
+
+@drawn
+@given(strategies.examples(BATCHED))
+def test_batched_members_keep_each_tokens_owner_and_position(
+    members: tuple[Scenario, ...],
+) -> None:
+    merged = strategies.batched(members)
+    for dcp_size in {1, *merged.dcp_sizes}:
+        assert_ownership_partition(merged, dcp_size)
+        whole = mappings(merged, dcp_size)
+        row = 0
+        for member in members:
+            alone = mappings(member, dcp_size)
+            real = member.batch.num_real_tokens
+            assert torch.equal(whole.owner[row : row + real], alone.owner[:real])
+            assert torch.equal(whole.positions[row : row + real], alone.positions[:real])
+            row += real
+    assert merged.batch.padding == sum(m.batch.padding for m in members)
+
+
+@drawn
+@given(strategies._members(BATCHED, strategies.ALL_NEGATIVE))
+def test_an_all_negative_example_is_one_scenario_and_keeps_its_empty_rank(
+    members: tuple[Scenario, ...],
+) -> None:
+    """Beside other members, the rank that owns none of its tokens could own theirs."""
+    [scenario] = members
+    assert 0 in owned_counts(scenario, max(scenario.dcp_sizes))
+
+
+def test_an_example_shrinks_to_the_minimal_scenario_alone() -> None:
+    assert minimal(strategies.examples(BATCHED)) == (SIMPLEST,)
+
+
+def test_a_needed_member_count_shrinks_to_exactly_that_count() -> None:
+    two = minimal(strategies.examples(BATCHED), lambda members: len(members) >= 2)
+    assert len(two) == 2
+    assert all(m.batch == Batch((Request(prefix=1, new=2),)) for m in two)  # mixed, minimal
+
+
+def test_batched_refuses_members_that_differ_beyond_their_batches() -> None:
+    other = dataclasses.replace(SIMPLEST, seed=1)
+    with pytest.raises(ValueError, match="differs from"):
+        strategies.batched((SIMPLEST, other))
+    assert strategies.batched((SIMPLEST,)) is SIMPLEST
+
+
+def test_an_examples_cached_tokens_stay_within_the_budget(monkeypatch) -> None:
+    """Many members with long prefixes would hold ~45k cached tokens on average (32 x ~1.4k);
+    the example keeps the members that fit the budget (here the largest single scenario's,
+    3 requests x 4,096 positions)."""
+    monkeypatch.setattr(strategies, "EXAMPLE_CONTEXT_TOKENS", 1)
+    space = dataclasses.replace(BATCHED, max_batched=32)
+    budget = space.max_requests * 4096
+    seen: list[int] = []
+
+    @drawn
+    @given(strategies.examples(space))
+    def within(members: tuple[Scenario, ...]) -> None:
+        merged = strategies.batched(members)
+        assert merged.model.max_position == 4096
+        seen.append(merged.batch.num_prefix_tokens + merged.batch.num_real_tokens)
+        assert seen[-1] <= budget
+
+    within()
+    assert max(seen) > budget // 2  # the budget, not chance, is what bounded them

@@ -110,7 +110,10 @@ def print_search(result: search.SearchResult, config: search.SearchConfig) -> No
     seed = search.DEFAULT_SEED if config.seed is None else config.seed
     what = f"profile {config.profile.name}, seed {seed}"
     if result.passed:
-        out.print(f"[green]property: {result.examples_run} example(s) passed[/] ({what})")
+        out.print(
+            f"[green]property: {result.examples_run} example(s) passed[/] "
+            f"({result.scenarios_run} scenarios; {what})"
+        )
         return
     shrunk = result.shrunk
     batch = shrunk.batch
@@ -152,8 +155,9 @@ def print_stats(
         )
     if searched is not None:
         out.print(
-            f"stats: property: {searched.examples_run} example(s) in {searched.seconds:.1f} s "
-            f"({searched.examples_per_second:.2f} examples/s); rank launches: "
+            f"stats: property: {searched.examples_run} example(s), {searched.scenarios_run} "
+            f"scenarios, in {searched.seconds:.1f} s ({searched.examples_per_second:.2f} "
+            f"examples/s, {searched.scenarios_per_second:.2f} scenarios/s); rank launches: "
             f"{shapes(searched.ownership)}",
             soft_wrap=True,
         )

@@ -69,6 +69,7 @@ def search_record(searched: Search) -> dict:
         "dcp": None if config.dcp_sizes is None else list(config.dcp_sizes),
         "examples_requested": config.max_examples,
         "examples_run": result.examples_run,
+        "scenarios_run": result.scenarios_run,
         "status": "pass" if result.passed else "fail",
         "failed_checks": list(result.failed_checks),
         "saved": None if result.saved_path is None else str(result.saved_path),
@@ -152,7 +153,8 @@ def to_junit(
         record = search_record(searched)
         case = ET.SubElement(suite, "testcase", classname="property-search", name="contract")
         props = ET.SubElement(case, "properties")
-        for name in ("profile", "seed", "dcp", "examples_requested", "examples_run", "saved"):
+        shown = ("profile", "seed", "dcp", "examples_requested", "examples_run", "scenarios_run")
+        for name in (*shown, "saved"):
             if record[name] is not None:
                 value = record[name]
                 text = ",".join(map(str, value)) if isinstance(value, list) else str(value)

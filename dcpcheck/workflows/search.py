@@ -1,11 +1,15 @@
 """Property search: Hypothesis draws scenarios, the runner checks a kernel on each, and the
 first failure is shrunk to the simplest scenario that still fails and saved as a file.
 
-The property is the whole DCP contract: for a drawn scenario (``dcpcheck.workflows.strategies``)
-every ``CaseResult`` of ``runner.run_scenario`` passes. A failing or erroring case raises
-``ScenarioFailed``, which carries the scenario; Hypothesis shrinks it and re-raises the
+The property is the whole DCP contract: for a drawn example every ``CaseResult`` of
+``runner.run_scenario`` passes. An example is up to ``BATCHED_SCENARIOS_MAX`` drawn
+scenarios launched as one (``dcpcheck.workflows.strategies.examples``,
+``strategies.batched``): a case costs little more for many small scenarios than for one. A
+failing or erroring case raises ``ScenarioFailed``, which carries the batched scenario;
+Hypothesis shrinks the example (toward one member, then that member) and re-raises the
 exception of its final replay, the minimal example, so the scenario comes straight from
-that exception.
+that exception. A failure that needs two members to show is saved as their batched
+scenario, which is one scenario file like any other.
 
 The shrunk scenario is written as an ordinary scenario file under
 ``<home>/failures/`` (``home`` is ``.dcpcheck/`` in the working directory, or
@@ -80,6 +84,15 @@ SLUG_MAX = 40
 
 HASH_HEX_DIGITS = 8
 
+BATCHED_SCENARIOS_MAX = 32
+"""Scenarios one example may launch together (``strategies.examples``), every profile: a
+case's cost is mostly per launch and per check pass, not per token (about 3,000 small GPU
+kernels for under half a millisecond of GPU work; the interpreter pays per program), so
+many small scenarios cost little more than one: on 2 CPU cores, the ci profile's 100
+examples of 1,760 scenarios took 2.3x the time of 100 single scenarios (BENCHMARKS.md).
+Every member is as large as a scenario of the profile alone, and an example shrinks
+toward one scenario."""
+
 REPLAY_RUNS_FLAKY = 10
 """How many runs the replay of a flaky failure asks for (``dcpcheck repro --runs``): a
 kernel that fails one call in ten shows it in most ten-run replays."""
@@ -95,15 +108,18 @@ class Profile:
 
     name: str
     examples: int
-    max_tokens: int  # rows per batch, padding included
-    max_requests: int
+    max_tokens: int  # rows per scenario, padding included
+    max_requests: int  # per scenario
+    max_batched: int  # scenarios per example, launched as one (strategies.examples)
     cpu_presets: tuple[str, ...]  # under Triton's interpreter
     gpu_presets: tuple[str, ...]
     description: str
 
     def space(self, backend: Backend, dcp_sizes: tuple[int, ...] | None) -> strategies.SearchSpace:
         presets = self.cpu_presets if backend.interpreted else self.gpu_presets
-        return strategies.SearchSpace(presets, self.max_tokens, self.max_requests, dcp_sizes)
+        return strategies.SearchSpace(
+            presets, self.max_tokens, self.max_requests, dcp_sizes, self.max_batched
+        )
 
 
 PROFILES: dict[str, Profile] = {
@@ -114,28 +130,33 @@ PROFILES: dict[str, Profile] = {
             20,
             4,
             2,
+            BATCHED_SCENARIOS_MAX,
             strategies.SMALL_PRESETS,
             strategies.SMALL_PRESETS,
-            "20 examples, <= 4 rows, <= 2 requests, small presets: a few seconds on the CPU",
+            "20 examples, <= 4 rows, <= 2 requests per scenario, small presets: a few seconds "
+            "on the CPU",
         ),
         Profile(
             "ci",
             100,
             8,
             3,
+            BATCHED_SCENARIOS_MAX,
             strategies.SMALL_PRESETS,
             strategies.SMALL_PRESETS,
-            "100 examples, <= 8 rows, <= 3 requests, small presets: about a minute on 2 CPU cores",
+            "100 examples, <= 8 rows, <= 3 requests per scenario, small presets: about a "
+            "minute on 2 CPU cores",
         ),
         Profile(
             "thorough",
             1000,
             32,
             4,
+            BATCHED_SCENARIOS_MAX,
             strategies.SMALL_PRESETS,
             tuple(PRESETS),
-            "1000 examples, <= 32 rows, <= 4 requests; the real DeepSeek-V3.2 / GLM-5 "
-            "presets too on a GPU (small ones only on the CPU)",
+            "1000 examples, <= 32 rows, <= 4 requests per scenario; the real DeepSeek-V3.2 / "
+            "GLM-5 presets too on a GPU (small ones only on the CPU)",
         ),
     )
 }
@@ -181,6 +202,7 @@ class SearchResult:
     """What a search did and, if the kernel failed, the shrunk failure and its replay."""
 
     examples_run: int  # property calls: generated, replayed and shrinking examples alike
+    scenarios_run: int  # the scenarios those examples launched (strategies.examples)
     seconds: float
     examples_to_first_failure: int | None  # None: no example failed
     ownership: dict[str, int]  # rank launches by slot-mapping shape, over all examples
@@ -197,6 +219,10 @@ class SearchResult:
     @property
     def examples_per_second(self) -> float:
         return self.examples_run / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def scenarios_per_second(self) -> float:
+        return self.scenarios_run / self.seconds if self.seconds > 0 else 0.0
 
 
 class ScenarioFailed(AssertionError):
@@ -293,13 +319,15 @@ def search(
         config.kernel_name, None, ds_mla_scale=config.ds_mla_scale, oracle=config.oracle
     )
     ownership = ownership_totals([])
-    examples_run = 0
+    examples_run = scenarios_run = 0
     first_failure: int | None = None
     last_failure: ScenarioFailed | None = None
 
-    def contract_holds(scenario: Scenario) -> None:
-        nonlocal examples_run, first_failure, last_failure
+    def contract_holds(members: tuple[Scenario, ...]) -> None:
+        nonlocal examples_run, scenarios_run, first_failure, last_failure
         examples_run += 1
+        scenarios_run += len(members)
+        scenario = strategies.batched(members)
         results = list(run_scenario(kernel, scenario, run_config, backend))
         for shape, count in ownership_totals(results).items():
             ownership[shape] += count
@@ -323,7 +351,7 @@ def search(
     hypothesis_seed = DEFAULT_SEED if config.seed is None else config.seed
     # seed() clears the database; the settings applied after it put it back (docstring).
     test = hypothesis_settings(
-        seed(hypothesis_seed)(given(strategies.scenarios(space))(contract_holds))
+        seed(hypothesis_seed)(given(strategies.examples(space))(contract_holds))
     )
 
     start = time.perf_counter()
@@ -339,7 +367,8 @@ def search(
         assert last_failure is not None, "Hypothesis reported a flaky test that never failed"
         shrunk, failing, flaky = last_failure.scenario, last_failure.results, True
     else:
-        return SearchResult(examples_run, time.perf_counter() - start, None, ownership)
+        seconds = time.perf_counter() - start
+        return SearchResult(examples_run, scenarios_run, seconds, None, ownership)
     seconds = time.perf_counter() - start
 
     runs = f" --runs {REPLAY_RUNS_FLAKY}" if flaky else ""
@@ -361,6 +390,7 @@ def search(
     replay = list(run_scenario(kernel, saved, run_config, backend))
     return SearchResult(
         examples_run,
+        scenarios_run,
         seconds,
         first_failure,
         ownership,

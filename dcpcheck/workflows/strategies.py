@@ -19,10 +19,18 @@ at position 0 is the identity, so a skipped rotation would be invisible there (D
 
 Sizes are bounded by a ``SearchSpace``; on the CPU (Triton's interpreter) keep batches to
 a handful of tokens.
+
+The property search draws ``examples``: up to ``SearchSpace.max_batched`` scenarios that
+differ only in their batches, launched as one (``batched``). The member count is one
+integer drawn before the members, so it shrinks to 1, and the example then shrinks as that
+one scenario would; with ``max_batched`` 1 nothing more is drawn than for ``scenarios``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -51,6 +59,12 @@ MAX_PADDING = 3
 SPECULATIVE_TOKENS = (2, 4)
 """Speculative decode computes 2..4 new tokens of one request in a step."""
 
+EXAMPLE_CONTEXT_TOKENS = 65_536
+"""Cached tokens (prefix + new) one example may hold over all its members, unless one
+scenario of the space may hold more (``max_requests`` x the preset's last position): so a
+batched example costs no more memory than the largest single scenario, or 65,536 tokens'
+caches (under 100 MB per rank at the widest entry)."""
+
 SMALL_PRESETS = ("small-neox", "small-interleaved")
 """Presets fast enough for the CPU interpreter (the real ones need a GPU)."""
 
@@ -76,15 +90,16 @@ class SearchSpace:
     max_tokens: int = 8
     max_requests: int = 3
     dcp_sizes: tuple[int, ...] | None = None
+    max_batched: int = 1  # scenarios per example (``examples``); bounds above are per scenario
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.presets if p not in PRESETS]
         if not self.presets or unknown:
             raise ValueError(f"presets must be known preset names, got {list(self.presets)}")
-        if self.max_tokens < 1 or self.max_requests < 1:
+        if min(self.max_tokens, self.max_requests, self.max_batched) < 1:
             raise ValueError(
-                f"max_tokens and max_requests must be >= 1, got {self.max_tokens}, "
-                f"{self.max_requests}"
+                f"max_tokens, max_requests and max_batched must be >= 1, got "
+                f"{self.max_tokens}, {self.max_requests}, {self.max_batched}"
             )
         if self.dcp_sizes is not None and (not self.dcp_sizes or min(self.dcp_sizes) < 1):
             raise ValueError(f"dcp_sizes must be one or more sizes >= 1, got {self.dcp_sizes}")
@@ -195,8 +210,11 @@ ALL_NEGATIVE, MIXED, PREFIX_CACHED, ANY = "all_negative", "mixed", "prefix_cache
 
 
 @st.composite
-def _scenario(draw: DrawFn, space: SearchSpace, shape: str) -> Scenario:
-    """One scenario of ``shape``; everything but the batch's shape is drawn the same way."""
+def _members(draw: DrawFn, space: SearchSpace, shape: str) -> tuple[Scenario, ...]:
+    """1..``space.max_batched`` scenarios of ``shape`` that differ only in their batches
+    (``batched`` launches them as one); everything but the batch's shape is drawn
+    the same way for every shape. An all-negative scenario is drawn alone: beside another
+    member, the rank that owns none of its tokens might own one of theirs."""
     sizes = draw(dcp_sizes(space, need_foreign=shape in (ALL_NEGATIVE, MIXED)))
     # Fewer real tokens than ranks: some rank of the largest size owns none of them.
     real_tokens = (
@@ -207,18 +225,30 @@ def _scenario(draw: DrawFn, space: SearchSpace, shape: str) -> Scenario:
         block_layouts(real_tokens - 1 if shape == MIXED else BLOCK_SIZES[-1])
     )
     preset = draw(st.sampled_from(space.presets))
-    batch = draw(
-        batches(
-            real_tokens=real_tokens,
-            rows=space.max_tokens,
-            max_requests=space.max_requests,
-            max_position=PRESETS[preset].max_position,
-            cached=shape == PREFIX_CACHED,
-            first_new_at_least=interleave + 1 if shape == MIXED else 1,
+    alone = shape == ALL_NEGATIVE or space.max_batched == 1  # no choice drawn: shrinks as before
+    count = 1 if alone else draw(st.integers(1, space.max_batched))
+    max_position = PRESETS[preset].max_position
+    member_batches = [
+        draw(
+            batches(
+                real_tokens=real_tokens,
+                rows=space.max_tokens,
+                max_requests=space.max_requests,
+                max_position=max_position,
+                cached=shape == PREFIX_CACHED,
+                first_new_at_least=interleave + 1 if shape == MIXED else 1,
+            )
         )
-    )
+        for _ in range(count)
+    ]
+    # Members past the context budget are left out (the first fits it: one scenario's most
+    # is within it), so an example never costs more memory than the budget.
+    budget = max(EXAMPLE_CONTEXT_TOKENS, space.max_requests * max_position)
+    totals = itertools.accumulate(b.num_prefix_tokens + b.num_real_tokens for b in member_batches)
+    kept = sum(1 for _ in itertools.takewhile(lambda total: total <= budget, totals))
+    member_batches = member_batches[:kept]
     layout, scale = draw(cache_layouts())
-    return Scenario(
+    first = Scenario(
         name=GENERATED_NAME,
         description=GENERATED_DESCRIPTION,
         preset=preset,
@@ -232,9 +262,40 @@ def _scenario(draw: DrawFn, space: SearchSpace, shape: str) -> Scenario:
         seed=draw(st.integers(0, MAX_VALUE_SEED)),
         block_table=draw(st.sampled_from(BLOCK_TABLE_MODES)),
         profiling=False,
-        batch=batch,
+        batch=member_batches[0],
         values=draw(st.sampled_from(VALUE_REGIMES)),
     )
+    return tuple(dataclasses.replace(first, batch=batch) for batch in member_batches)
+
+
+def batched(members: Sequence[Scenario]) -> Scenario:
+    """Scenarios that differ only in their batches, as one scenario: every member's
+    requests side by side in one batch, in member order, then all their padding rows.
+
+    This is how the property search launches several drawn scenarios at once (one launch
+    per rank, one pass of checks). Each request keeps its own block table, so every token
+    keeps the owner rank and the position it has in its own member, and a kernel that
+    writes across members writes a foreign entry, which the checks report; what a member
+    loses is only a launch of its own (its all-negative rank may own another member's
+    token), which is why the search draws all-negative scenarios one per example. One
+    member is returned as it is; the first member's name and description are kept.
+    """
+    first, *rest = members
+    for other in rest:
+        same_but_batch = dataclasses.replace(
+            other, name=first.name, description=first.description, batch=first.batch
+        )
+        if same_but_batch != first:
+            raise ValueError(f"batched: {other.name!r} differs from {first.name!r} beyond a batch")
+    if not rest:
+        return first
+    requests = tuple(request for member in members for request in member.batch.requests)
+    padding = sum(member.batch.padding for member in members)
+    return dataclasses.replace(first, batch=Batch(requests, padding))
+
+
+def _scenario(space: SearchSpace, shape: str) -> SearchStrategy[Scenario]:
+    return _members(space, shape).map(batched)
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,16 +336,26 @@ def any_scenario(space: SearchSpace = DEFAULT_SPACE) -> SearchStrategy[Scenario]
     return _scenario(space, ANY)
 
 
-def scenarios(space: SearchSpace = DEFAULT_SPACE) -> SearchStrategy[Scenario]:
-    """The property search's strategy: the named shapes, simplest first, then any batch.
-
-    Shrinking moves toward the first branch, ``all_negative_ranks``; branches that ``space``
-    cannot produce (``--dcp 1`` leaves no rank without a token) are left out.
-    """
-    branches = []
+def _shapes(space: SearchSpace) -> list[str]:
+    """The shapes ``space`` can produce, simplest first (``--dcp 1`` leaves no rank without
+    a token, one token cannot be mixed)."""
+    shapes = []
     if space.largest_dcp >= 2:
-        branches.append(all_negative_ranks(space))
+        shapes.append(ALL_NEGATIVE)
         if space.max_tokens >= 2:
-            branches.append(mixed_ownership(space))
-    branches += [prefix_cached(space), any_scenario(space)]
-    return st.one_of(branches)
+            shapes.append(MIXED)
+    return [*shapes, PREFIX_CACHED, ANY]
+
+
+def scenarios(space: SearchSpace = DEFAULT_SPACE) -> SearchStrategy[Scenario]:
+    """One scenario of any shape, the named shapes simplest first, then any batch (each
+    drawn as one launch: its members batched). Shrinking moves toward the first branch,
+    ``all_negative_ranks``."""
+    return st.one_of([_scenario(space, shape) for shape in _shapes(space)])
+
+
+def examples(space: SearchSpace = DEFAULT_SPACE) -> SearchStrategy[tuple[Scenario, ...]]:
+    """The property search's strategy: one example is 1..``space.max_batched`` scenarios of
+    one shape, run as one (``batched``). Hypothesis shrinks an example toward one
+    scenario, then that scenario as ``scenarios`` would."""
+    return st.one_of([_members(space, shape) for shape in _shapes(space)])
