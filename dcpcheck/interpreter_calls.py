@@ -17,10 +17,11 @@ it sets to the same behaviour; and its scope is never restored (the launch's res
 the originals). So a helper whose module sees only language modules the running launch
 already patched skips the call; any other call (a helper whose globals hold a language
 module the launch did not patch, or a call outside a launch) goes to Triton's own
-``_patch_lang`` unchanged.
+``_patch_lang`` unchanged. (A launch is known by wrapping ``GridExecutor.__call__``.)
 
-If Triton's internals have moved (no ``_patch_lang`` taking one function), nothing is
-patched and the status says so in the backend's line: the interpreter is then only slower.
+If Triton's internals have moved (no ``_patch_lang`` taking one function, no
+``GridExecutor``), nothing is patched and the status says so in the backend's line: the
+interpreter is then only slower.
 """
 
 from __future__ import annotations
