@@ -110,7 +110,6 @@ class Profile:
     examples: int
     max_tokens: int  # rows per scenario, padding included
     max_requests: int  # per scenario
-    max_batched: int  # scenarios per example, launched as one (strategies.examples)
     cpu_presets: tuple[str, ...]  # under Triton's interpreter
     gpu_presets: tuple[str, ...]
     description: str
@@ -118,7 +117,7 @@ class Profile:
     def space(self, backend: Backend, dcp_sizes: tuple[int, ...] | None) -> strategies.SearchSpace:
         presets = self.cpu_presets if backend.interpreted else self.gpu_presets
         return strategies.SearchSpace(
-            presets, self.max_tokens, self.max_requests, dcp_sizes, self.max_batched
+            presets, self.max_tokens, self.max_requests, dcp_sizes, BATCHED_SCENARIOS_MAX
         )
 
 
@@ -130,7 +129,6 @@ PROFILES: dict[str, Profile] = {
             20,
             4,
             2,
-            BATCHED_SCENARIOS_MAX,
             strategies.SMALL_PRESETS,
             strategies.SMALL_PRESETS,
             "20 examples, <= 4 rows, <= 2 requests per scenario, small presets: a few seconds "
@@ -141,7 +139,6 @@ PROFILES: dict[str, Profile] = {
             100,
             8,
             3,
-            BATCHED_SCENARIOS_MAX,
             strategies.SMALL_PRESETS,
             strategies.SMALL_PRESETS,
             "100 examples, <= 8 rows, <= 3 requests per scenario, small presets: about a "
@@ -152,7 +149,6 @@ PROFILES: dict[str, Profile] = {
             1000,
             32,
             4,
-            BATCHED_SCENARIOS_MAX,
             strategies.SMALL_PRESETS,
             tuple(PRESETS),
             "1000 examples, <= 32 rows, <= 4 requests per scenario; the real DeepSeek-V3.2 / "
