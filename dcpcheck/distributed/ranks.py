@@ -25,7 +25,7 @@ from dcpcheck.harness.runner import (
     judge,
     launch,
     launch_all,
-    run_twice,
+    run_again,
     with_effective_ds_mla_scale,
 )
 from dcpcheck.spec.scenario import Scenario
@@ -129,8 +129,8 @@ def _check_scenario(
         return replace(launch(kernel, base_case), seconds=time.perf_counter() - start)
 
     # Rank 0 is a whole DCP1 group by itself; it runs the baseline twice, as the simulated
-    # mode does (runner.run_twice). A failing DCPn case is not run again across the ranks.
-    baseline = run_twice(distributed if group.world_size == 1 else dcp1_here(), dcp1_here)
+    # mode does (runner.run_again). A failing DCPn case is not run again across the ranks.
+    baseline = run_again(distributed if group.world_size == 1 else dcp1_here(), dcp1_here)
     if group.world_size == 1:
         distributed = baseline
     by_size = {1: baseline, group.world_size: distributed}

@@ -5,12 +5,13 @@ the caches before the launch), and so assumes that one launch says what the kern
 A kernel that moves one ``q_out`` element by one ulp in one call of ten breaks that: its
 DCP4 case then "differs bitwise from the DCP1 run", and its saved replay passes seven
 times in ten, so the user concludes it is fixed. So the runner runs the DCP1 baseline of
-every scenario twice, and a failing case once more before reporting it, and compares the
-two launches here, byte for byte: outputs with their guard rows, caches with their guard
-blocks. Two launches of one case are built from the same seed (``case.build_case``), so a
-correct kernel leaves identical bytes, NaNs and padding rows included; any difference is
-the kernel's, and the case is reported ``nondeterministic`` with the fields and rows that
-moved (``runner.judge``), not as a DCP finding.
+every scenario twice, and a failing case and its baseline a few times more before
+reporting it (``runner.CONFIRMING_RUNS``), and compares the launches here, byte for byte:
+outputs with their guard rows, caches with their guard blocks. Two launches of one case
+are built from the same seed (``case.build_case``), so a correct kernel leaves identical
+bytes, NaNs and padding rows included; any difference is the kernel's, and the case is
+reported ``nondeterministic`` with the fields and rows that moved (``runner.judge``), not
+as a DCP finding.
 """
 
 from __future__ import annotations

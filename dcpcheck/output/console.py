@@ -121,8 +121,11 @@ def print_search(result: search.SearchResult, config: search.SearchConfig) -> No
     shrunk_or_not = (
         "not shrunk (it passed when replayed):" if "flaky" in result.failed_checks else "shrunk to"
     )
+    verdict = (
+        "NONDETERMINISTIC" if {"deterministic", "flaky"} & set(result.failed_checks) else "FAIL"
+    )
     out.print(
-        f"[bold red]property: FAIL[/] ({what}): first failure at example "
+        f"[bold red]property: {verdict}[/] ({what}): first failure at example "
         f"{result.examples_to_first_failure}, {shrunk_or_not} {len(batch.requests)} request(s), "
         f"{batch.num_real_tokens} token(s) + {batch.padding} padding, DCP "
         f"{', '.join(map(str, shrunk.dcp_sizes))}; failed: {', '.join(result.failed_checks)}",

@@ -94,8 +94,8 @@ Every member is as large as a scenario of the profile alone, and an example shri
 toward one scenario."""
 
 REPLAY_RUNS_FLAKY = 10
-"""How many runs the replay of a flaky failure asks for (``dcpcheck repro --runs``): a
-kernel that fails one call in ten shows it in most ten-run replays."""
+"""How many runs the replay of a flaky or nondeterministic failure asks for (``dcpcheck
+repro --runs``): a kernel that fails one call in ten shows it in most ten-run replays."""
 
 
 @dataclass(frozen=True)
@@ -367,7 +367,10 @@ def search(
         return SearchResult(examples_run, scenarios_run, seconds, None, ownership)
     seconds = time.perf_counter() - start
 
-    runs = f" --runs {REPLAY_RUNS_FLAKY}" if flaky else ""
+    # A failure that did not repeat, or whose runs differed, replays several times: one
+    # replay of a nondeterministic kernel passes more often than not.
+    unstable = flaky or any(r.status == "nondeterministic" for r in failing)
+    runs = f" --runs {REPLAY_RUNS_FLAKY}" if unstable else ""
     how = (
         "Found by dcpcheck's property search and not shrunk, because it passed when "
         "replayed (the kernel is not deterministic)"
