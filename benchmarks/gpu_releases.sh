@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU acceptance runs: kernel/oracle/adapter/release and harness tests, the release
 # matrix with and without the oracle, the release bisect, the default run, the property
-# search on releases, the selftest, and compute-sanitizer (tests and slowdown). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
+# search on releases, the selftest, and compute-sanitizer (tests, slowdown, and every
+# shipped scenario under each tool: sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
 set -u
 OUT=${OUT:-out}
@@ -22,11 +23,17 @@ for job in $JOBS; do
           tests/test_token_streams.py tests/test_checks.py tests/test_mutants.py \
           tests/test_determinism.py tests/test_session.py tests/test_run_cli.py \
           tests/test_distributed.py tests/test_seeded.py tests/test_pytest_plugin.py \
+          tests/test_new_cache_formats.py tests/test_reference_new_formats.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
           > "$OUT/sanitizer_tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/sanitizer_tests.log"
         timed python3 benchmarks/sanitizer_slowdown.py > "$OUT/sanitizer_slowdown.md" 2>&1 ) & ;;
+    sanitize-all)  # the default kernel under every tool, on every shipped scenario
+      for tool in memcheck initcheck racecheck synccheck; do
+        ( timed python3 -m dcpcheck run --no-tokens --dcp 4 --sanitize $tool \
+            --json "$OUT/sanitize_$tool.json" > "$OUT/sanitize_$tool.log" 2>&1 ) &
+      done ;;
     matrix)
       ( python3 benchmarks/release_matrix.py --out "$OUT/releases" --oracle on \
           > "$OUT/matrix_on.md" 2>&1 ) &

@@ -59,12 +59,15 @@ def summarize(doc: dict) -> tuple[dict[int, str], Counter, dict[str, str]]:
     verdicts: dict[int, set[str]] = defaultdict(set)
     failing: dict[int, set[str]] = defaultdict(set)
     cases: Counter = Counter()
+    not_applicable: dict[int, set[str]] = defaultdict(set)  # never run here (its reason)
     counts: Counter = Counter()
     limitations: dict[str, str] = {}
     for case in doc["cases"]:
         dcp = case["dcp"]
         cases[dcp] += 1
-        if case["status"] in ("error", "crash", "timeout"):
+        if case["status"] == "not_applicable":
+            not_applicable[dcp].add(case["scenario"])
+        elif case["status"] in ("error", "crash", "timeout", "nondeterministic"):
             failing[dcp].add(case["scenario"])
             verdicts[dcp].add(f"{case['status']}: {case['error']}")
         for check in case["checks"]:
@@ -78,12 +81,15 @@ def summarize(doc: dict) -> tuple[dict[int, str], Counter, dict[str, str]]:
                     verdicts[dcp].add(f"{check['check']}: {finding['field']} ({where})")
     text = {}
     for dcp in sorted(cases):
+        skipped = sorted(not_applicable[dcp])
+        na = f"; N/A: {', '.join(skipped)}" if skipped else ""
+        ran = cases[dcp] - len(skipped)
         if not failing[dcp]:
-            text[dcp] = f"pass ({cases[dcp]} cases)"
+            text[dcp] = f"pass ({ran} cases{na})"
             continue
         names = sorted(failing[dcp])
         which = ", ".join(names) if len(names) <= 3 else f"{len(names)} scenarios"
-        text[dcp] = f"FAIL {which} of {cases[dcp]}: " + "; ".join(sorted(verdicts[dcp]))
+        text[dcp] = f"FAIL {which} of {ran}{na}: " + "; ".join(sorted(verdicts[dcp]))
     return text, counts, limitations
 
 

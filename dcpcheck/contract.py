@@ -81,6 +81,40 @@ def nvfp4_scale_position(tile: int) -> int:
 INDEX_SCALE_BYTES = 4
 """Each indexer cache row carries one fp32 (UE8M0-valued) scale."""
 
+INDEX_SHUFFLE_TILE = 16
+"""The shuffled indexer layout (vLLM 0.31.0 on, ``indexer_cache_shuffled``) stores a block's
+fp8 values as ``[B/16, I/16, 16 tokens, 16 bytes]``: each 16-token x 16-byte tile is one
+contiguous 256-byte run, so block size and index dim must be multiples of 16."""
+
+
+class IndexScale(enum.Enum):
+    """How an indexer row's power-of-two scale is stored in its 4 scale bytes."""
+
+    FP32 = "fp32"
+    """Its little-endian fp32 bytes (every release; the default)."""
+
+    MX = "mx"
+    """MX-packed: its UE8M0 exponent byte (the fp32's biased exponent) in all four bytes
+    (vLLM 0.33.0, where the indexer's MQA-logits reader takes MX scales)."""
+
+
+@dataclass(frozen=True)
+class IndexFormat:
+    """How indexer cache entries are laid out: the value tiling and the scale format. The
+    bytes per token are the same in every format (``index_entry_bytes``); only where each
+    byte goes and what the scale bytes hold differ."""
+
+    shuffled: bool = False
+    scale: IndexScale = IndexScale.FP32
+
+    @property
+    def name(self) -> str:
+        """``plain``/``shuffled``, then ``+mx`` for MX-packed scales."""
+        return ("shuffled" if self.shuffled else "plain") + (
+            "+mx" if self.scale is IndexScale.MX else ""
+        )
+
+
 UE8M0_AMAX_FLOOR = 1e-4
 """Indexer rows quantize with scale 2^ceil(log2(max(amax, 1e-4) / 448)); the floor keeps
 all-zero rows finite."""
@@ -168,8 +202,9 @@ def mla_entry_bytes(layout: CacheLayout, kv_dim: int, rope_dim: int, act_dtype: 
 def index_entry_bytes(index_dim: int) -> int:
     """Bytes one token occupies in the indexer cache: ``index_dim`` fp8 values + one fp32 scale.
 
-    Within a block of ``B`` tokens the values come first (``B * index_dim`` bytes, token-major),
-    then the ``B`` scales; the cache tensor is ``[num_blocks, B, index_dim + 4]`` bytes.
+    Within a block of ``B`` tokens the values come first (``B * index_dim`` bytes, token-major,
+    or tiled in the shuffled ``IndexFormat``), then the ``B`` scales; the cache tensor is
+    ``[num_blocks, B, index_dim + 4]`` bytes.
     """
     return index_dim + INDEX_SCALE_BYTES
 
@@ -196,6 +231,7 @@ class FusedOpInputs:
     index_rope_interleaved: bool = False
     index_slot_mapping: torch.Tensor | None = None  # [T] int64, the indexer's own mapping
     ds_mla_scale: DsMlaScale = DsMlaScale.AMAX  # fp8_ds_mla tile-scale rule the case demands
+    index_format: IndexFormat = IndexFormat()  # the indexer cache's tiling and scale bytes
 
     @property
     def num_tokens(self) -> int:

@@ -160,7 +160,7 @@ def pack_e2m1_pairs(codes: torch.Tensor) -> torch.Tensor:
     """Pack 4-bit codes ``[..., 2N]`` two to a byte ``[..., N]``: element ``2j`` in the low
     nibble of byte ``j``, element ``2j + 1`` in the high nibble (DESIGN §2), which is the
     order a little-endian load of the packed bytes reads them back in."""
-    pairs = codes.reshape(*codes.shape[:-1], -1, 2)
+    pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)  # also for no rows
     return pairs[..., 0] | (pairs[..., 1] << 4)
 
 
@@ -269,7 +269,7 @@ INDEX_SCALE_FP32 = "fp32"
 """Each indexer row's power-of-two scale stored as its 4 little-endian fp32 bytes."""
 
 INDEX_SCALE_MX = "mx"
-"""MX-packed (vLLM 0.31+, issue 21): the scale's UE8M0 byte ``e`` (its fp32 biased exponent)
+"""MX-packed (vLLM 0.33.0, issue 21): the scale's UE8M0 byte ``e`` (its fp32 biased exponent)
 in all four bytes of the row's 32-bit word, which therefore equals ``e * 0x01010101``."""
 
 INDEX_SCALE_FORMATS = (INDEX_SCALE_FP32, INDEX_SCALE_MX)

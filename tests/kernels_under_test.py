@@ -15,6 +15,7 @@ import reference
 from dcpcheck.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_TILE,
+    CacheLayout,
     FusedOpCaches,
     FusedOpInputs,
     FusedOpOutputs,
@@ -32,7 +33,13 @@ def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedO
         outputs.index_k_out.copy_(ref.index_k_out)
         outputs.topk_indices.fill_(-1)
     mla, index = reference.expected_caches(
-        caches.mla, caches.index, inputs.slot_mapping, inputs.index_slot_mapping, ref
+        caches.mla,
+        caches.index,
+        inputs.slot_mapping,
+        inputs.index_slot_mapping,
+        ref,
+        index_shuffled=inputs.index_format.shuffled,
+        index_scale_format=inputs.index_format.scale.value,
     )
     caches.mla.copy_(mla)
     if caches.index is not None:
@@ -106,13 +113,18 @@ class OneInTen:
     ulp. Its draws come from its own generator, seeded per try, so a test's tries are
     repeatable while the kernel stays as unpredictable to dcpcheck as a real race."""
 
-    def __init__(self, seed: int) -> None:
-        self.draws = random.Random(seed)
+    def __init__(self, seed: int | None) -> None:
+        self.draws = random.Random(seed)  # None: seeded by the OS, a new sequence per process
 
     def __call__(self, inputs, outputs, caches) -> None:
         oracle_kernel(inputs, outputs, caches)
         if self.draws.random() < 0.1 and outputs.q_out.numel():
             outputs.q_out.view(-1)[:1].view(torch.int16).add_(1)
+
+
+one_in_ten = OneInTen(None)
+"""The same kernel as ``--kernel tests.kernels_under_test:one_in_ten`` takes it: its
+nudges differ in every process (``benchmarks/one_in_ten_tries.sh``)."""
 
 
 def reset_call_count() -> None:
@@ -229,3 +241,24 @@ def skips_first_owned_entry(inputs, outputs, caches) -> None:
     saved = flat[rows[0]].clone()
     oracle_kernel(inputs, outputs, caches)
     flat[rows[0]] = saved
+
+
+class NoFp4Here:
+    """An adapter whose kernel cannot run nvfp4_ds_mla cases on this machine (as vLLM's
+    releases cannot on an H200): those cases are ``not_applicable``, the rest run."""
+
+    name = "no-fp4-here"
+    REASON = "not applicable on this GPU: no e2m1 conversion instruction"
+
+    def __call__(self, inputs, outputs, caches) -> None:
+        assert inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA, "launched anyway"
+        oracle_kernel(inputs, outputs, caches)
+
+    def limitations(self, inputs):
+        return ()
+
+    def not_applicable(self, inputs):
+        return self.REASON if inputs.cache_layout is CacheLayout.NVFP4_DS_MLA else None
+
+
+no_fp4_here = NoFp4Here()

@@ -195,3 +195,22 @@ def test_no_import_cycle():
 def test_module_is_short_enough_to_read(module):
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{module}: {lines} lines (at most {MAX_LINES})"
+
+
+def test_the_command_line_imports_no_triton_before_the_backend_is_chosen():
+    """Triton's interpreter must be switched on (TRITON_INTERPRET) before Triton is imported:
+    a ``@triton.jit`` made earlier is a compiled-mode function that the interpreter later
+    refuses to call ("outside of the scope of a kernel"). So the CLI, the adapters and the
+    kernel loader import Triton only once a backend is chosen (the vLLM adapter's MX switch
+    lives apart from the Triton stand-in that reads it for that reason)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, dcpcheck.cli, dcpcheck.adapters.vllm, dcpcheck.kernels.loading; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'triton'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert out.stdout.strip() == "[]", out.stdout

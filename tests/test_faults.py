@@ -255,7 +255,7 @@ def test_a_crash_reaches_every_report_and_its_scenario_is_saved(tmp_path):
     assert report["partial"] is False
     assert report["summary"] == {
         "cases": 2, "pass": 1, "fail": 0, "error": 0, "crash": 1, "timeout": 0,
-        "nondeterministic": 0,
+        "nondeterministic": 0, "not_applicable": 0,
     }  # fmt: skip
     crashed = next(c for c in report["cases"] if c["status"] == "crash")
     assert crashed["error"] == "worker killed by SIGSEGV"

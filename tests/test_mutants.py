@@ -86,6 +86,21 @@ WITNESSES: dict[str, Witness] = {
     "mutant/ds-mla-scale-amax-when-pow2": Witness(
         "fp8-ds-mla-pow2-scale", (1,), "cache_owned", "mla_cache.scales"
     ),
+    "mutant/nvfp4-nibbles-swapped": Witness(
+        "nvfp4-ds-mla-cache", (1,), "cache_owned", "mla_cache.nope"
+    ),
+    "mutant/nvfp4-scale-unpermuted": Witness(
+        "nvfp4-ds-mla-cache", (1,), "cache_owned", "mla_cache.scales"
+    ),
+    "mutant/nvfp4-scale-rounded-up": Witness(
+        "nvfp4-ds-mla-cache", (1,), "cache_owned", "mla_cache.scales"
+    ),
+    "mutant/index-shuffle-tile-transposed": Witness(
+        "indexer-shuffled", (1,), "cache_owned", "index_cache.values"
+    ),
+    "mutant/index-mx-scale-one-byte": Witness(
+        "indexer-mx-scales", (1,), "cache_owned", "index_cache.scale"
+    ),
 }
 """Every mutant a CPU-sized scenario can show, with the scenario that shows it."""
 

@@ -289,6 +289,15 @@ def test_nvfp4_round_trip_within_half_an_e2m1_step():
     assert ((dec_kpe - kpe).abs() <= kpe.abs() * 2.0**-4 + 2.0**-10).all()
 
 
+@pytest.mark.parametrize("layout", ["auto", "fp8_ds_mla", NVFP4])
+def test_no_tokens_encode_to_no_entries(layout):
+    """A batch without a cached prefix encodes zero prefix rows (the property search's
+    nvfp4 examples hit this first: packing e2m1 pairs of zero rows)."""
+    kv, kpe = torch.zeros(0, KV), torch.zeros(0, ROPE)
+    entries = ref.encode_mla_entries(kv, kpe, layout, torch.bfloat16, None)
+    assert entries.shape[0] == 0 and entries.dtype == torch.uint8
+
+
 def test_nvfp4_layout_checks():
     kv, kpe = torch.zeros(1, KV), torch.zeros(1, ROPE)
     with pytest.raises(ValueError, match="nvfp4_ds_mla needs kv dim 512"):

@@ -19,6 +19,7 @@ reached and a release is not cached, its tests skip with that reason.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -27,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from dcpcheck.adapters.vllm import VllmFusedNormRope
 from dcpcheck.contract import DsMlaScale
@@ -313,3 +315,79 @@ def test_bisecting_the_releases_names_0_30_0_as_the_first_fixed(tmp_path):
     runs = [line for line in done.stdout.splitlines() if line.startswith("  ")]
     assert 1 <= len(runs) <= 3  # log2 of five candidates, rounded up
     assert f"{len(runs)} dcpcheck run(s) for 5 revision(s)" in done.stdout
+
+
+# ----------------------------------------------------------------------------------------
+# The newer cache formats (issue 21): judged where the release has them, declared where
+# its API cannot express them, not applicable where this machine cannot run them
+# ----------------------------------------------------------------------------------------
+
+FORMAT_ARRIVED = {"indexer-shuffled": "0.31.0", "indexer-mx-scales": "0.33.0"}
+"""The first release whose kernel file writes each indexer format (read from the files:
+the indexer_cache_shuffled parameter, the mqa_logits_use_mx_scales question)."""
+
+INDEX_CACHE_SKIPS = {
+    f"{check}[index_cache]" for check in ("cache_owned", "cache_foreign", "prefix_intact")
+}
+
+
+def run_release(version: str, scenario: str, dcp_size: int) -> CaseResult:
+    [sc] = load_scenarios([scenario])
+    [result] = run_scenario(release_kernel(version), sc, RunConfig(version, (dcp_size,)), BACKEND)
+    return result
+
+
+@pytest.mark.parametrize("version", RELEASES[2:])
+@pytest.mark.parametrize("scenario", sorted(FORMAT_ARRIVED))
+@pytest.mark.parametrize("dcp_size", [1, 4])
+def test_a_release_writes_the_indexer_formats_it_has_and_declares_the_rest(
+    version, scenario, dcp_size
+):
+    result = run_release(version, scenario, dcp_size)
+    assert result.status == "pass", findings(result)
+    skipped = {c.check: c.skipped for c in result.checks if c.skipped}
+    has_it = RELEASES.index(version) >= RELEASES.index(FORMAT_ARRIVED[scenario])
+    if has_it:  # every indexer cache check ran on the format's bytes
+        assert not INDEX_CACHE_SKIPS & set(skipped)
+    else:
+        assert set(skipped) >= INDEX_CACHE_SKIPS
+        assert "cannot be asked of it" in skipped["cache_owned[index_cache]"]
+
+
+def test_0_33_writes_mx_words_only_when_the_case_asks():
+    """The stand-in's answer is the case's: the release stores four equal UE8M0 bytes in an
+    MX case and the fp32 scale otherwise (the same scenario read both ways)."""
+    from dcpcheck.contract import IndexFormat, IndexScale
+    from dcpcheck.harness.case import build_case
+    from dcpcheck.harness.runner import launch
+
+    [mx] = load_scenarios(["indexer-mx-scales"])
+    words = {}
+    for scale in IndexScale:
+        scenario = dataclasses.replace(mx, index_format=IndexFormat(False, scale))
+        case = build_case(scenario, 1, BACKEND.device)
+        assert launch(release_kernel("0.33.0"), case).error is None
+        rank = case.ranks[0]
+        slot = int(rank.inputs.index_slot_mapping[0])
+        block, offset = divmod(slot, scenario.block_size)
+        index_dim = scenario.model.index_head_dim
+        start = scenario.block_size * index_dim + 4 * offset
+        words[scale] = rank.index.view[block].reshape(-1)[start : start + 4].tolist()
+    exponent = words[IndexScale.MX][0]
+    assert words[IndexScale.MX] == [exponent] * 4
+    fp32 = torch.tensor(words[IndexScale.FP32], dtype=torch.uint8).view(torch.float32)
+    assert float(fp32) == 2.0 ** (exponent - 127)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_nvfp4_is_not_applicable_where_the_release_cannot_write_it(version):
+    """0.28/0.29 never name the layout; 0.30 on convert to e2m1 by inline PTX of sm_100+,
+    which neither Triton's interpreter nor an H200 runs: never launched, never a pass."""
+    result = run_release(version, "nvfp4-ds-mla-cache", 2)
+    assert result.status == "not_applicable" and not result.failed and not result.checks
+    if version in ("0.28.0", "0.29.0"):
+        assert result.error == "nvfp4_ds_mla: the file never names nvfp4_ds_mla"
+    elif BACKEND.interpreted:
+        assert "cvt.rn.satfinite.e2m1x2.f32" in result.error and "interpreter" in result.error
+    else:
+        assert result.error.startswith("not applicable on this GPU")

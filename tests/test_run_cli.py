@@ -54,6 +54,7 @@ def test_default_kernel_passes(tmp_path):
         "crash": 0,
         "timeout": 0,
         "nondeterministic": 0,
+        "not_applicable": 0,
     }
     assert [c["scenario"] for c in report["cases"]][-1] == "token-streams"
 
@@ -203,20 +204,55 @@ def test_bad_input_is_one_line_with_its_exit_code(args, code, message):
     assert "Traceback" not in proc.stderr
 
 
-NVFP4_DIR = Path(__file__).parent / "fixtures" / "scenarios"
+NEW_FORMATS = ("indexer-mx-scales", "indexer-shuffled", "nvfp4-ds-mla-cache")
+"""The shipped scenarios of issue 21's cache formats."""
 
 
-def test_the_project_kernel_passes_the_nvfp4_ds_mla_scenario_at_every_dcp_size(tmp_path):
-    args = ["--scenario-dir", str(NVFP4_DIR), "--dcp", "1,2,4,8", "--no-tokens"]
-    code, report = run_json(tmp_path, *args)
+def test_the_project_kernel_passes_each_new_cache_format_at_every_dcp_size(tmp_path):
+    args = [a for name in NEW_FORMATS for a in ("--scenario", name)]
+    code, report = run_json(tmp_path, *args, "--dcp", "1,2,4,8", "--no-tokens")
     assert code == 0
     assert [(c["scenario"], c["dcp"], c["status"]) for c in report["cases"]] == [
-        ("nvfp4-ds-mla-cache", n, "pass") for n in (1, 2, 4, 8)
+        (name, n, "pass") for name in NEW_FORMATS for n in (1, 2, 4, 8)
     ]
+    checks = {
+        c["check"] for case in report["cases"] for c in case["checks"] if c["status"] == "pass"
+    }
+    assert {"cache_owned", "cache_foreign", "shards_reassemble"} <= checks
 
 
 def test_list_layouts_shows_bytes_per_token():
     result = invoke("list", "layouts")
     assert result.exit_code == 0
     sizes = dict(line.split()[:2] for line in result.output.splitlines())
-    assert sizes == {"auto": "1152", "fp8": "576", "fp8_ds_mla": "656", "nvfp4_ds_mla": "352"}
+    assert sizes == {
+        "auto": "1152",
+        "fp8": "576",
+        "fp8_ds_mla": "656",
+        "nvfp4_ds_mla": "352",
+        **{f"index:{name}": "132" for name in ("plain", "plain+mx", "shuffled", "shuffled+mx")},
+    }
+
+
+def test_a_case_the_kernel_cannot_run_here_is_not_applicable_not_passed(tmp_path):
+    """Reported N/A with its reason in the console, JSON and JUnit (skipped), never
+    launched; it fails nothing, and the summary does not count it as passed."""
+    junit = tmp_path / "report.xml"
+    kernel = "tests.kernels_under_test:no_fp4_here"
+    args = ["--kernel", kernel, "--scenario", "nvfp4-ds-mla-cache", "--scenario", "fp8-cache"]
+    code, report = run_json(tmp_path, *args, "--dcp", "1,2", "--no-tokens", "--junit", str(junit))
+    assert code == 0
+    statuses = {(c["scenario"], c["dcp"]): (c["status"], c["error"]) for c in report["cases"]}
+    reason = "not applicable on this GPU: no e2m1 conversion instruction"
+    assert statuses == {
+        ("fp8-cache", 1): ("pass", None),
+        ("fp8-cache", 2): ("pass", None),
+        ("nvfp4-ds-mla-cache", 1): ("not_applicable", reason),
+        ("nvfp4-ds-mla-cache", 2): ("not_applicable", reason),
+    }
+    assert report["summary"]["pass"] == 2 and report["summary"]["not_applicable"] == 2
+    xml = junit.read_text()
+    assert xml.count(f'<skipped message="{reason}"') == 2
+    result = invoke("run", *args, "--dcp", "1", "--no-tokens")
+    assert "1 passed, 0 failed, 0 error(s), 1 not applicable" in result.output
+    assert f"N/A nvfp4-ds-mla-cache[dcp1]: {reason}" in result.output

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dcpcheck.cli import main
-from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset
+from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, IndexFormat, IndexScale, ModelPreset
 from dcpcheck.spec import limits
 from dcpcheck.spec.dcp import Batch, Request
 from dcpcheck.spec.scenario import (
@@ -90,6 +90,10 @@ def test_shipped_scenarios_have_the_shapes_they_promise() -> None:
     assert by_name["fp8-ds-mla-cache"].ds_mla_scale is None  # the run decides: amax by default
     pow2 = by_name["fp8-ds-mla-pow2-scale"]
     assert (pow2.cache_layout, pow2.ds_mla_scale) == (CacheLayout.FP8_DS_MLA, DsMlaScale.POW2)
+    assert by_name["indexer-shuffled"].index_format == IndexFormat(True, IndexScale.FP32)
+    assert by_name["indexer-mx-scales"].index_format == IndexFormat(False, IndexScale.MX)
+    assert by_name["nvfp4-ds-mla-cache"].cache_layout is CacheLayout.NVFP4_DS_MLA
+    assert by_name["indexer-sharded"].index_format == IndexFormat()  # the default, unnamed
     assert by_name["profiling-call"].profiling
     assert not by_name["shared-layer-no-indexer"].has_indexer
     assert by_name["indexer-replicated"].indexer == "replicated"
@@ -201,6 +205,34 @@ BAD_FILES = [
     ("int-for-bool", "seed = 0", "seed = 0\nprofiling = 1", "profiling", "expected boolean"),
     ("float-for-int", "new = 4", "new = 4.0", "requests[0].new", "got 4.0 (float)"),
     ("missing-required-key", 'preset = "small-neox"\n', "", "preset", "required"),
+    (
+        "unknown-index-layout",
+        'indexer = "sharded"',
+        'indexer = "sharded"\nindex_layout = "tiled"',
+        "index_layout",
+        "known: plain, shuffled",
+    ),
+    (
+        "unknown-index-scale",
+        'indexer = "sharded"',
+        'indexer = "sharded"\nindex_scale = "ue8m0"',
+        "index_scale",
+        "known: fp32, mx",
+    ),
+    (
+        "shuffled-needs-blocks-of-16",
+        'indexer = "sharded"\nblock_size = 16',
+        'indexer = "sharded"\nindex_layout = "shuffled"\nblock_size = 8',
+        "index_layout",
+        "multiples of 16, got 8 and 128",
+    ),
+    (
+        "index-format-without-indexer",
+        'indexer = "sharded"',
+        'indexer = "none"\nindex_scale = "mx"',
+        "index_scale",
+        "only allowed on an indexer layer",
+    ),
     (
         "missing-requests",
         REQUESTS,

@@ -13,6 +13,7 @@ requests of up to 20 tokens: past several block boundaries at DCP1/2/4, and at D
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -39,6 +40,7 @@ LAYOUTS = {
     "auto": StreamConfig(steps=12),
     "fp8": StreamConfig(steps=12, cache_layout=CacheLayout.FP8, mla_scale=0.5),
     "fp8_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.FP8_DS_MLA),
+    "nvfp4_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.NVFP4_DS_MLA),
 }
 TRITON_CONFIG = StreamConfig(prompts=2, max_prompt_length=6, steps=3)
 """Small enough for Triton's interpreter: 2 requests, 3 generated tokens each."""
@@ -191,9 +193,18 @@ def test_triton_regressions_diverge_under_dcp4(device, triton_default_streams, r
     assert comparison.digests[0] == triton_default_streams.digests[0]
 
 
+def test_triton_kernel_gives_identical_streams_with_an_nvfp4_cache(device):
+    """The model's decode reads the e2m1 entries the project's kernel wrote."""
+    config = dataclasses.replace(TRITON_CONFIG, cache_layout=CacheLayout.NVFP4_DS_MLA)
+    comparison = compare_streams(load_kernel("default"), config, (4,), device)
+    assert_identical(comparison)
+
+
 @requires_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", [CacheLayout.AUTO, CacheLayout.FP8_DS_MLA])
+@pytest.mark.parametrize(
+    "layout", [CacheLayout.AUTO, CacheLayout.FP8_DS_MLA, CacheLayout.NVFP4_DS_MLA]
+)
 def test_full_width_model_on_gpu(device, layout):
     """DeepSeek-V3.2 widths (hidden 7168, 128 heads) with the Triton kernel, natively."""
     config = StreamConfig(preset="deepseek-v3.2", cache_layout=layout, steps=6)

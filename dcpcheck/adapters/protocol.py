@@ -52,6 +52,18 @@ class Adapter(Protocol):
         ...
 
 
+def kernel_not_applicable(kernel: Kernel, inputs: FusedOpInputs) -> str | None:
+    """Why ``kernel`` cannot run a case with these inputs on this machine at all, or None.
+
+    An adapter may say so with a ``not_applicable(inputs)`` method: a case the foreign
+    kernel cannot even launch here (an instruction this GPU lacks, a format the file never
+    names) is reported ``not_applicable`` with that reason, never run and never passed.
+    Unlike a :class:`Limitation`, which skips checks of a case that runs, it covers the
+    whole case."""
+    ask = getattr(kernel, "not_applicable", None)
+    return ask(inputs) if isinstance(kernel, Adapter) and callable(ask) else None
+
+
 def kernel_limitations(kernel: Kernel, inputs: Iterable[FusedOpInputs]) -> tuple[Limitation, ...]:
     """Every limitation of ``kernel`` over the launches of one case (one entry per rank),
     without repeats; none for a kernel that is not an :class:`Adapter`."""

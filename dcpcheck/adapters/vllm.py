@@ -30,8 +30,13 @@ attention.py`` of the same release) passes to each:
   it does, and index K is checked there. Later releases add optional parameters, each
   passed as that release's caller passes it: ``indexer_slot_mapping`` (0.30.0; the
   indexer's own mapping - before it, one ``slot_mapping`` serves both caches),
-  ``indexer_cache_shuffled`` (0.31.0; ``False``: the NVIDIA indexer cache's reader wants
-  the plain layout) and ``skip_scale`` (0.33.0; true when the per-tensor scale is 1.0).
+  ``indexer_cache_shuffled`` (0.31.0; the case's indexer format: vLLM's caller passes what
+  its cache's reader wants) and ``skip_scale`` (0.33.0; true when the per-tensor scale is
+  1.0). MX-packed indexer scales (0.33.0) are no parameter: the file asks
+  ``mqa_logits_use_mx_scales()``, whose stand-in answers for the case
+  (``shims/vllm/mx_scales.py``). The nvfp4_ds_mla layout (0.30.0 on) is a value of
+  ``mla_kv_cache_dtype``; the file converts to e2m1 by inline PTX that only sm_100 and
+  newer execute, so elsewhere such a case is not applicable (:meth:`not_applicable`).
 
 Cache views: for ``auto`` the kernel stores KV and k_pe as elements, so the MLA cache is
 the harness's bytes viewed in the activation dtype ([.., KV + R] elements); for the fp8
@@ -54,12 +59,14 @@ from typing import Any
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError, Limitation
+from dcpcheck.adapters.shims.vllm.mx_switch import MX_SCALES_WANTED
 from dcpcheck.contract import (
     CacheLayout,
     DsMlaScale,
     FusedOpCaches,
     FusedOpInputs,
     FusedOpOutputs,
+    IndexScale,
 )
 
 
@@ -143,20 +150,72 @@ INDEX_K_OUT_NOT_REQUESTED = Limitation(
     "no slot mapping (deepseek_v32/attention.py, 0.29.0 on); with a slot mapping the indexer "
     "K goes to its cache alone and the kernel is not asked for it",
 )
+INDEX_CACHE_CHECKS = (
+    "cache_owned",
+    "cache_foreign",
+    "prefix_intact",
+    "padding_inert",
+    "guard_bands",
+    "shards_reassemble",
+)
+"""Every check that reads the indexer cache."""
+
 ONE_SLOT_MAPPING = Limitation(
-    (
-        "cache_owned",
-        "cache_foreign",
-        "prefix_intact",
-        "padding_inert",
-        "guard_bands",
-        "shards_reassemble",
-    ),
+    INDEX_CACHE_CHECKS,
     "index_cache",
     "this vLLM fused_norm_rope API (before 0.30.0) takes one slot_mapping for both caches, "
     "so it writes the indexer cache at the MLA cache's slots and cannot follow the indexer's "
     "own (here replicated) slot mapping",
 )
+
+
+NO_SHUFFLED_LAYOUT = Limitation(
+    INDEX_CACHE_CHECKS,
+    "index_cache",
+    "this vLLM fused_norm_rope API (before 0.31.0) has no indexer_cache_shuffled parameter: "
+    "it writes the indexer cache's values token-major only, so a shuffled cache cannot be "
+    "asked of it",
+)
+NO_MX_SCALES = Limitation(
+    INDEX_CACHE_CHECKS,
+    "index_cache",
+    "this vLLM kernel file (before 0.33.0) never asks mqa_logits_use_mx_scales: it writes "
+    "every indexer scale as an fp32, so MX-packed scales cannot be asked of it",
+)
+
+PTX_E2M1 = "cvt.rn.satfinite.e2m1x2.f32"
+"""The PTX instruction vLLM's nvfp4_ds_mla path (0.30.0 on) converts NoPE pairs to e2m1
+with, by inline assembly: sm_100 and newer have it; the H200 (sm_90) does not, and
+Triton's interpreter runs no inline assembly at all."""
+
+E2M1_PTX_CAPABILITY = (10, 0)
+"""The oldest compute capability with ``PTX_E2M1``."""
+
+
+class Nvfp4Path(enum.Enum):
+    """How a vLLM kernel file writes the nvfp4_ds_mla MLA cache, read from the file."""
+
+    ABSENT = "the file never names nvfp4_ds_mla"
+    PTX_E2M1 = f"e2m1 by inline PTX ({PTX_E2M1})"
+    OTHER = "a conversion dcpcheck does not recognise"
+
+
+def nvfp4_path(function: Callable[..., object]) -> Nvfp4Path:
+    """Whether and how ``function``'s module writes nvfp4_ds_mla, from its source text: the
+    signature cannot say (the layout is a value of ``mla_kv_cache_dtype``), the file can."""
+    module = inspect.getmodule(function)
+    try:
+        source = inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        source = ""
+    if '"nvfp4_ds_mla"' not in source:
+        return Nvfp4Path.ABSENT
+    return Nvfp4Path.PTX_E2M1 if PTX_E2M1 in source else Nvfp4Path.OTHER
+
+
+def asks_for_mx_scales(function: Callable[..., object]) -> bool:
+    """Whether ``function``'s module asks ``mqa_logits_use_mx_scales`` (vLLM 0.33.0 on)."""
+    return "mqa_logits_use_mx_scales" in getattr(function, "__globals__", {})
 
 
 def _parameters(function: Callable[..., object]) -> set[str] | None:
@@ -217,6 +276,8 @@ class VllmFusedNormRope:
     optional: frozenset[str] = frozenset()
     name: str = "vllm"
     ds_mla_scale: DsMlaScale | None = None
+    nvfp4: Nvfp4Path = Nvfp4Path.ABSENT
+    mx_scales: bool = False  # asks_for_mx_scales
 
     @property
     def writes_k_outputs(self) -> bool:
@@ -228,6 +289,27 @@ class VllmFusedNormRope:
     def own_indexer_mapping(self) -> bool:
         """Whether the API takes the indexer's own slot mapping."""
         return self.shape is ApiShape.IN_PLACE or INDEXER_SLOT_MAPPING in self.optional
+
+    def not_applicable(self, inputs: FusedOpInputs) -> str | None:
+        """Why this kernel cannot run a case of ``inputs`` here: an nvfp4_ds_mla cache the
+        file has no path for, or whose e2m1 conversion this machine cannot execute."""
+        if inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA:
+            return None
+        if self.nvfp4 is not Nvfp4Path.PTX_E2M1:
+            return f"nvfp4_ds_mla: {self.nvfp4.value}"
+        device = inputs.kv_c.device
+        if device.type != "cuda":
+            return (
+                f"nvfp4_ds_mla: the kernel converts to e2m1 by inline PTX ({PTX_E2M1}), "
+                "which Triton's interpreter cannot run"
+            )
+        capability = torch.cuda.get_device_capability(device)
+        if capability < E2M1_PTX_CAPABILITY:
+            return (
+                f"not applicable on this GPU: nvfp4_ds_mla needs {PTX_E2M1}, an instruction "
+                f"of sm_100 and newer; this GPU is sm_{capability[0]}{capability[1]}"
+            )
+        return None
 
     def limitations(self, inputs: FusedOpInputs) -> tuple[Limitation, ...]:
         found: list[Limitation] = []
@@ -244,6 +326,10 @@ class VllmFusedNormRope:
             found.append(NO_INDEX_K_OUTPUT)
         if not self.own_indexer_mapping and not _one_mapping_serves_both(inputs):
             found.append(ONE_SLOT_MAPPING)
+        if inputs.index_format.shuffled and INDEXER_CACHE_SHUFFLED not in self.optional:
+            found.append(NO_SHUFFLED_LAYOUT)
+        if inputs.index_format.scale is IndexScale.MX and not self.mx_scales:
+            found.append(NO_MX_SCALES)
         return tuple(found)
 
     def _arguments(
@@ -289,7 +375,7 @@ class VllmFusedNormRope:
         if self.own_indexer_mapping:
             arguments[INDEXER_SLOT_MAPPING] = inputs.index_slot_mapping
         if INDEXER_CACHE_SHUFFLED in self.optional:
-            arguments[INDEXER_CACHE_SHUFFLED] = False
+            arguments[INDEXER_CACHE_SHUFFLED] = inputs.index_format.shuffled
         if SKIP_SCALE in self.optional:
             arguments[SKIP_SCALE] = k_scale == 1.0
         return arguments
@@ -297,6 +383,14 @@ class VllmFusedNormRope:
     def __call__(
         self, inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
     ) -> None:
+        wants_mx = inputs.has_indexer and inputs.index_format.scale is IndexScale.MX
+        token = MX_SCALES_WANTED.set(wants_mx)  # the release asks its stand-in (mx_scales)
+        try:
+            self._call(inputs, outputs, caches)
+        finally:
+            MX_SCALES_WANTED.reset(token)
+
+    def _call(self, inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches):
         arguments = self._arguments(inputs, outputs, caches)
         if self.shape is ApiShape.Q_OUTPUT_ONLY:
             self.function(**arguments, kv_c=inputs.kv_c, k_pe=inputs.k_pe)
@@ -337,4 +431,11 @@ def adapt(
     optional = frozenset(names & set(OPTIONAL_PARAMETERS))
     if shape is ApiShape.IN_PLACE:
         optional -= {INDEXER_SLOT_MAPPING}  # part of the shape itself
-    return VllmFusedNormRope(function, shape, optional, ds_mla_scale=ds_mla_scale)
+    return VllmFusedNormRope(
+        function,
+        shape,
+        optional,
+        ds_mla_scale=ds_mla_scale,
+        nvfp4=nvfp4_path(function),
+        mx_scales=asks_for_mx_scales(function),
+    )

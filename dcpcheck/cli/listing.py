@@ -7,10 +7,22 @@ import click
 import torch
 
 from dcpcheck.cli.common import InputError
-from dcpcheck.contract import DS_MLA_NOPE_DIM, DS_MLA_ROPE_DIM, CacheLayout, mla_entry_bytes
+from dcpcheck.contract import (
+    DS_MLA_NOPE_DIM,
+    DS_MLA_ROPE_DIM,
+    PRESETS,
+    CacheLayout,
+    IndexFormat,
+    IndexScale,
+    index_entry_bytes,
+    mla_entry_bytes,
+)
 from dcpcheck.output.console import out
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.workflows import selftest
+
+INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
+"""Every preset's indexer head: 128 fp8 values per token."""
 
 
 @click.command("list")
@@ -19,12 +31,21 @@ from dcpcheck.workflows import selftest
 )
 def list_command(what: str) -> None:
     """List the registered kernels, the selftest's mutants, the shipped scenarios, or the
-    MLA cache layouts with their bytes per token (at kv_lora_rank 512 and rope_dim 64, the
-    shape of every preset; ``auto`` in bf16 or fp16)."""
+    cache layouts with their bytes per token: the MLA cache's (at kv_lora_rank 512 and
+    rope_dim 64, the shape of every preset; ``auto`` in bf16 or fp16), then the indexer
+    cache's formats (index head 128)."""
     if what == "layouts":
         for layout in CacheLayout:
             size = mla_entry_bytes(layout, DS_MLA_NOPE_DIM, DS_MLA_ROPE_DIM, torch.bfloat16)
-            out.print(f"{layout.value:16} {size:4} bytes per token")
+            out.print(f"{layout.value:18} {size:4} bytes per token  MLA cache")
+        index_bytes = index_entry_bytes(INDEX_HEAD_DIM)
+        for fmt in (IndexFormat(s, scale) for s in (False, True) for scale in IndexScale):
+            values = "16 x 16 tiles" if fmt.shuffled else "token-major"
+            scale = "UE8M0 byte x4" if fmt.scale is IndexScale.MX else "fp32 scale"
+            out.print(
+                f"index:{fmt.name:12} {index_bytes:4} bytes per token  indexer cache "
+                f"(fp8 values {values}, {scale})"
+            )
         return
     if what == "mutants":
         for variant in selftest.MUTANTS:

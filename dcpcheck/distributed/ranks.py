@@ -160,7 +160,7 @@ def run_distributed(
             results.append(result)
             if on_result is not None:
                 on_result(result)
-            if config.fail_fast and result.status != "pass":
+            if config.fail_fast and result.failed:
                 stop = True
                 break
         if config.fail_fast and group.broadcast_from_root(stop, "the fail-fast decision"):

@@ -27,6 +27,8 @@ from dcpcheck.contract import (
     NVFP4_DS_MLA_ROPE_OFFSET,
     NVFP4_DS_MLA_SCALES_OFFSET,
     CacheLayout,
+    IndexFormat,
+    IndexScale,
 )
 from dcpcheck.harness.case import Case, GuardedCache, RankLaunch
 from dcpcheck.spec import tolerances
@@ -116,10 +118,24 @@ def index_entry_parts(index_dim: int):
     )
 
 
-def index_rows(cache: torch.Tensor, slots: torch.Tensor, index_dim: int) -> torch.Tensor:
+def index_rows(
+    cache: torch.Tensor,
+    slots: torch.Tensor,
+    index_dim: int,
+    fmt: IndexFormat,
+    decode_scales: bool = True,
+) -> torch.Tensor:
     """The indexer entries at ``slots`` as byte rows ``[K, I + 4]``: the fp8 values, then the
-    scale's bytes (the rows ``index_entry_parts`` cuts)."""
-    values, scales = reference.read_index_cache(cache, slots, index_dim)
+    scale's fp32 bytes (the rows ``index_entry_parts`` cuts), whatever the cache's format:
+    read through ``fmt``'s tiling, an MX word decoded to its fp32 value (NaN if its four
+    bytes are not one exponent), so every format is compared with the oracle the same way.
+    ``decode_scales=False`` keeps the 4 scale bytes as stored: what says whether a part
+    was written at all (a decoded NaN hides which bytes were there)."""
+    if not decode_scales:
+        fmt = IndexFormat(fmt.shuffled, IndexScale.FP32)  # the bytes as they are
+    values, scales = reference.read_index_cache(
+        cache, slots, index_dim, shuffled=fmt.shuffled, scale_format=fmt.scale.value
+    )
     scale_bytes = scales.contiguous().view(torch.uint8).view(-1, INDEX_SCALE_BYTES)
     return torch.cat([values, scale_bytes], dim=1)
 
@@ -147,15 +163,20 @@ class OwnedEntries:
     slots: torch.Tensor  # [K] their slots, on the cache's device
     cache: GuardedCache
     read: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (cache, slots) -> [K, E] bytes
+    read_stored: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # the same, undecoded
     parts: tuple[EntryPart, ...]
 
     def rows(self) -> torch.Tensor:
-        """The entries as the kernel left them."""
+        """The entries as the kernel left them, in the form compared with the oracle."""
         return self.read(self.cache.view, self.slots)
 
-    def initial_rows(self) -> torch.Tensor:
-        """The same entries before the launch: the seeded random fill."""
-        return self.read(self.cache.initial_view, self.slots)
+    def stored_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The entries' bytes as stored, after and before the launch (the seeded random
+        fill), part for part where ``rows`` has them: whether a part was written."""
+        return (
+            self.read_stored(self.cache.view, self.slots),
+            self.read_stored(self.cache.initial_view, self.slots),
+        )
 
 
 def owned_entries(case: Case) -> list[OwnedEntries]:
@@ -165,18 +186,30 @@ def owned_entries(case: Case) -> list[OwnedEntries]:
     index_dim = p.index_head_dim
 
     def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        return index_rows(cache, slots, index_dim)
+        return index_rows(cache, slots, index_dim, s.index_format)
 
+    def read_index_stored(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return index_rows(cache, slots, index_dim, s.index_format, decode_scales=False)
+
+    mla = reference.read_mla_cache
     found = []
     for launch in case.ranks:
-        for field, cache, slot_mapping, read in (
-            ("mla_cache", launch.mla, launch.inputs.slot_mapping, reference.read_mla_cache),
-            ("index_cache", launch.index, launch.inputs.index_slot_mapping, read_index),
+        for field, cache, slot_mapping, read, read_stored in (
+            ("mla_cache", launch.mla, launch.inputs.slot_mapping, mla, mla),
+            (
+                "index_cache",
+                launch.index,
+                launch.inputs.index_slot_mapping,
+                read_index,
+                read_index_stored,
+            ),
         ):
             tokens = _owned(slot_mapping)
             if cache is None or not len(tokens):
                 continue
             parts = mla_parts if field == "mla_cache" else index_entry_parts(index_dim)
             slots = slot_mapping[tokens.to(slot_mapping.device)].to(cache.storage.device)
-            found.append(OwnedEntries(launch, field, tokens, slots, cache, read, parts))
+            found.append(
+                OwnedEntries(launch, field, tokens, slots, cache, read, read_stored, parts)
+            )
     return found

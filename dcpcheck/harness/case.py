@@ -359,6 +359,7 @@ def scenario_inputs(scenario: Scenario, act: Activations) -> FusedOpInputs:
         index_rope_interleaved=scenario.model.index_rope_interleaved,
         index_slot_mapping=None,
         ds_mla_scale=ds_mla_scale_of(scenario),
+        index_format=scenario.index_format,
     )
 
 
@@ -495,7 +496,12 @@ def build_case(
             view = storage[GUARD_BLOCKS : GUARD_BLOCKS + index_blocks]
             view.copy_(
                 reference.write_index_cache(
-                    view, index_prefix_slots, prefix_index_values, prefix_index_scales
+                    view,
+                    index_prefix_slots,
+                    prefix_index_values,
+                    prefix_index_scales,
+                    shuffled=scenario.index_format.shuffled,
+                    scale_format=scenario.index_format.scale.value,
                 )
             )
             index_cache = GuardedCache(storage, storage.clone())

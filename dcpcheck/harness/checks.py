@@ -19,7 +19,8 @@ judged only against the kernel's own DCP1 run, by ``ranks_agree`` and
 already and stays as it is; only the naming of the token a stray write holds changes
 source (``TokenEncodings``).
 
-What the checks stand on lives beside them: ``cache_entries`` reads and cuts cache entries,
+``cache_owned`` lives in ``entry_checks`` (each owned entry against the oracle's, part by
+part). What the checks stand on lives beside them: ``cache_entries`` reads and cuts cache entries,
 ``comparison`` compares rows in steps of their stored format, and ``stray_writes`` scans
 each cache for the writes no token owned, which ``stray_write_checks`` files here.
 """
@@ -32,9 +33,12 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from dcpcheck.harness.cache_entries import expected_index_rows, index_rows, owned_entries
+from dcpcheck.harness.cache_entries import expected_index_rows, index_rows
 from dcpcheck.harness.case import POISON_BITS, TOPK_SENTINEL, Case, RankLaunch, holds_poison
-from dcpcheck.harness.comparison import bits_equal, part_violations, row_violations
+from dcpcheck.harness.comparison import (
+    bits_equal,
+    row_violations,
+)
 from dcpcheck.harness.stray_writes import StrayWrite, collect_stray_writes
 from dcpcheck.spec import tolerances
 from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
@@ -79,6 +83,11 @@ NAN_COMPUTED = "NaN (computed)"
 """``Finding.max_error`` of a row the kernel wrote with a NaN of its own: a numeric bug,
 not a skipped write (``case.POISON_BITS`` tells the two apart)."""
 
+NAN_WRITTEN_ENTRY = "NaN (written: not a valid encoding)"
+"""``Finding.max_error`` of a cache entry part whose bytes the kernel changed into
+something that decodes as NaN (an fp8 NaN code, an MX word whose four bytes differ), as
+opposed to one left as the seeded random fill (``NAN_UNWRITTEN``)."""
+
 NAN_IN_DCP1 = "NaN in the DCP1 run"
 """``Finding.max_error`` of a finite row compared with a NaN row of the DCP1 run."""
 
@@ -93,7 +102,7 @@ def _describe_steps(steps: int, rows: torch.Tensor | None) -> str:
     return NAN_COMPUTED if rows.isnan().any() else NAN_IN_DCP1
 
 
-def _row_finding(
+def row_finding(
     field: str,
     rank: int,
     detail: str,
@@ -151,7 +160,7 @@ def check_outputs(case: Case) -> CheckResult:
         bad, steps = row_violations(rows, expected[tokens.to(rows.device)], tolerance)
         if bad.any():
             findings.append(
-                _row_finding(
+                row_finding(
                     field,
                     launch.rank,
                     "{count} token row(s) differ from the oracle",
@@ -196,7 +205,7 @@ def check_outputs_written(case: Case) -> CheckResult:
         ):
             if bad.any():
                 findings.append(
-                    _row_finding(
+                    row_finding(
                         field,
                         launch.rank,
                         "{count} token row(s) " + detail,
@@ -222,7 +231,7 @@ def check_topk(case: Case) -> CheckResult:
             steps = torch.zeros(len(tokens), dtype=torch.int64)
             what = "not filled with -1" if want == -1 else "written on a shared (no-indexer) layer"
             findings.append(
-                _row_finding(
+                row_finding(
                     "topk_indices",
                     launch.rank,
                     "{count} row(s) " + what,
@@ -234,99 +243,6 @@ def check_topk(case: Case) -> CheckResult:
                 )
             )
     return CheckResult("topk", tuple(findings))
-
-
-def _compare_entries(
-    case: Case,
-    rank: int,
-    field: str,
-    tokens: torch.Tensor,
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-    parts,
-) -> list[Finding]:
-    findings = []
-    for part in parts:
-        bad, steps = part_violations(actual, expected, part)
-        if bad.any():
-            findings.append(
-                _row_finding(
-                    f"{field}.{part.name}",
-                    rank,
-                    "{count} owned entr(y/ies) differ from the oracle's encoding",
-                    bad,
-                    tokens,
-                    steps,
-                    case,
-                )
-            )
-    return findings
-
-
-def check_cache_owned(case: Case) -> CheckResult:
-    """Contract 2a: each entry this rank owns holds the oracle's encoding of its token."""
-    if case.scenario.profiling:
-        return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
-    findings = []
-    for owned in owned_entries(case):
-        actual = owned.rows()
-        tokens = owned.tokens.to(actual.device)
-        if owned.field == "mla_cache":
-            expected = case.expected.mla_entries[tokens]
-        else:
-            expected = expected_index_rows(case, tokens)
-        findings += _compare_entries(
-            case, owned.launch.rank, owned.field, owned.tokens, actual, expected, owned.parts
-        )
-    return CheckResult("cache_owned", tuple(findings))
-
-
-CACHE_OWNED_WITHOUT_ORACLE = (
-    "oracle off: every owned entry checked written (no part left as the seeded random "
-    "fill); its bytes are compared with the DCP1 run's entry by shards_reassemble"
-)
-
-
-def check_cache_written(case: Case) -> CheckResult:
-    """Contract 2a without the oracle: each entry this rank owns was written, at every DCP
-    size, DCP1 included.
-
-    Caches start as seeded random bytes, so an owned entry part (``mla_entry_parts``,
-    ``index_entry_parts``) that still equals them byte for byte was not written. A correct
-    part of ``b`` bytes equals the random fill by chance with odds ``2^-8b``; the smallest
-    part, an indexer row's 4-byte scale, gives 2^-32 (2.3e-10) per entry. The fill is
-    seeded, so such a coincidence would repeat on every run of that case rather than
-    flake. The written bytes are then judged against the kernel's own DCP1 run by
-    ``check_shards_reassemble``, which also catches a part written only in places: the
-    fill of a DCPn cache differs from the DCP1 one.
-    """
-    if case.scenario.profiling:
-        return CheckResult(
-            "cache_owned",
-            skipped="profiling call: no entry is owned",
-            without_oracle=CACHE_OWNED_WITHOUT_ORACLE,
-        )
-    findings = []
-    for owned in owned_entries(case):
-        actual, initial = owned.rows(), owned.initial_rows()
-        for part in owned.parts:
-            span = slice(part.start, part.stop)
-            bad = bits_equal(actual[:, span], initial[:, span]).cpu()
-            if bad.any():
-                findings.append(
-                    _row_finding(
-                        f"{owned.field}.{part.name}",
-                        owned.launch.rank,
-                        "{count} owned entr(y/ies) still hold the seeded random fill: "
-                        "never written",
-                        bad,
-                        owned.tokens,
-                        torch.zeros(len(owned.tokens), dtype=torch.int64),
-                        case,
-                        max_error="unwritten",
-                    )
-                )
-    return CheckResult("cache_owned", tuple(findings), without_oracle=CACHE_OWNED_WITHOUT_ORACLE)
 
 
 @dataclass(frozen=True)
@@ -376,7 +292,8 @@ class TokenEncodings:
             index = index.clone()
             slots = baseline.index_mappings.per_rank[0][real].to(base.index.view.device)
             index_dim = case.scenario.model.index_head_dim
-            index[real.to(index.device)] = index_rows(base.index.view, slots, index_dim)
+            fmt = case.scenario.index_format
+            index[real.to(index.device)] = index_rows(base.index.view, slots, index_dim, fmt)
         return TokenEncodings(mla, index)
 
 
@@ -492,7 +409,7 @@ def check_ranks_agree(case: Case, baseline: Case) -> CheckResult:
                 bad = ~same
                 steps = tolerances.ulp_distance(actual[dev], want[dev]).amax(dim=1).cpu()
                 findings.append(
-                    _row_finding(
+                    row_finding(
                         field,
                         launch.rank,
                         "{count} row(s) differ bitwise from the DCP1 run",
@@ -530,7 +447,7 @@ def check_shards_reassemble(case: Case, baseline: Case) -> CheckResult:
         index_dim = case.scenario.model.index_head_dim
 
         def read_index(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-            return index_rows(cache, slots, index_dim)
+            return index_rows(cache, slots, index_dim, case.scenario.index_format)
 
         findings += _reassemble(
             case,
@@ -559,7 +476,7 @@ def _reassemble(case, tokens, field, base_cache, base_slots, mappings, cache_of,
             bad = ~same
             bytes_off = (actual != want).sum(dim=1).cpu()
             findings.append(
-                _row_finding(
+                row_finding(
                     field,
                     rank,
                     "{count} entr(y/ies) differ from the DCP1 cache entry",

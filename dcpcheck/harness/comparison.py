@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import torch
 
+import reference
+from dcpcheck.contract import (
+    E2M1_MAX,
+    NVFP4_DS_MLA_NUM_TILES,
+    NVFP4_SCALE_FLOOR,
+    nvfp4_scale_position,
+)
 from dcpcheck.harness.cache_entries import EntryPart
 from dcpcheck.spec import tolerances
 
@@ -31,18 +38,23 @@ def _all_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
 
 
 def row_violations(
-    actual: torch.Tensor, expected: torch.Tensor, tolerance: tolerances.Tolerance
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    tolerance: tolerances.Tolerance,
+    slack: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(bad rows, worst steps per row among the out-of-tolerance elements), on the host.
 
     ``actual``/``expected`` are float rows ``[K, W]``, or fp8 byte rows when the
-    tolerance is counted in fp8 steps (uint8)."""
+    tolerance is counted in fp8 steps (uint8); for those, ``slack`` ``[K, W]`` adds
+    per-element steps to the tolerance (``nvfp4_scale_slack``)."""
     if not actual.numel() or _all_identical(actual, expected):  # the usual verdict, cheaply
         rows = actual.shape[0]
         return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
     if actual.dtype == torch.uint8:
         steps = tolerances.fp8_step_distance(actual, expected)
-        bad = steps > tolerance.max_steps
+        allowed = tolerance.max_steps if slack is None else tolerance.max_steps + slack
+        bad = steps > allowed
     else:
         steps = tolerances.ulp_distance(actual, expected)
         bad = tolerances.out_of_tolerance(actual, expected, tolerance)
@@ -50,8 +62,34 @@ def row_violations(
     return bad.any(dim=1).cpu(), worst.cpu()
 
 
-def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPart):
-    """``row_violations`` of one part of byte rows [K, E], viewed in the part's format."""
+def nvfp4_scale_slack(kv_fp32: torch.Tensor) -> torch.Tensor:
+    """Per stored scale byte of nvfp4_ds_mla entries ``[K, 32]`` (in the permuted byte
+    order), 1 where the oracle's tile ratio ``max(amax / 6, 2^-9)`` of ``kv_fp32``
+    ``[K, 512]`` lies within ``NVFP4_NEAR_MIDPOINT`` of an e4m3 rounding midpoint, so the
+    kernel's few-ulp different amax may round the other way; 0 elsewhere."""
+    tiles = kv_fp32.float().reshape(kv_fp32.shape[0], NVFP4_DS_MLA_NUM_TILES, -1)
+    ratio = torch.clamp((tiles.abs().amax(dim=2) / E2M1_MAX), min=NVFP4_SCALE_FLOOR)
+    code = reference.fp8_e4m3_bytes(ratio).long()
+    value = reference.fp8_e4m3_values(code.to(torch.uint8))
+    neighbours = [(code + d).clamp(0, 0x7E).to(torch.uint8) for d in (-1, 1)]
+    near = torch.zeros_like(ratio, dtype=torch.bool)
+    for other in neighbours:
+        midpoint = (value + reference.fp8_e4m3_values(other)) / 2
+        near |= (ratio - midpoint).abs() <= tolerances.NVFP4_NEAR_MIDPOINT * ratio
+    slack = torch.zeros_like(code)
+    positions = [nvfp4_scale_position(s) for s in range(NVFP4_DS_MLA_NUM_TILES)]
+    slack[:, positions] = near.long()
+    return slack
+
+
+def part_violations(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    part: EntryPart,
+    slack: torch.Tensor | None = None,
+):
+    """``row_violations`` of one part of byte rows [K, E], viewed in the part's format
+    (``slack``: per-element extra steps, fp8 parts only)."""
     a = actual[:, part.start : part.stop].contiguous()
     e = expected[:, part.start : part.stop].contiguous()
     if part.dtype == torch.float4_e2m1fn_x2:  # e2m1 pairs: steps per value, no NaN
@@ -64,4 +102,4 @@ def part_violations(actual: torch.Tensor, expected: torch.Tensor, part: EntryPar
         return bad.any(dim=1).cpu(), worst.cpu()
     if part.dtype != torch.uint8:
         a, e = a.view(part.dtype), e.view(part.dtype)
-    return row_violations(a, e, part.tolerance)
+    return row_violations(a, e, part.tolerance, slack)

@@ -32,11 +32,11 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from dcpcheck.adapters.protocol import kernel_limitations
+from dcpcheck.adapters.protocol import kernel_limitations, kernel_not_applicable
 from dcpcheck.backend import Backend
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.e2e.token_streams import StreamComparison, compare_streams, stream_config_for
-from dcpcheck.harness import checks, determinism
+from dcpcheck.harness import checks, determinism, entry_checks
 from dcpcheck.harness.case import (
     Case,
     build_case,
@@ -54,13 +54,18 @@ TOKEN_STREAM_DCP = 4
 TOKEN_STREAM_CASE = "token-streams"
 """The ``scenario`` name of the token-stream case in results and reports."""
 
-STATUSES = ("pass", "fail", "error", "crash", "timeout", "nondeterministic")
+STATUSES = ("pass", "fail", "error", "crash", "timeout", "nondeterministic", "not_applicable")
 """``CaseResult.status`` values. ``nondeterministic``: two runs of the same launch left
 different bytes (``dcpcheck.harness.determinism``), so no finding of the case can be
 pinned on DCP; ``error``: the kernel raised (its exception text);
 ``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
 error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
-its worker was killed. The last two exist only under isolation (dcpcheck.harness.isolation)."""
+its worker was killed. The last two exist only under isolation (dcpcheck.harness.isolation).
+``not_applicable``: the kernel cannot run the case on this machine at all (an adapter's
+``not_applicable``, e.g. an instruction this GPU lacks); never launched, never a pass."""
+
+NOT_FAILED = ("pass", "not_applicable")
+"""Statuses that do not fail a run (``CaseResult.failed``)."""
 
 
 @dataclass(frozen=True)
@@ -194,10 +199,15 @@ class CaseResult:
     dcp_size: int
     status: str  # one of STATUSES
     checks: list[checks.CheckResult] = field(default_factory=list)
-    error: str | None = None  # what went wrong, for status "error", "crash", "timeout"
+    error: str | None = None  # what went wrong (error, crash, timeout); why not applicable
     replay: str = ""
     seconds: float = 0.0  # wall time; reported on screen, never in JSON (determinism)
     ownership: dict[str, int] = field(default_factory=dict)  # rank launches by mapping shape
+
+    @property
+    def failed(self) -> bool:
+        """Whether this case fails the run: any status but ``NOT_FAILED``."""
+        return self.status not in NOT_FAILED
 
     @property
     def failed_checks(self) -> list[checks.CheckResult]:
@@ -325,7 +335,7 @@ def check_case(
     return [
         checks.check_outputs(case) if oracle else checks.check_outputs_written(case),
         checks.check_topk(case),
-        checks.check_cache_owned(case) if oracle else checks.check_cache_written(case),
+        entry_checks.check_cache_owned(case) if oracle else entry_checks.check_cache_written(case),
         *_with_output_guards(checks.stray_write_checks(case, encodings), case),
         checks.check_inputs_unmodified(input_changes),
         checks.check_ranks_agree(case, baseline),
@@ -454,7 +464,14 @@ def run_scenario(
         return
     seed = scenario.seed if config.seed is None else config.seed
     act = make_activations(scenario, seed, backend.device)
-    expected = oracle_for(scenario_inputs(scenario, act))
+    inputs = scenario_inputs(scenario, act)
+    reason = kernel_not_applicable(kernel, inputs)
+    if reason is not None:
+        for dcp_size in config.sizes_of(scenario):
+            replay = config.replay_command(scenario, dcp_size)
+            yield CaseResult(scenario.name, dcp_size, "not_applicable", error=reason, replay=replay)
+        return
+    expected = oracle_for(inputs)
 
     def launched(dcp_size: int) -> Launched:
         start = time.perf_counter()  # a case's time includes building its buffers
@@ -542,6 +559,6 @@ def run(
             results.append(result)
             if on_result is not None:
                 on_result(result)
-            if config.fail_fast and result.status != "pass":
+            if config.fail_fast and result.failed:
                 return results
     return results

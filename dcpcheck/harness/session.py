@@ -103,7 +103,7 @@ class Session:
         return search.search(self.kernel, config, self.backend, on_example=on_example)
 
     def _save_if_failed(self, scenario: Scenario, result: CaseResult) -> None:
-        if result.status == "pass" or self.home is None or not self._saving:
+        if not result.failed or self.home is None or not self._saving:
             return
         try:
             path = save_failed_case(
@@ -177,7 +177,7 @@ class RunOutcome:
 
     @property
     def passed(self) -> bool:
-        return all(r.status == "pass" for r in self.reported) and (
+        return not any(r.failed for r in self.reported) and (
             self.searched is None or self.searched.passed
         )
 
@@ -218,7 +218,7 @@ def run_session(
     fail_fast = session.config.fail_fast
 
     def failed() -> bool:
-        return any(r.status != "pass" for r in outcome.results)
+        return any(r.failed for r in outcome.results)
 
     def landed(result: CaseResult) -> None:
         outcome.results.append(result)

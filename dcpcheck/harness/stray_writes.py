@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 import reference
+from dcpcheck.contract import INDEX_SHUFFLE_TILE, IndexFormat
 from dcpcheck.harness.cache_entries import index_rows
 from dcpcheck.harness.case import GUARD_BLOCKS, Case, GuardedCache, RankLaunch
 
@@ -36,13 +37,17 @@ class StrayWrite:
     bytes_changed: int
 
 
-def _changed_bytes_per_entry(cache: GuardedCache, name: str, index_dim: int) -> torch.Tensor:
+def _changed_bytes_per_entry(
+    cache: GuardedCache, name: str, index_dim: int, fmt: IndexFormat
+) -> torch.Tensor:
     """How many bytes of each entry (slot, guard entries included) differ from before.
 
     The MLA cache stores entries contiguously. The indexer packs a block as all its
-    fp8 rows first, then all its scales (DESIGN §2), so an entry's bytes sit in two places.
-    Counted as a sum over a reshaped comparison: finding every changed byte and binning it
-    by entry costs far more on a GPU (the bytes of one entry all hit one counter).
+    fp8 rows first, then all its scales (DESIGN §2), so an entry's bytes sit in two places;
+    in the shuffled format a token's values are further cut into 16-byte pieces, one per
+    16 x 16 tile (``contract.INDEX_SHUFFLE_TILE``). Counted as sums over reshaped
+    comparisons: finding every changed byte and binning it by entry costs far more on a
+    GPU (the bytes of one entry all hit one counter).
     """
     changed = cache.storage != cache.initial
     blocks, block_size, row = changed.shape
@@ -50,7 +55,14 @@ def _changed_bytes_per_entry(cache: GuardedCache, name: str, index_dim: int) -> 
         return changed.sum(dim=2).flatten()
     flat = changed.view(blocks, block_size * row)
     values_end = block_size * index_dim
-    values = flat[:, :values_end].reshape(blocks, block_size, index_dim).sum(dim=2)
+    if fmt.shuffled:  # [blocks, B/16, I/16, 16 tokens, 16 bytes] -> per token
+        tile = INDEX_SHUFFLE_TILE
+        tiled = flat[:, :values_end].reshape(
+            blocks, block_size // tile, index_dim // tile, tile, tile
+        )
+        values = tiled.sum(dim=(2, 4)).reshape(blocks, block_size)
+    else:
+        values = flat[:, :values_end].reshape(blocks, block_size, index_dim).sum(dim=2)
     scales = flat[:, values_end:].reshape(blocks, block_size, -1).sum(dim=2)
     return (values + scales).flatten()
 
@@ -67,7 +79,9 @@ def _stray_writes(
 ) -> list[StrayWrite]:
     storage = cache.storage
     blocks, block_size, _ = storage.shape
-    changed_per_entry = _changed_bytes_per_entry(cache, name, case.scenario.model.index_head_dim)
+    changed_per_entry = _changed_bytes_per_entry(
+        cache, name, case.scenario.model.index_head_dim, case.scenario.index_format
+    )
     first_entry = GUARD_BLOCKS * block_size
     if owned_slots is not None:
         changed_per_entry[owned_slots[owned_slots >= 0] + first_entry] = 0
@@ -117,6 +131,7 @@ def collect_stray_writes(
     each attributed to the token whose entry bytes it holds: ``mla_encodings`` ``[T, E]``,
     ``index_encodings`` ``[T, I + 4]`` (``None`` on shared layers)."""
     index_dim = case.scenario.model.index_head_dim
+    fmt = case.scenario.index_format
     writes = []
     for launch in case.ranks:
         writes += _stray_writes(
@@ -137,7 +152,7 @@ def collect_stray_writes(
                 "index_cache",
                 launch.inputs.index_slot_mapping,
                 launch.index_prefix_slots,
-                lambda c, s: index_rows(c, s, index_dim),
+                lambda c, s: index_rows(c, s, index_dim, fmt),
                 index_encodings,
             )
     return writes

@@ -101,6 +101,7 @@ from dcpcheck.kernels.fp8_codes import (
     power_of_two_at_or_above,
     ue8m0_scale,
 )
+from dcpcheck.kernels.index_cache import store_index_entries
 from dcpcheck.kernels.nvfp4_ds_mla import write_nvfp4_ds_mla_entries
 from dcpcheck.kernels.variants import Mutation
 
@@ -129,7 +130,6 @@ FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
 nonzero scale."""
 POW2_RATIO_FLOOR = tl.constexpr(DS_MLA_POW2_RATIO_FLOOR)
 """Floor of the ratio a ``pow2``-rule ds_mla tile scale rounds up: an all-zero tile gets 2^-13."""
-INDEX_SCALE_BYTES = tl.constexpr(contract.INDEX_SCALE_BYTES)
 
 # The mutations, as constexprs the kernel can compare ``MUTATION`` with.
 Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(int(Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT))
@@ -381,7 +381,8 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         tl.store(entry_ptr[:, None] + KV_DIM + rope_lanes[None, :], kpe_codes.to(tl.uint8),
                  mask=rope_mask)
     elif CACHE_LAYOUT == LAYOUT_NVFP4_DS_MLA:
-        write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T)
+        write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T,
+                                   MUTATION)
     else:
         # fp8_ds_mla: 4 tiles of 128 NoPE values, each divided by its own scale, then the
         # 4 fp32 scales, then the RoPE part in bf16 (KV_DIM == BLOCK_KV == 512 here).
@@ -463,6 +464,7 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
                     index_block_stride, cache_block_size, tokens, live, eps,
                     INDEX_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_INDEX: tl.constexpr,
                     NEOX: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
+                    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr,
                     MUTATION: tl.constexpr):
     lanes = tl.arange(0, BLOCK_INDEX)
     lane_ok = lanes < INDEX_DIM
@@ -490,7 +492,8 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
 
     if WRITES_INDEX_CACHE:
         # fp8 with one power-of-two scale per row. Per block: block_size * INDEX_DIM value
-        # bytes (token-major), then block_size fp32 scales.
+        # bytes (token-major, or in 16 x 16 tiles when INDEX_SHUFFLED), then block_size
+        # 4-byte scales (fp32, or the UE8M0 byte four times when INDEX_SCALE_MX).
         if MUTATION == INDEXER_USES_MLA_SLOTS:
             # In bounds: the MLA cache never has more entries than the indexer cache
             # (equal when sharded; fewer blocks than the DCP1 layout when replicated).
@@ -505,13 +508,9 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
         else:
             scale = ue8m0_scale(amax)
         codes = fp8_e4m3_codes(tl.math.div_rn(k, scale[:, None]))
-        slots = tl.where(owned, slots, 0)
-        block = index_cache_ptr + (slots // cache_block_size) * index_block_stride
-        offset = slots % cache_block_size
-        value_ptr = block[:, None] + offset[:, None] * INDEX_DIM + lanes[None, :]
-        tl.store(value_ptr, codes.to(tl.uint8), mask=owned[:, None] & lane_ok[None, :])
-        scale_ptr = block + cache_block_size * INDEX_DIM + offset * INDEX_SCALE_BYTES
-        tl.store(scale_ptr.to(tl.pointer_type(tl.float32)), scale, mask=owned)
+        store_index_entries(index_cache_ptr, index_block_stride, cache_block_size, slots,
+                            owned, lanes, lane_ok, codes, scale, INDEX_DIM, INDEX_SHUFFLED,
+                            INDEX_SCALE_MX, MUTATION)
 
 
 @triton.jit
@@ -542,7 +541,7 @@ def _fused_norm_rope_kernel(
     BLOCK_INDEX: tl.constexpr, BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr,
     FIRST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr,
     HAS_SLOTS: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr, INDEX_ROPE_NEOX: tl.constexpr,
-    MUTATION: tl.constexpr,
+    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr, MUTATION: tl.constexpr,
 ):
     # The tokens of this program, widened to int64 before any multiplication (module doc).
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -553,7 +552,8 @@ def _fused_norm_rope_kernel(
                         index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
                         cos_sin_stride, slot_ptr, index_slot_ptr, index_cache_ptr,
                         index_block_stride, cache_block_size, tokens, live, eps, INDEX_DIM,
-                        ROPE_DIM, BLOCK_INDEX, INDEX_ROPE_NEOX, WRITES_INDEX_CACHE, MUTATION)
+                        ROPE_DIM, BLOCK_INDEX, INDEX_ROPE_NEOX, WRITES_INDEX_CACHE,
+                        INDEX_SHUFFLED, INDEX_SCALE_MX, MUTATION)
     elif task == TASK_KV:
         _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
                  kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,

@@ -26,6 +26,7 @@ from dcpcheck.contract import (
     FusedOpCaches,
     FusedOpInputs,
     FusedOpOutputs,
+    IndexScale,
     Kernel,
 )
 from dcpcheck.kernels.fused_norm_rope import (
@@ -153,7 +154,10 @@ def launch(
         CACHE_LAYOUT=LAYOUT_CODES[inputs.cache_layout], DS_MLA_POW2=ds_mla_pow2,
         HAS_SLOTS=shape.writes_mla_cache,
         WRITES_INDEX_CACHE=shape.writes_index_cache,
-        INDEX_ROPE_NEOX=not inputs.index_rope_interleaved, MUTATION=int(variant.mutation),
+        INDEX_ROPE_NEOX=not inputs.index_rope_interleaved,
+        INDEX_SHUFFLED=shape.writes_index_cache and inputs.index_format.shuffled,
+        INDEX_SCALE_MX=shape.writes_index_cache and inputs.index_format.scale is IndexScale.MX,
+        MUTATION=int(variant.mutation),
         enable_fp_fusion=False,  # see "Rounding" in the module docstring
         num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
     )

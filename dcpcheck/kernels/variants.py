@@ -95,6 +95,22 @@ class Mutation(enum.IntEnum):
     """fp8_ds_mla tile scales ``max(amax/448, FLT_MIN)`` (vLLM 0.30's rule) when the case
     demands the power of two (``DsMlaScale.POW2``): the reverse slip. Right under
     ``amax``."""
+    NVFP4_NIBBLES_SWAPPED = 21
+    """nvfp4_ds_mla NoPE pairs packed the other way: the even element in the high nibble."""
+    NVFP4_SCALE_UNPERMUTED = 22
+    """nvfp4_ds_mla tile scale ``s`` stored at scale byte ``s`` instead of
+    ``8*(s & 3) + (s >> 2)``: the layout a reader that does not permute expects."""
+    NVFP4_SCALE_ROUNDED_UP = 23
+    """nvfp4_ds_mla tile scales rounded up to the next e4m3 value instead of to nearest
+    (a ceil where the contract says round-to-nearest): larger scales, coarser codes."""
+    INDEX_SHUFFLE_TILE_TRANSPOSED = 24
+    """Shuffled indexer layout with each 16 x 16 tile transposed: byte ``c`` of token ``t``
+    at ``c * 16 + t`` within the tile instead of ``t * 16 + c``."""
+    INDEX_MX_SCALE_ONE_BYTE = 25
+    """MX-packed indexer scale written as the bare exponent byte (``e``, not ``e`` in all
+    four bytes): a word a reader taking any other byte of it decodes as scale 2^-127.
+    (The issue's "bytes in the wrong order" has no observable form: the four bytes are
+    equal, so every order of them is the same word.)"""
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,31 @@ MUTANTS: tuple[KernelVariant, ...] = (
         "mutant/negative-slot-wraps",
         "slot -1 wraps around to the MLA cache's last entry (torch-style negative index)",
         Mutation.NEGATIVE_SLOT_WRAPS,
+    ),
+    KernelVariant(
+        "mutant/nvfp4-nibbles-swapped",
+        "nvfp4_ds_mla: the even NoPE element packed in the high nibble, not the low one",
+        Mutation.NVFP4_NIBBLES_SWAPPED,
+    ),
+    KernelVariant(
+        "mutant/nvfp4-scale-unpermuted",
+        "nvfp4_ds_mla: tile s's scale at byte s, not 8*(s & 3) + (s >> 2)",
+        Mutation.NVFP4_SCALE_UNPERMUTED,
+    ),
+    KernelVariant(
+        "mutant/nvfp4-scale-rounded-up",
+        "nvfp4_ds_mla: e4m3 tile scales rounded up instead of to nearest",
+        Mutation.NVFP4_SCALE_ROUNDED_UP,
+    ),
+    KernelVariant(
+        "mutant/index-shuffle-tile-transposed",
+        "shuffled indexer layout: each 16-token x 16-byte tile written transposed",
+        Mutation.INDEX_SHUFFLE_TILE_TRANSPOSED,
+    ),
+    KernelVariant(
+        "mutant/index-mx-scale-one-byte",
+        "MX-packed indexer scale: the exponent in one byte of the word, not all four",
+        Mutation.INDEX_MX_SCALE_ONE_BYTE,
     ),
     KernelVariant(
         "mutant/block-offset-off-by-one",

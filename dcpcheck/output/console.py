@@ -40,6 +40,7 @@ VERDICTS = {
     "crash": "[bold red]CRASH[/]",
     "timeout": "[bold red]TIMEOUT[/]",
     "nondeterministic": "[bold magenta]NONDETERMINISTIC[/]",
+    "not_applicable": "[yellow]N/A[/]",
 }
 """How each ``CaseResult.status`` reads in the table and the finding lines."""
 
@@ -55,7 +56,9 @@ def print_results(
     for column in ("case", "result", "checks", "s"):
         table.add_column(column, justify="right" if column == "s" else "left")
     for r in results:
-        if r.status in report.UNCHECKED_STATUSES:
+        if r.status == "not_applicable":
+            detail = "not applicable here: see below"
+        elif r.status in report.UNCHECKED_STATUSES:
             detail = {
                 "error": "kernel raised: see below",
                 "crash": "worker died: see below",
@@ -75,7 +78,7 @@ def print_results(
     out.print(table)
     for r in results:
         label = escape(f"{r.scenario}[dcp{r.dcp_size}]")
-        if r.status in (*report.UNCHECKED_STATUSES, "nondeterministic"):
+        if r.status in (*report.UNCHECKED_STATUSES, "nondeterministic", "not_applicable"):
             out.print(f"{VERDICTS[r.status]} {label}: {escape(r.error or '')}", soft_wrap=True)
         findings = [(c.check, f) for c in r.failed_checks for f in c.findings]
         for check, f in findings[:FINDINGS_SHOWN]:
@@ -83,18 +86,21 @@ def print_results(
             out.print(f"[red]FAIL[/] {label} {line}", soft_wrap=True)
         if len(findings) > FINDINGS_SHOWN:
             out.print(f"  ... and {len(findings) - FINDINGS_SHOWN} more finding(s) (all in --json)")
-        if r.status != "pass":
+        if r.failed:
             out.print(f"  replay: {escape(r.replay)}", soft_wrap=True)
         if (r.scenario, r.dcp_size) in saved:
             out.print(f"  saved: {escape(str(saved[(r.scenario, r.dcp_size)]))}", soft_wrap=True)
     s = report.summarize(results)
-    colour = "green" if s["pass"] == s["cases"] else "red"
+    colour = "red" if any(r.failed for r in results) else "green"
+    if colour == "green" and s["pass"] != s["cases"]:
+        colour = "yellow"  # nothing failed, some cases could not run here
     faults = "".join(
         f", {s[status]} {noun}"
         for status, noun in (
             ("crash", "crash(es)"),
             ("timeout", "timeout(s)"),
             ("nondeterministic", "nondeterministic"),
+            ("not_applicable", "not applicable"),
         )
         if s[status]
     )
@@ -134,7 +140,7 @@ def print_search(result: search.SearchResult, config: search.SearchConfig) -> No
     out.print(f"  saved: {escape(str(result.saved_path))}", soft_wrap=True)
     out.print(f"  replay: {escape(result.replay_command)}", soft_wrap=True)
     print_results(result.replay)
-    if all(r.status == "pass" for r in result.replay):
+    if not any(r.failed for r in result.replay):
         out.print(
             "[red]the saved scenario passed when run again: the kernel is not deterministic[/]"
         )

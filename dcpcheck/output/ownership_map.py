@@ -207,6 +207,8 @@ def _layout_line(case: CaseMap, geometry: MapGeometry) -> str:
         f"{batch.num_real_tokens} token(s) + {batch.padding} padding, block_size "
         f"{s.block_size}, interleave {s.interleave}, {s.cache_layout.value} cache"
     )
+    if s.has_indexer:
+        line += f", {s.index_format.name} indexer cache"
     if geometry.tokens_per_column > 1:
         line += f"; {geometry.tokens_per_column} tokens per pixel column"
     return line
@@ -254,7 +256,7 @@ def render_map_png(case: CaseMap, kernel_name: str) -> bytes:
     draw = ImageDraw.Draw(image)
 
     draw.text((MARGIN, MARGIN), header[0], fill=TEXT_COLOR, font=title_font)
-    verdict_color = TEXT_COLOR if case.result.status == "pass" else BAD_COLOR
+    verdict_color = BAD_COLOR if case.result.failed else TEXT_COLOR
     draw.text((MARGIN, MARGIN + 20), header[1], fill=verdict_color, font=font)
     draw.text((MARGIN, geometry.top - AXIS_HEIGHT), "token", fill=TEXT_COLOR, font=small)
     step = _tick_step(geometry)

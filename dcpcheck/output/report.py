@@ -114,7 +114,8 @@ def to_junit(
     searched: Search | None = None,
 ) -> str:
     """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
-    ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``); one
+    ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``), a ``<skipped>``
+    one for a case not applicable on this machine (its reason the message); one
     ``property-search`` testcase where a search ran, its record as properties."""
     suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
     properties = ET.SubElement(suite, "properties")
@@ -122,6 +123,12 @@ def to_junit(
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for r in results:
         classname = f"{r.scenario}[dcp{r.dcp_size}]"
+        if r.status == "not_applicable":
+            case = ET.SubElement(suite, "testcase", classname=classname, name="launch")
+            ET.SubElement(case, "skipped", message=r.error or "")
+            counts["tests"] += 1
+            counts["skipped"] += 1
+            continue
         if r.status in UNCHECKED_STATUSES:
             case = ET.SubElement(suite, "testcase", classname=classname, name="launch")
             error = ET.SubElement(case, "error", type=r.status, message=r.error or "")

@@ -30,6 +30,9 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     ds_mla_scale = "pow2"             # optional, only with cache_layout = "fp8_ds_mla":
                                       #   "amax" or "pow2" (DS_MLA_SCALE_KEY says more)
     indexer = "sharded"               # or "replicated", "none" (a shared layer)
+    index_layout = "shuffled"         # optional, default "plain"; "shuffled" needs
+                                      #   block_size a multiple of 16 (INDEX_FORMAT_KEYS)
+    index_scale = "mx"                # optional, default "fp32"
     block_size = 16
     interleave = 1                    # optional, default 1
     dcp = [1, 2, 4]                   # DCP sizes to run
@@ -52,14 +55,23 @@ import fnmatch
 import math
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
 
-from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, ModelPreset, mla_entry_bytes
+from dcpcheck.contract import (
+    INDEX_SHUFFLE_TILE,
+    PRESETS,
+    CacheLayout,
+    DsMlaScale,
+    IndexFormat,
+    IndexScale,
+    ModelPreset,
+    mla_entry_bytes,
+)
 from dcpcheck.spec import limits
 from dcpcheck.spec.dcp import (
     Batch,
@@ -69,6 +81,18 @@ from dcpcheck.spec.dcp import (
     DcpLayoutError,
     Request,
     build_block_tables,
+)
+from dcpcheck.spec.toml_tables import (
+    Key,
+    boolean,
+    integer,
+    integer_array,
+    known,
+    number,
+    read_table,
+    string,
+    table_array,
+    toml_literal,
 )
 
 SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
@@ -101,6 +125,13 @@ that does nothing reads as if it mattered. (The run-wide ``--ds-mla-scale`` and 
 kernel's declaration span scenarios of every layout, so those are ignored, not refused,
 where the layout has no tile scales.) Saved failures always spell it out, so a replay
 uses the rule the failing run used."""
+
+INDEX_LAYOUTS = ("plain", "shuffled")
+"""``index_layout``: the indexer cache's values token-major (``plain``) or in 16 x 16 tiles
+(``shuffled``, ``contract.INDEX_SHUFFLE_TILE``). With ``index_scale`` (``"fp32"`` or
+``"mx"``, ``contract.IndexScale``) it makes the case's ``contract.IndexFormat``. Both are
+optional and only allowed on indexer layers; saved failures spell them out only when they
+are not the default, so files written before they existed read as they did."""
 
 BLOCK_TABLE_MODES = ("identity", "shuffled")
 """``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""
@@ -136,6 +167,7 @@ class Scenario:
     batch: Batch
     values: str = "normal"
     ds_mla_scale: DsMlaScale | None = None  # None: not named here (DS_MLA_SCALE_KEY)
+    index_format: IndexFormat = dataclasses.field(default_factory=IndexFormat)  # INDEX_LAYOUTS
     source: Path | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -187,17 +219,17 @@ class Scenario:
         if not self.description.strip():
             self._fail("description", "must say what the scenario catches, got a blank string")
         if self.preset not in PRESETS:
-            self._fail("preset", f"unknown preset {self.preset!r} (known: {_known(PRESETS)})")
+            self._fail("preset", f"unknown preset {self.preset!r} (known: {known(PRESETS)})")
         if self.dtype not in DTYPES:
-            self._fail("dtype", f"unknown dtype {self.dtype!r} (known: {_known(DTYPES)})")
+            self._fail("dtype", f"unknown dtype {self.dtype!r} (known: {known(DTYPES)})")
         if self.indexer not in INDEXER_MODES:
-            self._fail("indexer", f"unknown mode {self.indexer!r} (known: {_known(INDEXER_MODES)})")
+            self._fail("indexer", f"unknown mode {self.indexer!r} (known: {known(INDEXER_MODES)})")
         if self.values not in VALUE_REGIMES:
-            self._fail("values", f"unknown regime {self.values!r} (known: {_known(VALUE_REGIMES)})")
+            self._fail("values", f"unknown regime {self.values!r} (known: {known(VALUE_REGIMES)})")
         if self.block_table not in BLOCK_TABLE_MODES:
             self._fail(
                 "block_table",
-                f"unknown mode {self.block_table!r} (known: {_known(BLOCK_TABLE_MODES)})",
+                f"unknown mode {self.block_table!r} (known: {known(BLOCK_TABLE_MODES)})",
             )
 
     def _check_limits(self) -> None:
@@ -245,12 +277,28 @@ class Scenario:
                     f"only allowed with cache_layout 'fp8_ds_mla', not "
                     f"{self.cache_layout.value!r} (no other layout has a choice of scale rule)",
                 )
+        self._check_index_format()
         model = self.model
         try:
             mla_entry_bytes(self.cache_layout, model.kv_lora_rank, model.rope_dim, self.torch_dtype)
         except ValueError as error:
             self._fail(
                 "cache_layout", f"{self.cache_layout.value!r} with preset {model.name!r}: {error}"
+            )
+
+    def _check_index_format(self) -> None:
+        fmt = self.index_format
+        if fmt == IndexFormat():
+            return
+        key = "index_layout" if fmt.shuffled else "index_scale"
+        if not self.has_indexer:
+            self._fail(key, f"{fmt.name!r} is only allowed on an indexer layer (indexer 'none')")
+        tile = INDEX_SHUFFLE_TILE
+        if fmt.shuffled and (self.block_size % tile or self.model.index_head_dim % tile):
+            self._fail(
+                "index_layout",
+                f"'shuffled' needs block_size and the preset's index dim to be multiples of "
+                f"{tile}, got {self.block_size} and {self.model.index_head_dim}",
             )
 
     def _check_layouts(self) -> None:
@@ -291,132 +339,39 @@ def _display(path: Path) -> str:
     )
 
 
-def _known(names: Sequence[str] | dict[str, Any]) -> str:
-    return ", ".join(sorted(names))
-
-
-_TOML_TYPE_NAMES: tuple[tuple[type, str], ...] = (
-    (bool, "boolean"),  # before int: bool is a subclass of int
-    (int, "integer"),
-    (float, "float"),
-    (str, "string"),
-    (list, "array"),
-    (dict, "table"),
-)
-
-
-def _toml_type(value: object) -> str:
-    for python_type, toml_name in _TOML_TYPE_NAMES:
-        if isinstance(value, python_type):
-            return toml_name
-    return "date/time"
-
-
-def _toml_literal(value: object) -> str:
-    """A value written back the way TOML spells it, for error messages and for writing."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
-    return str(value) if isinstance(value, int | float) else repr(value)
-
-
-_REQUIRED = object()
-"""Default of a key that must be present."""
-
-
-@dataclass(frozen=True)
-class _Key:
-    """One allowed key of a TOML table: the value's expected type and, if optional, its default."""
-
-    expected: str  # TOML type name(s), for messages
-    accepts: Callable[[object], bool]
-    default: object = _REQUIRED
-
-
-def _integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _string(value: object) -> bool:
-    return isinstance(value, str)
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, float) or _integer(value)
-
-
-def _boolean(value: object) -> bool:
-    return isinstance(value, bool)
-
-
-def _integer_array(value: object) -> bool:
-    return isinstance(value, list) and all(_integer(v) for v in value)
-
-
-def _table_array(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-
-
-_TOP_LEVEL_KEYS: dict[str, _Key] = {
-    "name": _Key("string", _string),
-    "description": _Key("string", _string),
-    "preset": _Key("string", _string),
-    "dtype": _Key("string", _string),
-    "cache_layout": _Key("string", _string),
-    "mla_scale": _Key("float", _number, None),
-    DS_MLA_SCALE_KEY: _Key("string", _string, None),
-    "indexer": _Key("string", _string),
-    "block_size": _Key("integer", _integer),
-    "interleave": _Key("integer", _integer, 1),
-    "dcp": _Key("array of integers", _integer_array),
-    "seed": _Key("integer", _integer),
-    "values": _Key("string", _string, "normal"),
-    "block_table": _Key("string", _string, "identity"),
-    "profiling": _Key("boolean", _boolean, False),
-    "padding": _Key("integer", _integer, 0),
-    "requests": _Key("array of tables ([[requests]])", _table_array),
+_TOP_LEVEL_KEYS: dict[str, Key] = {
+    "name": Key("string", string),
+    "description": Key("string", string),
+    "preset": Key("string", string),
+    "dtype": Key("string", string),
+    "cache_layout": Key("string", string),
+    "mla_scale": Key("float", number, None),
+    DS_MLA_SCALE_KEY: Key("string", string, None),
+    "indexer": Key("string", string),
+    "index_layout": Key("string", string, "plain"),
+    "index_scale": Key("string", string, IndexScale.FP32.value),
+    "block_size": Key("integer", integer),
+    "interleave": Key("integer", integer, 1),
+    "dcp": Key("array of integers", integer_array),
+    "seed": Key("integer", integer),
+    "values": Key("string", string, "normal"),
+    "block_table": Key("string", string, "identity"),
+    "profiling": Key("boolean", boolean, False),
+    "padding": Key("integer", integer, 0),
+    "requests": Key("array of tables ([[requests]])", table_array),
 }
 
-_REQUEST_KEYS: dict[str, _Key] = {
-    "prefix": _Key("integer", _integer, 0),
-    "new": _Key("integer", _integer),
+_REQUEST_KEYS: dict[str, Key] = {
+    "prefix": Key("integer", integer, 0),
+    "new": Key("integer", integer),
 }
-
-
-def _read_table(
-    table: dict[str, Any], keys: dict[str, _Key], where: str, key_prefix: str = ""
-) -> dict[str, Any]:
-    """``table`` with defaults filled in, after rejecting unknown, missing and mistyped keys."""
-    for key in table:
-        if key not in keys:
-            raise ScenarioError(
-                f"{where}: key '{key_prefix}{key}': unknown key (known: {_known(keys)})"
-            )
-    values = {}
-    for key, spec in keys.items():
-        if key not in table:
-            if spec.default is _REQUIRED:
-                raise ScenarioError(f"{where}: key '{key_prefix}{key}': required but missing")
-            values[key] = spec.default
-            continue
-        value = table[key]
-        if not spec.accepts(value):
-            raise ScenarioError(
-                f"{where}: key '{key_prefix}{key}': expected {spec.expected}, got "
-                f"{_toml_literal(value)} ({_toml_type(value)})"
-            )
-        values[key] = value
-    return values
 
 
 def _read_batch(requests: list[dict[str, Any]], padding: int, where: str) -> Batch:
     parsed = []
     for index, table in enumerate(requests):
         key_prefix = f"requests[{index}]."
-        values = _read_table(table, _REQUEST_KEYS, where, key_prefix)
+        values = read_table(table, _REQUEST_KEYS, where, ScenarioError, key_prefix)
         try:
             parsed.append(Request(prefix=values["prefix"], new=values["new"]))
         except BatchError as error:
@@ -445,12 +400,12 @@ def load_scenario(path: Path) -> Scenario:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ScenarioError(f"{where}: invalid TOML: {error}") from None
 
-    values = _read_table(table, _TOP_LEVEL_KEYS, where)
+    values = read_table(table, _TOP_LEVEL_KEYS, where, ScenarioError)
     layouts = {layout.value: layout for layout in CacheLayout}
     if values["cache_layout"] not in layouts:
         raise ScenarioError(
             f"{where}: key 'cache_layout': unknown layout {values['cache_layout']!r} "
-            f"(known: {_known(layouts)})"
+            f"(known: {known(layouts)})"
         )
     mla_scale = values["mla_scale"]
     rules = {rule.value: rule for rule in DsMlaScale}
@@ -458,8 +413,22 @@ def load_scenario(path: Path) -> Scenario:
     if ds_mla_scale is not None and ds_mla_scale not in rules:
         raise ScenarioError(
             f"{where}: key '{DS_MLA_SCALE_KEY}': unknown rule {ds_mla_scale!r} "
-            f"(known: {_known(rules)})"
+            f"(known: {known(rules)})"
         )
+    if values["index_layout"] not in INDEX_LAYOUTS:
+        raise ScenarioError(
+            f"{where}: key 'index_layout': unknown layout {values['index_layout']!r} "
+            f"(known: {known(INDEX_LAYOUTS)})"
+        )
+    index_scales = {scale.value: scale for scale in IndexScale}
+    if values["index_scale"] not in index_scales:
+        raise ScenarioError(
+            f"{where}: key 'index_scale': unknown format {values['index_scale']!r} "
+            f"(known: {known(index_scales)})"
+        )
+    index_format = IndexFormat(
+        values["index_layout"] == "shuffled", index_scales[values["index_scale"]]
+    )
     return Scenario(
         name=values["name"],
         description=values["description"],
@@ -477,6 +446,7 @@ def load_scenario(path: Path) -> Scenario:
         batch=_read_batch(values["requests"], values["padding"], where),
         values=values["values"],
         ds_mla_scale=None if ds_mla_scale is None else rules[ds_mla_scale],
+        index_format=index_format,
         source=path,
     )
 
@@ -500,7 +470,7 @@ def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[S
         if not matches:
             raise ScenarioError(
                 f"{_display(Path(root))}: no scenario matches {pattern!r} "
-                f"(known: {_known(paths) or 'none'})"
+                f"(known: {known(paths) or 'none'})"
             )
         chosen.update(matches)
     names = sorted(chosen if patterns else paths)
@@ -524,29 +494,6 @@ def _load_named(path: Path) -> Scenario:
 # ---------------------------------------------------------------------------------------
 # Writing
 
-_TOML_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def _toml_string(text: str) -> str:
-    """A TOML basic string: quotes, backslashes and control characters escaped."""
-    out = []
-    for char in text:
-        if char in _TOML_ESCAPES:
-            out.append(_TOML_ESCAPES[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04X}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
-
 
 def scenario_to_toml(scenario: Scenario) -> str:
     """The TOML text of ``scenario``: every key spelled out, in the module docstring's order,
@@ -563,8 +510,12 @@ def scenario_to_toml(scenario: Scenario) -> str:
         top.append(("mla_scale", float(s.mla_scale)))
     if s.ds_mla_scale is not None:
         top.append((DS_MLA_SCALE_KEY, s.ds_mla_scale.value))
+    top.append(("indexer", s.indexer))
+    if s.index_format.shuffled:
+        top.append(("index_layout", "shuffled"))
+    if s.index_format.scale is not IndexScale.FP32:
+        top.append(("index_scale", s.index_format.scale.value))
     top += [
-        ("indexer", s.indexer),
         ("block_size", s.block_size),
         ("interleave", s.interleave),
         ("dcp", list(s.dcp_sizes)),
@@ -574,7 +525,7 @@ def scenario_to_toml(scenario: Scenario) -> str:
         ("profiling", s.profiling),
         ("padding", s.batch.padding),
     ]
-    lines = [f"{key} = {_toml_literal(value)}" for key, value in top]
+    lines = [f"{key} = {toml_literal(value)}" for key, value in top]
     for request in s.batch.requests:
         lines += ["", "[[requests]]", f"prefix = {request.prefix}", f"new = {request.new}"]
     return "\n".join(lines) + "\n"

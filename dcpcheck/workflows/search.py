@@ -329,7 +329,7 @@ def search(
             ownership[shape] += count
         if on_example is not None:
             on_example(examples_run)
-        if any(r.status != "pass" for r in results):
+        if any(r.failed for r in results):
             first_failure = first_failure or examples_run
             last_failure = ScenarioFailed(scenario, results)
             raise last_failure

@@ -252,7 +252,7 @@ def _first_failure(result: CaseResult) -> _Failure:
 
 
 def _first_failing_case(results: Sequence[CaseResult]) -> CaseResult | None:
-    return next((r for r in results if r.status != "pass"), None)
+    return next((r for r in results if r.failed), None)
 
 
 def _run_named(
@@ -262,7 +262,7 @@ def _run_named(
     config = RunConfig(name, None)
     for scenario in scenarios:
         for result in run_scenario(kernel, scenario, config, backend):
-            if result.status != "pass":
+            if result.failed:
                 return result
     return None
 

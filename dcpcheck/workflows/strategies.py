@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
-from dcpcheck.contract import PRESETS, CacheLayout
+from dcpcheck.contract import INDEX_SHUFFLE_TILE, PRESETS, CacheLayout, IndexFormat, IndexScale
 from dcpcheck.spec.dcp import Batch, Request
 from dcpcheck.spec.scenario import BLOCK_TABLE_MODES, INDEXER_MODES, VALUE_REGIMES, Scenario
 
@@ -195,14 +195,26 @@ def batches(
 
 
 def cache_layouts() -> SearchStrategy[tuple[CacheLayout, float | None]]:
-    """``(layout, per-tensor scale)``: auto, then fp8 with each scale, then fp8_ds_mla."""
+    """``(layout, per-tensor scale)``: auto, then fp8 with each scale, then fp8_ds_mla and
+    nvfp4_ds_mla."""
     return st.sampled_from(
         [
             (CacheLayout.AUTO, None),
             *((CacheLayout.FP8, scale) for scale in FP8_SCALES),
             (CacheLayout.FP8_DS_MLA, None),
+            (CacheLayout.NVFP4_DS_MLA, None),
         ]
     )
+
+
+def index_formats(indexer: str, block_size: int) -> SearchStrategy[IndexFormat]:
+    """The indexer cache's format: plain fp32 first (where shrinking settles), the shuffled
+    tiling where the block size allows it (a multiple of ``INDEX_SHUFFLE_TILE``), and
+    MX-packed scales; the plain format alone on a shared layer."""
+    if indexer == "none":
+        return st.just(IndexFormat())
+    tilings = (False, True) if block_size % INDEX_SHUFFLE_TILE == 0 else (False,)
+    return st.builds(IndexFormat, st.sampled_from(tilings), st.sampled_from(tuple(IndexScale)))
 
 
 ALL_NEGATIVE, MIXED, PREFIX_CACHED, ANY = "all_negative", "mixed", "prefix_cached", "any"
@@ -248,6 +260,7 @@ def _members(draw: DrawFn, space: SearchSpace, shape: str) -> tuple[Scenario, ..
     kept = sum(1 for _ in itertools.takewhile(lambda total: total <= budget, totals))
     member_batches = member_batches[:kept]
     layout, scale = draw(cache_layouts())
+    indexer = draw(st.sampled_from(INDEXER_MODES))
     first = Scenario(
         name=GENERATED_NAME,
         description=GENERATED_DESCRIPTION,
@@ -255,7 +268,8 @@ def _members(draw: DrawFn, space: SearchSpace, shape: str) -> tuple[Scenario, ..
         dtype=draw(st.sampled_from(("bfloat16", "float16"))),
         cache_layout=layout,
         mla_scale=scale,
-        indexer=draw(st.sampled_from(INDEXER_MODES)),
+        indexer=indexer,
+        index_format=draw(index_formats(indexer, block_size)),
         block_size=block_size,
         interleave=interleave,
         dcp_sizes=sizes,

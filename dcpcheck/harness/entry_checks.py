@@ -1,0 +1,150 @@
+"""Contract 2a, ``cache_owned``: each entry a rank owns holds its token's encoding.
+
+Compared part by part (``cache_entries.EntryPart``: an MLA entry's values, RoPE part and
+scales; an indexer row's values and scale) in steps of each part's stored format, with
+the oracle's encoding (``check_cache_owned``) or, without the oracle, only as written at
+all (``check_cache_written``). A part that decodes as NaN is told apart: still the seeded
+random fill (unwritten) or bytes the kernel wrote that are no valid encoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dcpcheck.contract import CacheLayout
+from dcpcheck.harness.cache_entries import expected_index_rows, owned_entries
+from dcpcheck.harness.case import Case
+from dcpcheck.harness.checks import (
+    NAN_UNWRITTEN,
+    NAN_WRITTEN_ENTRY,
+    CheckResult,
+    Finding,
+    row_finding,
+)
+from dcpcheck.harness.comparison import bits_equal, nvfp4_scale_slack, part_violations
+
+
+def _compare_entries(
+    case: Case,
+    rank: int,
+    field: str,
+    tokens: torch.Tensor,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    parts,
+    stored: tuple[torch.Tensor, torch.Tensor],
+    slack: dict[str, torch.Tensor] | None = None,
+) -> list[Finding]:
+    """Findings of entries ``actual`` against the oracle's ``expected`` part by part.
+    A part infinitely far (a NaN) is told apart by ``stored``, the entries' bytes after
+    and before the launch (``OwnedEntries.stored_rows``): still the random fill is
+    unwritten, changed bytes are a written NaN."""
+    findings = []
+    for part in parts:
+        bad, steps = part_violations(actual, expected, part, (slack or {}).get(part.name))
+        if bad.any():
+            max_error = None
+            if int(steps[bad].max()) == torch.iinfo(torch.int64).max:
+                span = slice(part.start, part.stop)
+                rows = bad.to(actual.device)
+                after, before = stored
+                untouched = bits_equal(after[rows, span], before[rows, span])
+                max_error = NAN_UNWRITTEN if bool(untouched.all()) else NAN_WRITTEN_ENTRY
+            findings.append(
+                row_finding(
+                    f"{field}.{part.name}",
+                    rank,
+                    "{count} owned entr(y/ies) differ from the oracle's encoding",
+                    bad,
+                    tokens,
+                    steps,
+                    case,
+                    max_error=max_error,
+                )
+            )
+    return findings
+
+
+def mla_part_slack(layout: CacheLayout, kv_fp32: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-element extra steps some MLA entry parts may be off by, from the oracle's
+    unrounded KV ``[K, 512]`` of the entries' tokens: an nvfp4_ds_mla scale next to an
+    e4m3 rounding midpoint (``tolerances.NVFP4_SCALE``); none for other layouts."""
+    if layout is CacheLayout.NVFP4_DS_MLA:
+        return {"scales": nvfp4_scale_slack(kv_fp32)}
+    return {}
+
+
+def check_cache_owned(case: Case) -> CheckResult:
+    """Contract 2a: each entry this rank owns holds the oracle's encoding of its token."""
+    if case.scenario.profiling:
+        return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
+    findings = []
+    for owned in owned_entries(case):
+        actual = owned.rows()
+        tokens = owned.tokens.to(actual.device)
+        slack = None
+        if owned.field == "mla_cache":
+            expected = case.expected.mla_entries[tokens]
+            slack = mla_part_slack(case.scenario.cache_layout, case.expected.kv_fp32[tokens])
+        else:
+            expected = expected_index_rows(case, tokens)
+        findings += _compare_entries(
+            case,
+            owned.launch.rank,
+            owned.field,
+            owned.tokens,
+            actual,
+            expected,
+            owned.parts,
+            owned.stored_rows(),
+            slack,
+        )
+    return CheckResult("cache_owned", tuple(findings))
+
+
+CACHE_OWNED_WITHOUT_ORACLE = (
+    "oracle off: every owned entry checked written (no part left as the seeded random "
+    "fill); its bytes are compared with the DCP1 run's entry by shards_reassemble"
+)
+
+
+def check_cache_written(case: Case) -> CheckResult:
+    """Contract 2a without the oracle: each entry this rank owns was written, at every DCP
+    size, DCP1 included.
+
+    Caches start as seeded random bytes, so an owned entry part (``mla_entry_parts``,
+    ``index_entry_parts``) that still equals them byte for byte was not written. A correct
+    part of ``b`` bytes equals the random fill by chance with odds ``2^-8b``; the smallest
+    part, an indexer row's 4-byte scale, gives 2^-32 (2.3e-10) per entry. The fill is
+    seeded, so such a coincidence would repeat on every run of that case rather than
+    flake. The written bytes are then judged against the kernel's own DCP1 run by
+    ``check_shards_reassemble``, which also catches a part written only in places: the
+    fill of a DCPn cache differs from the DCP1 one.
+    """
+    if case.scenario.profiling:
+        return CheckResult(
+            "cache_owned",
+            skipped="profiling call: no entry is owned",
+            without_oracle=CACHE_OWNED_WITHOUT_ORACLE,
+        )
+    findings = []
+    for owned in owned_entries(case):
+        actual, initial = owned.stored_rows()
+        for part in owned.parts:
+            span = slice(part.start, part.stop)
+            bad = bits_equal(actual[:, span], initial[:, span]).cpu()
+            if bad.any():
+                findings.append(
+                    row_finding(
+                        f"{owned.field}.{part.name}",
+                        owned.launch.rank,
+                        "{count} owned entr(y/ies) still hold the seeded random fill: "
+                        "never written",
+                        bad,
+                        owned.tokens,
+                        torch.zeros(len(owned.tokens), dtype=torch.int64),
+                        case,
+                        max_error="unwritten",
+                    )
+                )
+    return CheckResult("cache_owned", tuple(findings), without_oracle=CACHE_OWNED_WITHOUT_ORACLE)
