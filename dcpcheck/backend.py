@@ -52,6 +52,17 @@ def _kernel_modules_loaded() -> bool:
     return any(name in sys.modules for name in KERNEL_MODULES)
 
 
+def planned_device(device: str = "auto") -> torch.device:
+    """The device ``select_backend(device)`` would pick, without picking it (nothing is
+    imported or installed): what the up-front checks size a run against."""
+    if device not in ("auto", "cuda", "cpu"):
+        raise BackendError(f"unknown device {device!r} (expected auto, cuda or cpu)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BackendError("--device cuda asked for, but torch sees no CUDA device")
+    want_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    return torch.device("cuda" if want_cuda else "cpu")
+
+
 def select_backend(device: str = "auto") -> Backend:
     """Pick the device for this process: ``auto`` (CUDA if present), ``cuda`` or ``cpu``.
 
@@ -59,12 +70,8 @@ def select_backend(device: str = "auto") -> Backend:
     because kernels already defined cannot switch between compiled and interpreted.
     """
     global _selected
-    if device not in ("auto", "cuda", "cpu"):
-        raise BackendError(f"unknown device {device!r} (expected auto, cuda or cpu)")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise BackendError("--device cuda asked for, but torch sees no CUDA device")
-    want_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    chosen = Backend(torch.device("cuda" if want_cuda else "cpu"), interpreted=not want_cuda)
+    target = planned_device(device)
+    chosen = Backend(target, interpreted=target.type != "cuda")
     if _selected is not None:
         if _selected != chosen and device != "auto":
             raise BackendError(

@@ -209,3 +209,30 @@ def test_sizes_are_written_for_a_person() -> None:
     assert cost.format_bytes(int(1.25 * GIB)) == "1.2 GiB"
     assert cost.format_bytes(300 << 20) == "300.0 MiB"
     assert cost.format_bytes(0) == "0.0 MiB"
+
+
+def test_an_oversized_run_is_refused_before_the_backend_opens(tmp_path: Path) -> None:
+    """Issue 18: a refusal costs what a usage error costs (about 2 s and 240 MB here),
+    so it comes before the backend imports Triton and installs the interpreter's
+    patches (80 MB more): no backend line is printed, nothing of Triton is loaded."""
+    import subprocess
+    import sys
+
+    template = load_scenario(SCENARIO_DIR / "glm5-prefill-512.toml")
+    huge = dataclasses.replace(
+        template, name="huge", batch=Batch((Request(0, 202_000),)), source=None
+    )
+    (tmp_path / "huge.toml").write_text(scenario_to_toml(huge), encoding="utf-8")
+    probe = (
+        "import sys\n"
+        "from dcpcheck.cli import cli\n"
+        "try:\n"
+        "    cli(['run', '--scenario-dir', sys.argv[1], '--scenario', 'huge', '--no-tokens'])\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, sorted(m for m in sys.modules if m.startswith('triton')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "exit 2 []", (done.stdout, done.stderr)
+    assert "key 'requests[0].new'" in done.stderr and "backend:" not in done.stderr

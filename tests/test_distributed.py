@@ -30,7 +30,7 @@ from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.output import report
 from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenarios
 from tests.conftest import BACKEND, requires_cuda
-from tests.kernels_under_test import oracle_kernel, overwrites_prefix
+from tests.kernels_under_test import NoFp4Here, oracle_kernel, overwrites_prefix
 
 requires_interpreter = pytest.mark.skipif(
     not BACKEND.interpreted,
@@ -106,6 +106,18 @@ def test_real_ranks_report_what_simulated_ranks_report(tmp_path, world_size):
     assert real == simulated_report("default", world_size)
     assert (real["summary"]["cases"], real["summary"]["pass"]) == (3, 3)
     assert [c["dcp"] for c in real["cases"]] == [world_size] * 3
+
+
+@requires_interpreter
+def test_real_ranks_report_a_case_the_kernel_cannot_run_as_not_applicable(tmp_path):
+    """Every rank decides alike and launches nothing; the report is the simulated one."""
+    path = tmp_path / "report.json"
+    kernel = "tests.kernels_under_test:no_fp4_here"
+    argv = ["run", "--dcp", "2", "--kernel", kernel, "--scenario", "nvfp4-ds-mla-cache"]
+    code = launcher.launch(2, [*argv, "--json", str(path), "--no-tokens"], LAUNCH_TIMEOUT_S)
+    assert code == EXIT_OK
+    [case] = json.loads(path.read_text())["cases"]
+    assert (case["status"], case["error"]) == ("not_applicable", NoFp4Here.REASON)
 
 
 @requires_interpreter

@@ -89,3 +89,32 @@ def test_a_stray_write_into_a_shuffled_cache_is_found_at_its_slot():
     assert finding.detail.startswith(f"entry {written['slot']} (unowned) changed: ")
     assert finding.detail.endswith("byte(s), holds token 0's encoding")
     assert 120 <= int(finding.max_error.split()[0]) <= 128
+
+
+def test_a_vllm_file_is_read_for_its_nvfp4_path(tmp_path, monkeypatch):
+    """The signature cannot say whether a file writes nvfp4_ds_mla; its source can. A
+    conversion dcpcheck does not recognise is run and judged, never declared N/A."""
+    from dcpcheck.adapters.vllm import ApiShape, Nvfp4Path, VllmFusedNormRope, nvfp4_path
+    from dcpcheck.harness.case import build_case
+
+    texts = {
+        "absent": "def f(): return 'fp8_ds_mla'\n",
+        "ptx": "def f(): return ('nvfp4_ds_mla', 'cvt.rn.satfinite.e2m1x2.f32')\n",
+        "other": "def f(): return ('nvfp4_ds_mla', 'e2m1 by arithmetic')\n",
+    }
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = {}
+    for name, text in texts.items():
+        (tmp_path / f"nvfp4_probe_{name}.py").write_text(text.replace("'", '"'))
+        module = __import__(f"nvfp4_probe_{name}")
+        paths[name] = nvfp4_path(module.f)
+    assert paths == {
+        "absent": Nvfp4Path.ABSENT,
+        "ptx": Nvfp4Path.PTX_E2M1,
+        "other": Nvfp4Path.OTHER,
+    }
+
+    [sc] = load_scenarios(["nvfp4-ds-mla-cache"])
+    inputs = build_case(sc, 1, BACKEND.device).ranks[0].inputs
+    adapter = VllmFusedNormRope(lambda **_: None, ApiShape.SEPARATE_OUTPUTS, nvfp4=Nvfp4Path.OTHER)
+    assert adapter.not_applicable(inputs) is None

@@ -197,7 +197,7 @@ class Nvfp4Path(enum.Enum):
 
     ABSENT = "the file never names nvfp4_ds_mla"
     PTX_E2M1 = f"e2m1 by inline PTX ({PTX_E2M1})"
-    OTHER = "a conversion dcpcheck does not recognise"
+    OTHER = "a conversion dcpcheck does not recognise (run as it is)"
 
 
 def nvfp4_path(function: Callable[..., object]) -> Nvfp4Path:
@@ -293,9 +293,9 @@ class VllmFusedNormRope:
     def not_applicable(self, inputs: FusedOpInputs) -> str | None:
         """Why this kernel cannot run a case of ``inputs`` here: an nvfp4_ds_mla cache the
         file has no path for, or whose e2m1 conversion this machine cannot execute."""
-        if inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA:
-            return None
-        if self.nvfp4 is not Nvfp4Path.PTX_E2M1:
+        if inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA or self.nvfp4 is Nvfp4Path.OTHER:
+            return None  # a conversion not recognised is run, and judged
+        if self.nvfp4 is Nvfp4Path.ABSENT:
             return f"nvfp4_ds_mla: {self.nvfp4.value}"
         device = inputs.kv_c.device
         if device.type != "cuda":

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import torch
 
 from dcpcheck.adapters import ADAPTER_NAMES
-from dcpcheck.backend import BackendError, select_backend
+from dcpcheck.backend import BackendError, planned_device, select_backend
 from dcpcheck.contract import DsMlaScale, Kernel
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
@@ -216,6 +217,15 @@ def announce_oracle(oracle: bool) -> None:
 fail_fast_option = click.option(
     "-x", "--fail-fast", is_flag=True, help="Stop at the first failing case."
 )
+
+
+def device_for_checks(device: str) -> torch.device:
+    """The ``--device`` a run will use, before its backend is opened (so before Triton is
+    imported): exit 2 if it cannot be had. Up-front checks size the run against it."""
+    try:
+        return planned_device(device)
+    except BackendError as exc:
+        raise InputError(str(exc)) from None
 
 
 def open_backend(device: str):

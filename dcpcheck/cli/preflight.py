@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import torch
+
 from dcpcheck import files
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
@@ -27,10 +29,11 @@ def check_sanitizer(sanitize: str | None, backend) -> None:
         raise InputError(str(exc)) from None
 
 
-def check_cost(scenarios: list[Scenario], config: RunConfig, backend) -> None:
-    """Every scenario's peak memory against what the device has free: exit 2, naming the
-    file and the key that drives the size, before any work (``spec.cost``)."""
-    budget = cost.available_memory(backend.device)
+def check_cost(scenarios: list[Scenario], config: RunConfig, device: torch.device) -> None:
+    """Every scenario's peak memory against what ``device`` has free: exit 2, naming the
+    file and the key that drives the size, before any work (``spec.cost``) - before the
+    backend is even opened, so a refusal costs what a usage error costs."""
+    budget = cost.available_memory(device)
     for scenario in scenarios:
         try:
             cost.check_cost(scenario, config.sizes_of(scenario), budget)

@@ -20,6 +20,7 @@ from dcpcheck.cli.common import (
     KernelLoadFailure,
     adapter_option,
     announce_oracle,
+    device_for_checks,
     device_option,
     ds_mla_scale_option,
     ds_mla_scale_rule,
@@ -344,8 +345,6 @@ def run_command(
     scenarios = (
         [] if property_only else preflight.named_scenarios(patterns, scenario_dir, dcp_sizes, seed)
     )
-    backend = open_backend(device)
-    announce_oracle(oracle == "on")
     config = RunConfig(
         kernel_name,
         dcp_sizes,
@@ -355,10 +354,12 @@ def run_command(
         oracle=oracle == "on",
         sanitize=sanitize,
     )
+    preflight.check_cost(scenarios, config, device_for_checks(device))
+    backend = open_backend(device)
+    announce_oracle(oracle == "on")
 
     plan = RunPlan(scenarios, token_streams=not no_tokens, search=search_config)
     preflight.check_sanitizer(sanitize, backend)
-    preflight.check_cost(scenarios, config, backend)
     with _kernel_under_test(kernel_name, adapter, backend, timeout, sanitize) as kernel:
         session = Session(kernel, config, backend, home, on_warning=_warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
@@ -539,8 +540,6 @@ def repro_command(
     except OSError as exc:
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
     preflight.check_overrides(scenario, dcp_sizes, seed)
-    backend = open_backend(device)
-    announce_oracle(oracle == "on")
     config = RunConfig(
         kernel_name,
         dcp_sizes,
@@ -549,8 +548,10 @@ def repro_command(
         oracle=oracle == "on",
         sanitize=sanitize,
     )
+    preflight.check_cost([scenario], config, device_for_checks(device))
+    backend = open_backend(device)
+    announce_oracle(oracle == "on")
     preflight.check_sanitizer(sanitize, backend)
-    preflight.check_cost([scenario], config, backend)
     outcomes: list[RunOutcome] = []
     with _kernel_under_test(kernel_name, adapter, backend, timeout, sanitize) as kernel:
         session = Session(kernel, config, backend)  # a replay saves nothing new

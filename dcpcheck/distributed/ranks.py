@@ -25,6 +25,7 @@ from dcpcheck.harness.runner import (
     judge,
     launch,
     launch_all,
+    not_applicable_results,
     run_again,
     with_effective_ds_mla_scale,
 )
@@ -111,7 +112,11 @@ def _check_scenario(
     group.progress.working(f"launching {label}")
     start = time.perf_counter()
     act = make_activations(scenario, seed, device)
-    expected = oracle_for(scenario_inputs(scenario, act))
+    inputs = scenario_inputs(scenario, act)
+    skipped = not_applicable_results(kernel, scenario, config, inputs, sizes)
+    if skipped:  # every rank decides alike: the same kernel, machine and inputs
+        return skipped
+    expected = oracle_for(inputs)
     case = build_case(
         scenario, group.world_size, device, seed=seed, activations=act, expected=expected
     )

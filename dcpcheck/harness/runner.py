@@ -454,6 +454,31 @@ def judge(
     return result
 
 
+def not_applicable_results(
+    kernel: object,
+    scenario: Scenario,
+    config: RunConfig,
+    inputs: FusedOpInputs,
+    sizes: Sequence[int],
+) -> list[CaseResult]:
+    """One ``not_applicable`` result per DCP size when ``kernel`` cannot run ``scenario``
+    on this machine (``adapters.protocol.kernel_not_applicable``), else none: the case is
+    then never built nor launched, whether its ranks run here or apart."""
+    reason = kernel_not_applicable(kernel, inputs)
+    if reason is None:
+        return []
+    return [
+        CaseResult(
+            scenario.name,
+            n,
+            "not_applicable",
+            error=reason,
+            replay=config.replay_command(scenario, n),
+        )
+        for n in sizes
+    ]
+
+
 def run_scenario(
     kernel: KernelUnderTest, scenario: Scenario, config: RunConfig, backend: Backend
 ) -> Iterator[CaseResult]:
@@ -465,11 +490,9 @@ def run_scenario(
     seed = scenario.seed if config.seed is None else config.seed
     act = make_activations(scenario, seed, backend.device)
     inputs = scenario_inputs(scenario, act)
-    reason = kernel_not_applicable(kernel, inputs)
-    if reason is not None:
-        for dcp_size in config.sizes_of(scenario):
-            replay = config.replay_command(scenario, dcp_size)
-            yield CaseResult(scenario.name, dcp_size, "not_applicable", error=reason, replay=replay)
+    skipped = not_applicable_results(kernel, scenario, config, inputs, config.sizes_of(scenario))
+    if skipped:
+        yield from skipped
         return
     expected = oracle_for(inputs)
 
