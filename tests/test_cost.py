@@ -219,8 +219,8 @@ def test_an_oversized_run_is_refused_before_the_backend_opens(tmp_path: Path) ->
     import sys
 
     template = load_scenario(SCENARIO_DIR / "glm5-prefill-512.toml")
-    huge = dataclasses.replace(
-        template, name="huge", batch=Batch((Request(0, 202_000),)), source=None
+    huge = dataclasses.replace(  # about 200 GiB at DCP 64: more than an H200 has free
+        template, name="huge", batch=Batch((Request(0, 202_000),)), dcp_sizes=(1, 64), source=None
     )
     (tmp_path / "huge.toml").write_text(scenario_to_toml(huge), encoding="utf-8")
     probe = (
