@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.strategies import SearchStrategy
 
 import reference
-from dcpcheck.contract import FP8_E4M3_MAX, CacheLayout
+from dcpcheck.contract import FP8_E4M3_MAX, CacheLayout, IndexFormat, IndexScale
 from dcpcheck.harness.case import make_activations, oracle_for, scenario_inputs
 from dcpcheck.spec.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
 from dcpcheck.spec.scenario import Scenario, load_scenario, scenario_to_toml
@@ -227,6 +227,19 @@ def test_shrinking_keeps_what_the_failure_needs_and_drops_the_rest() -> None:
     assert shrunk.batch == Batch((Request(prefix=1, new=1),), padding=1)
     assert shrunk.cache_layout is CacheLayout.FP8_DS_MLA
     assert (shrunk.dcp_sizes, shrunk.block_size, shrunk.values) == ((2,), 16, "normal")
+
+
+def test_the_search_reaches_the_newer_cache_formats() -> None:
+    """Each of issue 21's formats is drawn, and a failure needing one shrinks to it alone
+    (the plain fp32 indexer of the minimal scenario otherwise)."""
+    assert SIMPLEST.index_format == IndexFormat()
+    nvfp4 = minimal(scenarios(SPACE), lambda s: s.cache_layout is CacheLayout.NVFP4_DS_MLA)
+    assert (nvfp4.cache_layout, nvfp4.index_format) == (CacheLayout.NVFP4_DS_MLA, IndexFormat())
+    shuffled = minimal(scenarios(SPACE), lambda s: s.index_format.shuffled)
+    assert shuffled.index_format == IndexFormat(True, IndexScale.FP32)
+    assert shuffled.block_size % 16 == 0
+    mx = minimal(scenarios(SPACE), lambda s: s.index_format.scale is IndexScale.MX)
+    assert mx.index_format == IndexFormat(False, IndexScale.MX) and mx.has_indexer
 
 
 def test_named_shapes_shrink_to_their_simplest_instance() -> None:
