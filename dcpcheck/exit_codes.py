@@ -2,7 +2,7 @@
 bisect run`` skips a commit on 125)."""
 
 EXIT_OK = 0
-"""Every check passed."""
+"""Every check that could run passed; a case not applicable on this machine fails nothing."""
 
 EXIT_FAIL = 1
 """A check failed, or the kernel raised while running a case."""

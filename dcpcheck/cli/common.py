@@ -30,7 +30,8 @@ HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels und
 Exit codes (part of the interface; `git bisect run` relies on 125):
 
 \b
-  0    every check passed
+  0    every check that could run passed (a case not applicable on this machine, N/A,
+       fails nothing)
   1    a check failed, or the kernel raised, crashed or timed out
   2    usage error or bad input (a --kernel name the registry does not know, too),
        found before any work starts
