@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from dcpcheck.contract import CacheLayout
-from dcpcheck.harness.cache_entries import expected_index_rows, owned_entries
+from dcpcheck.harness.cache_entries import OwnedEntries, expected_index_rows, owned_entries
 from dcpcheck.harness.case import Case
 from dcpcheck.harness.checks import (
     NAN_UNWRITTEN,
@@ -26,21 +26,17 @@ from dcpcheck.harness.comparison import bits_equal, nvfp4_scale_slack, part_viol
 
 def _compare_entries(
     case: Case,
-    rank: int,
-    field: str,
-    tokens: torch.Tensor,
+    owned: OwnedEntries,
     actual: torch.Tensor,
     expected: torch.Tensor,
-    parts,
-    stored: tuple[torch.Tensor, torch.Tensor],
     slack: dict[str, torch.Tensor] | None = None,
 ) -> list[Finding]:
-    """Findings of entries ``actual`` against the oracle's ``expected`` part by part.
-    A part infinitely far (a NaN) is told apart by ``stored``, the entries' bytes after
-    and before the launch (``OwnedEntries.stored_rows``): still the random fill is
-    unwritten, changed bytes are a written NaN."""
+    """Findings of ``owned``'s entries ``actual`` against the oracle's ``expected``, part by
+    part. A part infinitely far (a NaN) is told apart by the entries' bytes as stored after
+    and before the launch (``OwnedEntries.stored_rows``, read only then): still the random
+    fill is unwritten, changed bytes are a written NaN."""
     findings = []
-    for part in parts:
+    for part in owned.parts:
         bad, steps = part_violations(actual, expected, part, (slack or {}).get(part.name))
         if bad.any():
             max_error = None
@@ -48,16 +44,16 @@ def _compare_entries(
             if infinite.any():  # the worst is a NaN: say which rows' NaN it is
                 span = slice(part.start, part.stop)
                 rows = infinite.to(actual.device)
-                after, before = stored
+                after, before = owned.stored_rows()
                 untouched = bits_equal(after[rows, span], before[rows, span])
                 max_error = NAN_UNWRITTEN if bool(untouched.all()) else NAN_WRITTEN_ENTRY
             findings.append(
                 row_finding(
-                    f"{field}.{part.name}",
-                    rank,
+                    f"{owned.field}.{part.name}",
+                    owned.launch.rank,
                     "{count} owned entr(y/ies) differ from the oracle's encoding",
                     bad,
-                    tokens,
+                    owned.tokens,
                     steps,
                     case,
                     max_error=max_error,
@@ -89,17 +85,7 @@ def check_cache_owned(case: Case) -> CheckResult:
             slack = mla_part_slack(case.scenario.cache_layout, case.expected.kv_fp32[tokens])
         else:
             expected = expected_index_rows(case, tokens)
-        findings += _compare_entries(
-            case,
-            owned.launch.rank,
-            owned.field,
-            owned.tokens,
-            actual,
-            expected,
-            owned.parts,
-            owned.stored_rows(),
-            slack,
-        )
+        findings += _compare_entries(case, owned, actual, expected, slack)
     return CheckResult("cache_owned", tuple(findings))
 
 
