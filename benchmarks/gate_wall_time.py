@@ -2,10 +2,16 @@
 
 * ``dcpcheck run --dcp 4`` over the shipped scenarios, with a cold Triton cache (a fresh
   ``TRITON_CACHE_DIR``) and then warm (the same directory again);
-* the property search at DCP4 (``--property-only --stats``): examples per second;
+* the property search at DCP4 (``--property-only --stats``): examples per second, first
+  with the Triton cache the run left (the search's own kernel variants compile then) and
+  again warm;
 * ``dcpcheck bisect`` over the 64-revision kernel history of the bisect tests.
 
-    python3 benchmarks/gate_wall_time.py [--examples N] [--only run|property|bisect]
+    python3 benchmarks/gate_wall_time.py [--examples N] [--only run|property|bisect] [--tree DIR]
+
+``--tree`` times another checkout (e.g. ``git worktree add OLD <rev>``) with this script,
+so two trees are measured the same way (``side_by_side.sh``). After each command it prints
+how many kernel binaries the Triton cache holds (``*.cubin``; none under the interpreter).
 
 Runs on the CPU (Triton's interpreter) or a GPU, whichever ``--device auto`` picks.
 """
@@ -29,19 +35,31 @@ from tests.fixtures import kernel_history  # noqa: E402
 KERNEL_FILE = "kernels.py"
 
 
-def timed(args: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, str, int]:
+def timed(args: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str, int]:
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "dcpcheck", *args], cwd=cwd, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "dcpcheck", *args],
+        cwd=cwd or env["PYTHONPATH"],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     return time.perf_counter() - start, done.stdout, done.returncode
+
+
+def binaries(env: dict[str, str]) -> str:
+    """How many compiled kernel binaries the run's Triton cache holds."""
+    return f"{len(list(Path(env['TRITON_CACHE_DIR']).rglob('*.cubin')))} binaries cached"
 
 
 def run_times(env: dict[str, str]) -> None:
     for label in ("cold", "warm"):
         seconds, output, code = timed(["run", "--dcp", "4"], env)
         summary = output.strip().splitlines()[-1]
-        print(f"run --dcp 4 ({label} Triton cache): {seconds:.1f} s, exit {code}: {summary}")
+        print(
+            f"run --dcp 4 ({label} Triton cache): {seconds:.1f} s, exit {code}: {summary} "
+            f"({binaries(env)})"
+        )
 
 
 def property_rate(examples: int, profile: str, env: dict[str, str]) -> None:
@@ -56,12 +74,14 @@ def property_rate(examples: int, profile: str, env: dict[str, str]) -> None:
         profile,
         "--stats",
     ]
-    seconds, output, code = timed(command, env)
-    rate = re.search(r"stats: property: .*", output)
-    print(
-        f"property --dcp 4 --examples {examples} --profile {profile}: {seconds:.1f} s wall, "
-        f"exit {code}: {rate.group(0) if rate else output[-300:]}"
-    )
+    for label in ("first", "again, warm"):
+        seconds, output, code = timed(command, env)
+        rate = re.search(r"stats: property: .*", output)
+        print(
+            f"property --dcp 4 --examples {examples} --profile {profile} ({label}): "
+            f"{seconds:.1f} s wall, exit {code}: {rate.group(0) if rate else output[-300:]} "
+            f"({binaries(env)})"
+        )
 
 
 def bisect_time(scratch: Path, env: dict[str, str]) -> None:
@@ -101,6 +121,7 @@ def main() -> None:
         action="append",
         help="measure only these (repeatable; default: all)",
     )
+    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout to time")
     args = parser.parse_args()
     wanted = set(args.only or ("run", "property", "bisect"))
     with tempfile.TemporaryDirectory() as scratch:
@@ -108,7 +129,7 @@ def main() -> None:
             **os.environ,
             "TRITON_CACHE_DIR": str(Path(scratch) / "triton"),
             "DCPCHECK_HOME": str(Path(scratch) / "home"),
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": str(args.tree.resolve()),
         }
         if "run" in wanted:
             run_times(env)

@@ -27,7 +27,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
 from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
-from dcpcheck.harness.runner import RunConfig, check_case, launch_all, run_scenario
+from dcpcheck.harness.case_checks import check_case
+from dcpcheck.harness.runner import RunConfig, launch_all, run_scenario
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.spec.dcp import Batch, Request
 from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario

@@ -127,11 +127,21 @@ def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
+def _written_bytes(inputs, outputs, caches) -> list[torch.Tensor]:
+    """Copies of everything a launch writes: a tuning option must not move one bit."""
+    written = [t for t in vars(outputs).values() if isinstance(t, torch.Tensor)]
+    written += [caches.mla] + ([caches.index] if caches.index is not None else [])
+    return [t.clone() for t in written]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes")
     parser.add_argument("--block-tokens", type=_int_list, default=[None], help="BLOCK_T values")
     parser.add_argument("--num-warps", type=_int_list, default=[None], help="num_warps values")
+    parser.add_argument(
+        "--maxnreg", type=_int_list, default=[None], help="register caps per thread (CUDA)"
+    )
     parser.add_argument("--no-eager", action="store_true", help="skip the eager composition")
     parser.add_argument("--tokens", type=_int_list, help="token counts (default: all sizes)")
     parser.add_argument("--presets", default="deepseek-v3.2,glm-5", help="comma-separated")
@@ -143,7 +153,8 @@ def main() -> None:
     sizes = args.tokens or (*decode, *prefill)
     print(f"device: {backend.describe()}; peak {H200_PEAK_TBPS} TB/s (datasheet)")
     print(
-        f"{'preset':14} {'layout':10} {'tokens':>7} {'BLOCK_T':>7} {'warps':>5} {'MB':>8} "
+        f"{'preset':14} {'layout':10} {'tokens':>7} {'BLOCK_T':>7} {'warps':>5} "
+        f"{'maxnreg':>7} {'bits':>6} {'MB':>8} "
         f"{'kernel us':>10} {'GB/s':>7} {'%peak':>6} {'eager us':>9} {'GB/s':>7} {'speedup':>7}"
     )
     for preset in args.presets.split(","):
@@ -157,17 +168,29 @@ def main() -> None:
                     t_eager = triton.testing.do_bench(partial(eager, *op))
                     eager_gbps = moved / (t_eager * 1e-3) / 1e9
                     eager_cols = f"{t_eager * 1e3:9.1f} {eager_gbps:7.0f}"
-                for block_tokens, num_warps in product(args.block_tokens, args.num_warps):
+                launch(shape, *op)  # the default configuration's bytes, to compare with
+                written = _written_bytes(*op)
+                configs = product(args.block_tokens, args.num_warps, args.maxnreg)
+                for block_tokens, num_warps, maxnreg in configs:
                     run = partial(
-                        launch, shape, *op, block_tokens=block_tokens, num_warps=num_warps
+                        launch,
+                        shape,
+                        *op,
+                        block_tokens=block_tokens,
+                        num_warps=num_warps,
+                        maxnreg=maxnreg,
                     )
                     run()  # compile outside the graph
+                    same = all(
+                        torch.equal(a, b) for a, b in zip(written, _written_bytes(*op), strict=True)
+                    )
                     t_kernel = triton.testing.do_bench_cudagraph(run)
                     gbps = moved / (t_kernel * 1e-3) / 1e9
                     speedup = f" {t_eager / t_kernel:6.1f}x" if eager_cols else ""
                     print(
                         f"{preset:14} {layout.value:10} {tokens:7d} {block_tokens or 1:7d} "
-                        f"{num_warps or GPU_NUM_WARPS:5d} {moved / 1e6:8.2f} "
+                        f"{num_warps or GPU_NUM_WARPS:5d} {maxnreg or '-':>7} "
+                        f"{'same' if same else 'DIFFER':>6} {moved / 1e6:8.2f} "
                         f"{t_kernel * 1e3:10.1f} {gbps:7.0f} {gbps / (H200_PEAK_TBPS * 10):5.1f}% "
                         f"{eager_cols}{speedup}"
                     )

@@ -1,21 +1,35 @@
 #!/usr/bin/env bash
-# Issue 19's figures for two trees, one after the other on an otherwise idle machine: the
-# gate (`dcpcheck run --dcp 4`, cold and warm Triton cache), the property search at DCP4
-# (ci profile, $EXAMPLES examples, default 200) and the PR-54908 regression found and shrunk from an empty
-# home. OLD is a checkout of the tree to compare with (e.g. `git worktree add OLD <rev>`).
+# Issue 19's figures for two trees, one after the other on an otherwise idle machine, each
+# timed by this checkout's gate_wall_time.py: the gate (`dcpcheck run --dcp 4`, cold and
+# warm Triton cache, binaries compiled), the property search at DCP4 (ci profile,
+# $EXAMPLES examples, default 200; first and warm) and the PR-54908 regression found and
+# shrunk from an empty home (Triton cache warm). OLD is a checkout of the tree to compare
+# with (e.g. `git worktree add OLD <rev>`).
+#
+# Python's own bytecode is cached under a writable PYTHONPYCACHEPREFIX: on the lent GPU
+# machine torch's site-packages are read-only and ship no .pyc, so without it every Python
+# process compiles torch's sources again (3.3 s of a 15 s profile), a cost no user with an
+# ordinary install pays. The first command of each tree warms it.
 # Usage: bash benchmarks/side_by_side.sh OLD [NEW]      (NEW: this checkout)
 set -u
+HERE=$(cd "$(dirname "$0")/.." && pwd)
 OLD=$1
-NEW=${2:-$(cd "$(dirname "$0")/.." && pwd)}
+NEW=${2:-$HERE}
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$(mktemp -d)}
+python3 -c "import torch, triton, hypothesis, rich, click" # bytecode of the libraries, once
 for tree in "$OLD" "$NEW"; do
   echo "== $tree ($(git -C "$tree" rev-parse --short HEAD 2>/dev/null || echo 'no git'))"
-  ( cd "$tree" && python3 benchmarks/gate_wall_time.py --only run --only property --examples "${EXAMPLES:-200}" )
+  python3 "$HERE/benchmarks/gate_wall_time.py" --tree "$tree" --only run --only property \
+    --examples "${EXAMPLES:-200}"
   home=$(mktemp -d)
-  start=$SECONDS
   ( cd "$tree" && python3 -m dcpcheck run --dcp 4 --kernel regress/pre-54908 --property-only \
-      --examples 100 --home "$home" > "$home/out.txt" 2>&1 )
+      --examples 100 --home "$home/warmup" > /dev/null 2>&1 )  # the Triton cache, warm
+  start=$(date +%s%N)
+  ( cd "$tree" && python3 -m dcpcheck run --dcp 4 --kernel regress/pre-54908 --property-only \
+      --examples 100 --home "$home/empty" > "$home/out.txt" 2>&1 )
   rc=$?
-  echo "pre-54908 found and shrunk from an empty home: $((SECONDS - start)) s, exit $rc:" \
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  echo "pre-54908 found and shrunk from an empty home: ${ms} ms, exit $rc:" \
     "$(grep -m1 'property: FAIL' "$home/out.txt")"
   rm -rf "$home"
 done

@@ -67,8 +67,8 @@ def test_git_bisect_run_with_dcpcheck_finds_the_same_commit(history):
     try:
         done = subprocess.run(
             ["git", "-C", str(repo), "bisect", "run", sys.executable, "-m", "dcpcheck", "run",
-             "--kernel", f"{KERNEL}:fused", "--scenario", "decode-single-dcp4", "--dcp", "4",
-             "--device", "cpu", "-x"],
+             "--no-tokens", "--kernel", f"{KERNEL}:fused", "--scenario", "decode-single-dcp4",
+             "--dcp", "4", "--device", "cpu", "-x"],
             env=env,
             capture_output=True,
             text=True,

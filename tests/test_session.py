@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dcpcheck.cli import cli
-from dcpcheck.harness import checks, runner, session
+from dcpcheck.harness import fused_checks, runner, session
 
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
 
@@ -23,10 +23,10 @@ def test_an_internal_error_is_an_error_record_in_a_partial_report(tmp_path, monk
     """A bug of dcpcheck's own (here: a check that raises) must not leave a clean-looking
     report: the JSON says partial, counts an error, and names where it was raised."""
 
-    def broken(case):
+    def broken(case, baseline, oracle=True):
         raise RuntimeError("a check that breaks")
 
-    monkeypatch.setattr(checks, "check_topk", broken)
+    monkeypatch.setattr(fused_checks, "suspect_checks", broken)
     json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
     result = invoke("run", *ONE_CASE, "--json", str(json_path), "--junit", str(junit_path))
     assert result.exit_code == 1, result.output

@@ -8,7 +8,7 @@ interpreter with gloo. For each scenario every rank builds the case with ``build
 rank gets exactly the bytes the simulated mode gives it) and launches the kernel on **its
 own** rank's inputs, slot mapping and caches; then it sends its launched buffers to rank 0
 (:class:`LaunchedRank`). Rank 0 runs the DCP1 baseline itself (it is one rank), puts every
-rank's buffers into its case and runs the same checks (``runner.check_case``), so the report
+rank's buffers into its case and runs the same checks (``case_checks.check_case``), so the report
 is the simulated mode's: same verdicts, same findings, same JSON. The token-stream check
 merges decode attention across processes with all-gathers (``dcpcheck.distributed.streams``).
 

@@ -119,6 +119,13 @@ class GuardedCache:
         return self.initial[GUARD_BLOCKS : self.initial.shape[0] - GUARD_BLOCKS]
 
 
+def _guarded_caches(storages: torch.Tensor) -> list[GuardedCache]:
+    """Each rank's ``GuardedCache`` over its slice of ``storages`` ``[ranks, ...]``, the
+    initial bytes one copy of all of them (so sliced the same way)."""
+    initial = storages.clone()
+    return [GuardedCache(storages[rank], initial[rank]) for rank in range(storages.shape[0])]
+
+
 @dataclass(frozen=True)
 class OutputGuardWrite:
     """Bytes changed in the guard rows on one side of an output."""
@@ -387,15 +394,20 @@ def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
     )
 
 
-def _random_storage(blocks: int, block_size: int, entry: int, gen: torch.Generator):
-    """Seeded random bytes, drawn where ``gen`` lives (the device: a cache is the largest
-    buffer of a case, and drawing it on the CPU and copying it over cost more than the
-    kernel it surrounds). Unlike the activations, these bytes differ between a CPU and a
-    GPU run of the same seed; no verdict depends on them, only on whether they changed.
-    Drawn as 64-bit words, whose bytes are as uniform as single draws: 6x faster than a
-    draw per byte on the CPU, where a case's caches are megabytes."""
-    shape = (blocks + 2 * GUARD_BLOCKS, block_size, entry)
-    count = shape[0] * block_size * entry
+def _random_storages(
+    ranks: int, blocks: int, block_size: int, entry: int, gen: torch.Generator
+) -> torch.Tensor:
+    """Every rank's cache storage, side by side: ``[ranks, GUARD + blocks + GUARD,
+    block_size, entry]`` seeded random bytes, drawn where ``gen`` lives (the device: a
+    cache is the largest buffer of a case, and drawing it on the CPU and copying it over
+    cost more than the kernel it surrounds). Unlike the activations, these bytes differ
+    between a CPU and a GPU run of the same seed; no verdict depends on them, only on
+    whether they changed. Drawn as 64-bit words, whose bytes are as uniform as single
+    draws: 6x faster than a draw per byte on the CPU, where a case's caches are megabytes.
+    One tensor for all ranks is one draw, and lets ``fused_checks`` compare every rank's
+    bytes in one pass; each rank still gets its own storage (``rank_storage``)."""
+    shape = (ranks, blocks + 2 * GUARD_BLOCKS, block_size, entry)
+    count = ranks * shape[1] * block_size * entry
     words = torch.randint(
         -(2**63), 2**63 - 1, (-(-count // 8),), generator=gen, dtype=torch.int64,
         device=gen.device,
@@ -426,6 +438,16 @@ def _prefix_values(scenario: Scenario, seed: int, device) -> dict[str, torch.Ten
         name: seeded.normal(seed, stream, (min(count, PREFIX_DISTINCT_ROWS), width), device)[rows]
         for stream, (name, width) in zip(PREFIX_STREAMS, widths.items(), strict=True)
     }
+
+
+def _storage_slots(per_rank: torch.Tensor, storages: torch.Size, device) -> torch.Tensor:
+    """Every rank's slots ``per_rank`` ``[R, P]`` as slots of all ranks' storages laid end to
+    end (``[R, GUARD + blocks + GUARD, B, E]`` read as one cache), flattened rank by rank;
+    -1 stays -1. Rank r's slot s lies ``(r * (blocks + 2 GUARD) + GUARD) * B`` further on."""
+    ranks, blocks, block_size = storages[0], storages[1], storages[2]
+    per_rank = per_rank.to(device)
+    first = (torch.arange(ranks, device=device) * blocks + GUARD_BLOCKS) * block_size
+    return torch.where(per_rank >= 0, per_rank + first.unsqueeze(1), -1).flatten()
 
 
 def build_case(
@@ -481,83 +503,103 @@ def build_case(
     )
     prefix_index_values, prefix_index_scales = reference.encode_index_entries(act.prefix_index)
 
+    mla_storages = _random_storages(
+        dcp_size, mla_blocks, scenario.block_size, mla_bytes, storage_gen
+    )
+    index_storages = None
+    if index_mappings is not None:
+        index_storages = _random_storages(
+            dcp_size, index_blocks, scenario.block_size, idx_bytes, storage_gen
+        )
+    # Every rank's cached prefix, in one write per cache, before the initial bytes are copied.
+    mla_storages.copy_(
+        reference.write_mla_cache(
+            mla_storages.flatten(0, 1),
+            _storage_slots(mappings.prefix_per_rank, mla_storages.shape, device),
+            prefix_entries.repeat(dcp_size, 1),
+        ).view_as(mla_storages)
+    )
+    if index_storages is not None:
+        index_storages.copy_(
+            reference.write_index_cache(
+                index_storages.flatten(0, 1),
+                _storage_slots(index_mappings.prefix_per_rank, index_storages.shape, device),
+                prefix_index_values.repeat(dcp_size, 1),
+                prefix_index_scales.repeat(dcp_size),
+                shuffled=scenario.index_format.shuffled,
+                scale_format=scenario.index_format.scale.value,
+            ).view_as(index_storages)
+        )
+    mla_caches = _guarded_caches(mla_storages)
+    index_caches = None if index_storages is None else _guarded_caches(index_storages)
+    outputs = poisoned_outputs(scenario, device, dcp_size)
+
+    # Each mapping crosses to the device once, for all ranks (a rank's is a row of it).
+    slots, prefix_slots = mappings.per_rank.to(device), mappings.prefix_per_rank.to(device)
+    index_slots = index_prefix_slots = None
+    if index_mappings is not None:
+        index_slots = index_mappings.per_rank.to(device)
+        index_prefix_slots = index_mappings.prefix_per_rank.to(device)
     ranks = []
     for rank in range(dcp_size):
-        slots = None if scenario.profiling else mappings.per_rank[rank].to(device)
-        prefix_slots = mappings.prefix_per_rank[rank].to(device)
-        mla_storage = _random_storage(mla_blocks, scenario.block_size, mla_bytes, storage_gen)
-        mla_view = mla_storage[GUARD_BLOCKS : GUARD_BLOCKS + mla_blocks]
-        mla_view.copy_(reference.write_mla_cache(mla_view, prefix_slots, prefix_entries))
-
-        index_cache, index_slots, index_prefix_slots = None, None, None
-        if index_mappings is not None:
-            index_prefix_slots = index_mappings.prefix_per_rank[rank].to(device)
-            storage = _random_storage(index_blocks, scenario.block_size, idx_bytes, storage_gen)
-            view = storage[GUARD_BLOCKS : GUARD_BLOCKS + index_blocks]
-            view.copy_(
-                reference.write_index_cache(
-                    view,
-                    index_prefix_slots,
-                    prefix_index_values,
-                    prefix_index_scales,
-                    shuffled=scenario.index_format.shuffled,
-                    scale_format=scenario.index_format.scale.value,
-                )
-            )
-            index_cache = GuardedCache(storage, storage.clone())
-            if not scenario.profiling:
-                index_slots = index_mappings.per_rank[rank].to(device)
-
-        inputs = replace(shared, slot_mapping=slots, index_slot_mapping=index_slots)
-        guards = poisoned_outputs(scenario, device)
-        outputs = FusedOpOutputs(
-            q_out=guards["q_out"].view,
-            kv_out=guards["kv_out"].view,
-            kpe_out=guards["kpe_out"].view,
-            topk_indices=guards["topk_indices"].view,
-            index_k_out=guards["index_k_out"].view if "index_k_out" in guards else None,
-        )
+        launched_slots = {"slot_mapping": None, "index_slot_mapping": None}
+        if not scenario.profiling:
+            launched_slots["slot_mapping"] = slots[rank]
+            if index_slots is not None:
+                launched_slots["index_slot_mapping"] = index_slots[rank]
         ranks.append(
             RankLaunch(
                 rank=rank,
-                inputs=inputs,
-                outputs=outputs,
-                mla=GuardedCache(mla_storage, mla_storage.clone()),
-                index=index_cache,
-                prefix_slots=prefix_slots,
-                index_prefix_slots=index_prefix_slots,
-                output_guards=guards,
+                inputs=replace(shared, **launched_slots),
+                outputs=FusedOpOutputs(
+                    **{name: guarded.view for name, guarded in outputs[rank].items()}
+                ),
+                mla=mla_caches[rank],
+                index=None if index_caches is None else index_caches[rank],
+                prefix_slots=prefix_slots[rank],
+                index_prefix_slots=None if index_prefix_slots is None else index_prefix_slots[rank],
+                output_guards=outputs[rank],
             )
         )
     return Case(scenario, dcp_size, mappings, index_mappings, act, ref, ranks)
 
 
-def _guarded(width: int, dtype: torch.dtype, tokens: int, device) -> GuardedOutput:
-    """A poisoned output (``POISON_BITS``; top-k: ``TOPK_SENTINEL``) inside guard rows."""
-    storage = torch.empty((tokens + 2 * OUTPUT_GUARD_ROWS, width), dtype=dtype, device=device)
+def _guarded(
+    ranks: int, width: int, dtype: torch.dtype, tokens: int, device
+) -> list[GuardedOutput]:
+    """One poisoned output per rank (``POISON_BITS``; top-k: ``TOPK_SENTINEL``) inside
+    guard rows, the ranks' storages side by side in one tensor (filled in one pass, and
+    compared in one by ``fused_checks``)."""
+    rows = tokens + 2 * OUTPUT_GUARD_ROWS
+    storage = torch.empty((ranks, rows, width), dtype=dtype, device=device)
     storage.view(torch.uint8).fill_(OUTPUT_GUARD_BYTE)
-    output = GuardedOutput(storage)
+    inner = storage[:, OUTPUT_GUARD_ROWS : rows - OUTPUT_GUARD_ROWS]
     if dtype in POISON_BITS:
-        fill_poison(output.view)
+        fill_poison(inner)
     else:
-        output.view.fill_(TOPK_SENTINEL)
-    return output
+        inner.fill_(TOPK_SENTINEL)
+    return [GuardedOutput(storage[rank]) for rank in range(ranks)]
 
 
-def poisoned_outputs(scenario: Scenario, device: torch.device) -> dict[str, GuardedOutput]:
-    """Outputs a kernel must overwrite, by ``FusedOpOutputs`` field (``index_k_out`` only on
-    indexer layers): the NaN poison everywhere, top-k at ``TOPK_SENTINEL``, inside guard
-    rows."""
+def poisoned_outputs(
+    scenario: Scenario, device: torch.device, ranks: int = 1
+) -> list[dict[str, GuardedOutput]]:
+    """Outputs a kernel must overwrite, per rank and by ``FusedOpOutputs`` field
+    (``index_k_out`` only on indexer layers): the NaN poison everywhere, top-k at
+    ``TOPK_SENTINEL``, inside guard rows."""
     p, dtype, tokens = scenario.model, scenario.torch_dtype, scenario.batch.num_tokens
-    outputs = {
-        "q_out": _guarded(p.q_lora_rank, dtype, tokens, device),
-        "kv_out": _guarded(p.kv_lora_rank, dtype, tokens, device),
-        "kpe_out": _guarded(p.rope_dim, dtype, tokens, device),
-        "topk_indices": _guarded(p.topk, torch.int32, tokens, device),
+    widths = {
+        "q_out": (p.q_lora_rank, dtype),
+        "kv_out": (p.kv_lora_rank, dtype),
+        "kpe_out": (p.rope_dim, dtype),
+        "topk_indices": (p.topk, torch.int32),
     }
     if scenario.has_indexer:
-        outputs["index_k_out"] = _guarded(p.index_head_dim, dtype, tokens, device)
-    return outputs
+        widths["index_k_out"] = (p.index_head_dim, dtype)
+    by_field = {
+        name: _guarded(ranks, width, kind, tokens, device) for name, (width, kind) in widths.items()
+    }
+    return [{name: by_field[name][rank] for name in widths} for rank in range(ranks)]
 
 
 def snapshot_inputs(inputs: FusedOpInputs) -> dict[str, torch.Tensor]:

@@ -316,13 +316,18 @@ def _stray_finding(case: Case, w: StrayWrite) -> Finding:
     )
 
 
-def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> list[CheckResult]:
+def stray_write_checks(
+    case: Case,
+    encodings: TokenEncodings | None = None,
+    writes: list[StrayWrite] | None = None,
+) -> list[CheckResult]:
     """Contract 2b, 5, 6 and out-of-bounds writes, from one scan of every cache byte.
 
     Each stray write goes to exactly one check: a guard band if outside the cache;
     ``profiling_no_write`` on a profiling call; ``prefix_intact`` on a cached-prefix
     entry; ``padding_inert`` if it holds a padding row's encoding (``encodings``, default
-    the oracle's); else ``cache_foreign``.
+    the oracle's); else ``cache_foreign``. ``writes``: the stray writes when already known
+    (``[]`` where ``fused_checks`` saw none), instead of the scan.
     """
     buckets: dict[str, list[Finding]] = {
         "guard_bands": [],
@@ -333,8 +338,10 @@ def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> l
     profiling = case.scenario.profiling
     if profiling:
         buckets = {"guard_bands": [], "profiling_no_write": []}
-    encodings = encodings or TokenEncodings.from_oracle(case)
-    for w in collect_stray_writes(case, encodings.mla, encodings.index):
+    if writes is None:
+        encodings = encodings or TokenEncodings.from_oracle(case)
+        writes = collect_stray_writes(case, encodings.mla, encodings.index)
+    for w in writes:
         if w.where.startswith("guard"):
             bucket = "guard_bands"
         elif profiling:
@@ -359,28 +366,35 @@ def stray_write_checks(case: Case, encodings: TokenEncodings | None = None) -> l
 
 def input_changes(launch: RankLaunch, before: dict[str, torch.Tensor]) -> list[Finding]:
     """Inputs (slot mappings included) that one rank's launch modified, bitwise."""
-    same_rows = {}
-    for name, original in before.items():
+    if not before:
+        return []
+
+    def as_bytes(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1).view(torch.uint8)
+
+    # One comparison per input and one device-to-host copy for all the verdicts; the
+    # details (first row, count) only for an input that changed.
+    unchanged = torch.stack(
+        [
+            (as_bytes(getattr(launch.inputs, name)) == as_bytes(original)).all()
+            for name, original in before.items()
+        ]
+    ).tolist()
+    findings = []
+    for (name, original), intact in zip(before.items(), unchanged, strict=True):
+        if intact:
+            continue
         after = getattr(launch.inputs, name)
         rows = after.reshape(after.shape[0], -1) if after.dim() else after.reshape(1, 1)
-        same_rows[name] = bits_equal(rows, original.reshape(rows.shape))
-    if not same_rows:
-        return []
-    # One device-to-host copy for the verdicts; the details only for inputs that changed.
-    unchanged = torch.stack([same.all() for same in same_rows.values()]).tolist()
-    findings = []
-    for (name, same), intact in zip(same_rows.items(), unchanged, strict=True):
-        if not intact:
-            same = same.cpu()
-            first = int(torch.nonzero(~same).flatten()[0])
-            findings.append(
-                Finding(
-                    name,
-                    launch.rank,
-                    f"input modified (first row {first})",
-                    count=int((~same).sum()),
-                )
+        same = bits_equal(rows, original.reshape(rows.shape)).cpu()
+        findings.append(
+            Finding(
+                name,
+                launch.rank,
+                f"input modified (first row {int(torch.nonzero(~same).flatten()[0])})",
+                count=int((~same).sum()),
             )
+        )
     return findings
 
 

@@ -51,15 +51,31 @@ def row_violations(
     if not actual.numel() or _all_identical(actual, expected):  # the usual verdict, cheaply
         rows = actual.shape[0]
         return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
+    return _by_row(*element_violations(actual, expected, tolerance, slack))
+
+
+def _by_row(bad: torch.Tensor, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Element verdicts ``[K, W]`` as (bad rows, worst bad steps per row), on the host."""
+    worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
+    return bad.any(dim=1).cpu(), worst.cpu()
+
+
+def element_violations(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    tolerance: tolerances.Tolerance,
+    slack: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out-of-tolerance elements, steps per element), on the device: the judgement of
+    ``row_violations`` element by element, before any row is reduced or copied to the
+    host (``fused_checks`` reduces it over every rank at once). Rows are independent, so
+    rows stacked from several ranks are judged exactly as one by one."""
     if actual.dtype == torch.uint8:
         steps = tolerances.fp8_step_distance(actual, expected)
         allowed = tolerance.max_steps if slack is None else tolerance.max_steps + slack
-        bad = steps > allowed
-    else:
-        steps = tolerances.ulp_distance(actual, expected)
-        bad = tolerances.out_of_tolerance(actual, expected, tolerance)
-    worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
-    return bad.any(dim=1).cpu(), worst.cpu()
+        return steps > allowed, steps
+    steps = tolerances.ulp_distance(actual, expected)
+    return tolerances.out_of_tolerance(actual, expected, tolerance), steps
 
 
 def nvfp4_scale_slack(kv_fp32: torch.Tensor) -> torch.Tensor:
@@ -82,6 +98,18 @@ def nvfp4_scale_slack(kv_fp32: torch.Tensor) -> torch.Tensor:
     return slack
 
 
+def _part_views(
+    actual: torch.Tensor, expected: torch.Tensor, part: EntryPart
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The part's columns of byte rows ``[K, E]``, viewed in its stored format (e2m1
+    pairs stay bytes: ``tolerances.e2m1_step_distance`` reads their nibbles)."""
+    a = actual[:, part.start : part.stop].contiguous()
+    e = expected[:, part.start : part.stop].contiguous()
+    if part.dtype not in (torch.uint8, torch.float4_e2m1fn_x2):
+        a, e = a.view(part.dtype), e.view(part.dtype)
+    return a, e
+
+
 def part_violations(
     actual: torch.Tensor,
     expected: torch.Tensor,
@@ -90,16 +118,24 @@ def part_violations(
 ):
     """``row_violations`` of one part of byte rows [K, E], viewed in the part's format
     (``slack``: per-element extra steps, fp8 parts only)."""
-    a = actual[:, part.start : part.stop].contiguous()
-    e = expected[:, part.start : part.stop].contiguous()
+    a, e = _part_views(actual, expected, part)
     if part.dtype == torch.float4_e2m1fn_x2:  # e2m1 pairs: steps per value, no NaN
         if not a.numel() or torch.equal(a, e):
             rows = a.shape[0]
             return torch.zeros(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.int64)
-        steps = tolerances.e2m1_step_distance(a, e)
-        bad = steps > part.tolerance.max_steps
-        worst = torch.where(bad, steps, torch.zeros_like(steps)).amax(dim=1)
-        return bad.any(dim=1).cpu(), worst.cpu()
-    if part.dtype != torch.uint8:
-        a, e = a.view(part.dtype), e.view(part.dtype)
+        return _by_row(*part_element_violations(actual, expected, part))
     return row_violations(a, e, part.tolerance, slack)
+
+
+def part_element_violations(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    part: EntryPart,
+    slack: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``element_violations`` of one part of byte rows [K, E], on the device."""
+    a, e = _part_views(actual, expected, part)
+    if part.dtype == torch.float4_e2m1fn_x2:
+        steps = tolerances.e2m1_step_distance(a, e)
+        return steps > part.tolerance.max_steps, steps
+    return element_violations(a, e, part.tolerance, slack)

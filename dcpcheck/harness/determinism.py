@@ -20,6 +20,7 @@ import torch
 
 from dcpcheck.harness.case import GUARD_BLOCKS, OUTPUT_GUARD_ROWS, Case, GuardedCache
 from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.harness.fused_checks import stacked
 
 CHECK = "deterministic"
 """The check's name in results and reports."""
@@ -54,9 +55,34 @@ def _cache_moved(
     ]
 
 
+def _storages(case: Case) -> dict[str, list[torch.Tensor]]:
+    """Every buffer a launch writes, guard rows and blocks included, by name, rank by rank."""
+    buffers = {
+        name: [r.output_guards[name].storage for r in case.ranks]
+        for name in case.ranks[0].output_guards
+    }
+    buffers["mla_cache"] = [r.mla.storage for r in case.ranks]
+    if case.ranks[0].index is not None:
+        buffers["index_cache"] = [r.index.storage for r in case.ranks]
+    return buffers
+
+
+def _any_moved(first: Case, second: Case) -> bool:
+    """Whether any byte differs between the two launches: each buffer compared over every
+    rank at once (``fused_checks.stacked``), one verdict to the host."""
+    again = _storages(second)
+    moved = [
+        (stacked(ranks).view(torch.uint8) != stacked(again[name]).view(torch.uint8)).any()
+        for name, ranks in _storages(first).items()
+    ]
+    return bool(torch.stack(moved).any())
+
+
 def launch_differences(first: Case, second: Case) -> list[Finding]:
     """Every output row and cache entry whose bytes differ between two launches of one
     case, per field and rank (rows as token indices; guard rows count)."""
+    if not _any_moved(first, second):
+        return []
     findings: list[Finding] = []
     for one, two in zip(first.ranks, second.ranks, strict=True):
         for name, output in one.output_guards.items():

@@ -36,7 +36,7 @@ from dcpcheck.adapters.protocol import kernel_limitations, kernel_not_applicable
 from dcpcheck.backend import Backend
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.e2e.token_streams import StreamComparison, compare_streams, stream_config_for
-from dcpcheck.harness import checks, determinism, entry_checks
+from dcpcheck.harness import checks, determinism
 from dcpcheck.harness.case import (
     Case,
     build_case,
@@ -45,6 +45,7 @@ from dcpcheck.harness.case import (
     scenario_inputs,
     snapshot_inputs,
 )
+from dcpcheck.harness.case_checks import check_case
 from dcpcheck.harness.limitations import apply_limitations
 from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario
 
@@ -286,61 +287,6 @@ def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
             getattr(launch.inputs, finding.field).copy_(before[finding.field])
         changes += found
     return changes
-
-
-def output_guard_findings(case: Case) -> list[checks.Finding]:
-    """Writes into the guard rows around each output (``case.GuardedOutput``), per rank."""
-    findings = []
-    for launch in case.ranks:
-        for name, output in launch.output_guards.items():
-            for w in output.guard_writes():
-                edge = "start" if w.side == "before" else "end"
-                findings.append(
-                    checks.Finding(
-                        name,
-                        launch.rank,
-                        f"{w.bytes_changed} byte(s) written {w.side} the output's {edge} "
-                        f"(guard rows; first at row {w.row})",
-                        max_error=f"{w.bytes_changed} bytes",
-                        count=w.bytes_changed,
-                    )
-                )
-    return findings
-
-
-def _with_output_guards(results: list[checks.CheckResult], case: Case) -> list[checks.CheckResult]:
-    """``stray_write_checks``' results, its ``guard_bands`` (caches) extended by the
-    output guards: one check for every out-of-bounds write, whatever buffer it hit."""
-    outputs = tuple(output_guard_findings(case))
-    return [
-        checks.CheckResult(r.check, r.findings + outputs) if r.check == "guard_bands" else r
-        for r in results
-    ]
-
-
-def check_case(
-    case: Case, baseline: Case, input_changes: list[checks.Finding], oracle: bool = True
-) -> list[checks.CheckResult]:
-    """Every contract check of DESIGN §2 on one launched case.
-
-    ``oracle=False`` (``--oracle off``) judges the kernel against its own DCP1 run alone,
-    for a kernel whose encoding no oracle variant knows: the checks that compare with the
-    oracle are replaced by their oracle-free forms (``dcpcheck.harness.checks`` docstring), the
-    rest are the same checks.
-    """
-    if oracle:
-        encodings = checks.TokenEncodings.from_oracle(case)
-    else:
-        encodings = checks.TokenEncodings.from_dcp1_run(case, baseline)
-    return [
-        checks.check_outputs(case) if oracle else checks.check_outputs_written(case),
-        checks.check_topk(case),
-        entry_checks.check_cache_owned(case) if oracle else entry_checks.check_cache_written(case),
-        *_with_output_guards(checks.stray_write_checks(case, encodings), case),
-        checks.check_inputs_unmodified(input_changes),
-        checks.check_ranks_agree(case, baseline),
-        checks.check_shards_reassemble(case, baseline),
-    ]
 
 
 def _ownership_shapes(case: Case) -> dict[str, int]:

@@ -37,8 +37,8 @@ class StrayWrite:
     bytes_changed: int
 
 
-def _changed_bytes_per_entry(
-    cache: GuardedCache, name: str, index_dim: int, fmt: IndexFormat
+def changed_bytes_per_entry(
+    storage: torch.Tensor, initial: torch.Tensor, name: str, index_dim: int, fmt: IndexFormat
 ) -> torch.Tensor:
     """How many bytes of each entry (slot, guard entries included) differ from before.
 
@@ -47,9 +47,11 @@ def _changed_bytes_per_entry(
     in the shuffled format a token's values are further cut into 16-byte pieces, one per
     16 x 16 tile (``contract.INDEX_SHUFFLE_TILE``). Counted as sums over reshaped
     comparisons: finding every changed byte and binning it by entry costs far more on a
-    GPU (the bytes of one entry all hit one counter).
+    GPU (the bytes of one entry all hit one counter). ``storage`` and ``initial`` are
+    ``[blocks, B, E]`` bytes, guard blocks included: one rank's, or every rank's blocks
+    one after the other (``fused_checks``), as a block's entries never span two blocks.
     """
-    changed = cache.storage != cache.initial
+    changed = storage != initial
     blocks, block_size, row = changed.shape
     if name == "mla_cache":
         return changed.sum(dim=2).flatten()
@@ -79,8 +81,12 @@ def _stray_writes(
 ) -> list[StrayWrite]:
     storage = cache.storage
     blocks, block_size, _ = storage.shape
-    changed_per_entry = _changed_bytes_per_entry(
-        cache, name, case.scenario.model.index_head_dim, case.scenario.index_format
+    changed_per_entry = changed_bytes_per_entry(
+        cache.storage,
+        cache.initial,
+        name,
+        case.scenario.model.index_head_dim,
+        case.scenario.index_format,
     )
     first_entry = GUARD_BLOCKS * block_size
     if owned_slots is not None:

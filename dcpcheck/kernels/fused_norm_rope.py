@@ -73,6 +73,29 @@ adds no compiled variants either. (Checked with triton 3.9 for sm_90: for every 
 layout, with and without the indexer, the PTX has the same instructions as before the
 mutant catalog was added; only source line numbers differ.)
 
+Compiled variants
+-----------------
+A run compiles one binary per distinct tuple of constexprs it launches with, and each of
+them must be one, because it picks code, not a value:
+
+* ``Q_DIM``, ``KV_DIM``, ``ROPE_DIM``, ``INDEX_DIM``, ``TOPK`` and their ``BLOCK_*`` (the
+  model preset): a row is one tile, ``tl.arange`` needs a power-of-two compile-time width,
+  and the lane masks fold away where the width is already one;
+* ``BLOCK_T`` (one token per program on a GPU; interpreter tiles);
+* ``FIRST_TASK`` (indexer layer or shared), ``CACHE_LAYOUT``, ``DS_MLA_POW2``,
+  ``WRITES_INDEX_CACHE``, ``INDEX_SHUFFLED``, ``INDEX_SCALE_MX``, ``INDEX_ROPE_NEOX``: each
+  entry format and RoPE pairing is different code, and a runtime switch would hold every
+  format's registers live at once (the kernel is latency-bound on occupancy already);
+* ``HAS_SLOTS`` (a profiling call writes no cache) and ``MUTATION`` (always 0 outside
+  the selftest).
+
+The runtime integers that vary from batch to batch (``num_tokens``, ``cache_block_size``,
+``mla_num_blocks``) are not specialized on (``do_not_specialize``): Triton would otherwise
+compile again for a value of 1 or a multiple of 16, which changes alignment hints but no
+arithmetic, so a decode batch and a prefill batch of one layout share one binary. Strides
+are specialized: they follow the preset, which is a constexpr anyway. BENCHMARKS.md counts
+the binaries a run compiles.
+
 Mutants that address the cache wrongly are kept inside the cache's storage: a wrong
 address that would land outside the addressable range (block and offset swapped, a
 32-bit offset that wrapped negative) is masked off instead of written. The real bug
@@ -525,7 +548,7 @@ def _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK: tl.constexpr,
 # ----------------------------------------------------------------------------------------
 
 
-@triton.jit(do_not_specialize=["mla_num_blocks"])
+@triton.jit(do_not_specialize=["num_tokens", "cache_block_size", "mla_num_blocks"])
 def _fused_norm_rope_kernel(
     q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride,
     kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,

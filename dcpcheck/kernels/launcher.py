@@ -50,6 +50,10 @@ on the H200, 2 warps moved 56-68% of HBM peak at 65,536 tokens against 47-57% wi
 Triton's default 4 and 31-39% with 8 (BENCHMARKS.md, ``kernel_bandwidth.py`` sweep);
 2 tokens per program gained at most one more point, so programs stay one token wide."""
 
+GPU_MAXNREG: int | None = None
+"""Registers per thread the kernel is compiled for on a GPU (None: the compiler's choice).
+Tuning knob for ``benchmarks/kernel_bandwidth.py --maxnreg``; see BENCHMARKS.md."""
+
 INTERPRETER_TILE_ELEMENTS = 1 << 20
 """Under the interpreter, ``BLOCK_T * widest row`` stays within this, which is also
 Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``). Measured on 2 cores: 4x smaller
@@ -93,12 +97,14 @@ def launch(
     variant: KernelVariant = DEFAULT_VARIANT,
     block_tokens: int | None = None,
     num_warps: int | None = None,
+    maxnreg: int | None = None,
 ) -> None:
     """The launch alone, for buffers ``check_launch`` already accepted as ``shape``.
 
     ``fused_norm_rope`` is the checked entry point; this one exists so a benchmark can time
     the kernel without the checks' device-to-host copy (and capture it in a CUDA graph).
-    ``num_warps`` overrides ``GPU_NUM_WARPS``, for tuning.
+    ``num_warps`` overrides ``GPU_NUM_WARPS`` and ``maxnreg`` caps the registers per thread
+    (CUDA only; default ``GPU_MAXNREG``), for tuning.
     """
     if shape.num_tokens == 0:
         return
@@ -160,7 +166,16 @@ def launch(
         MUTATION=int(variant.mutation),
         enable_fp_fusion=False,  # see "Rounding" in the module docstring
         num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
+        **_register_cap(GPU_MAXNREG if maxnreg is None else maxnreg),
     )
+
+
+def _register_cap(maxnreg: int | None) -> dict[str, int]:
+    """The ``maxnreg`` launch option where there is one to give: the interpreter has no
+    registers to cap."""
+    if maxnreg is None or current_backend().interpreted:
+        return {}
+    return {"maxnreg": maxnreg}
 
 
 def make_kernel(variant: KernelVariant) -> Kernel:

@@ -47,6 +47,16 @@ def _as_int32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def _hash32_int(x: int) -> int:
+    """``_hash32`` of one unsigned 32-bit word, in Python integers: the keys are a few
+    words per draw, and small tensor ops cost more than the arithmetic."""
+    x ^= x >> 16
+    x = (x * _HASH_MULTIPLIERS[0]) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * (_HASH_MULTIPLIERS[1] & 0xFFFFFFFF)) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
 def _key(seed: int, stream: int) -> int:
     """A 32-bit key for ``(seed, stream)``; seeds of any size fold in 32 bits at a time."""
     if seed < 0:
@@ -59,8 +69,7 @@ def _key(seed: int, stream: int) -> int:
             break
     key = 0
     for word in words:
-        mixed = torch.tensor([_as_int32(key ^ word)], dtype=torch.int32)
-        key = int(_hash32(mixed)) & 0xFFFFFFFF
+        key = _hash32_int((key ^ word) & 0xFFFFFFFF)
     return _as_int32(key)
 
 

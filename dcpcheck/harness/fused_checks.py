@@ -1,0 +1,279 @@
+"""Which checks of a launched case may fail, decided over every rank at once.
+
+The checks of ``checks`` and ``entry_checks`` walk rank by rank and field by field and
+word each finding: about 3,000 small device operations for a DCP4 case, each about 15 us
+of host time on a GPU, for well under a millisecond of GPU work (BENCHMARKS.md, harness
+overhead). Nearly every case passes, and a passing case needs one bit per check. So
+:func:`suspect_checks` evaluates each check's own failure predicate once per field over
+all ranks stacked, on the device, and copies one flag per check to the host in a single
+transfer; the runner then runs a check's detailed function only when its flag is set, and
+that function alone words the findings (``case_checks.check_case``).
+
+A flag is the detailed check's predicate, never a looser one: the same comparison
+functions (``comparison.element_violations``, bitwise equality, the changed-bytes count of
+``stray_writes``), applied to rows stacked from every rank. Every comparison is row by row,
+so stacking rows changes no verdict; where a detailed check looks only at owned or real
+rows, the stacked form reads every row and masks the others out. So a check reported
+clean here has no finding in its detailed form; ``tests/test_fused_checks.py`` runs both
+on every mutant and regression and asserts the same results.
+
+``case.build_case`` lays every rank's outputs and caches side by side in one tensor per
+buffer, so stacking them is a view (:func:`stacked`); buffers that are not (real ranks'
+launches gathered from other processes) are copied into one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import reference
+from dcpcheck.harness import stray_writes
+from dcpcheck.harness.cache_entries import (
+    expected_index_rows,
+    index_entry_parts,
+    index_rows,
+    mla_entry_parts,
+)
+from dcpcheck.harness.case import (
+    GUARD_BLOCKS,
+    OUTPUT_GUARD_BYTE,
+    OUTPUT_GUARD_ROWS,
+    TOPK_SENTINEL,
+    Case,
+)
+from dcpcheck.harness.checks import OUTPUT_FIELDS
+from dcpcheck.harness.comparison import part_element_violations
+from dcpcheck.harness.entry_checks import mla_part_slack
+from dcpcheck.spec import tolerances
+
+STRAY = "stray_writes"
+"""The flag of ``checks.stray_write_checks`` and the output guard rows together: any byte
+changed outside what the step owns (a guard band, a prefix, a padding or foreign entry)."""
+
+FLAGS = ("outputs", "topk", "cache_owned", STRAY, "ranks_agree", "shards_reassemble")
+"""The flags :func:`suspect_checks` decides, by check name (``STRAY`` for the stray-write
+checks). ``inputs_unmodified`` is decided at launch (``checks.input_changes``)."""
+
+
+def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(tensors)``, as a view when they already lie side by side in one
+    storage (equal shapes and strides, each starting where the one before ends) - as
+    ``case.build_case`` lays out every rank's buffers - else as a copy."""
+    first = tensors[0]
+    step = first.numel()
+    adjacent = first.is_contiguous() and all(
+        t.shape == first.shape
+        and t.dtype == first.dtype
+        and t.is_contiguous()
+        and t.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+        and t.storage_offset() == first.storage_offset() + i * step
+        for i, t in enumerate(tensors)
+    )
+    if not adjacent:
+        return torch.stack(tensors)
+    return first.as_strided((len(tensors), *first.shape), (step, *first.stride()))
+
+
+def _byte_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[..., W]`` as bytes, one row per leading index: ``[..., W * itemsize]``."""
+    return x.contiguous().view(torch.uint8)
+
+
+def _outputs_flag(case: Case, tokens: torch.Tensor, oracle: bool) -> list[torch.Tensor]:
+    """``check_outputs`` (or, oracle off, ``check_outputs_written``) over every rank."""
+    flags = []
+    for field in OUTPUT_FIELDS:
+        rows = _field_rows(case, field, tokens)
+        if rows is None:
+            continue
+        if not oracle:
+            flags.append(rows.isnan().any())  # poison or a computed NaN: either is a finding
+            continue
+        expected = getattr(case.expected, field)
+        if expected is None:
+            continue
+        want = expected[tokens.to(expected.device)].repeat(rows.shape[0], 1)
+        tolerance = tolerances.OUTPUT_TOLERANCES[field]
+        flags.append(tolerances.out_of_tolerance(rows.flatten(0, 1), want, tolerance).any())
+    return flags
+
+
+def _field_rows(case: Case, field: str, tokens: torch.Tensor) -> torch.Tensor | None:
+    """Every rank's rows of ``field`` for ``tokens``: ``[ranks, N, W]``, or None where the
+    ranks were given no such output."""
+    outputs = [getattr(launch.outputs, field) for launch in case.ranks]
+    if outputs[0] is None:
+        return None
+    return stacked(outputs)[:, tokens.to(outputs[0].device)]
+
+
+def _topk_flag(case: Case, tokens: torch.Tensor) -> torch.Tensor:
+    """``check_topk``: -1 on indexer layers, the sentinel untouched on shared ones."""
+    want = -1 if case.scenario.has_indexer else TOPK_SENTINEL
+    return (_field_rows(case, "topk_indices", tokens) != want).any()
+
+
+def _ranks_agree_flag(case: Case, baseline: Case, tokens: torch.Tensor) -> torch.Tensor:
+    """``check_ranks_agree``: every rank's rows bitwise equal to the DCP1 run's."""
+    flags = []
+    for field in OUTPUT_FIELDS:
+        rows = _field_rows(case, field, tokens)
+        if rows is None:
+            continue
+        want = getattr(baseline.ranks[0].outputs, field)[tokens.to(rows.device)]
+        flags.append((_byte_rows(rows) != _byte_rows(want)).any())
+    return torch.stack(flags).any()
+
+
+def _output_guards_flag(case: Case) -> torch.Tensor:
+    """``case_checks.output_guard_findings``: a byte of any guard row no longer the guard byte."""
+    flags = []
+    for name in case.ranks[0].output_guards:
+        storage = _byte_rows(stacked([launch.output_guards[name].storage for launch in case.ranks]))
+        guards = torch.cat(
+            [storage[:, :OUTPUT_GUARD_ROWS], storage[:, storage.shape[1] - OUTPUT_GUARD_ROWS :]],
+            dim=1,
+        )
+        flags.append((guards != OUTPUT_GUARD_BYTE).any())
+    return torch.stack(flags).any()
+
+
+class _CacheRows:
+    """One cache of every rank read at the ranks' own slots for every token: the rows
+    ``cache_owned`` and ``shards_reassemble`` compare, read in one gather (an unowned
+    token reads slot 0 and is masked out), and the changed-bytes count of the stray-write
+    scan over every rank's storage."""
+
+    def __init__(self, case: Case, field: str) -> None:
+        launches = case.ranks
+        scenario = case.scenario
+        self.field = field
+        self.index_dim = scenario.model.index_head_dim
+        self.format = scenario.index_format
+        caches = [launch.mla if field == "mla_cache" else launch.index for launch in launches]
+        self.storage = stacked([c.storage for c in caches])  # [R, blocks + 2G, B, E]
+        self.initial = stacked([c.initial for c in caches])
+        ranks, blocks, block_size, _ = self.storage.shape
+        self.entries_per_rank = blocks * block_size
+        mapping = [
+            launch.inputs.slot_mapping if field == "mla_cache" else launch.inputs.index_slot_mapping
+            for launch in launches
+        ]
+        self.profiling = mapping[0] is None
+        device = self.storage.device
+        if self.profiling:
+            self.slots = torch.full((ranks, scenario.batch.num_tokens), -1, device=device)
+        else:
+            self.slots = stacked([m.to(device) for m in mapping]).long()  # [R, T]
+        self.owned = self.slots >= 0
+        # Slot s of rank r is entry (r * (blocks + 2G) + G) * B + s of every rank's entries.
+        rank_base = torch.arange(ranks, device=device).unsqueeze(1) * self.entries_per_rank
+        self.entry = torch.where(
+            self.owned, self.slots + rank_base + GUARD_BLOCKS * block_size, 0
+        )  # [R, T]
+
+    def read(self, cache: torch.Tensor, entries: torch.Tensor, decode: bool = True):
+        """Rows ``[K, E]`` of ``cache`` (``[R * (blocks + 2G), B, E]``) at ``entries``."""
+        if self.field == "mla_cache":
+            return reference.read_mla_cache(cache, entries)
+        return index_rows(cache, entries, self.index_dim, self.format, decode_scales=decode)
+
+    def flat(self, storage: torch.Tensor) -> torch.Tensor:
+        return storage.flatten(0, 1)
+
+    def rows(self, decode: bool = True) -> torch.Tensor:
+        """Every rank's entry of every token, ``[R * T, E]`` (rank-major)."""
+        return self.read(self.flat(self.storage), self.entry.flatten(), decode)
+
+    def initial_rows(self) -> torch.Tensor:
+        return self.read(self.flat(self.initial), self.entry.flatten(), decode=False)
+
+    def stray_flag(self) -> torch.Tensor:
+        """Any changed entry that no slot of the rank's mapping explains."""
+        changed = stray_writes.changed_bytes_per_entry(
+            self.flat(self.storage),
+            self.flat(self.initial),
+            self.field,
+            self.index_dim,
+            self.format,
+        )
+        explained = torch.zeros_like(changed, dtype=torch.int32)
+        explained.index_add_(0, self.entry.flatten(), self.owned.flatten().to(torch.int32))
+        return ((changed > 0) & (explained == 0)).any()
+
+
+def _caches(case: Case) -> list[_CacheRows]:
+    caches = [_CacheRows(case, "mla_cache")]
+    if case.ranks[0].index is not None:
+        caches.append(_CacheRows(case, "index_cache"))
+    return caches
+
+
+def _cache_owned_flag(case: Case, cache: _CacheRows, rows: torch.Tensor, oracle: bool):
+    """``check_cache_owned`` (oracle off: ``check_cache_written``) of one cache."""
+    s, p = case.scenario, case.scenario.model
+    ranks, owned = cache.slots.shape[0], cache.owned.flatten()
+    if cache.field == "mla_cache":
+        parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
+        expected = case.expected.mla_entries
+        slack = mla_part_slack(s.cache_layout, case.expected.kv_fp32.repeat(ranks, 1))
+    else:
+        parts = index_entry_parts(p.index_head_dim)
+        tokens = torch.arange(s.batch.num_tokens, device=case.expected.index_values.device)
+        expected, slack = expected_index_rows(case, tokens), {}
+    flags = []
+    if not oracle:  # a part still equal to the random fill, as stored (scales undecoded)
+        stored, initial = cache.rows(decode=False), cache.initial_rows()
+        for part in parts:
+            span = slice(part.start, part.stop)
+            unwritten = (stored[:, span] == initial[:, span]).all(dim=1)
+            flags.append((unwritten & owned).any())
+        return flags
+    expected = expected.repeat(ranks, 1).to(rows.device)
+    for part in parts:
+        bad, _ = part_element_violations(rows, expected, part, slack.get(part.name))
+        flags.append((bad.any(dim=1) & owned).any())
+    return flags
+
+
+def _shards_flag(case: Case, baseline: Case, cache: _CacheRows, rows: torch.Tensor):
+    """``check_shards_reassemble`` of one cache: each real token's entry on its owner equals
+    its DCP1 entry byte for byte."""
+    base = baseline.ranks[0]
+    if cache.field == "mla_cache":
+        base_cache, base_slots = base.mla.view, baseline.mappings.per_rank[0]
+    else:
+        base_cache, base_slots = base.index.view, baseline.index_mappings.per_rank[0]
+    real = (case.mappings.owner >= 0).to(rows.device)
+    base_slots = base_slots.to(base_cache.device)
+    want = cache.read(base_cache, torch.where(real, base_slots, 0), decode=True)
+    ranks = cache.slots.shape[0]
+    differs = (rows != want.repeat(ranks, 1)).any(dim=1)
+    return (differs & cache.owned.flatten() & real.repeat(ranks)).any()
+
+
+def suspect_checks(case: Case, baseline: Case, oracle: bool = True) -> dict[str, bool]:
+    """For each check of :data:`FLAGS` that applies to ``case``, whether it may fail: its
+    predicate holds somewhere on some rank. One that may not has no finding. A check that
+    does not apply (``ranks_agree`` at DCP1, a profiling call's ``cache_owned``) is left
+    out: its detailed form says why it is skipped. One device-to-host copy.
+    """
+    tokens = torch.nonzero(case.mappings.owner >= 0).flatten()
+    flags: dict[str, list[torch.Tensor]] = {name: [] for name in FLAGS}
+    flags["outputs"] = _outputs_flag(case, tokens, oracle)
+    flags["topk"] = [_topk_flag(case, tokens)]
+    flags[STRAY] = [_output_guards_flag(case)]
+    multi_rank = case.dcp_size > 1
+    if multi_rank:
+        flags["ranks_agree"] = [_ranks_agree_flag(case, baseline, tokens)]
+    for cache in _caches(case):
+        flags[STRAY].append(cache.stray_flag())
+        if cache.profiling:
+            continue  # no entry owned: cache_owned and shards_reassemble are skipped
+        rows = cache.rows()
+        flags["cache_owned"] += _cache_owned_flag(case, cache, rows, oracle)
+        if multi_rank:
+            flags["shards_reassemble"].append(_shards_flag(case, baseline, cache, rows))
+    names = [name for name, found in flags.items() if found]
+    raised = torch.stack([torch.stack(flags[name]).any() for name in names]).tolist()
+    return dict(zip(names, raised, strict=True))
