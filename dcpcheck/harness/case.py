@@ -41,6 +41,13 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
+from dcpcheck.harness.value_regimes import (
+    FP8_SATURATION_GAIN,
+    TIE_K_PE_MAX,
+    tie_rows,
+    tie_weight,
+    zero_rows,
+)
 from dcpcheck.spec import seeded
 from dcpcheck.spec.dcp import SlotMappings, num_blocks, slot_mappings
 from dcpcheck.spec.scenario import Scenario
@@ -204,75 +211,18 @@ def _cos_sin(preset: ModelPreset, device: torch.device) -> torch.Tensor:
     )
 
 
-ZERO_ROW_STRIDE = 2
-"""``zero-rows`` regime: rows 0, 2, 4, ... of ``q_c``, ``kv_c`` and ``index_k`` are all zero, so a
-one-token batch is all zeros and a longer one mixes zero rows with normal ones."""
-
-FP8_SATURATION_GAIN = 1024.0
-"""``fp8-saturating`` regime: ``kv_weight`` and ``k_pe`` are multiplied by this. A normalized
-kv row has RMS ~1 before the weight, so its largest value over 512 Gaussian lanes is ~3x the
-gain, and the largest of a ``k_pe`` row (64 lanes, RoPE keeps each pair's norm) is ~2x: every
-row ends far beyond ``448 * s`` for a per-tensor fp8 scale ``s <= 1``, where fp8 saturates.
-The worst case, ``sqrt(512) * 1.45 * 1024 ~ 34000``, stays below fp16's 65504, so the bf16 /
-fp16 outputs stay finite."""
-
-TIE_LARGE, TIE_SMALL = 12.0, 4.0
-"""``exact-ties`` rows hold +-12 on 3/8 of their lanes and +-4 on the rest, half of each sign:
-``mean(x) = 0`` and ``mean(x^2) = (3 * 144 + 5 * 16) / 8 = 64`` exactly in fp32 whatever the
-summation order (all partial sums are integers below 2^24), for any width divisible by 16
-(every preset). ``64 + eps`` rounds back to 64 (eps = 1e-6 is below half an fp32 ulp of 64), so
-``rsqrt = 1/8`` and the normalized row is exactly +-1.5 and +-0.5."""
-
-TIE_K_PE_MAX = 8
-"""``exact-ties``: ``k_pe`` holds integers in [-8, 8], exact in every dtype (RoPE itself, with
-its cos/sin, is not exact, so the rotated outputs carry no forced ties)."""
-
-
-def _zero_rows(x: torch.Tensor) -> torch.Tensor:
-    x[::ZERO_ROW_STRIDE] = 0
-    return x
-
-
-def _tie_rows(tokens: int, width: int, gen: torch.Generator) -> torch.Tensor:
-    """``[tokens, width]`` rows of +-TIE_LARGE / +-TIE_SMALL, each lane order shuffled."""
-    large = 3 * width // 8
-    small = width - large
-    pattern = torch.tensor(
-        [TIE_LARGE] * (large // 2)
-        + [-TIE_LARGE] * (large - large // 2)
-        + [TIE_SMALL] * (small // 2)
-        + [-TIE_SMALL] * (small - small // 2)
-    )
-    order = torch.argsort(torch.rand(tokens, width, generator=gen), dim=1)
-    return pattern[order]
-
-
-def _tie_weight(width: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    """Weights ``1 + m * 2^-F`` (``F`` fraction bits of ``dtype``, ``m`` odd, ``3m < 2^F``).
-
-    ``1.5 * w = 3 (2^F + m) / 2^(F+1)`` lies in [1.5, 2), where the dtype's step is ``2^-F``,
-    and has exactly one bit below that step, set: the exact fp32 product sits halfway between
-    two representable values. Round-to-nearest-even picks the even one, truncation the lower.
-    """
-    step = torch.finfo(dtype).eps  # 2^-F
-    largest_odd = int(1 / step - 1) // 3
-    largest_odd -= 1 - largest_odd % 2
-    m = torch.randint(0, (largest_odd + 1) // 2, (width,), generator=gen) * 2 + 1
-    return 1.0 + m.double() * step
-
-
 def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Activations:
     """Seeded token values with the same bits on every device (``dcpcheck.spec.seeded``).
 
     The scenario's value regime (``Scenario.values``) then reshapes them:
 
     * ``normal``: Gaussian rows, weights ``1 +- 0.1``.
-    * ``zero-rows``: every ``ZERO_ROW_STRIDE``-th row of ``q_c``, ``kv_c``, ``index_k`` is zero:
-      ``RMSNorm(0)`` is ``0 * rsqrt(eps)``, the fp8_ds_mla tile scale falls to its ``FLT_MIN``
-      floor and the indexer's UE8M0 amax to its ``1e-4`` floor.
+    * ``zero-rows``: every ``value_regimes.ZERO_ROW_STRIDE``-th row of ``q_c``, ``kv_c``,
+      ``index_k`` is zero: ``RMSNorm(0)`` is ``0 * rsqrt(eps)``, the fp8_ds_mla tile scale
+      falls to its ``FLT_MIN`` floor and the indexer's UE8M0 amax to its ``1e-4`` floor.
     * ``fp8-saturating``: ``kv_weight`` and ``k_pe`` times ``FP8_SATURATION_GAIN``, so the
       per-tensor fp8 cache clamps to +-448 (the adaptive ds_mla / UE8M0 scales just grow).
-    * ``exact-ties``: norm inputs from ``_tie_rows`` and weights from ``_tie_weight``, so
+    * ``exact-ties``: norm inputs from ``tie_rows`` and weights from ``tie_weight``, so
       ``RMSNorm(x) * w`` is exact in fp32 and 3/8 of the ``q_out`` / ``kv_out`` values (and of
       the unrotated ``index_k_out`` lanes, bias 0) sit exactly on a rounding tie of the output
       dtype, the rest exactly representable: a kernel that rounds ties differently lands one
@@ -312,24 +262,24 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
         act.index_bias = randn(preset.index_head_dim, scale=0.1)
 
     if scenario.values == "zero-rows":
-        act.q_c, act.kv_c = _zero_rows(act.q_c), _zero_rows(act.kv_c)
+        act.q_c, act.kv_c = zero_rows(act.q_c), zero_rows(act.kv_c)
         if act.index_k is not None:
-            act.index_k = _zero_rows(act.index_k)
+            act.index_k = zero_rows(act.index_k)
     elif scenario.values == "fp8-saturating":
         act.kv_weight = (act.kv_weight.float() * FP8_SATURATION_GAIN).to(dtype)
         act.k_pe = (act.k_pe.float() * FP8_SATURATION_GAIN).to(dtype)
     elif scenario.values == "exact-ties":
-        act.q_c = _tie_rows(tokens, preset.q_lora_rank, gen).to(dtype)
-        act.q_weight = _tie_weight(preset.q_lora_rank, dtype, gen).to(dtype)
-        act.kv_c = _tie_rows(tokens, preset.kv_lora_rank, gen).to(dtype)
-        act.kv_weight = _tie_weight(preset.kv_lora_rank, dtype, gen).to(dtype)
+        act.q_c = tie_rows(tokens, preset.q_lora_rank, gen).to(dtype)
+        act.q_weight = tie_weight(preset.q_lora_rank, dtype, gen).to(dtype)
+        act.kv_c = tie_rows(tokens, preset.kv_lora_rank, gen).to(dtype)
+        act.kv_weight = tie_weight(preset.kv_lora_rank, dtype, gen).to(dtype)
         k_pe = torch.randint(
             -TIE_K_PE_MAX, TIE_K_PE_MAX + 1, (tokens, preset.rope_dim), generator=gen
         )
         act.k_pe = k_pe.to(dtype)
         if act.index_k is not None:
-            act.index_k = _tie_rows(tokens, preset.index_head_dim, gen).to(dtype)
-            act.index_weight = _tie_weight(preset.index_head_dim, dtype, gen).float()
+            act.index_k = tie_rows(tokens, preset.index_head_dim, gen).to(dtype)
+            act.index_weight = tie_weight(preset.index_head_dim, dtype, gen).float()
             act.index_bias = torch.zeros(preset.index_head_dim)
 
     return Activations(
