@@ -1,13 +1,14 @@
 """Which checks of a launched case may fail, decided over every rank at once.
 
 The checks of ``checks`` and ``entry_checks`` walk rank by rank and field by field and
-word each finding: about 3,000 small device operations for a DCP4 case, each about 15 us
-of host time on a GPU, for well under a millisecond of GPU work (BENCHMARKS.md, harness
-overhead). Nearly every case passes, and a passing case needs one bit per check. So
-:func:`suspect_checks` evaluates each check's own failure predicate once per field over
-all ranks stacked, on the device, and copies one flag per check to the host in a single
-transfer; the runner then runs a check's detailed function only when its flag is set, and
-that function alone words the findings (``case_checks.check_case``).
+word each finding: a DCP4 case took about 3,000 small device operations with them alone
+(about 1,500 with this pass first), each about 15 us of host time on a GPU, for well under
+a millisecond of GPU work (BENCHMARKS.md, harness overhead). Nearly every case passes,
+and a passing case needs one bit per check. So :func:`suspect_checks` evaluates each
+check's own failure predicate once per field over all ranks stacked, on the device, and
+copies one flag per check to the host in a single transfer; the runner then runs a
+check's detailed function only when its flag is set, and that function alone words the
+findings (``case_checks.check_case``).
 
 A flag is the detailed check's predicate, never a looser one: the same comparison
 functions (``comparison.element_violations``, bitwise equality, the changed-bytes count of

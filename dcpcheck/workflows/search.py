@@ -86,7 +86,7 @@ HASH_HEX_DIGITS = 8
 
 BATCHED_SCENARIOS_MAX = 32
 """Scenarios one example may launch together (``strategies.examples``), every profile: a
-case's cost is mostly per launch and per check pass, not per token (about 3,000 small GPU
+case's cost is mostly per launch and per check pass, not per token (about 1,500 small GPU
 kernels for under half a millisecond of GPU work; the interpreter pays per program), so
 many small scenarios cost little more than one: on 2 CPU cores, the ci profile's 100
 examples of 1,760 scenarios took 2.3x the time of 100 single scenarios (BENCHMARKS.md).
