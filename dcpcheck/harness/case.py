@@ -8,8 +8,11 @@ The harness owns every buffer a kernel writes (DESIGN §7):
   either end is seen even when it crashes nothing;
 * each cache lives inside a larger byte *storage* with ``GUARD_BLOCKS`` guard blocks
   before and after the addressable range, all filled with a seeded random byte pattern
-  (drawn on the device: ``_random_storage``),
-  so "unchanged" and "no out-of-bounds write" are both checked bytewise;
+  (drawn on the device: ``_random_storages``), so "unchanged" and "no out-of-bounds
+  write" are both checked bytewise;
+* every rank gets its own outputs and caches, but the ranks' storages of one buffer lie
+  side by side in one tensor (``[ranks, ...]``), so ``fused_checks`` compares every rank
+  in one pass without copying;
 * the cached prefix of every request is pre-written with real encodings, so a kernel
   that rewrites a prefix entry is caught even if it writes plausible data.
 

@@ -48,7 +48,8 @@ BLOCK_SIZES = (16, 1, 2, 4, 8, 32, 64)
 
 FP8_SCALES = (0.3, 1.0, 0.0625)
 """Per-tensor fp8 scales drawn: the golden vectors' 0.3 first, then a power of two at each
-end. All are <= 1, which the ``fp8-saturating`` regime relies on (case.FP8_SATURATION_GAIN)."""
+end. All are <= 1, which the ``fp8-saturating`` regime relies on
+(``value_regimes.FP8_SATURATION_GAIN``)."""
 
 SMALL_PREFIX_MAX = 64
 """A "small" cached prefix is 1..64 tokens; larger ones reach up to the preset's last position."""
