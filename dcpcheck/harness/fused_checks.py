@@ -19,8 +19,10 @@ clean here has no finding in its detailed form; ``tests/test_fused_checks.py`` r
 on every mutant and regression and asserts the same results.
 
 ``case.build_case`` lays every rank's outputs and caches side by side in one tensor per
-buffer, so stacking them is a view (:func:`stacked`); buffers that are not (real ranks'
-launches gathered from other processes) are copied into one.
+buffer, so stacking the cache storages and the guarded output storages is a view
+(:func:`stacked`); the outputs' rows themselves are stacked by copy, as guard rows lie
+between two ranks' rows, and so are the buffers of real ranks' launches gathered from
+other processes.
 """
 
 from __future__ import annotations
