@@ -69,7 +69,9 @@ def check_case(
     def clear(name: str) -> bool:
         return suspect.get(name) is False
 
-    def result(name: str, detailed: Callable[[], checks.CheckResult], without_oracle=None):
+    def result(
+        name: str, detailed: Callable[[], checks.CheckResult], without_oracle: str | None = None
+    ) -> checks.CheckResult:
         if clear(name):
             return checks.CheckResult(name, without_oracle=None if oracle else without_oracle)
         return detailed()
