@@ -11,7 +11,9 @@ GPU time is read with the torch profiler (CUDA activity): the device time of the
 launches, of the oracle's kernels, and of everything else the case put on the GPU. A second
 table times the case's steps one by one (synchronized), to show where the wall time goes.
 
-    python3 benchmarks/harness_overhead.py           # on a CUDA device
+    PYTHONPATH=$PWD python3 benchmarks/harness_overhead.py   # on a CUDA device, from the checkout
+
+(``PYTHONPATH``: the checkout is not installed on the GPU box; ``gpu_acceptance.sh`` sets it.)
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ every activation row read once, every output row and every owned cache entry wri
 once, the top-k row filled, the RoPE table row of each token read. Weights are ignored
 (a few KB, L2-resident).
 
-    python3 benchmarks/kernel_bandwidth.py            # on a CUDA device
+    PYTHONPATH=$PWD python3 benchmarks/kernel_bandwidth.py   # on a CUDA device, from the checkout
     python3 benchmarks/kernel_bandwidth.py --quick    # fewer sizes
     python3 benchmarks/kernel_bandwidth.py --block-tokens 1,2,4 --num-warps 4,8  # tuning
+    python3 benchmarks/kernel_bandwidth.py --no-eager --tokens 65536 --maxnreg 32,40,48
     ncu --clock-control none -k regex:fused_norm_rope -c 1 python3 benchmarks/kernel_bandwidth.py \
         --no-eager --tokens 65536 --presets deepseek-v3.2 --layouts fp8_ds_mla   # one launch
 
