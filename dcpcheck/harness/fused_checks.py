@@ -82,11 +82,15 @@ def _byte_rows(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(torch.uint8)
 
 
-def _outputs_flag(case: Case, tokens: torch.Tensor, oracle: bool) -> list[torch.Tensor]:
-    """``check_outputs`` (or, oracle off, ``check_outputs_written``) over every rank."""
+def _outputs_flag(
+    case: Case, tokens: torch.Tensor, oracle: bool, rows_of: Case
+) -> list[torch.Tensor]:
+    """``check_outputs`` (or, oracle off, ``check_outputs_written``) of ``case``, over every
+    rank of ``rows_of``: the case itself, or its DCP1 run where that holds the same bytes
+    (``suspect_checks``)."""
     flags = []
     for field in OUTPUT_FIELDS:
-        rows = _field_rows(case, field, tokens)
+        rows = _field_rows(rows_of, field, tokens)
         if rows is None:
             continue
         if not oracle:
@@ -212,10 +216,15 @@ def _caches(case: Case) -> list[_CacheRows]:
     return caches
 
 
-def _cache_owned_flag(case: Case, cache: _CacheRows, rows: torch.Tensor, oracle: bool):
-    """``check_cache_owned`` (oracle off: ``check_cache_written``) of one cache."""
+def _cache_owned_flag(
+    case: Case, cache: _CacheRows, rows: torch.Tensor, owned: torch.Tensor, oracle: bool
+) -> list[torch.Tensor]:
+    """``check_cache_owned`` (oracle off: ``check_cache_written``) of one cache: ``rows``
+    ``[K, E]`` are every rank's entry of every token, rank-major (``_CacheRows.rows``), or
+    one entry per token (``suspect_checks``: the DCP1 run's), and ``owned`` ``[K]`` masks
+    the ones judged."""
     s, p = case.scenario, case.scenario.model
-    ranks, owned = cache.slots.shape[0], cache.owned.flatten()
+    ranks = rows.shape[0] // s.batch.num_tokens
     if cache.field == "mla_cache":
         parts = mla_entry_parts(s.cache_layout, p.kv_lora_rank, p.rope_dim, s.torch_dtype)
         expected = case.expected.mla_entries
@@ -239,9 +248,12 @@ def _cache_owned_flag(case: Case, cache: _CacheRows, rows: torch.Tensor, oracle:
     return flags
 
 
-def _shards_flag(case: Case, baseline: Case, cache: _CacheRows, rows: torch.Tensor):
+def _shards_flag(
+    case: Case, baseline: Case, cache: _CacheRows, rows: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``check_shards_reassemble`` of one cache: each real token's entry on its owner equals
-    its DCP1 entry byte for byte."""
+    its DCP1 entry byte for byte. Also returns the DCP1 entries ``[T, E]`` it compared with
+    (a padding row's is slot 0's, never judged)."""
     base = baseline.ranks[0]
     if cache.field == "mla_cache":
         base_cache, base_slots = base.mla.view, baseline.mappings.per_rank[0]
@@ -252,31 +264,45 @@ def _shards_flag(case: Case, baseline: Case, cache: _CacheRows, rows: torch.Tens
     want = cache.read(base_cache, torch.where(real, base_slots, 0), decode=True)
     ranks = cache.slots.shape[0]
     differs = (rows != want.repeat(ranks, 1)).any(dim=1)
-    return (differs & cache.owned.flatten() & real.repeat(ranks)).any()
+    return (differs & cache.owned.flatten() & real.repeat(ranks)).any(), want
 
 
 def suspect_checks(case: Case, baseline: Case, oracle: bool = True) -> dict[str, bool]:
     """For each check of :data:`FLAGS` that applies to ``case``, whether it may fail: its
     predicate holds somewhere on some rank. One that may not has no finding. A check that
     does not apply (``ranks_agree`` at DCP1, a profiling call's ``cache_owned``) is left
-    out: its detailed form says why it is skipped. One device-to-host copy.
+    out: its detailed form says why it is skipped.
+
+    At DCPn, rows that are byte for byte the DCP1 run's get the DCP1 run's verdict, so
+    they are judged once, not once per rank: where ``ranks_agree`` is clear every rank's
+    outputs are the DCP1 outputs, and where ``shards_reassemble`` is clear (oracle on, the
+    entries compared as decoded) every owned entry is its token's DCP1 entry, and every
+    real token is owned on some rank. Each costs one device-to-host copy of its flag and
+    saves all but one rank's tolerance arithmetic, most of a large case's GPU time.
     """
     tokens = torch.nonzero(case.mappings.owner >= 0).flatten()
     flags: dict[str, list[torch.Tensor]] = {name: [] for name in FLAGS}
-    flags["outputs"] = _outputs_flag(case, tokens, oracle)
     flags["topk"] = [_topk_flag(case, tokens)]
     flags[STRAY] = [_output_guards_flag(case)]
     multi_rank = case.dcp_size > 1
+    outputs_of = case
     if multi_rank:
-        flags["ranks_agree"] = [_ranks_agree_flag(case, baseline, tokens)]
+        agree = _ranks_agree_flag(case, baseline, tokens)
+        flags["ranks_agree"] = [agree]
+        if not bool(agree):
+            outputs_of = baseline
+    flags["outputs"] = _outputs_flag(case, tokens, oracle, outputs_of)
     for cache in _caches(case):
         flags[STRAY].append(cache.stray_flag())
         if cache.profiling:
             continue  # no entry owned: cache_owned and shards_reassemble are skipped
-        rows = cache.rows()
-        flags["cache_owned"] += _cache_owned_flag(case, cache, rows, oracle)
+        rows, owned = cache.rows(), cache.owned.flatten()
         if multi_rank:
-            flags["shards_reassemble"].append(_shards_flag(case, baseline, cache, rows))
+            shards, dcp1_rows = _shards_flag(case, baseline, cache, rows)
+            flags["shards_reassemble"].append(shards)
+            if oracle and not bool(shards):
+                rows, owned = dcp1_rows, cache.owned.any(dim=0)
+        flags["cache_owned"] += _cache_owned_flag(case, cache, rows, owned, oracle)
     names = [name for name, found in flags.items() if found]
     raised = torch.stack([torch.stack(flags[name]).any() for name in names]).tolist()
     return dict(zip(names, raised, strict=True))
