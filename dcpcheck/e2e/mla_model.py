@@ -230,7 +230,9 @@ class CacheSpec:
 
 
 def _normal(gen: torch.Generator, *shape: int, std: float) -> torch.Tensor:
-    return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
+    # In place: the same bits as ``randn(...) * std`` without a second buffer to allocate
+    # and fault in (a DeepSeek-width model is 1.7 GB of fp32).
+    return torch.randn(*shape, generator=gen, dtype=torch.float32).mul_(std)
 
 
 def _linear(gen: torch.Generator, fan_in: int, fan_out: int) -> torch.Tensor:
@@ -239,7 +241,7 @@ def _linear(gen: torch.Generator, fan_in: int, fan_out: int) -> torch.Tensor:
 
 
 def _norm_weight(gen: torch.Generator, width: int) -> torch.Tensor:
-    return 1.0 + _normal(gen, width, std=NORM_WEIGHT_SPREAD)
+    return _normal(gen, width, std=NORM_WEIGHT_SPREAD).add_(1.0)
 
 
 class MlaModel:

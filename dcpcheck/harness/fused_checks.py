@@ -20,9 +20,8 @@ on every mutant and regression and asserts the same results.
 
 ``case.build_case`` lays every rank's outputs and caches side by side in one tensor per
 buffer, so stacking the cache storages and the guarded output storages is a view
-(:func:`stacked`); the outputs' rows themselves are stacked by copy, as guard rows lie
-between two ranks' rows, and so are the buffers of real ranks' launches gathered from
-other processes.
+(:func:`stacked`), and an output's rows are read from its guarded storage. The buffers of
+real ranks' launches, gathered from other processes, are stacked by copy.
 """
 
 from __future__ import annotations
@@ -107,11 +106,12 @@ def _outputs_flag(
 
 def _field_rows(case: Case, field: str, tokens: torch.Tensor) -> torch.Tensor | None:
     """Every rank's rows of ``field`` for ``tokens``: ``[ranks, N, W]``, or None where the
-    ranks were given no such output."""
-    outputs = [getattr(launch.outputs, field) for launch in case.ranks]
-    if outputs[0] is None:
+    ranks were given no such output. Read from the guarded storages (each rank's output
+    is a view of its own, ``RankLaunch.output_guards``), whose stack is a view: one gather."""
+    if field not in case.ranks[0].output_guards:
         return None
-    return stacked(outputs)[:, tokens.to(outputs[0].device)]
+    storage = stacked([launch.output_guards[field].storage for launch in case.ranks])
+    return storage[:, tokens.to(storage.device) + OUTPUT_GUARD_ROWS]
 
 
 def _topk_flag(case: Case, tokens: torch.Tensor) -> torch.Tensor:
@@ -185,21 +185,18 @@ class _CacheRows:
             return reference.read_mla_cache(cache, entries)
         return index_rows(cache, entries, self.index_dim, self.format, decode_scales=decode)
 
-    def flat(self, storage: torch.Tensor) -> torch.Tensor:
-        return storage.flatten(0, 1)
-
     def rows(self, decode: bool = True) -> torch.Tensor:
         """Every rank's entry of every token, ``[R * T, E]`` (rank-major)."""
-        return self.read(self.flat(self.storage), self.entry.flatten(), decode)
+        return self.read(self.storage.flatten(0, 1), self.entry.flatten(), decode)
 
     def initial_rows(self) -> torch.Tensor:
-        return self.read(self.flat(self.initial), self.entry.flatten(), decode=False)
+        return self.read(self.initial.flatten(0, 1), self.entry.flatten(), decode=False)
 
     def stray_flag(self) -> torch.Tensor:
         """Any changed entry that no slot of the rank's mapping explains."""
         changed = stray_writes.changed_bytes_per_entry(
-            self.flat(self.storage),
-            self.flat(self.initial),
+            self.storage.flatten(0, 1),
+            self.initial.flatten(0, 1),
             self.field,
             self.index_dim,
             self.format,
