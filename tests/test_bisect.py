@@ -105,20 +105,20 @@ def _table(first_bad: int, skipped: set[int]) -> dict[int, Verdict]:
 
 def test_a_skipped_midpoint_is_replaced_by_a_neighbour(history, verdicts):
     repo, commits = history
-    verdicts.update(_table(first_bad=20, skipped={32, 31, 33}))
+    verdicts.update(_table(first_bad=5, skipped={8, 7, 9}))
     result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
-    assert result.first_bad.sha == commits[20]
+    assert result.first_bad.sha == commits[5]
     assert result.failing_check == "fake bad"
     tested = [s.commit.sha for s in result.steps]
-    assert tested[:2] == [commits[32], commits[31]]  # midpoint skipped, then its neighbour
+    assert tested[:2] == [commits[8], commits[7]]  # midpoint skipped, then its neighbour
 
 
 def test_skips_next_to_the_first_bad_commit_leave_it_undecided(history, verdicts):
     repo, commits = history
-    verdicts.update(_table(first_bad=20, skipped={19}))
+    verdicts.update(_table(first_bad=5, skipped={4}))
     result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
     assert result.first_bad is None
-    assert [c.sha for c in result.undecided] == [commits[19], commits[20]]
+    assert [c.sha for c in result.undecided] == [commits[4], commits[5]]
     assert "skipped revisions hide the first bad commit; it is one of:" in render(result)
 
 

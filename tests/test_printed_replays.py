@@ -107,7 +107,7 @@ def test_a_bisections_replay_fails_again(tmp_path):
     repo.mkdir()
     commits = kernel_history.build_repo(repo, KERNEL)
     # The last good revision and the flawed one: the replay a bisection prints is the same
-    # at any length (tests/test_bisect.py walks all 64 revisions), at a run's cost here.
+    # at any length (tests/test_bisect.py walks the whole history), at a run's cost here.
     flawed = kernel_history.FLAWED_FROM
     result = bisect(repo, KERNEL, commits[flawed - 1], commits[flawed], "fused", DECODE_DCP4)
     assert result.first_bad is not None and result.first_bad.sha == commits[flawed]

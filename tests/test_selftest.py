@@ -104,7 +104,9 @@ def test_property_search_catches_what_the_named_scenarios_miss(tmp_path):
     """A shared-layer mutant passes the (indexer-layer) decode scenario; the search draws
     a shared layer, shrinks it to one token, and keeps the file under ``home``."""
     mutant = variant("mutant/topk-fill-on-shared-layer")
-    profile = dataclasses.replace(TINY, examples=20)
+    # The default seed draws a shared layer at example 4; 8 leave room for a changed
+    # strategy, and every example costs the correct kernel's probe too.
+    profile = dataclasses.replace(TINY, examples=8)
     report = run_selftest(profile, BACKEND, mutants=[mutant], scenarios=[DECODE], home=tmp_path)
     assert report.passed
     (row,) = report.mutants
