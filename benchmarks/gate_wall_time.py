@@ -5,7 +5,7 @@
 * the property search at DCP4 (``--property-only --stats``): examples per second, first
   with the Triton cache the run left (the search's own kernel variants compile then) and
   again warm;
-* ``dcpcheck bisect`` over the 64-revision kernel history of the bisect tests.
+* ``dcpcheck bisect`` over the kernel history of the bisect tests (16 revisions).
 
     python3 benchmarks/gate_wall_time.py [--examples N] [--only run|property|bisect] [--tree DIR]
 
