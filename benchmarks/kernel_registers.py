@@ -1,0 +1,210 @@
+"""Registers per thread of the project's kernel for a GPU architecture, per sub-task, with
+no GPU: Triton compiles the kernel for the target and ptxas reports what it allocated.
+
+Why per sub-task: one launch runs four sub-tasks (indexer K, KV + k_pe, Q, top-k fill;
+``dcpcheck/kernels/fused_norm_rope.py``) selected at run time by the grid's second axis,
+so all four live in one binary, and a binary has one register count: the largest any of
+its paths needs. That count caps how many programs fit on a multiprocessor, so the
+sub-task with the most live state sets the occupancy of every other one. Each sub-task is
+compiled here on its own from a temporary copy of the module whose dispatch is made a
+compile-time constant (``task = FIRST_TASK``), with everything else as launched.
+
+The launch arguments are the launcher's own (``launcher.launch`` called with a recorder
+in place of the Triton kernel, on CPU tensors from ``kernel_bandwidth.make_op``), at the
+GPU's tile (``GPU_TOKENS_PER_PROGRAM`` tokens per program, ``GPU_NUM_WARPS`` warps), with
+16-byte divisibility on every pointer and every stride that is a multiple of 16, as
+Triton specializes them at launch. Cross-check: the whole kernel compiles to 63 registers
+for deepseek-v3.2 at sm_90, the count Nsight Compute read on the H200 (BENCHMARKS.md).
+
+Occupancy is the theoretical one of sm_90 (H100/H200): 65,536 registers, 64 warps and 32
+programs per multiprocessor, registers allocated per warp in units of 256 (8 per thread).
+
+    PYTHONPATH=$PWD python3 benchmarks/kernel_registers.py            # this machine's Triton
+    PYTHONPATH=$PWD python3 benchmarks/kernel_registers.py --presets glm-5 --layouts auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import importlib.util
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile, never interpret: nothing is launched
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "0")  # as launched (quiets Triton 3.9)
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kernel_bandwidth import make_op
+
+from dcpcheck.contract import CacheLayout
+from dcpcheck.kernels import fused_norm_rope, launcher
+from dcpcheck.kernels.launch_checks import check_launch
+
+SUB_TASKS = {0: "indexer K", 1: "KV + k_pe", 2: "Q", 3: "top-k fill"}
+DISPATCH = "    task = tl.program_id(1) + FIRST_TASK\n"
+NOT_SPECIALIZED = {"num_tokens", "cache_block_size", "mla_num_blocks"}
+TYPES = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.uint8: "u8",
+}
+SM90_REGISTERS, SM90_WARPS, SM90_PROGRAMS = 65536, 64, 32
+
+
+class _Recorder:
+    """Stands in for the ``@triton.jit`` kernel: ``kernel[grid](*args, **kwargs)`` records."""
+
+    def __getitem__(self, grid):
+        def record(*args, **kwargs):
+            self.args, self.kwargs = args, kwargs
+
+        return record
+
+
+def launch_arguments(preset: str, layout: CacheLayout) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, attrs) of the launcher's launch for ``preset``/``layout``."""
+    inputs, outputs, caches = make_op(preset, 64, layout, torch.device("cpu"))
+    shape = check_launch(inputs, outputs, caches, torch.device("cpu"))
+    recorder, real = _Recorder(), launcher._fused_norm_rope_kernel
+    launcher._fused_norm_rope_kernel = recorder
+    try:
+        launcher.launch(
+            shape, inputs, outputs, caches, block_tokens=launcher.GPU_TOKENS_PER_PROGRAM
+        )
+    finally:
+        launcher._fused_norm_rope_kernel = real
+    names = real.arg_names
+    signature, attrs = {}, {}
+    positional = names[: len(recorder.args)]  # the constexprs come as keywords
+    for index, (name, value) in enumerate(zip(positional, recorder.args, strict=True)):
+        if isinstance(value, torch.Tensor):
+            signature[name] = "*" + TYPES[value.dtype]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name not in NOT_SPECIALIZED and value % 16 == 0:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    constexprs = {k: v for k, v in recorder.kwargs.items() if k in names}
+    signature.update({name: "constexpr" for name in constexprs})
+    return signature, constexprs, attrs
+
+
+def per_task_module():
+    """A copy of the kernel module whose sub-task is the ``FIRST_TASK`` constexpr."""
+    source = inspect.getsource(fused_norm_rope)
+    if source.count(DISPATCH) != 1:
+        raise SystemExit("kernel_registers: the kernel's dispatch line changed; update DISPATCH")
+    folder = Path(tempfile.mkdtemp())
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / "fused_norm_rope_one_task.py"
+    path.write_text(source.replace(DISPATCH, "    task = FIRST_TASK\n"))
+    spec = importlib.util.spec_from_file_location("fused_norm_rope_one_task", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ptxas(arch: int) -> str:
+    from triton.backends.nvidia import compiler as nvidia
+
+    if hasattr(nvidia, "get_ptxas"):
+        return nvidia.get_ptxas(arch).path
+    return triton.knobs.nvidia.ptxas.path
+
+
+def registers(kernel, signature, constexprs, attrs, arch: int, num_warps: int) -> tuple[int, str]:
+    """(registers per thread, ptxas's spill line) of ``kernel`` compiled for ``arch``."""
+    source = ASTSource(kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    compiled = triton.compile(
+        source,
+        target=GPUTarget("cuda", arch, 32),
+        options={"num_warps": num_warps, "enable_fp_fusion": False},
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        log = subprocess.run(
+            [
+                _ptxas(arch),
+                "-v",
+                "--fmad=false",
+                f"--gpu-name=sm_{arch}a",
+                ptx.name,
+                "-o",
+                os.devnull,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+    used = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    return int(used.group(1)), f"{spills.group(1)} B spilled" if spills else "?"
+
+
+def occupancy(regs: int, num_warps: int) -> float:
+    """Theoretical share of sm_90's 64 warps a kernel of ``regs`` registers keeps resident."""
+    per_warp = -(-regs // 8) * 8 * 32
+    programs = min(SM90_PROGRAMS, SM90_REGISTERS // (per_warp * num_warps))
+    return min(SM90_WARPS, programs * num_warps) / SM90_WARPS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--presets", default="deepseek-v3.2,glm-5")
+    parser.add_argument("--layouts", default="fp8_ds_mla,auto")
+    parser.add_argument("--arch", type=int, default=90, help="compute capability x10")
+    args = parser.parse_args()
+    warps = launcher.GPU_NUM_WARPS
+    one_task = per_task_module()
+    print(f"Triton {triton.__version__}, sm_{args.arch}, {warps} warps per program")
+    print("| preset | layout | whole kernel | " + " | ".join(SUB_TASKS.values()) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(SUB_TASKS))
+    for preset in args.presets.split(","):
+        for layout in args.layouts.split(","):
+            signature, constexprs, attrs = launch_arguments(preset, CacheLayout(layout))
+            cells = []
+            whole, spill = registers(
+                fused_norm_rope._fused_norm_rope_kernel,
+                signature,
+                constexprs,
+                attrs,
+                args.arch,
+                warps,
+            )
+            cells.append(f"{whole} ({occupancy(whole, warps):.0%}, {spill})")
+            for task in SUB_TASKS:
+                if task < constexprs["FIRST_TASK"]:
+                    cells.append("-")
+                    continue
+                regs, spill = registers(
+                    one_task._fused_norm_rope_kernel,
+                    signature,
+                    {**constexprs, "FIRST_TASK": task},
+                    attrs,
+                    args.arch,
+                    warps,
+                )
+                cells.append(f"{regs} ({occupancy(regs, warps):.0%})")
+            print(f"| {preset} | {layout} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
