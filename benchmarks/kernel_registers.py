@@ -9,12 +9,12 @@ sub-task with the most live state sets the occupancy of every other one. Each su
 compiled here on its own from a temporary copy of the module whose dispatch is made a
 compile-time constant (``task = FIRST_TASK``), with everything else as launched.
 
-The launch arguments are the launcher's own (``launcher.launch`` called with a recorder
-in place of the Triton kernel, on CPU tensors from ``kernel_bandwidth.make_op``), at the
-GPU's tile (``GPU_TOKENS_PER_PROGRAM`` tokens per program, ``GPU_NUM_WARPS`` warps), with
-16-byte divisibility on every pointer and every stride that is a multiple of 16, as
-Triton specializes them at launch. Cross-check: the whole kernel compiles to 63 registers
-for deepseek-v3.2 at sm_90, the count Nsight Compute read on the H200 (BENCHMARKS.md).
+The launch arguments are the launcher's own (``launcher.launch`` recorded, not launched,
+by ``launch_keys``, on CPU tensors from ``kernel_bandwidth.make_op``), at the GPU's tile
+(``GPU_TOKENS_PER_PROGRAM`` tokens per program, ``GPU_NUM_WARPS`` warps), with 16-byte
+divisibility where Triton would specialize it at launch. Cross-check: the whole kernel
+compiles to 63 registers for deepseek-v3.2 at sm_90, the count Nsight Compute read on the
+H200 (BENCHMARKS.md).
 
 Occupancy is the theoretical one of sm_90 (H100/H200): 65,536 registers, 64 warps and 32
 programs per multiprocessor, registers allocated per warp in units of 256 (8 per thread).
@@ -47,6 +47,7 @@ from triton.compiler import ASTSource
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_bandwidth import make_op
+from launch_keys import recorded_launches
 
 from dcpcheck.contract import CacheLayout
 from dcpcheck.kernels import fused_norm_rope, launcher
@@ -54,7 +55,6 @@ from dcpcheck.kernels.launch_checks import check_launch
 
 SUB_TASKS = {0: "indexer K", 1: "KV + k_pe", 2: "Q", 3: "top-k fill"}
 DISPATCH = "    task = tl.program_id(1) + FIRST_TASK\n"
-NOT_SPECIALIZED = {"num_tokens", "cache_block_size", "mla_num_blocks"}
 TYPES = {
     torch.bfloat16: "bf16",
     torch.float16: "fp16",
@@ -66,44 +66,25 @@ TYPES = {
 SM90_REGISTERS, SM90_WARPS, SM90_PROGRAMS = 65536, 64, 32
 
 
-class _Recorder:
-    """Stands in for the ``@triton.jit`` kernel: ``kernel[grid](*args, **kwargs)`` records."""
-
-    def __getitem__(self, grid):
-        def record(*args, **kwargs):
-            self.args, self.kwargs = args, kwargs
-
-        return record
-
-
 def launch_arguments(preset: str, layout: CacheLayout) -> tuple[dict, dict, dict]:
     """(signature, constexprs, attrs) of the launcher's launch for ``preset``/``layout``."""
     inputs, outputs, caches = make_op(preset, 64, layout, torch.device("cpu"))
     shape = check_launch(inputs, outputs, caches, torch.device("cpu"))
-    recorder, real = _Recorder(), launcher._fused_norm_rope_kernel
-    launcher._fused_norm_rope_kernel = recorder
-    try:
+    with recorded_launches(forward=False) as launches:
         launcher.launch(
             shape, inputs, outputs, caches, block_tokens=launcher.GPU_TOKENS_PER_PROGRAM
         )
-    finally:
-        launcher._fused_norm_rope_kernel = real
-    names = real.arg_names
+    [launch] = launches
     signature, attrs = {}, {}
-    positional = names[: len(recorder.args)]  # the constexprs come as keywords
-    for index, (name, value) in enumerate(zip(positional, recorder.args, strict=True)):
-        if isinstance(value, torch.Tensor):
-            signature[name] = "*" + TYPES[value.dtype]
-            attrs[(index,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, float):
-            signature[name] = "fp32"
+    for index, argument in enumerate(launch.arguments):
+        if argument.dtype is not None:
+            signature[argument.name] = "*" + TYPES[argument.dtype]
         else:
-            signature[name] = "i32"
-            if name not in NOT_SPECIALIZED and value % 16 == 0:
-                attrs[(index,)] = [["tt.divisibility", 16]]
-    constexprs = {k: v for k, v in recorder.kwargs.items() if k in names}
-    signature.update({name: "constexpr" for name in constexprs})
-    return signature, constexprs, attrs
+            signature[argument.name] = "fp32" if isinstance(argument.value, float) else "i32"
+        if argument.divisible_by_16:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    signature.update({name: "constexpr" for name in launch.constexprs})
+    return signature, dict(launch.constexprs), attrs
 
 
 def per_task_module():
