@@ -147,3 +147,20 @@ def test_stacked_is_a_view_of_side_by_side_buffers_and_a_copy_otherwise():
     assert torch.equal(copy, torch.arange(8).reshape(2, 4))
     out_of_order = fused_checks.stacked([side_by_side[1], side_by_side[0]])
     assert torch.equal(out_of_order, side_by_side[[1, 0]])
+
+
+@pytest.mark.parametrize("name", ["decode-single-dcp4", "interleave-block"])
+def test_every_ranks_slot_mapping_starts_on_a_16_byte_boundary(name):
+    """Triton compiles another binary for a pointer off a 16-byte boundary: rows of an odd
+    number of slots packed end to end would compile each scenario twice."""
+    scenario = shipped(name)
+    case = build_case(scenario, 4, BACKEND.device)
+    assert scenario.batch.num_tokens % 2 == 1  # packed rows would put ranks 1 and 3 off
+    for launch_inputs in (r.inputs for r in case.ranks):
+        for mapping in (launch_inputs.slot_mapping, launch_inputs.index_slot_mapping):
+            if mapping is not None:
+                assert mapping.data_ptr() % 16 == 0 and mapping.is_contiguous()
+                assert mapping.shape == (scenario.batch.num_tokens,)
+    assert [
+        torch.equal(r.inputs.slot_mapping.cpu(), case.mappings.per_rank[r.rank]) for r in case.ranks
+    ] == [True] * 4

@@ -403,6 +403,27 @@ def _storage_slots(per_rank: torch.Tensor, storages: torch.Size, device) -> torc
     return torch.where(per_rank >= 0, per_rank + first.unsqueeze(1), -1).flatten()
 
 
+ROW_ALIGNMENT_BYTES = 16
+"""Where each rank's slot mapping starts, as a row of one device tensor: Triton compiles a
+separate binary for a pointer argument not divisible by 16 bytes, so rows of an odd number
+of int64 slots packed end to end would compile every scenario twice (one binary for the
+aligned ranks, one for the others; BENCHMARKS.md, kernel_specializations.py). In
+production each rank's mapping is its own allocation, aligned."""
+
+
+def _rank_rows(per_rank: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``per_rank`` ``[R, T]`` on ``device``, in one allocation whose rows each start on a
+    ``ROW_ALIGNMENT_BYTES`` boundary (the row stride padded; the padding is never read)."""
+    ranks, tokens = per_rank.shape
+    per_row = ROW_ALIGNMENT_BYTES // per_rank.element_size()
+    padded = torch.empty(
+        (ranks, -(-max(tokens, 1) // per_row) * per_row), dtype=per_rank.dtype, device=device
+    )
+    rows = padded[:, :tokens]
+    rows.copy_(per_rank)
+    return rows
+
+
 def build_case(
     scenario: Scenario,
     dcp_size: int,
@@ -488,10 +509,10 @@ def build_case(
     outputs = poisoned_outputs(scenario, device, dcp_size)
 
     # Each mapping crosses to the device once, for all ranks (a rank's is a row of it).
-    slots, prefix_slots = mappings.per_rank.to(device), mappings.prefix_per_rank.to(device)
+    slots, prefix_slots = _rank_rows(mappings.per_rank, device), mappings.prefix_per_rank.to(device)
     index_slots = index_prefix_slots = None
     if index_mappings is not None:
-        index_slots = index_mappings.per_rank.to(device)
+        index_slots = _rank_rows(index_mappings.per_rank, device)
         index_prefix_slots = index_mappings.prefix_per_rank.to(device)
     ranks = []
     for rank in range(dcp_size):
