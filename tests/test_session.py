@@ -4,13 +4,18 @@ when dcpcheck itself breaks mid-run, and what they record of a property search."
 from __future__ import annotations
 
 import json
+import multiprocessing
+import threading
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch
 from click.testing import CliRunner
 
+from dcpcheck.backend import current_backend
 from dcpcheck.cli import cli
-from dcpcheck.harness import fused_checks, runner, session
+from dcpcheck.e2e import token_streams
+from dcpcheck.harness import fused_checks, isolation, runner, session
 
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
 
@@ -107,3 +112,48 @@ def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
     else:
         assert len(warnings) == 1 and str(home) in warnings[0]
         assert run.saved == {}
+
+
+def model_builds(monkeypatch) -> list[str]:
+    """The names of the threads that build a token-stream model from now on."""
+    threads = []
+    build = token_streams.build_model
+
+    def recorded(config, device):
+        threads.append(threading.current_thread().name)
+        return build(config, device)
+
+    monkeypatch.setattr(token_streams, "build_model", recorded)
+    return threads
+
+
+def test_the_token_stream_model_is_built_beside_the_named_scenarios(monkeypatch):
+    """In process, the model is built once, on the prefetch thread the run starts before
+    its named scenarios, and the token-stream case uses that model."""
+    threads = model_builds(monkeypatch)
+    result = invoke("run", "--scenario", "decode-single-dcp4", "--dcp", "2", "--no-isolate")
+    assert result.exit_code == 0, result.output
+    assert "token-streams[dcp2]" in result.output
+    assert threads == ["dcpcheck-model"]
+
+
+def test_an_isolated_kernels_worker_builds_the_model_when_asked_to_prefetch(monkeypatch):
+    """The worker's side of ``PrefetchModel``: it answers nothing, builds on its prefetch
+    thread, and its next token-stream job uses that model (the worker's loop, run here
+    on a thread over two pipes)."""
+    threads = model_builds(monkeypatch)
+    worker_reads, parent_writes = multiprocessing.Pipe(duplex=False)
+    parent_reads, worker_writes = multiprocessing.Pipe(duplex=False)
+    worker = threading.Thread(target=isolation.serve, args=(worker_reads, worker_writes))
+    worker.start()
+    device = "cpu" if current_backend().interpreted else "cuda"
+    parent_writes.send(isolation.Setup("default", "auto", device, torch.get_num_threads()))
+    assert isinstance(parent_reads.recv(), isolation.Ready)
+    parent_writes.send(isolation.PrefetchModel())
+    parent_writes.send(isolation.TokenStreamJob(runner.RunConfig("default", (2,))))
+    result = parent_reads.recv()
+    assert isinstance(parent_reads.recv(), isolation.JobDone)
+    parent_writes.close()  # the worker's loop ends
+    worker.join(60)
+    assert result.scenario == runner.TOKEN_STREAM_CASE and result.status == "pass", result
+    assert threads == ["dcpcheck-model"]

@@ -20,11 +20,14 @@ import pytest
 import torch
 
 from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOpOutputs
+from dcpcheck.e2e import token_streams
 from dcpcheck.e2e.token_streams import (
     NEAR_TIE_MARGIN,
     Divergence,
+    ModelPrefetch,
     StreamComparison,
     StreamConfig,
+    build_model,
     compare_streams,
     generate,
     prompt_tokens,
@@ -159,6 +162,41 @@ def test_digests_hash_little_endian_int32_token_ids(oracle_streams):
     as_bytes = [b"".join(t.to_bytes(4, "little", signed=True) for t in r) for r in requests]
     assert run.request_digests(0) == tuple(hashlib.sha256(b).hexdigest() for b in as_bytes)
     assert run.stream_digest(0) == hashlib.sha256(b"".join(as_bytes)).hexdigest()
+
+
+def model_tensors(model) -> dict[str, torch.Tensor]:
+    tensors = {"embedding": model.embedding, "final_norm": model.final_norm}
+    tensors |= {"lm_head": model.lm_head, "cos_sin": model.cos_sin}
+    for index, layer in enumerate(model.layers):
+        tensors |= {f"layers.{index}.{k}": v for k, v in vars(layer).items()}
+    return tensors
+
+
+def test_a_prefetched_model_is_bit_for_bit_the_model_built_in_place(device):
+    """The model built on the prefetch thread draws from its own seeded generator: the
+    same bits as a model built where the token streams run."""
+    built = model_tensors(build_model(CONFIG, device))
+    prefetched = model_tensors(ModelPrefetch(CONFIG, device).model())
+    assert prefetched.keys() == built.keys()
+    for name, tensor in built.items():
+        assert prefetched[name].dtype == tensor.dtype, name
+        assert torch.equal(prefetched[name].view(torch.uint8), tensor.view(torch.uint8)), name
+
+
+def test_a_prefetch_raises_its_builds_error_where_the_model_is_asked_for(device, monkeypatch):
+    def out_of_memory(config, device):
+        raise RuntimeError("out of memory while drawing weights")
+
+    monkeypatch.setattr(token_streams, "build_model", out_of_memory)
+    prefetch = ModelPrefetch(CONFIG, device)
+    with pytest.raises(RuntimeError, match="out of memory while drawing weights"):
+        prefetch.model()
+
+
+def test_a_prefetch_of_another_configuration_is_refused(device):
+    prefetch = ModelPrefetch(TRITON_CONFIG, device)
+    with pytest.raises(ValueError, match="another stream configuration"):
+        compare_streams(oracle_kernel, CONFIG, (2,), device, prefetch)
 
 
 def test_divergence_below_the_threshold_is_a_near_tie():

@@ -33,6 +33,7 @@ Messages are pickles over two pipes (``multiprocessing.connection``), between tw
 processes running this same package::
 
     parent -> worker   Setup, then one ScenarioJob or TokenStreamJob at a time
+                       (and PrefetchModel, unanswered, whenever the run asks for it)
     worker -> parent   Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
 
@@ -67,6 +68,7 @@ import torch
 
 from dcpcheck.backend import Backend, select_backend
 from dcpcheck.contract import DsMlaScale, Kernel
+from dcpcheck.e2e.token_streams import ModelPrefetch, stream_config_for
 from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.harness.runner import (
     LAUNCH_WATCHER,
@@ -148,6 +150,12 @@ class TokenStreamJob:
     """Run ``runner.token_stream_case``; one ``CaseResult``."""
 
     config: RunConfig
+
+
+@dataclass(frozen=True)
+class PrefetchModel:
+    """Start building the token-stream model on a background thread; no answer. The next
+    ``TokenStreamJob`` takes it (``runner.prefetch_token_stream_model``)."""
 
 
 @dataclass(frozen=True)
@@ -405,6 +413,17 @@ class IsolatedKernel:
         [result] = self._job(TokenStreamJob(config), expected)
         return result
 
+    def prefetch_token_stream_model(self) -> None:
+        """Have the worker start building the token-stream model (``PrefetchModel``). A
+        worker lost before its token streams run takes the prefetch with it; the next
+        one builds the model when asked. Not under compute-sanitizer, where each job has a
+        worker of its own (the model would be built for a scenario's worker, and
+        sanitized: every copy checked)."""
+        if self.setup.sanitizer is not None:
+            return
+        with contextlib.suppress(WorkerLost):  # the next job starts a fresh worker
+            self._live_worker().send(PrefetchModel())
+
     def _job(
         self, job: ScenarioJob | TokenStreamJob, expected: list[tuple[str, int, str]]
     ) -> Iterator[CaseResult]:
@@ -500,21 +519,27 @@ def device_error(backend: Backend) -> str | None:
 
 
 def _results(
-    kernel: Kernel, job: ScenarioJob | TokenStreamJob, backend: Backend
+    kernel: Kernel,
+    job: ScenarioJob | TokenStreamJob,
+    backend: Backend,
+    prefetched: ModelPrefetch | None,
 ) -> Iterator[CaseResult]:
     if isinstance(job, ScenarioJob):
         yield from run_scenario(kernel, job.scenario, job.config, backend)
     else:
-        yield token_stream_case(kernel, job.config, backend)
+        yield token_stream_case(kernel, job.config, backend, prefetched)
 
 
 def _replies(
-    kernel: Kernel, job: ScenarioJob | TokenStreamJob, backend: Backend
+    kernel: Kernel,
+    job: ScenarioJob | TokenStreamJob,
+    backend: Backend,
+    prefetched: ModelPrefetch | None = None,
 ) -> Iterator[object]:
     """The messages answering one job: its results, each sent only once the device is
     known healthy, then ``JobDone``; or ``DeviceLost`` as soon as it is not."""
     try:
-        for result in _results(kernel, job, backend):
+        for result in _results(kernel, job, backend, prefetched):
             lost = device_error(backend)
             if lost is not None:
                 # The kernel's own exception, if it raised one, names the rank too.
@@ -548,12 +573,19 @@ def serve(requests: Connection, replies: Connection) -> None:
     replies.send(Ready(declared))
     if setup.sanitizer is not None:
         LAUNCH_WATCHER.set(sanitizing.launch_watcher(backend.device))
+    prefetched: ModelPrefetch | None = None
     while True:
         try:
             job = requests.recv()
         except EOFError:  # the parent closed the pipe: the run (or a sanitized job) is over
             return
-        for reply in _replies(kernel, job, backend):
+        if isinstance(job, PrefetchModel):
+            prefetched = ModelPrefetch(stream_config_for(backend), backend.device)
+            continue
+        taken = None  # a prefetched model is for the next token-stream job, once
+        if isinstance(job, TokenStreamJob):
+            taken, prefetched = prefetched, None
+        for reply in _replies(kernel, job, backend, taken):
             if setup.sanitizer is not None and isinstance(reply, CaseResult):
                 sanitizing.write_marker(sanitizing.case_done_marker(sanitizing.case_label(reply)))
             replies.send(reply)
