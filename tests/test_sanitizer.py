@@ -354,7 +354,7 @@ def test_the_command_line_names_the_tool_and_the_options_the_log_needs():
 
 
 def test_the_worker_runs_under_the_sanitizer_behind_a_guard_that_dies_with_dcpcheck():
-    worker = [sys.executable, "-m", "dcpcheck.harness.isolation", "5", "6", "7"]
+    worker = [sys.executable, "-m", "dcpcheck.harness.isolation_worker", "5", "6", "7"]
     argv = sanitizer.launched_under(["cs", "--tool", "memcheck"], worker)
     assert argv[:2] == [sys.executable, "-c"]
     assert "PR_SET_PDEATHSIG" in argv[2]

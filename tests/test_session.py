@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from dcpcheck.backend import current_backend
 from dcpcheck.cli import cli
 from dcpcheck.e2e import token_streams
-from dcpcheck.harness import fused_checks, isolation, runner, session
+from dcpcheck.harness import fused_checks, isolation, isolation_worker, runner, session
 
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
 
@@ -144,7 +144,7 @@ def test_an_isolated_kernels_worker_builds_the_model_when_asked_to_prefetch(monk
     threads = model_builds(monkeypatch)
     worker_reads, parent_writes = multiprocessing.Pipe(duplex=False)
     parent_reads, worker_writes = multiprocessing.Pipe(duplex=False)
-    worker = threading.Thread(target=isolation.serve, args=(worker_reads, worker_writes))
+    worker = threading.Thread(target=isolation_worker.serve, args=(worker_reads, worker_writes))
     worker.start()
     device = "cpu" if current_backend().interpreted else "cuda"
     parent_writes.send(isolation.Setup("default", "auto", device, torch.get_num_threads()))

@@ -17,13 +17,14 @@ After any of the last three, the cases of that scenario not yet reported get the
 status, marked "not run", and the next job starts a fresh worker. A healthy worker is kept
 for the whole run: starting one costs an import of torch and Triton (about 2 s).
 
-Processes: the worker is ``python -m dcpcheck.harness.isolation`` in a new session (its own
-process group), so the terminal's Ctrl-C reaches only the parent, which then kills the
-group with SIGKILL (a hung kernel may ignore anything gentler). On Linux the worker also
-asks the kernel to SIGKILL it when the thread that started it exits (``PR_SET_PDEATHSIG``),
-so a worker never outlives its run, even one whose parent was itself killed. The worker's
-stdout goes to the parent's stderr (the parent's stdout carries the results); its stderr
-is inherited, so a kernel's own messages and a harness traceback stay visible.
+Processes: the worker is ``python -m dcpcheck.harness.isolation_worker`` (its side of what
+follows lives there) in a new session (its own process group), so the terminal's Ctrl-C
+reaches only the parent, which then kills the group with SIGKILL (a hung kernel may
+ignore anything gentler). On Linux the worker also asks the kernel to SIGKILL it when the
+thread that started it exits (``PR_SET_PDEATHSIG``), so a worker never outlives its run,
+even one whose parent was itself killed. The worker's stdout goes to the parent's stderr
+(the parent's stdout carries the results); its stderr is inherited, so a kernel's own
+messages and a harness traceback stay visible.
 
 The parent loads the kernel too, before starting a worker (``dcpcheck.cli``): a load error
 is then one line and exit 125 without a process start. A kernel whose *import* crashes is
@@ -32,8 +33,8 @@ outside what isolation covers; its launches, where kernels crash, are inside.
 Messages are pickles over two pipes (``multiprocessing.connection``), between two
 processes running this same package::
 
-    parent -> worker   Setup, then one ScenarioJob or TokenStreamJob at a time
-                       (and PrefetchModel, unanswered, whenever the run asks for it)
+    parent -> worker   Setup, then one ScenarioJob, TokenStreamJob or CompileAheadJob
+                       at a time (and PrefetchModel, unanswered, whenever asked)
     worker -> parent   Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
 
@@ -53,33 +54,26 @@ compute-sanitizer, which dies with dcpcheck: dcpcheck is its ancestor, not its p
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 import torch
 
-from dcpcheck.backend import Backend, select_backend
-from dcpcheck.contract import DsMlaScale, Kernel
-from dcpcheck.e2e.token_streams import ModelPrefetch, stream_config_for
+from dcpcheck.backend import Backend
+from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.harness.runner import (
-    LAUNCH_WATCHER,
     TOKEN_STREAM_CASE,
     CaseResult,
     RunConfig,
-    declared_ds_mla_scale,
-    run_scenario,
-    token_stream_case,
 )
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.spec.scenario import Scenario
 
 DEFAULT_CASE_TIMEOUT_S = 300.0
@@ -102,9 +96,6 @@ compute-sanitizer's last reports and summary) before it is killed, its log read 
 STDERR_FD = 2
 """The worker's stdout goes to this process's stderr file descriptor (not ``sys.stderr``,
 which a test runner may have replaced by an object without a descriptor)."""
-
-PR_SET_PDEATHSIG = 1
-"""``prctl`` option (linux/prctl.h): the signal a process gets when its parent exits."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -149,6 +140,15 @@ class ScenarioJob:
 class TokenStreamJob:
     """Run ``runner.token_stream_case``; one ``CaseResult``."""
 
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class CompileAheadJob:
+    """Run ``compile_ahead.compile_ahead`` for these scenarios; no ``CaseResult``, only
+    ``JobDone``."""
+
+    scenarios: tuple[Scenario, ...]
     config: RunConfig
 
 
@@ -218,7 +218,7 @@ class _Worker:
         argv = [
             sys.executable,
             "-m",
-            "dcpcheck.harness.isolation",
+            "dcpcheck.harness.isolation_worker",
             str(worker_reads),
             str(worker_writes),
             str(os.getpid()),
@@ -413,6 +413,24 @@ class IsolatedKernel:
         [result] = self._job(TokenStreamJob(config), expected)
         return result
 
+    def compile_ahead(self, scenarios: Sequence[Scenario], config: RunConfig) -> None:
+        """Have the worker compile the scenarios' binaries ahead (``CompileAheadJob``),
+        within one ``case_timeout``. A worker lost on the way is dropped and nothing is
+        reported: the cases then run as without it, on a fresh worker, and report what
+        went wrong. Not under compute-sanitizer (one worker per job)."""
+        if self.setup.sanitizer is not None or not scenarios:
+            return
+        done = False
+        try:
+            worker = self._live_worker()
+            worker.send(CompileAheadJob(tuple(scenarios), config))
+            done = isinstance(worker.receive(self.case_timeout), JobDone)
+        except WorkerLost:
+            pass
+        finally:
+            if not done:  # lost, its context lost (DeviceLost), or Ctrl-C mid-job
+                self._drop_worker()
+
     def prefetch_token_stream_model(self) -> None:
         """Have the worker start building the token-stream model (``PrefetchModel``). A
         worker lost before its token streams run takes the prefetch with it; the next
@@ -492,141 +510,3 @@ def _unanswered(
         else:
             error, seconds = f"not run: the worker was lost earlier ({reason})", 0.0
         yield CaseResult(name, dcp_size, lost.status, error=error, replay=replay, seconds=seconds)
-
-
-# ---------------------------------------------------------------------------------------
-# Worker side
-
-
-def _first_line(text: str) -> str:
-    """CUDA errors span lines (the error, then debugging advice); the first says what."""
-    return text.strip().splitlines()[0] if text.strip() else text
-
-
-def device_error(backend: Backend) -> str | None:
-    """The sticky CUDA error that poisoned this process's context, if any.
-
-    A kernel's illegal access surfaces at the next synchronization, and from then on every
-    CUDA call fails with it: a worker in that state can only report it and exit.
-    """
-    if backend.interpreted:
-        return None
-    try:
-        torch.cuda.synchronize(backend.device)
-    except RuntimeError as exc:  # torch.AcceleratorError is one
-        return _first_line(str(exc))
-    return None
-
-
-def _results(
-    kernel: Kernel,
-    job: ScenarioJob | TokenStreamJob,
-    backend: Backend,
-    prefetched: ModelPrefetch | None,
-) -> Iterator[CaseResult]:
-    if isinstance(job, ScenarioJob):
-        yield from run_scenario(kernel, job.scenario, job.config, backend)
-    else:
-        yield token_stream_case(kernel, job.config, backend, prefetched)
-
-
-def _replies(
-    kernel: Kernel,
-    job: ScenarioJob | TokenStreamJob,
-    backend: Backend,
-    prefetched: ModelPrefetch | None = None,
-) -> Iterator[object]:
-    """The messages answering one job: its results, each sent only once the device is
-    known healthy, then ``JobDone``; or ``DeviceLost`` as soon as it is not."""
-    try:
-        for result in _results(kernel, job, backend, prefetched):
-            lost = device_error(backend)
-            if lost is not None:
-                # The kernel's own exception, if it raised one, names the rank too.
-                said = result.error if result.status == "error" and result.error else lost
-                yield DeviceLost(_first_line(said))
-                return
-            yield result
-    except RuntimeError as exc:  # a harness call after the kernel hit the poisoned context
-        if device_error(backend) is None:
-            raise  # a harness bug: the traceback goes to stderr, the parent sees a crash
-        yield DeviceLost(_first_line(str(exc)))
-        return
-    yield JobDone()
-
-
-def serve(requests: Connection, replies: Connection) -> None:
-    """The worker's loop: load the kernel, then answer jobs until the parent hangs up."""
-    setup = requests.recv()
-    torch.set_num_threads(setup.threads)
-    backend = select_backend(setup.device)
-    try:
-        kernel = load_kernel(setup.kernel_name, setup.adapter)
-    except KernelLoadError as exc:
-        replies.send(LoadFailed(str(exc)))
-        return
-    try:
-        declared = declared_ds_mla_scale(kernel)
-    except ValueError as exc:  # it declares no rule dcpcheck knows
-        replies.send(LoadFailed(f"{setup.kernel_name}: {exc}"))
-        return
-    replies.send(Ready(declared))
-    if setup.sanitizer is not None:
-        LAUNCH_WATCHER.set(sanitizing.launch_watcher(backend.device))
-    prefetched: ModelPrefetch | None = None
-    while True:
-        try:
-            job = requests.recv()
-        except EOFError:  # the parent closed the pipe: the run (or a sanitized job) is over
-            return
-        if isinstance(job, PrefetchModel):
-            prefetched = ModelPrefetch(stream_config_for(backend), backend.device)
-            continue
-        taken = None  # a prefetched model is for the next token-stream job, once
-        if isinstance(job, TokenStreamJob):
-            taken, prefetched = prefetched, None
-        for reply in _replies(kernel, job, backend, taken):
-            if setup.sanitizer is not None and isinstance(reply, CaseResult):
-                sanitizing.write_marker(sanitizing.case_done_marker(sanitizing.case_label(reply)))
-            replies.send(reply)
-            if isinstance(reply, DeviceLost):
-                return
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent exits, then make sure dcpcheck
-    (``parent_pid``) had not already exited before the request was in place."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if not _descends_from(parent_pid):
-        os._exit(1)
-
-
-def _descends_from(pid: int) -> bool:
-    """Whether ``pid`` is this process's parent or (under compute-sanitizer, the parent)
-    an ancestor, read from ``/proc``; an exited dcpcheck is nobody's ancestor."""
-    ancestor = os.getppid()
-    while ancestor != pid:
-        try:
-            stat = Path(f"/proc/{ancestor}/stat").read_text()
-        except OSError:  # no /proc (not Linux), or that process has just exited
-            return False
-        ancestor = int(stat.rsplit(")", 1)[1].split()[1])
-        if ancestor <= 1:  # init, or the kernel above it
-            return False
-    return True
-
-
-def main(argv: list[str]) -> None:
-    """``python -m dcpcheck.harness.isolation READ_FD WRITE_FD PARENT_PID`` (started by _Worker)."""
-    read_fd, write_fd, parent_pid = (int(arg) for arg in argv)
-    _die_with_parent(parent_pid)
-    serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False))
-
-
-if __name__ == "__main__":
-    # Serve from the importable copy of this module, not from ``__main__``: messages are
-    # pickled by module name, and the parent knows them as ``dcpcheck.harness.isolation.*``.
-    from dcpcheck.harness.isolation import main as worker_main
-
-    worker_main(sys.argv[1:])

@@ -241,6 +241,10 @@ class CaseRunner(Protocol):
         """Start building the model ``run_token_streams`` will use, where it will run."""
         ...
 
+    def compile_ahead(self, scenarios: Sequence[Scenario], config: RunConfig) -> None:
+        """``dcpcheck.harness.compile_ahead`` where the cases will run."""
+        ...
+
 
 KernelUnderTest = Kernel | CaseRunner
 """What the runner accepts: a protocol kernel run here, or a ``CaseRunner``."""

@@ -95,7 +95,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 """``python -c`` program that asks Linux to SIGKILL it when its parent (dcpcheck) exits and
 then becomes compute-sanitizer (the request survives ``execve``): the worker under it gets
 the same request of its own, so a dcpcheck killed outright takes both with it, as an
-unsanitized worker is taken (``isolation._die_with_parent``). Python's ``-c``, not a
+unsanitized worker is taken (``isolation_worker._die_with_parent``). Python's ``-c``, not a
 module of this package: importing one would load torch, for nothing, before every worker."""
 
 
@@ -241,7 +241,7 @@ def launch_watcher(device: torch.device) -> Callable[[str, int, bool], None]:
     A kernel compute-sanitizer stopped may fail that synchronization: the call is then
     the rank's ``KernelError`` (the case's ``error``, the sanitizer's report beside it),
     its end still marked. Whether the CUDA context survives it, the case's result shows
-    (``isolation.device_error``: a context that did not makes the case a ``crash``).
+    (``isolation_worker.device_error``: a context that did not makes the case a ``crash``).
     """
 
     def watch(case: str, rank: int, started: bool) -> None:

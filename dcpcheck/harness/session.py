@@ -34,6 +34,7 @@ from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.e2e.token_streams import ModelPrefetch
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.harness.compile_ahead import compile_ahead
 from dcpcheck.harness.runner import (
     CaseResult,
     KernelUnderTest,
@@ -79,13 +80,15 @@ class Session:
         scenarios: Sequence[Scenario],
         on_result: Callable[[CaseResult], None] = _ignore,
     ) -> list[CaseResult]:
-        """Every case of ``scenarios`` (``runner.run``), each failing one saved as it lands."""
+        """Every case of ``scenarios`` (``runner.run``), each failing one saved as it lands;
+        their Triton binaries compiled ahead, on threads (``compile_ahead``)."""
         by_name = {scenario.name: scenario for scenario in scenarios}
 
         def landed(result: CaseResult) -> None:
             self._save_if_failed(by_name[result.scenario], result)
             on_result(result)
 
+        compile_ahead(self.kernel, scenarios, self.config, self.backend)
         return run(self.kernel, scenarios, self.config, self.backend, on_result=landed)
 
     def case(self, scenario: Scenario, dcp_size: int) -> CaseResult:

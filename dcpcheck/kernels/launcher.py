@@ -186,4 +186,7 @@ def make_kernel(variant: KernelVariant) -> Kernel:
 
     kernel.__name__ = kernel.__qualname__ = f"fused_norm_rope[{variant.name}]"
     kernel.__doc__ = variant.description
+    # A call launches the Triton kernel and nothing else on the device, so a run may call
+    # it dry to compile its binaries ahead (dcpcheck.harness.compile_ahead).
+    kernel.triton_launches_only = True  # type: ignore[attr-defined]
     return kernel
