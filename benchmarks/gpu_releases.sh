@@ -25,6 +25,7 @@ for job in $JOBS; do
           tests/test_distributed.py tests/test_seeded.py tests/test_pytest_plugin.py \
           tests/test_new_cache_formats.py tests/test_reference_new_formats.py \
           tests/test_fused_checks.py tests/test_cost.py tests/test_hash_cli.py \
+          tests/test_compile_ahead.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \

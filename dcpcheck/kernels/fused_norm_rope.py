@@ -93,8 +93,12 @@ The runtime integers that vary from batch to batch (``num_tokens``, ``cache_bloc
 ``mla_num_blocks``) are not specialized on (``do_not_specialize``): Triton would otherwise
 compile again for a value of 1 or a multiple of 16, which changes alignment hints but no
 arithmetic, so a decode batch and a prefill batch of one layout share one binary. Strides
-are specialized: they follow the preset, which is a constexpr anyway. BENCHMARKS.md counts
-the binaries a run compiles.
+are specialized: they follow the preset, which is a constexpr anyway. Pointers are
+specialized on 16-byte alignment, as Triton does; the harness starts every rank's slot
+mapping on a 16-byte boundary (``case.ROW_ALIGNMENT_BYTES``), as production's separate
+allocations are, so the ranks of a case share a binary. BENCHMARKS.md counts the binaries
+a run compiles; a run compiles them on threads before its cases
+(``dcpcheck.harness.compile_ahead``).
 
 Mutants that address the cache wrongly are kept inside the cache's storage: a wrong
 address that would land outside the addressable range (block and offset swapped, a
