@@ -173,13 +173,14 @@ def model_tensors(model) -> dict[str, torch.Tensor]:
 
 
 def test_a_prefetched_model_is_bit_for_bit_the_model_built_in_place(device):
-    """The model built on the prefetch thread draws from its own seeded generator: the
-    same bits as a model built where the token streams run."""
+    """The model built on the prefetch thread (on the CPU, then moved to ``device``) draws
+    from its own seeded generator: the same bits, on the same device, as a model built
+    where the token streams run."""
     built = model_tensors(build_model(CONFIG, device))
     prefetched = model_tensors(ModelPrefetch(CONFIG, device).model())
     assert prefetched.keys() == built.keys()
     for name, tensor in built.items():
-        assert prefetched[name].dtype == tensor.dtype, name
+        assert (prefetched[name].device, prefetched[name].dtype) == (tensor.device, tensor.dtype)
         assert torch.equal(prefetched[name].view(torch.uint8), tensor.view(torch.uint8)), name
 
 

@@ -39,6 +39,7 @@ attention run in fp32; only the kernel's inputs and outputs are in the activatio
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -293,6 +294,21 @@ class MlaModel:
         self.cos_sin = reference.cos_sin_table(
             preset.max_position, preset.rope_dim, preset.rope_base
         ).to(device)
+
+    def to(self, device: torch.device) -> MlaModel:
+        """This model with every weight on ``device``, the same bits (the weights are drawn
+        on the CPU whatever the device): how a model built ahead of time on the CPU
+        (``token_streams.ModelPrefetch``) reaches the GPU only when it is used."""
+        moved = copy.copy(self)
+        moved.device = device
+        moved.embedding, moved.final_norm, moved.lm_head, moved.cos_sin = (
+            t.to(device) for t in (self.embedding, self.final_norm, self.lm_head, self.cos_sin)
+        )
+        moved.layers = [
+            LayerWeights(**{k: v.to(device) for k, v in vars(layer).items()})
+            for layer in self.layers
+        ]
+        return moved
 
     # -- caches ---------------------------------------------------------------------------
 

@@ -196,9 +196,13 @@ def build_model(config: StreamConfig, device: torch.device) -> MlaModel:
 class ModelPrefetch:
     """The seeded model of ``config``, built on a background thread from the moment this is
     made, so a run's other cases hide its cost (at DeepSeek widths on an H200, 1.7 s of the
-    token-stream case's 3.9 s: drawing 1.7 GB of fp32 weights on the CPU generator and
-    moving them; BENCHMARKS.md). The bits are those of ``build_model``: the model draws
-    from its own seeded generator, never the global one.
+    token-stream case's 3.9 s: drawing 1.7 GB of fp32 weights on the CPU generator;
+    BENCHMARKS.md). The bits are those of ``build_model``: the model draws from its own
+    seeded generator, never the global one.
+
+    It is built on the CPU and moved to ``device`` when :meth:`model` is asked for, so the
+    device holds it only while the token streams run, as without a prefetch: a scenario
+    sized to the device's free memory (``spec.cost``) never shares it with the model.
 
     The thread is a daemon: a run that never reaches its token streams (``--fail-fast``,
     Ctrl-C) does not wait for it. An exception of the build is raised by :meth:`model`,
@@ -214,17 +218,17 @@ class ModelPrefetch:
 
     def _build(self) -> None:
         try:
-            self._model = build_model(self.config, self.device)
+            self._model = build_model(self.config, torch.device("cpu"))
         except BaseException as exc:  # raised again in the thread that asks for the model
             self._error = exc
 
     def model(self) -> MlaModel:
-        """The model, once built (waits for the thread)."""
+        """The model on ``device``, once built (waits for the thread)."""
         self._thread.join()
         if self._error is not None:
             raise self._error
         assert self._model is not None
-        return self._model
+        return self._model.to(self.device)
 
 
 def generate(kernel: Kernel, config: StreamConfig, dcp_size: int, device: torch.device) -> Streams:
