@@ -19,7 +19,9 @@ export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$(mktemp -d)}
 unset PYTHONDONTWRITEBYTECODE  # else the prefix above is never written
 python3 -c "import torch, triton, hypothesis, rich, click" # bytecode of the libraries, once
 for tree in "$OLD" "$NEW"; do
-  echo "== $tree ($(git -C "$tree" rev-parse --short HEAD 2>/dev/null || echo 'no git'))"
+  # A copy made with `git archive` sits inside this checkout: rev-parse would name ours.
+  if [ -e "$tree/.git" ]; then rev=$(git -C "$tree" rev-parse --short HEAD); else rev="a copy, no git"; fi
+  echo "== $tree ($rev)"
   python3 "$HERE/benchmarks/gate_wall_time.py" --tree "$tree" --only run --only property \
     --examples "${EXAMPLES:-200}"
   home=$(mktemp -d)
