@@ -27,10 +27,12 @@ class Backend:
     """What was done about the interpreter's fp8 cast (dcpcheck.interpreter_fp8), if any."""
     language_patch: str = field(default="", compare=False)
     """How often the interpreter patches ``triton.language`` (dcpcheck.interpreter_calls)."""
+    dtype_paths: str = field(default="", compare=False)
+    """Whether the interpreter's bf16 casts take the fast path (dcpcheck.interpreter_dtypes)."""
 
     def describe(self) -> str:
         if self.interpreted:
-            notes = [note for note in (self.fp8_cast, self.language_patch) if note]
+            notes = [n for n in (self.fp8_cast, self.language_patch, self.dtype_paths) if n]
             note = "".join(f"; {n}" for n in notes)
             return f"cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use{note})"
         return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
@@ -81,12 +83,14 @@ def select_backend(device: str = "auto") -> Backend:
     if chosen.interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
         from dcpcheck.interpreter_calls import install_language_patch_once
+        from dcpcheck.interpreter_dtypes import install_dtype_fast_paths
         from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
 
         chosen = replace(
             chosen,
             fp8_cast=install_fp8_cast_correction().summary(),
             language_patch=install_language_patch_once(),
+            dtype_paths=install_dtype_fast_paths(),
         )
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.backend",
         "dcpcheck.interpreter_fp8",
         "dcpcheck.interpreter_calls",
+        "dcpcheck.interpreter_dtypes",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
     ),
