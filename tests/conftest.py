@@ -4,12 +4,20 @@ dcpcheck.backend): CUDA when present, else Triton's interpreter on the CPU."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import pytest
 import torch
 
 from dcpcheck.backend import current_backend
+
+# Every dcpcheck process a test starts (about 150, isolated workers included) imports the
+# package afresh. Where PYTHONDONTWRITEBYTECODE is set (this project's CI machine sets it),
+# each would compile its ~80 modules from source again, about 0.2 s of CPU apiece: so
+# bytecode is written (to the checkout's __pycache__/, which git ignores), once.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 BACKEND = current_backend()
 
@@ -19,7 +27,10 @@ os.environ.setdefault("DCPCHECK_HOME", tempfile.mkdtemp(prefix="dcpcheck-tests-"
 
 # The suite runs many tiny tensor ops; on a 2-core CI machine torch's intra-op threads
 # cost more in hand-offs than they win (measured: 5 s single-threaded vs 47-79 s busy).
+# The same for the processes tests start: `run --dcp 4 --no-tokens` takes 8.6-9.2 s of CPU
+# on one thread against 10.4-10.6 s on two, with the other test worker busy beside it.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 requires_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (none visible to torch)"
