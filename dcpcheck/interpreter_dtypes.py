@@ -47,7 +47,8 @@ BF16_EXPONENT, BF16_MANTISSA = np.uint16(0x7F80), np.uint16(0x007F)
 FP32_EXPONENT, FP32_MANTISSA = np.uint32(0x7F800000), np.uint32(0x007FFFFF)
 
 CONVERT_PARAMETERS = ["input", "input_dtype", "output_dtype", "rounding_mode"]
-"""``_convert_float``'s parameters in the Triton versions checked (3.4 to 3.9)."""
+"""``_convert_float``'s parameters in Triton 3.9 (this project's CPU venv; the GPU box's 3.6
+compiles and never interprets). Another signature is reported, not guessed at."""
 
 
 def _interpreter() -> Any:
