@@ -85,7 +85,7 @@ def _fast_convert(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def convert_float(input: Any, input_dtype: Any, output_dtype: Any, rounding_mode: Any) -> Any:
         result = None
-        if rounding_mode is None and np.ndim(input) > 0:
+        if rounding_mode is None and isinstance(input, np.ndarray):
             if input_dtype == tl.bfloat16 and output_dtype == tl.float32 and input.itemsize == 2:
                 result = widen_bf16(input)
             elif input_dtype == tl.float32 and output_dtype == tl.bfloat16 and input.itemsize == 4:
