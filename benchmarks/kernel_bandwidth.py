@@ -11,6 +11,7 @@ once, the top-k row filled, the RoPE table row of each token read. Weights are i
     python3 benchmarks/kernel_bandwidth.py --quick    # fewer sizes
     python3 benchmarks/kernel_bandwidth.py --block-tokens 1,2,4 --num-warps 4,8  # tuning
     python3 benchmarks/kernel_bandwidth.py --no-eager --tokens 65536 --maxnreg 32,40,48
+    python3 benchmarks/kernel_bandwidth.py --no-eager --q-apart 0,1   # one launch or Q apart
     ncu --clock-control none -k regex:fused_norm_rope -c 1 python3 benchmarks/kernel_bandwidth.py \
         --no-eager --tokens 65536 --presets deepseek-v3.2 --layouts fp8_ds_mla   # one launch
 
@@ -143,6 +144,9 @@ def main() -> None:
     parser.add_argument(
         "--maxnreg", type=_int_list, default=[None], help="register caps per thread (CUDA)"
     )
+    parser.add_argument(
+        "--q-apart", type=_int_list, default=[None], help="0: one launch, 1: Q launched apart"
+    )
     parser.add_argument("--no-eager", action="store_true", help="skip the eager composition")
     parser.add_argument("--tokens", type=_int_list, help="token counts (default: all sizes)")
     parser.add_argument("--presets", default="deepseek-v3.2,glm-5", help="comma-separated")
@@ -155,7 +159,7 @@ def main() -> None:
     print(f"device: {backend.describe()}; peak {H200_PEAK_TBPS} TB/s (datasheet)")
     print(
         f"{'preset':14} {'layout':10} {'tokens':>7} {'BLOCK_T':>7} {'warps':>5} "
-        f"{'maxnreg':>7} {'bits':>6} {'MB':>8} "
+        f"{'maxnreg':>7} {'Q apart':>7} {'bits':>6} {'MB':>8} "
         f"{'kernel us':>10} {'GB/s':>7} {'%peak':>6} {'eager us':>9} {'GB/s':>7} {'speedup':>7}"
     )
     for preset in args.presets.split(","):
@@ -171,8 +175,8 @@ def main() -> None:
                     eager_cols = f"{t_eager * 1e3:9.1f} {eager_gbps:7.0f}"
                 launch(shape, *op)  # the default configuration's bytes, to compare with
                 written = _written_bytes(*op)
-                configs = product(args.block_tokens, args.num_warps, args.maxnreg)
-                for block_tokens, num_warps, maxnreg in configs:
+                configs = product(args.block_tokens, args.num_warps, args.maxnreg, args.q_apart)
+                for block_tokens, num_warps, maxnreg, q_apart in configs:
                     run = partial(
                         launch,
                         shape,
@@ -180,6 +184,7 @@ def main() -> None:
                         block_tokens=block_tokens,
                         num_warps=num_warps,
                         maxnreg=maxnreg,
+                        q_apart=None if q_apart is None else bool(q_apart),
                     )
                     run()  # compile outside the graph
                     same = all(
@@ -191,6 +196,7 @@ def main() -> None:
                     print(
                         f"{preset:14} {layout.value:10} {tokens:7d} {block_tokens or 1:7d} "
                         f"{num_warps or GPU_NUM_WARPS:5d} {maxnreg or '-':>7} "
+                        f"{'default' if q_apart is None else q_apart:>7} "
                         f"{'same' if same else 'DIFFER':>6} {moved / 1e6:8.2f} "
                         f"{t_kernel * 1e3:10.1f} {gbps:7.0f} {gbps / (H200_PEAK_TBPS * 10):5.1f}% "
                         f"{eager_cols}{speedup}"

@@ -1,13 +1,14 @@
 """Registers per thread of the project's kernel for a GPU architecture, per sub-task, with
 no GPU: Triton compiles the kernel for the target and ptxas reports what it allocated.
 
-Why per sub-task: one launch runs four sub-tasks (indexer K, KV + k_pe, Q, top-k fill;
+Why per sub-task: a launch runs several sub-tasks (indexer K, top-k fill, KV + k_pe, Q;
 ``dcpcheck/kernels/fused_norm_rope.py``) selected at run time by the grid's second axis,
-so all four live in one binary, and a binary has one register count: the largest any of
-its paths needs. That count caps how many programs fit on a multiprocessor, so the
-sub-task with the most live state sets the occupancy of every other one. Each sub-task is
-compiled here on its own from a temporary copy of the module whose dispatch is made a
-compile-time constant (``task = FIRST_TASK``), with everything else as launched.
+so they live in one binary, and a binary has one register count: the largest any of its
+paths needs. That count caps how many programs fit on a multiprocessor, so the sub-task
+with the most live state sets the occupancy of every other one. The table gives the
+binary of one launch of every sub-task (the interpreter's), the GPU's two launches (up to
+KV, then Q alone: ``launcher.GPU_Q_APART_FROM_TOKENS``) and each sub-task compiled alone
+(``FIRST_TASK == LAST_TASK``, which the kernel resolves at compile time).
 
 The launch arguments are the launcher's own (``launcher.launch`` recorded, not launched,
 by ``launch_keys``, on CPU tensors from ``kernel_bandwidth.make_op``), at the GPU's tile
@@ -26,12 +27,8 @@ programs per multiprocessor, registers allocated per warp in units of 256 (8 per
 from __future__ import annotations
 
 import argparse
-import atexit
-import importlib.util
-import inspect
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,11 +47,18 @@ from kernel_bandwidth import make_op
 from launch_keys import recorded_launches
 
 from dcpcheck.contract import CacheLayout
-from dcpcheck.kernels import fused_norm_rope, launcher
+from dcpcheck.kernels import launcher
+from dcpcheck.kernels.fused_norm_rope import (
+    TASK_INDEXER_K,
+    TASK_KV,
+    TASK_Q,
+    TASK_TOPK_FILL,
+    _fused_norm_rope_kernel,
+)
 from dcpcheck.kernels.launch_checks import check_launch
 
-SUB_TASKS = {0: "indexer K", 1: "KV + k_pe", 2: "Q", 3: "top-k fill"}
-DISPATCH = "    task = tl.program_id(1) + FIRST_TASK\n"
+SUB_TASKS = {TASK_INDEXER_K: "indexer K", TASK_TOPK_FILL: "top-k fill", TASK_KV: "KV + k_pe"}
+"""The sub-tasks compiled alone besides Q, which the GPU's second launch compiles alone."""
 TYPES = {
     torch.bfloat16: "bf16",
     torch.float16: "fp16",
@@ -85,21 +89,6 @@ def launch_arguments(preset: str, layout: CacheLayout) -> tuple[dict, dict, dict
             attrs[(index,)] = [["tt.divisibility", 16]]
     signature.update({name: "constexpr" for name in launch.constexprs})
     return signature, dict(launch.constexprs), attrs
-
-
-def per_task_module():
-    """A copy of the kernel module whose sub-task is the ``FIRST_TASK`` constexpr."""
-    source = inspect.getsource(fused_norm_rope)
-    if source.count(DISPATCH) != 1:
-        raise SystemExit("kernel_registers: the kernel's dispatch line changed; update DISPATCH")
-    folder = Path(tempfile.mkdtemp())
-    atexit.register(shutil.rmtree, folder, True)
-    path = folder / "fused_norm_rope_one_task.py"
-    path.write_text(source.replace(DISPATCH, "    task = FIRST_TASK\n"))
-    spec = importlib.util.spec_from_file_location("fused_norm_rope_one_task", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _ptxas(arch: int) -> str:
@@ -154,36 +143,30 @@ def main() -> None:
     parser.add_argument("--arch", type=int, default=90, help="compute capability x10")
     args = parser.parse_args()
     warps = launcher.GPU_NUM_WARPS
-    one_task = per_task_module()
     print(f"Triton {triton.__version__}, sm_{args.arch}, {warps} warps per program")
-    print("| preset | layout | whole kernel | " + " | ".join(SUB_TASKS.values()) + " |")
-    print("| --- | --- | --- |" + " --- |" * len(SUB_TASKS))
+    columns = ["one launch", "GPU launch 1: up to KV", "GPU launch 2: Q", *SUB_TASKS.values()]
+    print("| preset | layout | " + " | ".join(columns) + " |")
+    print("| --- | --- |" + " --- |" * len(columns))
     for preset in args.presets.split(","):
         for layout in args.layouts.split(","):
             signature, constexprs, attrs = launch_arguments(preset, CacheLayout(layout))
+            first = constexprs["FIRST_TASK"]
+            ranges = [(first, TASK_Q.value), (first, TASK_KV.value), (TASK_Q.value,) * 2]
+            ranges += [(task.value,) * 2 for task in SUB_TASKS]
             cells = []
-            whole, spill = registers(
-                fused_norm_rope._fused_norm_rope_kernel,
-                signature,
-                constexprs,
-                attrs,
-                args.arch,
-                warps,
-            )
-            cells.append(f"{whole} ({occupancy(whole, warps):.0%}, {spill})")
-            for task in SUB_TASKS:
-                if task < constexprs["FIRST_TASK"]:
+            for low, high in ranges:
+                if low < first:  # a shared layer has no indexer sub-tasks
                     cells.append("-")
                     continue
                 regs, spill = registers(
-                    one_task._fused_norm_rope_kernel,
+                    _fused_norm_rope_kernel,
                     signature,
-                    {**constexprs, "FIRST_TASK": task},
+                    {**constexprs, "FIRST_TASK": low, "LAST_TASK": high},
                     attrs,
                     args.arch,
                     warps,
                 )
-                cells.append(f"{regs} ({occupancy(regs, warps):.0%})")
+                cells.append(f"{regs} ({occupancy(regs, warps):.0%}, {spill})")
             print(f"| {preset} | {layout} | " + " | ".join(cells) + " |")
 
 

@@ -451,6 +451,96 @@ def test_block_size_one_and_large_positions(device):
 
 
 # ----------------------------------------------------------------------------------------
+# Q launched apart (launcher.GPU_Q_APART_FROM_TOKENS)
+# ----------------------------------------------------------------------------------------
+
+
+def _written_bytes(launch: Launch) -> dict[str, torch.Tensor]:
+    """Every buffer a launch may write, guards included, as CPU tensors."""
+    written = {
+        name: value.cpu()
+        for name, value in vars(launch.outputs).items()
+        if isinstance(value, torch.Tensor)
+    }
+    written["mla_cache"] = launch.mla_storage.cpu()
+    if launch.index_storage is not None:
+        written["index_cache"] = launch.index_storage.cpu()
+    return written
+
+
+RACING_CACHE_WRITES = {Mutation.FOREIGN_ROWS_WRITE_CACHE, Mutation.NEGATIVE_SLOT_WRAPS}
+"""Mutants whose unowned tokens all store to one MLA entry (entry 0, or the slot -1 wraps
+to): which store lands last depends on the GPU's program order, so their MLA cache bytes
+differ from run to run of one launch as well (seen on the H200)."""
+
+
+@pytest.mark.parametrize("indexer", [True, False], ids=["indexer", "shared"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_q_launched_apart_writes_the_bytes_of_one_launch(device, variant, indexer):
+    """The two launches of a large batch on a GPU (the sub-tasks up to KV, then Q alone)
+    write exactly what one launch of every sub-task writes, for the correct kernel and
+    every mutant: only the dispatch moved. Both ways are run explicitly. A fp8_ds_mla
+    cache so the layout's own mutants act. The MLA cache of a mutant in
+    ``RACING_CACHE_WRITES`` is left out on a GPU, where its bytes are a race."""
+    written = {}
+    for apart in (False, True):
+        launch = build_launch(
+            device, num_tokens=5, layout=CacheLayout.FP8_DS_MLA, indexer=indexer, seed=21
+        )
+        fused_norm_rope(
+            launch.inputs, launch.outputs, launch.caches, variant=variant, q_apart=apart
+        )
+        written[apart] = _written_bytes(launch)
+    for name, one_launch in written[False].items():
+        racing = variant.mutation in RACING_CACHE_WRITES and device.type == "cuda"
+        if racing and name == "mla_cache":
+            continue
+        assert torch.equal(one_launch.view(torch.uint8), written[True][name].view(torch.uint8)), (
+            f"{name} differs when Q is launched apart"
+        )
+
+
+@pytest.mark.parametrize(
+    ("q_apart", "from_tokens"),
+    [(None, 3), (None, 4), (False, 3), (True, 4)],
+    ids=["default-at-threshold", "default-below", "one", "apart"],
+)
+def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
+    """Q apart: two launches, the sub-tasks up to KV (from the indexer's on an indexer
+    layer), then Q alone; otherwise one launch of every sub-task. By default a GPU
+    launches Q apart from ``GPU_Q_APART_FROM_TOKENS`` tokens; the interpreter never."""
+    from dcpcheck.backend import current_backend
+    from dcpcheck.kernels import launcher
+    from dcpcheck.kernels.fused_norm_rope import TASK_INDEXER_K, TASK_KV, TASK_Q
+
+    kernel, ranges = launcher._fused_norm_rope_kernel, []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                ranges.append((kwargs["FIRST_TASK"], kwargs["LAST_TASK"], grid[1]))
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(launcher, "_fused_norm_rope_kernel", Recorder())
+    monkeypatch.setattr(launcher, "GPU_Q_APART_FROM_TOKENS", from_tokens)
+    for indexer in (True, False):
+        launch = build_launch(device, num_tokens=3, indexer=indexer)
+        fused_norm_rope(launch.inputs, launch.outputs, launch.caches, q_apart=q_apart)
+    by_default = not current_backend().interpreted and from_tokens <= 3
+    apart = by_default if q_apart is None else q_apart
+    q, kv = TASK_Q.value, TASK_KV.value
+    expected = []
+    for first in (TASK_INDEXER_K.value, kv):
+        if apart:
+            expected += [(first, kv, kv - first + 1), (q, q, 1)]
+        else:
+            expected += [(first, q, q - first + 1)]
+    assert ranges == expected
+
+
+# ----------------------------------------------------------------------------------------
 # Regression variants
 # ----------------------------------------------------------------------------------------
 

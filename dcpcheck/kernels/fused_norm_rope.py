@@ -15,17 +15,19 @@ One launch covers the whole op on a 2-D grid, laid out like the production kerne
   ====  =================================================================================
   0     indexer K: LayerNorm * w + b, RoPE over the first ``rope_dim`` lanes (interleaved
         or NeoX), fp8 with a UE8M0 row scale into the indexer cache (indexer slot mapping)
-  1     KV: RMSNorm -> ``kv_out`` and the cache's NoPE part; k_pe: interleaved RoPE ->
+  1     top-k fill: the row of ``topk_indices`` set to -1
+  2     KV: RMSNorm -> ``kv_out`` and the cache's NoPE part; k_pe: interleaved RoPE ->
         ``kpe_out`` and the cache's RoPE part
-  2     Q: RMSNorm -> ``q_out``
-  3     top-k fill: the row of ``topk_indices`` set to -1
+  3     Q: RMSNorm -> ``q_out``
   ====  =================================================================================
 
-  Shared (no-indexer) layers launch sub-tasks 1 and 2 only, so the indexer and the top-k
-  buffer are not touched at all.
+  A launch runs sub-tasks ``FIRST_TASK`` to ``LAST_TASK``; shared (no-indexer) layers
+  start at 2, leaving the indexer and the top-k buffer untouched. Q is last so a large
+  launch can run it apart (``launcher.GPU_Q_APART_FROM_TOKENS``): a binary has one
+  register count, its widest path's, and Q's is the widest. A one-sub-task launch
+  resolves the dispatch at compile time; the same code runs on the same values.
 
-The nvfp4_ds_mla entry is written by ``dcpcheck.kernels.nvfp4_ds_mla`` (integer and
-comparison arithmetic alone, no fp4 instruction).
+``dcpcheck.kernels.nvfp4_ds_mla`` writes nvfp4_ds_mla entries (no fp4 instruction).
 
 The fp8_ds_mla tile scale follows the rule the case demands (``inputs.ds_mla_scale``,
 ``contract.DsMlaScale``), compiled in as the ``DS_MLA_POW2`` constexpr: ``amax * (1/448)``
@@ -43,8 +45,7 @@ Rounding
 The kernel is compiled without FMA contraction (``enable_fp_fusion=False``), so every
 fp32 multiply and add rounds on its own, exactly as the oracle's torch ops do. Contracted,
 ``x1*cos - x2*sin`` keeps the unrounded product: where the two products nearly cancel,
-the rotated value moved by up to 32 bf16 ulps from the oracle (k_pe, 65,536 tokens on an
-H200), far outside any output tolerance, although neither result is wrong. Reductions
+it moved by up to 32 bf16 ulps from the oracle (k_pe, 65,536 tokens, H200). Reductions
 (mean of squares, LayerNorm statistics, amax) still run in Triton's order, so those agree
 with the oracle to a few fp32 ulps, not bitwise. Divisions and square roots are the
 correctly rounded ``div_rn`` / ``sqrt_rn``, because the GPU's default ``/`` and ``rsqrt``
@@ -68,10 +69,8 @@ The ``MUTATION`` constexpr compiles one of the known DCP bugs, or one mutant of 
 catalog ``dcpcheck selftest`` runs, into the same kernel (``dcpcheck.kernels.variants.Mutation``
 says what each one does); ``Mutation.NONE`` is the correct kernel, and every
 ``if MUTATION == ...`` branch is resolved at compile time, so none of them reaches its
-code. The one argument only mutants read, ``mla_num_blocks``, is not specialized on, so it
-adds no compiled variants either. (Checked with triton 3.9 for sm_90: for every cache
-layout, with and without the indexer, the PTX has the same instructions as before the
-mutant catalog was added; only source line numbers differ.)
+code (triton 3.9, sm_90: the PTX of every layout has the instructions it had before the
+catalog). ``mla_num_blocks``, read by mutants only, is not specialized on.
 
 Compiled variants
 -----------------
@@ -82,28 +81,27 @@ them must be one, because it picks code, not a value:
   model preset): a row is one tile, ``tl.arange`` needs a power-of-two compile-time width,
   and the lane masks fold away where the width is already one;
 * ``BLOCK_T`` (one token per program on a GPU; interpreter tiles);
-* ``FIRST_TASK`` (indexer layer or shared), ``CACHE_LAYOUT``, ``DS_MLA_POW2``,
-  ``WRITES_INDEX_CACHE``, ``INDEX_SHUFFLED``, ``INDEX_SCALE_MX``, ``INDEX_ROPE_NEOX``: each
-  entry format and RoPE pairing is different code, and a runtime switch would hold every
-  format's registers live at once (the kernel is latency-bound on occupancy already);
-* ``HAS_SLOTS`` (a profiling call writes no cache) and ``MUTATION`` (always 0 outside
-  the selftest).
+* ``FIRST_TASK`` and ``LAST_TASK`` (indexer layer or shared; Q apart or not),
+  ``CACHE_LAYOUT``, ``DS_MLA_POW2``, ``WRITES_INDEX_CACHE``, ``INDEX_SHUFFLED``,
+  ``INDEX_SCALE_MX``, ``INDEX_ROPE_NEOX``: each sub-task set, entry format and RoPE pairing
+  is different code, and a runtime switch would hold every format's registers live at
+  once (the kernel is latency-bound on occupancy already);
+* ``HAS_SLOTS`` (a profiling call writes no cache), ``MUTATION`` (0 but in the selftest).
 
 The runtime integers that vary from batch to batch (``num_tokens``, ``cache_block_size``,
 ``mla_num_blocks``) are not specialized on (``do_not_specialize``): Triton would otherwise
 compile again for a value of 1 or a multiple of 16, which changes alignment hints but no
-arithmetic, so a decode batch and a prefill batch of one layout share one binary. Strides
-are specialized: they follow the preset, which is a constexpr anyway. Pointers are
+arithmetic, so a decode batch and a prefill batch of one layout share one binary (below
+``launcher.GPU_Q_APART_FROM_TOKENS``). Strides are specialized: they follow the preset, a
+constexpr anyway. Pointers are
 specialized on 16-byte alignment, as Triton does; the harness starts every rank's slot
 mapping on a 16-byte boundary (``case.ROW_ALIGNMENT_BYTES``), as production's separate
-allocations are, so the ranks of a case share a binary. BENCHMARKS.md counts the binaries
-a run compiles; a run compiles them on threads before its cases
-(``dcpcheck.harness.compile_ahead``).
+allocations are, so the ranks of a case share a binary. A run compiles its binaries on
+threads before its cases (``dcpcheck.harness.compile_ahead``); BENCHMARKS.md counts them.
 
-Mutants that address the cache wrongly are kept inside the cache's storage: a wrong
-address that would land outside the addressable range (block and offset swapped, a
-32-bit offset that wrapped negative) is masked off instead of written. The real bug
-would scribble over unrelated memory (or fault); the mutant leaves the owned entry
+Mutants that address the cache wrongly are kept inside its storage: an address outside
+it (block and offset swapped, a 32-bit offset wrapped negative) is masked off. The real
+bug would scribble over other memory or fault; the mutant leaves the owned entry
 unwritten, which the harness reports, and the process survives to report it.
 """
 
@@ -133,9 +131,9 @@ from dcpcheck.kernels.nvfp4_ds_mla import write_nvfp4_ds_mla_entries
 from dcpcheck.kernels.variants import Mutation
 
 TASK_INDEXER_K = tl.constexpr(0)
-TASK_KV = tl.constexpr(1)
-TASK_Q = tl.constexpr(2)
-TASK_TOPK_FILL = tl.constexpr(3)
+TASK_TOPK_FILL = tl.constexpr(1)
+TASK_KV = tl.constexpr(2)
+TASK_Q = tl.constexpr(3)
 """The sub-tasks of grid axis 1 (module docstring); the launcher picks the first and last."""
 
 LAYOUT_CODES = {layout: code for code, layout in enumerate(CacheLayout)}
@@ -566,14 +564,16 @@ def _fused_norm_rope_kernel(
     INDEX_DIM: tl.constexpr, TOPK: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_ROPE: tl.constexpr,
     BLOCK_INDEX: tl.constexpr, BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr,
-    FIRST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr,
-    HAS_SLOTS: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr, INDEX_ROPE_NEOX: tl.constexpr,
+    FIRST_TASK: tl.constexpr, LAST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
+    DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
+    INDEX_ROPE_NEOX: tl.constexpr,
     INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr, MUTATION: tl.constexpr,
 ):
     # The tokens of this program, widened to int64 before any multiplication (module doc).
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     live = tokens < num_tokens
-    task = tl.program_id(1) + FIRST_TASK
+    # A launch of one sub-task makes it a constexpr: the branches below resolve at compile time.
+    task = FIRST_TASK if FIRST_TASK == LAST_TASK else tl.program_id(1) + FIRST_TASK
     if task == TASK_INDEXER_K:
         _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
                         index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
@@ -581,6 +581,9 @@ def _fused_norm_rope_kernel(
                         index_block_stride, cache_block_size, tokens, live, eps, INDEX_DIM,
                         ROPE_DIM, BLOCK_INDEX, INDEX_ROPE_NEOX, WRITES_INDEX_CACHE,
                         INDEX_SHUFFLED, INDEX_SCALE_MX, MUTATION)
+    elif task == TASK_TOPK_FILL:
+        if MUTATION != TOPK_FILL_SKIPPED:  # compile-time, inside the runtime dispatch
+            _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
     elif task == TASK_KV:
         _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
                  kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
@@ -588,13 +591,10 @@ def _fused_norm_rope_kernel(
                  mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
                  cache_block_size, tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV,
                  BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, HAS_SLOTS, MUTATION)
-    elif task == TASK_Q:
-        _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
-                eps, Q_DIM, BLOCK_Q, HAS_SLOTS, MUTATION)
         if MUTATION == TOPK_FILL_ON_SHARED_LAYER and FIRST_TASK == TASK_KV:
             # The fill keyed on the wrong flag: a shared layer's grid has no top-k
-            # sub-task, so the Q programs fill the buffer instead.
+            # sub-task, so the KV programs fill the buffer instead.
             _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
-    else:
-        if MUTATION != TOPK_FILL_SKIPPED:  # compile-time, inside the runtime dispatch
-            _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
+    elif LAST_TASK == TASK_Q:  # compile-time: a launch that stops at KV holds no Q code
+        _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
+                eps, Q_DIM, BLOCK_Q, HAS_SLOTS, MUTATION)

@@ -34,7 +34,6 @@ from dcpcheck.kernels.fused_norm_rope import (
     TASK_INDEXER_K,
     TASK_KV,
     TASK_Q,
-    TASK_TOPK_FILL,
     _fused_norm_rope_kernel,
 )
 from dcpcheck.kernels.launch_checks import LaunchShape, check_launch
@@ -49,6 +48,19 @@ warps suffice, and more resident programs per multiprocessor keep more rows in f
 on the H200, 2 warps moved 56-68% of HBM peak at 65,536 tokens against 47-57% with
 Triton's default 4 and 31-39% with 8 (BENCHMARKS.md, ``kernel_bandwidth.py`` sweep);
 2 tokens per program gained at most one more point, so programs stay one token wide."""
+
+GPU_Q_APART_FROM_TOKENS = 16_384
+"""On a GPU, a launch of at least this many tokens runs the Q sub-task in a launch of its
+own, after the others (the kernel module's "Grid"). One binary runs at the occupancy of
+its widest path, and Q's whole row in fp32 is that: 63 registers per thread for
+deepseek-v3.2 (50% occupancy), 78 for glm-5 (38%), where the other sub-tasks together
+need at most 46 (66%). Apart, the larger share of the bytes a prefill token moves (the
+top-k fill, the KV rows and cache entries) runs at its own occupancy. On the H200 that
+moved 65,536-token launches from 55-67% of HBM peak to 62-70% and 16,384-token ones by
+0-6 points; below, the second launch's fixed cost (about 1.6 us) outweighs it: a decode
+launch takes 4.0-4.7 us instead of 2.5-2.9 and 4,096 tokens lost up to 6 points
+(BENCHMARKS.md). The interpreter, whose cost is per launch and per program, keeps one
+launch."""
 
 GPU_MAXNREG: int | None = None
 """Registers per thread the kernel is compiled for on a GPU (None: the compiler's choice).
@@ -76,16 +88,21 @@ def fused_norm_rope(
     *,
     variant: KernelVariant = DEFAULT_VARIANT,
     block_tokens: int | None = None,
+    q_apart: bool | None = None,
 ) -> None:
     """Run the fused op once: write ``outputs`` for every token and ``caches`` where owned.
 
     ``variant`` picks the mutation compiled in (``dcpcheck.kernels.variants.VARIANTS``);
     ``block_tokens`` overrides ``BLOCK_T`` (a power of two), e.g. to test tiles that end
-    past the last token. Raises ``ValueError`` naming the first buffer that does not match
-    the contract (``dcpcheck.kernels.launch_checks``).
+    past the last token, and ``q_apart`` the launches (``launch``). Raises ``ValueError``
+    naming the first buffer that does not match the contract
+    (``dcpcheck.kernels.launch_checks``).
     """
     shape = check_launch(inputs, outputs, caches, current_backend().device)
-    launch(shape, inputs, outputs, caches, variant=variant, block_tokens=block_tokens)
+    launch(
+        shape, inputs, outputs, caches, variant=variant, block_tokens=block_tokens,
+        q_apart=q_apart,
+    )
 
 
 def launch(
@@ -98,17 +115,20 @@ def launch(
     block_tokens: int | None = None,
     num_warps: int | None = None,
     maxnreg: int | None = None,
+    q_apart: bool | None = None,
 ) -> None:
     """The launch alone, for buffers ``check_launch`` already accepted as ``shape``.
 
     ``fused_norm_rope`` is the checked entry point; this one exists so a benchmark can time
     the kernel without the checks' device-to-host copy (and capture it in a CUDA graph).
     ``num_warps`` overrides ``GPU_NUM_WARPS`` and ``maxnreg`` caps the registers per thread
-    (CUDA only; default ``GPU_MAXNREG``), for tuning.
+    (CUDA only; default ``GPU_MAXNREG``), for tuning. ``q_apart`` launches the Q sub-task
+    on its own (default: from ``GPU_Q_APART_FROM_TOKENS`` tokens on a GPU).
     """
     if shape.num_tokens == 0:
         return
     has_indexer = shape.index_dim > 0
+    interpreted = current_backend().interpreted
     block_q = triton.next_power_of_2(shape.q_dim)
     block_kv = triton.next_power_of_2(shape.kv_dim)
     block_rope = triton.next_power_of_2(shape.rope_dim)
@@ -116,9 +136,7 @@ def launch(
     block_topk = triton.next_power_of_2(max(shape.topk, 1))
     if block_tokens is None:
         widest = max(block_q, block_kv, block_index, block_topk)
-        block_tokens = tokens_per_program(
-            shape.num_tokens, widest, current_backend().interpreted
-        )
+        block_tokens = tokens_per_program(shape.num_tokens, widest, interpreted)
     elif block_tokens < 1 or block_tokens & (block_tokens - 1):
         raise ValueError(f"block_tokens: expected a power of two, got {block_tokens}")
 
@@ -132,7 +150,13 @@ def launch(
     slots = inputs.slot_mapping if shape.writes_mla_cache else unused
     index_slots = inputs.index_slot_mapping if shape.writes_index_cache else unused
     index_cache = caches.index if shape.writes_index_cache else caches.mla
-    first_task, last_task = (TASK_INDEXER_K, TASK_TOPK_FILL) if has_indexer else (TASK_KV, TASK_Q)
+    if q_apart is None:
+        q_apart = not interpreted and shape.num_tokens >= GPU_Q_APART_FROM_TOKENS
+    first_task = TASK_INDEXER_K if has_indexer else TASK_KV
+    if q_apart:
+        task_ranges = [(first_task.value, TASK_KV.value), (TASK_Q.value, TASK_Q.value)]
+    else:
+        task_ranges = [(first_task.value, TASK_Q.value)]
     # The tile-scale rule only exists for fp8_ds_mla: other layouts compile one variant.
     # DsMlaScale(...) also turns an external caller's "pow2" into the enum (and rejects a typo).
     ds_mla_pow2 = (
@@ -140,34 +164,37 @@ def launch(
         and DsMlaScale(inputs.ds_mla_scale) is DsMlaScale.POW2
     )
 
-    grid = (triton.cdiv(shape.num_tokens, block_tokens), last_task.value - first_task.value + 1)
-    _fused_norm_rope_kernel[grid](
-        inputs.q_c, inputs.q_c.stride(0), inputs.q_weight, outputs.q_out, outputs.q_out.stride(0),
-        inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
-        outputs.kv_out, outputs.kv_out.stride(0),
-        inputs.k_pe, inputs.k_pe.stride(0), outputs.kpe_out, outputs.kpe_out.stride(0),
-        index_k, index_k.stride(0), index_weight, index_bias, index_out, index_out.stride(0),
-        outputs.topk_indices, outputs.topk_indices.stride(0),
-        inputs.positions, inputs.cos_sin, inputs.cos_sin.stride(0), slots, index_slots,
-        caches.mla, caches.mla.stride(0), caches.mla.stride(1), caches.mla.shape[0],
-        index_cache, index_cache.stride(0),
-        shape.num_tokens, inputs.block_size, float(inputs.eps),
-        1.0 if inputs.mla_scale is None else float(inputs.mla_scale),
-        Q_DIM=shape.q_dim, KV_DIM=shape.kv_dim, ROPE_DIM=shape.rope_dim,
-        INDEX_DIM=max(shape.index_dim, 1), TOPK=shape.topk,
-        BLOCK_Q=block_q, BLOCK_KV=block_kv, BLOCK_ROPE=block_rope, BLOCK_INDEX=block_index,
-        BLOCK_TOPK=block_topk, BLOCK_T=block_tokens, FIRST_TASK=first_task.value,
-        CACHE_LAYOUT=LAYOUT_CODES[inputs.cache_layout], DS_MLA_POW2=ds_mla_pow2,
-        HAS_SLOTS=shape.writes_mla_cache,
-        WRITES_INDEX_CACHE=shape.writes_index_cache,
-        INDEX_ROPE_NEOX=not inputs.index_rope_interleaved,
-        INDEX_SHUFFLED=shape.writes_index_cache and inputs.index_format.shuffled,
-        INDEX_SCALE_MX=shape.writes_index_cache and inputs.index_format.scale is IndexScale.MX,
-        MUTATION=int(variant.mutation),
-        enable_fp_fusion=False,  # see "Rounding" in the module docstring
-        num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
-        **_register_cap(GPU_MAXNREG if maxnreg is None else maxnreg),
-    )
+    programs = triton.cdiv(shape.num_tokens, block_tokens)
+    for first, last in task_ranges:
+        _fused_norm_rope_kernel[(programs, last - first + 1)](
+            inputs.q_c, inputs.q_c.stride(0), inputs.q_weight,
+            outputs.q_out, outputs.q_out.stride(0),
+            inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
+            outputs.kv_out, outputs.kv_out.stride(0),
+            inputs.k_pe, inputs.k_pe.stride(0), outputs.kpe_out, outputs.kpe_out.stride(0),
+            index_k, index_k.stride(0), index_weight, index_bias, index_out, index_out.stride(0),
+            outputs.topk_indices, outputs.topk_indices.stride(0),
+            inputs.positions, inputs.cos_sin, inputs.cos_sin.stride(0), slots, index_slots,
+            caches.mla, caches.mla.stride(0), caches.mla.stride(1), caches.mla.shape[0],
+            index_cache, index_cache.stride(0),
+            shape.num_tokens, inputs.block_size, float(inputs.eps),
+            1.0 if inputs.mla_scale is None else float(inputs.mla_scale),
+            Q_DIM=shape.q_dim, KV_DIM=shape.kv_dim, ROPE_DIM=shape.rope_dim,
+            INDEX_DIM=max(shape.index_dim, 1), TOPK=shape.topk,
+            BLOCK_Q=block_q, BLOCK_KV=block_kv, BLOCK_ROPE=block_rope, BLOCK_INDEX=block_index,
+            BLOCK_TOPK=block_topk, BLOCK_T=block_tokens,
+            FIRST_TASK=first, LAST_TASK=last,
+            CACHE_LAYOUT=LAYOUT_CODES[inputs.cache_layout], DS_MLA_POW2=ds_mla_pow2,
+            HAS_SLOTS=shape.writes_mla_cache,
+            WRITES_INDEX_CACHE=shape.writes_index_cache,
+            INDEX_ROPE_NEOX=not inputs.index_rope_interleaved,
+            INDEX_SHUFFLED=shape.writes_index_cache and inputs.index_format.shuffled,
+            INDEX_SCALE_MX=shape.writes_index_cache and inputs.index_format.scale is IndexScale.MX,
+            MUTATION=int(variant.mutation),
+            enable_fp_fusion=False,  # see "Rounding" in the module docstring
+            num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
+            **_register_cap(GPU_MAXNREG if maxnreg is None else maxnreg),
+        )
 
 
 def _register_cap(maxnreg: int | None) -> dict[str, int]:
