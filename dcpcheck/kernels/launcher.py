@@ -57,9 +57,9 @@ deepseek-v3.2 (50% occupancy), 78 for glm-5 (38%), where the other sub-tasks tog
 need at most 46 (66%). Apart, the larger share of the bytes a prefill token moves (the
 top-k fill, the KV rows and cache entries) runs at its own occupancy. On the H200 that
 moved 65,536-token launches from 55-67% of HBM peak to 62-70% and 16,384-token ones by
-0-6 points; below, the second launch's fixed cost (about 1.6 us) outweighs it: a decode
-launch takes 4.0-4.7 us instead of 2.5-2.9 and 4,096 tokens lost up to 6 points
-(BENCHMARKS.md). The interpreter, whose cost is per launch and per program, keeps one
+0-6 points; below, the second launch's fixed cost (about 1.6 us) outweighs it: launches
+of up to 256 tokens took 4.0-5.7 us instead of 2.5-3.6, and 4,096 tokens lost up to 7
+points (BENCHMARKS.md). The interpreter, whose cost is per launch and per program, keeps one
 launch."""
 
 GPU_MAXNREG: int | None = None
