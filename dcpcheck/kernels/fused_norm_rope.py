@@ -93,10 +93,10 @@ The runtime integers that vary from batch to batch (``num_tokens``, ``cache_bloc
 compile again for a value of 1 or a multiple of 16, which changes alignment hints but no
 arithmetic, so a decode batch and a prefill batch of one layout share one binary (below
 ``launcher.GPU_Q_APART_FROM_TOKENS``). Strides are specialized: they follow the preset, a
-constexpr anyway. Pointers are
-specialized on 16-byte alignment, as Triton does; the harness starts every rank's slot
-mapping on a 16-byte boundary (``case.ROW_ALIGNMENT_BYTES``), as production's separate
-allocations are, so the ranks of a case share a binary. A run compiles its binaries on
+constexpr anyway. Pointers are specialized on 16-byte alignment, as Triton does; the
+harness starts every rank's slot mapping on a 16-byte boundary
+(``case.ROW_ALIGNMENT_BYTES``), as production's separate allocations are, so the ranks of
+a case share a binary. A run compiles its binaries on
 threads before its cases (``dcpcheck.harness.compile_ahead``); BENCHMARKS.md counts them.
 
 Mutants that address the cache wrongly are kept inside its storage: an address outside
