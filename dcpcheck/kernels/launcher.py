@@ -49,18 +49,17 @@ on the H200, 2 warps moved 56-68% of HBM peak at 65,536 tokens against 47-57% wi
 Triton's default 4 and 31-39% with 8 (BENCHMARKS.md, ``kernel_bandwidth.py`` sweep);
 2 tokens per program gained at most one more point, so programs stay one token wide."""
 
-GPU_Q_APART_FROM_TOKENS = 16_384
+GPU_Q_APART_FROM_TOKENS = 32_768
 """On a GPU, a launch of at least this many tokens runs the Q sub-task in a launch of its
 own, after the others (the kernel module's "Grid"). One binary runs at the occupancy of
-its widest path, and Q's whole row in fp32 is that: 63 registers per thread for
-deepseek-v3.2 (50% occupancy), 78 for glm-5 (38%), where the other sub-tasks together
-need at most 46 (66%). Apart, the larger share of the bytes a prefill token moves (the
-top-k fill, the KV rows and cache entries) runs at its own occupancy. On the H200 that
-moved 65,536-token launches from 55-67% of HBM peak to 62-70% and 16,384-token ones by
-0-6 points; below, the second launch's fixed cost (about 1.6 us) outweighs it: launches
-of up to 256 tokens took 4.0-5.7 us instead of 2.5-3.6, and 4,096 tokens lost up to 7
-points (BENCHMARKS.md). The interpreter, whose cost is per launch and per program, keeps one
-launch."""
+its widest path, and that is Q's: its whole row in fp32, 42 registers per thread for
+deepseek-v3.2 and 55 for glm-5 at sm_90, where the other sub-tasks together need 38-40
+(78% occupancy). On the H200 at 65,536 tokens, two launches moved 0.5-2.1 points more of
+HBM peak than one (deepseek-v3.2 and glm-5 with ``auto`` caches: 70.6% and 71.0%); at
+16,384 one launch was ahead by 0.2-1.3 points, and below the second launch's fixed cost
+dominates (launches of one token 4.6-4.9 us instead of 2.5-2.8; 4,096 tokens 6-8 points
+behind): hence a threshold between the sizes measured (BENCHMARKS.md, sixth pass). The
+interpreter, whose cost is per launch and per program, keeps one launch."""
 
 GPU_MAXNREG: int | None = None
 """Registers per thread the kernel is compiled for on a GPU (None: the compiler's choice).
