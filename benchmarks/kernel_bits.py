@@ -38,7 +38,8 @@ def main() -> None:
         "--q-apart",
         type=int,
         choices=(0, 1),
-        help="1: Q launched apart, 0: one launch (default: the launcher's choice)",
+        help="1: Q launched apart, 0: one launch (default: the launcher's choice; the golden "
+        "cases, launched as their test launches them, keep it)",
     )
     args = parser.parse_args()
     tree = (args.tree or HERE.parent).resolve()
