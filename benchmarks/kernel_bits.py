@@ -27,6 +27,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import torch  # the same in every tree; dcpcheck is imported from --tree, after the path is set
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -44,8 +46,6 @@ def main() -> None:
     args = parser.parse_args()
     tree = (args.tree or HERE.parent).resolve()
     sys.path[:0] = [str(tree), str(HERE)]
-
-    import torch
 
     from dcpcheck.backend import select_backend
 
@@ -100,16 +100,12 @@ def main() -> None:
 
 
 def _tensors(bundle) -> list:
-    import torch
-
     return [value for value in vars(bundle).values() if isinstance(value, torch.Tensor)]
 
 
 def _launch(make_op, preset, count, layout, device, shared, changes):
     """``make_op``'s buffers, then: outputs NaN, caches random bytes, and on a shared
     layer no indexer and every other token's slot -1."""
-    import torch
-
     inputs, outputs, caches = make_op(preset, count, layout, device)
     gen = torch.Generator(device=device).manual_seed(count)
     caches = replace(

@@ -107,11 +107,9 @@ def test_a_failure_found_in_a_batch_shrinks_to_one_scenario_that_fails_alone(
     [request] = result.shrunk.batch.requests
     assert request.prefix <= FLAWED_POSITION < request.length
     assert max(FLAWED_LAUNCH_ROWS) > result.shrunk.batch.num_tokens  # seen in a larger launch
-    replayed = invoke("repro", str(result.saved_path), "--kernel", name, "--no-isolate")
+    replayed = invoke("repro", str(result.saved_path), "--kernel", name)
     assert replayed.exit_code == 1, replayed.output
-    assert (
-        invoke("repro", str(result.saved_path), "--kernel", ORACLE, "--no-isolate").exit_code == 0
-    )
+    assert invoke("repro", str(result.saved_path), "--kernel", ORACLE).exit_code == 0
 
 
 def test_the_failure_is_saved_as_a_scenario_named_after_its_file(found, home: Path) -> None:
@@ -248,23 +246,24 @@ def test_kernel_slugs_are_file_names() -> None:
 # Command line
 
 
-def invoke(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+def invoke(*args: str, env: dict[str, str] | None = None, isolate: bool = False):
+    """The CLI in process; the kernel in process too (``--no-isolate``) unless ``isolate``:
+    isolation is the subject of ``test_faults``, and each worker costs a torch start."""
+    argv = [*args] if isolate else [*args, "--no-isolate"]
+    return CliRunner().invoke(cli, argv, env=env, catch_exceptions=False)
 
 
 def test_repro_replays_the_saved_failure_and_passes_a_correct_kernel(found) -> None:
     path = str(found.saved_path)
-    failing = invoke("repro", path, "--kernel", BROKEN, "--no-isolate")
+    failing = invoke("repro", path, "--kernel", BROKEN)
     assert failing.exit_code == 1
     assert "outputs: kv_out on rank" in failing.output
     assert "failed: outputs, ranks_agree" in failing.output
-    assert invoke("repro", path, "--kernel", ORACLE, "--no-isolate").exit_code == 0
+    assert invoke("repro", path, "--kernel", ORACLE).exit_code == 0
 
 
 def test_repro_dcp_override_replays_at_other_sizes(found) -> None:
-    result = invoke(
-        "repro", str(found.saved_path), "--kernel", BROKEN, "--dcp", "1,8", "--no-isolate"
-    )
+    result = invoke("repro", str(found.saved_path), "--kernel", BROKEN, "--dcp", "1,8")
     assert result.exit_code == 1  # DCP1 passes, DCP8 has foreign tokens
     assert "2 case(s): 1 passed, 1 failed" in result.output
 
@@ -294,7 +293,7 @@ def test_run_property_only_saves_under_dcpcheck_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     result = invoke(
         "run", "--property-only", "--profile", "smoke", "--examples", "60", "--kernel", BROKEN,
-        "--no-isolate", env={search.HOME_ENV: str(home)},
+        env={search.HOME_ENV: str(home)},
     )  # fmt: skip
     assert result.exit_code == 1
     (saved,) = (home / search.FAILURES_DIR).glob("*.toml")
@@ -308,8 +307,8 @@ def test_run_property_only_honours_oracle_off(tmp_path: Path) -> None:
     kernel = "tests.kernels_under_test:shifts_q_out"
     args = ["run", "--property-only", "--profile", "smoke", "--examples", "10", "--kernel", kernel]
     env = {search.HOME_ENV: str(tmp_path)}
-    assert invoke(*args, env=env).exit_code == 1
-    result = invoke(*args, "--oracle", "off", env=env)
+    assert invoke(*args, env=env, isolate=True).exit_code == 1
+    result = invoke(*args, "--oracle", "off", env=env, isolate=True)
     assert result.exit_code == 0, result.output
     assert "property: 10 example(s) passed" in result.output
 
@@ -320,9 +319,8 @@ def test_run_home_defaults_to_the_working_directory(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(search.HOME_ENV, raising=False)
     result = invoke(
-        "run", "--property-only", "--examples", "3", "--kernel", "tests.kernels_under_test:raises",
-        "--no-isolate",
-    )  # fmt: skip
+        "run", "--property-only", "--examples", "3", "--kernel", "tests.kernels_under_test:raises"
+    )
     assert result.exit_code == 1
     assert len(list((tmp_path / ".dcpcheck" / search.FAILURES_DIR).glob("*.toml"))) == 1
 
@@ -330,7 +328,7 @@ def test_run_home_defaults_to_the_working_directory(
 def test_run_stats_count_examples_and_rank_launches(tmp_path: Path) -> None:
     result = invoke(
         "run", "--property-only", "--examples", "8", "--dcp", "4", "--kernel", ORACLE,
-        "--stats", "--home", str(tmp_path), "--no-isolate",
+        "--stats", "--home", str(tmp_path),
     )  # fmt: skip
     assert result.exit_code == 0
     stats = re.search(
@@ -351,7 +349,7 @@ def test_run_stats_count_examples_and_rank_launches(tmp_path: Path) -> None:
 def test_run_named_scenarios_then_the_property(tmp_path: Path) -> None:
     result = invoke(
         "run", "--scenario", "decode-single-dcp4", "--examples", "3", "--kernel", ORACLE,
-        "--stats", "--home", str(tmp_path), "--no-tokens", "--no-isolate",
+        "--stats", "--home", str(tmp_path), "--no-tokens",
     )  # fmt: skip
     assert result.exit_code == 0
     assert "decode-single-dcp4[dcp4]" in result.output
