@@ -2,7 +2,7 @@
 no GPU: Triton compiles the kernel for the target and ptxas reports what it allocated.
 
 Why per sub-task: a launch runs several sub-tasks (indexer K, top-k fill, KV + k_pe, Q;
-``dcpcheck/kernels/fused_norm_rope.py``) selected at run time by the grid's second axis,
+``dcpcheck/kernels/fused_norm_rope.py``) selected at run time by the program's index,
 so they live in one binary, and a binary has one register count: the largest any of its
 paths needs. That count caps how many programs fit on a multiprocessor, so the sub-task
 with the most live state sets the occupancy of every other one. The table gives the

@@ -40,9 +40,10 @@ the patch cannot be applied, the returned status says so in one line, which the 
 
 GPU semantics chosen (``cvt.rn.satfinite``): round to nearest, ties to even; finite values
 beyond +-448 and +-inf saturate to +-448 (0x7E / 0xFE), since ``.satfinite`` clamps to the
-largest finite value of the destination; NaN stays NaN, keeping its sign (0x7F or 0xFF)
-as torch's ``float8_e4m3fn`` cast does; PTX says only that NaN stays NaN, and which sign
-bit the hardware writes was not observed here (no shipped kernel stores NaN on purpose);
+largest finite value of the destination; every NaN, whatever its sign and payload,
+becomes 0x7F (PTX says only that NaN stays NaN; on the H200 the instruction wrote 0x7F for
+every fp32 NaN pattern, ``tests/test_fp8_codes.py``, where torch's own cast keeps the sign
+and writes 0xFF for a negative one);
 e4m3 subnormals (steps of 2^-9) are produced, not flushed.
 """
 
@@ -83,6 +84,9 @@ PROBE_VALUES: tuple[float, ...] = (
 """Inputs on which the interpreter's conversion is checked, one or more per class of error
 (module docstring), plus values it already gets right so a regression shows too."""
 
+E4M3_NAN = 0x7F
+"""The one NaN byte Hopper's conversion writes (module docstring)."""
+
 _MARK = "_dcpcheck_fp8_cast_correction"
 """Attribute set on the installed wrapper, so installing twice wraps only once."""
 
@@ -94,13 +98,13 @@ def e4m3_bytes_like_gpu(values: torch.Tensor) -> torch.Tensor:
     fp16 and bf16 widen to fp32 exactly, so one fp32 path serves all three. torch's cast is
     round-to-nearest-even with subnormals, but what it does beyond 448 has varied between
     releases (NaN in some, saturation in others), so finite overflow and infinities are
-    clamped to +-448 first; ``torch.where`` keeps NaN (and its sign) out of the clamp.
+    clamped to +-448 first; every NaN is 0x7F, as the H200 writes it (module docstring).
     """
     if values.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"expected fp32, fp16 or bf16 values, got {values.dtype}")
     wide = values.to(torch.float32)
-    saturated = torch.where(wide.isnan(), wide, wide.clamp(-E4M3_MAX, E4M3_MAX))
-    return saturated.to(torch.float8_e4m3fn).view(torch.uint8)
+    codes = wide.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+    return codes.masked_fill(wide.isnan(), E4M3_NAN)
 
 
 @dataclass(frozen=True)

@@ -508,7 +508,9 @@ def test_q_launched_apart_writes_the_bytes_of_one_launch(device, variant, indexe
 def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
     """Q apart: two launches, the sub-tasks up to KV (from the indexer's on an indexer
     layer), then Q alone; otherwise one launch of every sub-task. By default a GPU
-    launches Q apart from ``GPU_Q_APART_FROM_TOKENS`` tokens; the interpreter never."""
+    launches Q apart from ``GPU_Q_APART_FROM_TOKENS`` tokens; the interpreter never. The
+    grid is 1-D, one program per sub-task and block of tokens (one block of the 3 tokens
+    when interpreted, one token each on a GPU)."""
     from dcpcheck.backend import current_backend
     from dcpcheck.kernels import launcher
     from dcpcheck.kernels.fused_norm_rope import TASK_INDEXER_K, TASK_KV, TASK_Q
@@ -518,7 +520,7 @@ def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
     class Recorder:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                ranges.append((kwargs["FIRST_TASK"], kwargs["LAST_TASK"], grid[1]))
+                ranges.append((kwargs["FIRST_TASK"], kwargs["LAST_TASK"], grid))
                 return kernel[grid](*args, **kwargs)
 
             return launch
@@ -531,12 +533,13 @@ def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
     by_default = not current_backend().interpreted and from_tokens <= 3
     apart = by_default if q_apart is None else q_apart
     q, kv = TASK_Q.value, TASK_KV.value
+    blocks = 1 if current_backend().interpreted else 3
     expected = []
     for first in (TASK_INDEXER_K.value, kv):
         if apart:
-            expected += [(first, kv, kv - first + 1), (q, q, 1)]
+            expected += [(first, kv, ((kv - first + 1) * blocks,)), (q, q, (blocks,))]
         else:
-            expected += [(first, q, q - first + 1)]
+            expected += [(first, q, ((q - first + 1) * blocks,))]
     assert ranges == expected
 
 
@@ -765,7 +768,8 @@ REAL_PRESETS = [PRESETS["deepseek-v3.2"], PRESETS["glm-5"]]
 @pytest.mark.parametrize("layout", LAYOUTS, ids=[x.value for x in LAYOUTS])
 @pytest.mark.parametrize("preset", REAL_PRESETS, ids=[p.name for p in REAL_PRESETS])
 def test_real_shapes_on_gpu(device, preset, layout, num_tokens):
-    """Non-power-of-two q_lora (1536, 2048 is fine too), 65,536 tokens on grid axis 0."""
+    """Non-power-of-two q_lora (1536, 2048 is fine too), up to 65,536 tokens (a program
+    per sub-task and token on the 1-D grid: 196,608 in the first launch)."""
     launch = build_launch(
         device, num_tokens=num_tokens, preset=preset, layout=layout, block_size=64, seed=31
     )

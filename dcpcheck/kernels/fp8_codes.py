@@ -1,13 +1,18 @@
 """fp8 e4m3 encoding and UE8M0 scales as integer arithmetic on fp32 bit patterns.
 
-Why not ``x.to(tl.float8e4nv)``: Triton's CPU interpreter (checked on triton 3.9) converts
-fp32 to fp8 with its own bit-twiddling, which rounds ties away from zero, flushes fp8
-subnormals to zero, and drops the carry when rounding up crosses into a binade with an odd
-exponent (1.99 encodes as 1.0, not 2.0: eight fp8 steps off). A few percent of random
+Why not always ``x.to(tl.float8e4nv)``: Triton's CPU interpreter (checked on triton 3.9)
+converts fp32 to fp8 with its own bit-twiddling, which rounds ties away from zero, flushes
+fp8 subnormals to zero, and drops the carry when rounding up crosses into a binade with an
+odd exponent (1.99 encodes as 1.0, not 2.0: eight fp8 steps off). A few percent of random
 values hit one of these, far beyond the one-step tolerance. The integer encoding below is
-round-to-nearest-even with fp8 subnormals, i.e. exactly what the GPU's
-``cvt.rn.satfinite.e4m3x2.f32`` and torch's ``.to(torch.float8_e4m3fn)`` produce, so the
-kernel's cache bytes do not depend on the backend.
+round-to-nearest-even with fp8 subnormals, saturating, every NaN to 0x7F: on the H200 it
+writes the same byte as the GPU's ``cvt.rn.satfinite.e4m3x2.f32`` for all 2^32 fp32 bit
+patterns (``tests/test_fp8_codes.py``), so the kernel's cache bytes do not depend on the
+backend. Where the kernel is compiled for a GPU that has that instruction (sm_89 and
+later), ``fp8_e4m3_codes`` is the instruction: the same bytes in fewer instructions (the
+fp8_ds_mla cache encodes 576 values a token; at 65,536 tokens on the H200 the instruction
+moved the kernel from 62% to 66-67% of HBM peak, BENCHMARKS.md, seventh pass). Elsewhere,
+the interpreter included, it is the integer encoding.
 
 The UE8M0 exponent is likewise taken from the bits (``ceil(log2(r))`` is the exponent
 field, plus one when any mantissa bit is set): a floating ``log2`` is approximate on the
@@ -17,8 +22,10 @@ and push ``|x / scale|`` past 448.
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from dcpcheck.contract import FP8_E4M3_MAX, UE8M0_AMAX_FLOOR
 
@@ -53,7 +60,7 @@ keeps it inside an int32 (zero and tiny inputs would ask for up to 141)."""
 
 
 @triton.jit
-def fp8_e4m3_codes(x):
+def fp8_e4m3_codes_by_arithmetic(x):
     """The float8_e4m3fn byte (as int32, 0..255) of fp32 ``x``: saturated to +-448 first,
     as production kernels clamp before the cast, then rounded to nearest even."""
     is_nan = x != x
@@ -73,6 +80,32 @@ def fp8_e4m3_codes(x):
     subnormal = (significand + round_up) >> shift
     code = tl.where(magnitude >= E4M3_MIN_NORMAL_BITS, normal, subnormal) | (sign << 7)
     return tl.where(is_nan, E4M3_NAN_CODE, code)
+
+
+@triton.jit
+def fp8_e4m3_codes_by_instruction(x):
+    """The same bytes as :func:`fp8_e4m3_codes_by_arithmetic` (as int32), by the GPU's
+    conversion (``cvt.rn.satfinite.e4m3x2.f32``, round to nearest even, saturating)."""
+    return x.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+
+
+def conversion_instruction_usable() -> bool:
+    """Whether this module's kernels compile for a GPU with the e4m3 conversion: not under
+    the interpreter (its cast is wrong, module docstring), and not on a CUDA device older
+    than sm_89, where Triton has no ``float8e4nv``. Compiled with no device visible (only
+    ``benchmarks/kernel_registers.py`` does that, for sm_90), it is."""
+    if isinstance(fp8_e4m3_codes_by_arithmetic, InterpretedFunction):
+        return False
+    return not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
+
+
+fp8_e4m3_codes = (
+    fp8_e4m3_codes_by_instruction
+    if conversion_instruction_usable()
+    else fp8_e4m3_codes_by_arithmetic
+)
+"""The float8_e4m3fn byte (as int32, 0..255) of fp32 ``x``, saturating at +-448, rounded to
+nearest even, NaN as 0x7F; by the instruction where it exists (module docstring)."""
 
 
 @triton.jit

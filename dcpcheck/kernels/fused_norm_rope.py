@@ -5,27 +5,26 @@ grid and launch, and ``make_kernel``) is ``dcpcheck.kernels.launcher``.
 
 Grid
 ----
-One launch covers the whole op on a 2-D grid, laid out like the production kernels:
+One launch covers the op on a 1-D grid (axes 1 and 2 stop at 65,535 programs; a prefill
+batch is easily 65,536 tokens). With ``TASKS`` sub-tasks per launch, program ``p`` runs
+sub-task ``FIRST_TASK + p % TASKS`` on the ``BLOCK_T`` tokens of block ``p // TASKS``:
 
-* axis 0 walks the tokens, ``BLOCK_T`` consecutive tokens per program. Tokens sit on axis
-  0 because it is the only axis that may exceed 65,535 programs (axes 1 and 2 are capped
-  there), and a prefill batch is easily 65,536 tokens or more.
-* axis 1 is the sub-task, each an independent piece of per-token work:
+====  =====================================================================================
+0     indexer K: LayerNorm * w + b, RoPE over the first ``rope_dim`` lanes (interleaved or
+      NeoX), fp8 with a UE8M0 row scale into the indexer cache (indexer slot mapping)
+1     top-k fill: the row of ``topk_indices`` set to -1
+2     KV: RMSNorm -> ``kv_out`` and the cache's NoPE part; k_pe: interleaved RoPE ->
+      ``kpe_out`` and the cache's RoPE part
+3     Q: RMSNorm -> ``q_out``
+====  =====================================================================================
 
-  ====  =================================================================================
-  0     indexer K: LayerNorm * w + b, RoPE over the first ``rope_dim`` lanes (interleaved
-        or NeoX), fp8 with a UE8M0 row scale into the indexer cache (indexer slot mapping)
-  1     top-k fill: the row of ``topk_indices`` set to -1
-  2     KV: RMSNorm -> ``kv_out`` and the cache's NoPE part; k_pe: interleaved RoPE ->
-        ``kpe_out`` and the cache's RoPE part
-  3     Q: RMSNorm -> ``q_out``
-  ====  =================================================================================
-
-  A launch runs sub-tasks ``FIRST_TASK`` to ``LAST_TASK``; shared (no-indexer) layers
-  start at 2, leaving the indexer and the top-k buffer untouched. Q is last so a large
-  launch can run it apart (``launcher.GPU_Q_APART_FROM_TOKENS``): a binary has one
-  register count, its widest path's, and Q's is the widest. A one-sub-task launch
-  resolves the dispatch at compile time; the same code runs on the same values.
+The sub-task varies fastest so that the programs a GPU holds at once mix the short,
+latency-bound indexer rows, the store-only top-k fill and the KV rows; as the slow axis
+the sub-tasks ran in phases, each using HBM badly in its own way (BENCHMARKS.md, seventh
+pass). A launch runs sub-tasks ``FIRST_TASK`` to ``LAST_TASK``; shared layers start at 2.
+Q is last so a large launch can run it apart (``launcher.GPU_Q_APART_FROM_TOKENS``): a
+binary has one register count, its widest path's, and Q's is the widest. A one-sub-task
+launch resolves the dispatch at compile time; the same code runs on the same values.
 
 ``dcpcheck.kernels.nvfp4_ds_mla`` writes nvfp4_ds_mla entries (no fp4 instruction). The
 fp8_ds_mla tile scale follows the rule the case demands (``inputs.ds_mla_scale``,
@@ -133,7 +132,7 @@ TASK_INDEXER_K = tl.constexpr(0)
 TASK_TOPK_FILL = tl.constexpr(1)
 TASK_KV = tl.constexpr(2)
 TASK_Q = tl.constexpr(3)
-"""The sub-tasks of grid axis 1 (module docstring); the launcher picks the first and last."""
+"""The sub-tasks (module docstring, "Grid"); the launcher picks the first and last."""
 
 LAYOUT_CODES = {layout: code for code, layout in enumerate(CacheLayout)}
 """Each cache layout's ``CACHE_LAYOUT`` constexpr, as the launcher passes it."""
@@ -569,11 +568,12 @@ def _fused_norm_rope_kernel(
     INDEX_ROPE_NEOX: tl.constexpr,
     INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr, MUTATION: tl.constexpr,
 ):
-    # The tokens of this program, widened to int64 before any multiplication (module doc).
-    tokens = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+    program = tl.program_id(0).to(tl.int64)  # int64 before any multiply; "Grid" in module doc
+    tokens = (program // (LAST_TASK - FIRST_TASK + 1)) * BLOCK_T + tl.arange(0, BLOCK_T)
     live = tokens < num_tokens
     # A launch of one sub-task makes it a constexpr: the branches below resolve at compile time.
-    task = FIRST_TASK if FIRST_TASK == LAST_TASK else tl.program_id(1) + FIRST_TASK
+    task = (FIRST_TASK if FIRST_TASK == LAST_TASK
+            else (program % (LAST_TASK - FIRST_TASK + 1)).to(tl.int32) + FIRST_TASK)
     if task == TASK_INDEXER_K:
         _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
                         index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,

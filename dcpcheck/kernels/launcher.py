@@ -165,7 +165,7 @@ def launch(
 
     programs = triton.cdiv(shape.num_tokens, block_tokens)
     for first, last in task_ranges:
-        _fused_norm_rope_kernel[(programs, last - first + 1)](
+        _fused_norm_rope_kernel[(programs * (last - first + 1),)](  # sub-task fastest
             inputs.q_c, inputs.q_c.stride(0), inputs.q_weight,
             outputs.q_out, outputs.q_out.stride(0),
             inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
