@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Issue 19's figures for two trees, one after the other on an otherwise idle machine, each
-# timed by this checkout's gate_wall_time.py: the gate (`dcpcheck run --dcp 4`, cold and
-# warm Triton cache, binaries compiled), the property search at DCP4 (ci profile,
-# $EXAMPLES examples, default 200; first and warm) and the PR-54908 regression found and
-# shrunk from an empty home (Triton cache warm). OLD is a checkout of the tree to compare
-# with (e.g. `git worktree add OLD <rev>`).
+# Issue 19's figures for two trees, one after the other on an otherwise idle machine: the
+# gate (`dcpcheck run --dcp 4`, cold and warm Triton cache, binaries compiled) and the
+# property search at DCP4 (ci profile, $EXAMPLES examples, default 200; first and warm),
+# each timed by this checkout's gate_wall_time.py; the PR-54908 regression found and
+# shrunk from an empty home (Triton cache warm); then each tree's own harness_overhead.py
+# and kernel_bandwidth.py (4,096 and 65,536 tokens). OLD is a checkout of the tree to
+# compare with (e.g. `git worktree add OLD <rev>`).
 #
 # Python's own bytecode is cached under a writable PYTHONPYCACHEPREFIX: on the lent GPU
 # machine torch's site-packages are read-only and ship no .pyc, and PYTHONDONTWRITEBYTECODE
@@ -19,6 +20,7 @@ export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-$(mktemp -d)}
 unset PYTHONDONTWRITEBYTECODE  # else the prefix above is never written
 python3 -c "import torch, triton, hypothesis, rich, click" # bytecode of the libraries, once
 for tree in "$OLD" "$NEW"; do
+  tree=$(cd "$tree" && pwd)  # absolute: the overhead and bandwidth scripts run from inside it
   # A copy made with `git archive` sits inside this checkout: rev-parse would name ours.
   if [ -e "$tree/.git" ]; then rev=$(git -C "$tree" rev-parse --short HEAD); else rev="a copy, no git"; fi
   echo "== $tree ($rev)"
@@ -35,4 +37,8 @@ for tree in "$OLD" "$NEW"; do
   echo "pre-54908 found and shrunk from an empty home: ${ms} ms, exit $rc:" \
     "$(grep -m1 'property: FAIL' "$home/out.txt")"
   rm -rf "$home"
+  for script in "harness_overhead.py" "kernel_bandwidth.py --no-eager --tokens 4096,65536"; do
+    echo "-- $script"
+    ( cd "$tree" && PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 benchmarks/$script 2>&1 )
+  done
 done

@@ -25,7 +25,7 @@ from tests.conftest import requires_cuda
 
 PATTERNS_PER_PROGRAM = 4096
 PATTERNS_PER_LAUNCH = 1 << 30
-NONE_FOUND = 1 << 40
+NONE_FOUND = tl.constexpr(1 << 40)
 NEGATIVE_NANS = (1 << 23) - 1
 """fp32 patterns with the sign set, every exponent bit set and a nonzero mantissa."""
 
@@ -47,7 +47,7 @@ def _disagreements(count_ptr, first_ptr, base, NAN_KEEPS_SIGN: tl.constexpr,
 def disagreements(nan_keeps_sign: bool) -> tuple[int, int]:
     """(how many fp32 patterns the two encoders disagree on, the smallest of them)."""
     count = torch.zeros(1, dtype=torch.int32, device="cuda")
-    first = torch.full((1,), NONE_FOUND, dtype=torch.int64, device="cuda")
+    first = torch.full((1,), NONE_FOUND.value, dtype=torch.int64, device="cuda")
     for base in range(0, 1 << 32, PATTERNS_PER_LAUNCH):
         _disagreements[(PATTERNS_PER_LAUNCH // PATTERNS_PER_PROGRAM,)](
             count, first, base, NAN_KEEPS_SIGN=nan_keeps_sign, BLOCK=PATTERNS_PER_PROGRAM
