@@ -32,14 +32,16 @@ gathered is a :class:`ShardExchange`: by default every rank is simulated in this
 with real ranks each process computes one and the partials travel by all-gather.
 
 Widths: the preset gives ``q_lora_rank``, ``kv_lora_rank`` and ``rope_dim``; the rest
-comes from :data:`WIDTHS_BY_PRESET`. Weights are drawn in fp32 from a seeded CPU
-``torch.Generator`` and then moved, so every device gets the same bits. Projections and
+comes from :data:`WIDTHS_BY_PRESET`. Weights are drawn in fp32 on the model's device by
+``dcpcheck.spec.seeded`` (one stream per tensor), which gives the same bits on every
+device: a DeepSeek-width model is 1.7 GB of fp32, which the CPU generator took 1.7 s to
+draw and the copy to the GPU 0.4 s more (BENCHMARKS.md, fourth pass). Projections and
 attention run in fp32; only the kernel's inputs and outputs are in the activation dtype.
 """
 
 from __future__ import annotations
 
-import copy
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -57,6 +59,7 @@ from dcpcheck.contract import (
     mla_entry_bytes,
 )
 from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
+from dcpcheck.spec import seeded
 from dcpcheck.spec.dcp import Batch, BlockTables, DcpLayout, Request, SlotMappings, slot_mappings
 
 
@@ -230,19 +233,22 @@ class CacheSpec:
     block_size: int
 
 
-def _normal(gen: torch.Generator, *shape: int, std: float) -> torch.Tensor:
-    # In place: the same bits as ``randn(...) * std`` without a second buffer to allocate
-    # and fault in (a DeepSeek-width model is 1.7 GB of fp32).
-    return torch.randn(*shape, generator=gen, dtype=torch.float32).mul_(std)
+class _WeightDraws:
+    """The model's weights in drawing order, each tensor a ``seeded`` stream of its own."""
 
+    def __init__(self, seed: int, device: torch.device) -> None:
+        self.seed, self.device, self.streams = seed, device, itertools.count()
 
-def _linear(gen: torch.Generator, fan_in: int, fan_out: int) -> torch.Tensor:
-    """``N(0, 1/fan_in)``: unit-variance inputs give unit-variance outputs."""
-    return _normal(gen, fan_in, fan_out, std=fan_in**-0.5)
+    def normal(self, *shape: int, std: float) -> torch.Tensor:
+        values = seeded.normal(self.seed, next(self.streams), shape, self.device)
+        return values.mul_(std)  # in place: no second buffer of a 1.7 GB model to fault in
 
+    def linear(self, fan_in: int, fan_out: int) -> torch.Tensor:
+        """``N(0, 1/fan_in)``: unit-variance inputs give unit-variance outputs."""
+        return self.normal(fan_in, fan_out, std=fan_in**-0.5)
 
-def _norm_weight(gen: torch.Generator, width: int) -> torch.Tensor:
-    return _normal(gen, width, std=NORM_WEIGHT_SPREAD).add_(1.0)
+    def norm_weight(self, width: int) -> torch.Tensor:
+        return self.normal(width, std=NORM_WEIGHT_SPREAD).add_(1.0)
 
 
 class MlaModel:
@@ -263,52 +269,34 @@ class MlaModel:
         self.dtype = dtype
         self.device = device
         w = self.widths
-        gen = torch.Generator().manual_seed(seed)
+        draw = _WeightDraws(seed, device)
         qk_head_dim = w.nope_head_dim + preset.rope_dim
         self.softmax_scale = qk_head_dim**-0.5
 
         def layer_weights() -> LayerWeights:
             return LayerWeights(
-                attention_norm=_norm_weight(gen, w.hidden),
-                q_down=_linear(gen, w.hidden, preset.q_lora_rank),
-                q_norm=_norm_weight(gen, preset.q_lora_rank).to(dtype),
-                q_up=_linear(gen, preset.q_lora_rank, w.heads * qk_head_dim),
-                kv_down=_linear(gen, w.hidden, preset.kv_lora_rank),
-                kv_norm=_norm_weight(gen, preset.kv_lora_rank).to(dtype),
-                k_rope=_linear(gen, w.hidden, preset.rope_dim),
-                k_up=_linear(gen, preset.kv_lora_rank, w.heads * w.nope_head_dim),
-                v_up=_linear(gen, preset.kv_lora_rank, w.heads * w.v_head_dim),
-                attention_out=_linear(gen, w.heads * w.v_head_dim, w.hidden),
-                mlp_norm=_norm_weight(gen, w.hidden),
-                mlp_up=_linear(gen, w.hidden, w.mlp_hidden),
-                mlp_down=_linear(gen, w.mlp_hidden, w.hidden),
+                attention_norm=draw.norm_weight(w.hidden),
+                q_down=draw.linear(w.hidden, preset.q_lora_rank),
+                q_norm=draw.norm_weight(preset.q_lora_rank).to(dtype),
+                q_up=draw.linear(preset.q_lora_rank, w.heads * qk_head_dim),
+                kv_down=draw.linear(w.hidden, preset.kv_lora_rank),
+                kv_norm=draw.norm_weight(preset.kv_lora_rank).to(dtype),
+                k_rope=draw.linear(w.hidden, preset.rope_dim),
+                k_up=draw.linear(preset.kv_lora_rank, w.heads * w.nope_head_dim),
+                v_up=draw.linear(preset.kv_lora_rank, w.heads * w.v_head_dim),
+                attention_out=draw.linear(w.heads * w.v_head_dim, w.hidden),
+                mlp_norm=draw.norm_weight(w.hidden),
+                mlp_up=draw.linear(w.hidden, w.mlp_hidden),
+                mlp_down=draw.linear(w.mlp_hidden, w.hidden),
             )
 
-        def moved(weights: LayerWeights) -> LayerWeights:
-            return LayerWeights(**{k: v.to(device) for k, v in vars(weights).items()})
-
-        self.embedding = _normal(gen, w.vocab, w.hidden, std=1.0).to(device)
-        self.layers = [moved(layer_weights()) for _ in range(layers)]
-        self.final_norm = _norm_weight(gen, w.hidden).to(device)
-        self.lm_head = _linear(gen, w.hidden, w.vocab).to(device)
+        self.embedding = draw.normal(w.vocab, w.hidden, std=1.0)
+        self.layers = [layer_weights() for _ in range(layers)]
+        self.final_norm = draw.norm_weight(w.hidden)
+        self.lm_head = draw.linear(w.hidden, w.vocab)
         self.cos_sin = reference.cos_sin_table(
             preset.max_position, preset.rope_dim, preset.rope_base
         ).to(device)
-
-    def to(self, device: torch.device) -> MlaModel:
-        """This model with every weight on ``device``, the same bits (the weights are drawn
-        on the CPU whatever the device): how a model built ahead of time on the CPU
-        (``token_streams.ModelPrefetch``) reaches the GPU only when it is used."""
-        moved = copy.copy(self)
-        moved.device = device
-        moved.embedding, moved.final_norm, moved.lm_head, moved.cos_sin = (
-            t.to(device) for t in (self.embedding, self.final_norm, self.lm_head, self.cos_sin)
-        )
-        moved.layers = [
-            LayerWeights(**{k: v.to(device) for k, v in vars(layer).items()})
-            for layer in self.layers
-        ]
-        return moved
 
     # -- caches ---------------------------------------------------------------------------
 

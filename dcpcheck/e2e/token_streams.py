@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -191,44 +190,6 @@ def writes_k_outputs(kernel: Kernel) -> bool:
 def build_model(config: StreamConfig, device: torch.device) -> MlaModel:
     """The seeded model of ``config`` (the same bits on every device)."""
     return MlaModel(PRESETS[config.preset], config.layers, config.dtype, config.seed, device)
-
-
-class ModelPrefetch:
-    """The seeded model of ``config``, built on a background thread from the moment this is
-    made, so a run's other cases hide its cost (at DeepSeek widths on an H200, 1.7 s of the
-    token-stream case's 3.9 s: drawing 1.7 GB of fp32 weights on the CPU generator;
-    BENCHMARKS.md). The bits are those of ``build_model``: the model draws from its own
-    seeded generator, never the global one.
-
-    It is built on the CPU and moved to ``device`` when :meth:`model` is asked for, so the
-    device holds it only while the token streams run, as without a prefetch: a scenario
-    sized to the device's free memory (``spec.cost``) never shares it with the model.
-
-    The thread is a daemon: a run that never reaches its token streams (``--fail-fast``,
-    Ctrl-C) does not wait for it. An exception of the build is raised by :meth:`model`,
-    where the build would have raised it.
-    """
-
-    def __init__(self, config: StreamConfig, device: torch.device) -> None:
-        self.config, self.device = config, device
-        self._model: MlaModel | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._build, name="dcpcheck-model", daemon=True)
-        self._thread.start()
-
-    def _build(self) -> None:
-        try:
-            self._model = build_model(self.config, torch.device("cpu"))
-        except BaseException as exc:  # raised again in the thread that asks for the model
-            self._error = exc
-
-    def model(self) -> MlaModel:
-        """The model on ``device``, once built (waits for the thread)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._model is not None
-        return self._model.to(self.device)
 
 
 def generate(kernel: Kernel, config: StreamConfig, dcp_size: int, device: torch.device) -> Streams:
@@ -396,21 +357,13 @@ def compare_streams(
     config: StreamConfig,
     dcp_sizes: Sequence[int],
     device: torch.device,
-    prefetched: ModelPrefetch | None = None,
 ) -> StreamComparison:
     """Generate at DCP1 and at each of ``dcp_sizes`` (DCP1 is always run, as the
-    baseline) and compare the token streams by digest. The model is built once (full-width
-    weights take seconds), or taken from ``prefetched``, which must be of this ``config``
-    and ``device``."""
+    baseline) and compare the token streams by digest, with one model for all of them."""
     if any(not isinstance(n, int) or n < 1 for n in dcp_sizes):
         raise ValueError(f"DCP sizes must be integers >= 1, got {list(dcp_sizes)}")
     sizes = sorted({BASELINE_DCP_SIZE, *dcp_sizes})
-    if prefetched is None:
-        model = build_model(config, device)
-    elif (prefetched.config, prefetched.device) != (config, device):
-        raise ValueError("the prefetched model is of another stream configuration or device")
-    else:
-        model = prefetched.model()
+    model = build_model(config, device)
     return compare_runs(config, [_generate(kernel, model, config, n) for n in sizes])
 
 

@@ -34,7 +34,7 @@ Messages are pickles over two pipes (``multiprocessing.connection``), between tw
 processes running this same package::
 
     parent -> worker   Setup, then one ScenarioJob, TokenStreamJob or CompileAheadJob
-                       at a time (and PrefetchModel, unanswered, whenever asked)
+                       at a time
     worker -> parent   Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
 
@@ -150,12 +150,6 @@ class CompileAheadJob:
 
     scenarios: tuple[Scenario, ...]
     config: RunConfig
-
-
-@dataclass(frozen=True)
-class PrefetchModel:
-    """Start building the token-stream model on a background thread; no answer. The next
-    ``TokenStreamJob`` takes it (``runner.prefetch_token_stream_model``)."""
 
 
 @dataclass(frozen=True)
@@ -430,17 +424,6 @@ class IsolatedKernel:
         finally:
             if not done:  # lost, its context lost (DeviceLost), or Ctrl-C mid-job
                 self._drop_worker()
-
-    def prefetch_token_stream_model(self) -> None:
-        """Have the worker start building the token-stream model (``PrefetchModel``). A
-        worker lost before its token streams run takes the prefetch with it; the next
-        one builds the model when asked. Not under compute-sanitizer, where each job has a
-        worker of its own (the model would be built for a scenario's worker, and
-        sanitized: every copy checked)."""
-        if self.setup.sanitizer is not None:
-            return
-        with contextlib.suppress(WorkerLost):  # the next job starts a fresh worker
-            self._live_worker().send(PrefetchModel())
 
     def _job(
         self, job: ScenarioJob | TokenStreamJob, expected: list[tuple[str, int, str]]

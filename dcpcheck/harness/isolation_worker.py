@@ -21,7 +21,6 @@ import torch
 
 from dcpcheck.backend import Backend, select_backend
 from dcpcheck.contract import Kernel
-from dcpcheck.e2e.token_streams import ModelPrefetch, stream_config_for
 from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.harness.compile_ahead import compile_ahead
 from dcpcheck.harness.isolation import (
@@ -29,7 +28,6 @@ from dcpcheck.harness.isolation import (
     DeviceLost,
     JobDone,
     LoadFailed,
-    PrefetchModel,
     Ready,
     ScenarioJob,
     TokenStreamJob,
@@ -71,12 +69,11 @@ def _results(
     kernel: Kernel,
     job: ScenarioJob | TokenStreamJob | CompileAheadJob,
     backend: Backend,
-    prefetched: ModelPrefetch | None,
 ) -> Iterator[CaseResult]:
     if isinstance(job, ScenarioJob):
         yield from run_scenario(kernel, job.scenario, job.config, backend)
     elif isinstance(job, TokenStreamJob):
-        yield token_stream_case(kernel, job.config, backend, prefetched)
+        yield token_stream_case(kernel, job.config, backend)
     else:
         compile_ahead(kernel, job.scenarios, job.config, backend)
 
@@ -85,12 +82,11 @@ def _replies(
     kernel: Kernel,
     job: ScenarioJob | TokenStreamJob | CompileAheadJob,
     backend: Backend,
-    prefetched: ModelPrefetch | None = None,
 ) -> Iterator[object]:
     """The messages answering one job: its results, each sent only once the device is
     known healthy, then ``JobDone``; or ``DeviceLost`` as soon as it is not."""
     try:
-        for result in _results(kernel, job, backend, prefetched):
+        for result in _results(kernel, job, backend):
             lost = device_error(backend)
             if lost is not None:
                 # The kernel's own exception, if it raised one, names the rank too.
@@ -128,19 +124,12 @@ def serve(requests: Connection, replies: Connection) -> None:
     replies.send(Ready(declared))
     if setup.sanitizer is not None:
         LAUNCH_WATCHER.set(sanitizing.launch_watcher(backend.device))
-    prefetched: ModelPrefetch | None = None
     while True:
         try:
             job = requests.recv()
         except EOFError:  # the parent closed the pipe: the run (or a sanitized job) is over
             return
-        if isinstance(job, PrefetchModel):
-            prefetched = ModelPrefetch(stream_config_for(backend), backend.device)
-            continue
-        taken = None  # a prefetched model is for the next token-stream job, once
-        if isinstance(job, TokenStreamJob):
-            taken, prefetched = prefetched, None
-        for reply in _replies(kernel, job, backend, taken):
+        for reply in _replies(kernel, job, backend):
             if setup.sanitizer is not None and isinstance(reply, CaseResult):
                 sanitizing.write_marker(sanitizing.case_done_marker(sanitizing.case_label(reply)))
             replies.send(reply)

@@ -36,7 +36,6 @@ from dcpcheck.adapters.protocol import kernel_limitations, kernel_not_applicable
 from dcpcheck.backend import Backend
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.e2e.token_streams import (
-    ModelPrefetch,
     StreamComparison,
     compare_streams,
     stream_config_for,
@@ -235,10 +234,6 @@ class CaseRunner(Protocol):
 
     def run_token_streams(self, config: RunConfig) -> CaseResult:
         """What ``token_stream_case`` returns for this kernel."""
-        ...
-
-    def prefetch_token_stream_model(self) -> None:
-        """Start building the model ``run_token_streams`` will use, where it will run."""
         ...
 
     def compile_ahead(self, scenarios: Sequence[Scenario], config: RunConfig) -> None:
@@ -484,36 +479,22 @@ def token_stream_case(
     kernel: KernelUnderTest,
     config: RunConfig,
     backend: Backend,
-    prefetched: ModelPrefetch | None = None,
 ) -> CaseResult:
     """The end-to-end check (DESIGN §5) as one more case: the tiny MLA model's greedy
-    token streams at DCP1 and at the largest requested DCP size must hash identically.
-    ``prefetched``: the model, already being built (:func:`prefetch_token_stream_model`)."""
+    token streams at DCP1 and at the largest requested DCP size must hash identically."""
     if isinstance(kernel, CaseRunner):
         return kernel.run_token_streams(config)
     dcp_size = config.token_stream_dcp
 
     def compare() -> StreamComparison:
         try:
-            return compare_streams(
-                kernel, stream_config_for(backend), [dcp_size], backend.device, prefetched
-            )
+            return compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
         except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
             raise KernelError(f"{type(exc).__name__}: {exc}") from exc
 
     result = token_stream_verdict(config, dcp_size, compare)
     assert result is not None  # compare() returns a comparison in one process
     return result
-
-
-def prefetch_token_stream_model(kernel: KernelUnderTest, backend: Backend) -> ModelPrefetch | None:
-    """Start building the token-stream case's model now, beside the cases that run before
-    it: in this process (the returned prefetch goes to :func:`token_stream_case`), or in
-    the worker of an isolated kernel, which keeps its own (None returned)."""
-    if isinstance(kernel, CaseRunner):
-        kernel.prefetch_token_stream_model()
-        return None
-    return ModelPrefetch(stream_config_for(backend), backend.device)
 
 
 def token_stream_verdict(

@@ -9,8 +9,7 @@ what a single case does not know:
   size and fp8_ds_mla tile-scale rule baked in (``dcpcheck repro FILE`` replays exactly
   it); a HOME that cannot be written costs one warning, never the run.
 * :func:`run_session` orders a whole run: the named scenarios, then the token-stream case
-  (unless asked not to, or ``--fail-fast`` already failed; its model is built on a
-  background thread while the named scenarios run), then the property search. A
+  (unless asked not to, or ``--fail-fast`` already failed), then the property search. A
   Ctrl-C or SIGTERM anywhere ends it with what ran marked ``partial``; an internal error of
   dcpcheck itself ends it with an error record (:data:`INTERNAL_ERROR_CASE`), so a report
   of a run that broke never reads as a clean one.
@@ -32,14 +31,12 @@ from pathlib import Path
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
-from dcpcheck.e2e.token_streams import ModelPrefetch
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.harness.compile_ahead import compile_ahead
 from dcpcheck.harness.runner import (
     CaseResult,
     KernelUnderTest,
     RunConfig,
-    prefetch_token_stream_model,
     run,
     run_scenario,
     token_stream_case,
@@ -73,7 +70,6 @@ class Session:
     on_warning: Callable[[str], None] = _ignore
     saved: dict[tuple[str, int], Path] = field(default_factory=dict)
     _saving: bool = field(default=True, init=False)  # until HOME turns out unwritable
-    _model: ModelPrefetch | None = field(default=None, init=False)  # for token_streams
 
     def cases(
         self,
@@ -99,15 +95,9 @@ class Session:
         self._save_if_failed(scenario, result)
         return result
 
-    def prefetch_token_stream_model(self) -> None:
-        """Start building the model of :meth:`token_streams` now, beside the cases that run
-        before it (``runner.prefetch_token_stream_model``)."""
-        self._model = prefetch_token_stream_model(self.kernel, self.backend)
-
     def token_streams(self) -> CaseResult:
         """The end-to-end token-stream case (its replay is ``dcpcheck hash``, nothing to save)."""
-        prefetched, self._model = self._model, None
-        return token_stream_case(self.kernel, self.config, self.backend, prefetched)
+        return token_stream_case(self.kernel, self.config, self.backend)
 
     def search(
         self, config: search.SearchConfig, on_example: Callable[[int], None] = _ignore
@@ -239,8 +229,6 @@ def run_session(
 
     streams = bool(plan.scenarios) and plan.token_streams
     try:
-        if streams:
-            session.prefetch_token_stream_model()
         session.cases(plan.scenarios, on_result=landed)
         if streams and not (fail_fast and failed()):
             on_stage("token streams")
