@@ -358,3 +358,25 @@ def test_ownership_rejects_a_rank_outside_the_layout() -> None:
     _, maps = mappings_for(Batch((Request(1, 1),)), DcpLayout(4, 2), None)
     with pytest.raises(IndexError, match="rank 2 out of range for DCP size 2"):
         maps.ownership(2)
+
+
+def test_a_mapping_asked_for_again_is_the_callers_own() -> None:
+    """The last mappings computed are kept (``slot_mappings``): a caller that writes into its
+    tensors must not change what the next caller of the same batch and layout gets."""
+    batch = Batch((Request(prefix=3, new=2),))
+    layout, tables = DcpLayout(block_size=2, dcp_size=2), ((5, 0),)
+    first = slot_mappings(batch, layout, tables)
+    for name in first.__dataclass_fields__:
+        getattr(first, name).fill_(99)
+    again = slot_mappings(batch, layout, tables)
+    assert again.prefix_per_rank.tolist() == [[10, -1, 11], [-1, 10, -1]]
+    assert again.per_rank.tolist() == [[-1, 0], [11, -1]]
+    assert again.positions.tolist() == [3, 4]
+
+
+def test_block_ids_are_checked_even_where_an_equal_table_was_mapped() -> None:
+    """``True == 1`` and they hash alike: the check runs before the kept mappings are read."""
+    batch = Batch((Request(prefix=0, new=2),))
+    slot_mappings(batch, DcpLayout(2, 1), ((1,),))
+    with pytest.raises(DcpLayoutError, match="block ids must be integers"):
+        slot_mappings(batch, DcpLayout(2, 1), ((True,),))

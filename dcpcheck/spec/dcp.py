@@ -25,10 +25,11 @@ is plain torch on the CPU; the runner moves the tensors to the kernel's device.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -230,9 +231,9 @@ class SlotMappings:
         return codes
 
 
-def _table_matrix(block_tables: BlockTables, batch: Batch, layout: DcpLayout) -> torch.Tensor:
-    """Block tables as one ``[R, max_len]`` tensor (short rows padded with -1), after
-    checking that each table covers its request under ``layout``."""
+def _check_block_tables(block_tables: BlockTables, batch: Batch, layout: DcpLayout) -> None:
+    """Raise ``DcpLayoutError`` unless there is one table of integer ids >= 0 per request,
+    each covering its request under ``layout``."""
     if len(block_tables) != len(batch.requests):
         raise DcpLayoutError(
             "block_tables",
@@ -253,6 +254,10 @@ def _table_matrix(block_tables: BlockTables, batch: Batch, layout: DcpLayout) ->
             raise DcpLayoutError(
                 "block_tables", f"request {index}: block ids must be integers >= 0, got {table}"
             )
+
+
+def _table_matrix(block_tables: BlockTables) -> torch.Tensor:
+    """Block tables as one ``[R, max_len]`` tensor (short rows padded with -1)."""
     width = max((len(t) for t in block_tables), default=0)
     padded = [list(table) + [-1] * (width - len(table)) for table in block_tables]
     return torch.tensor(padded, dtype=torch.int64).reshape(len(block_tables), width)
@@ -290,8 +295,27 @@ def _ranges(starts: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.
 
 
 def slot_mappings(batch: Batch, layout: DcpLayout, block_tables: BlockTables) -> SlotMappings:
-    """Every rank's slot mapping for ``batch`` (new tokens and cached prefixes)."""
-    tables = _table_matrix(block_tables, batch, layout)
+    """Every rank's slot mapping for ``batch`` (new tokens and cached prefixes), in tensors
+    of the caller's own.
+
+    The last few mappings computed are kept (``_computed_slot_mappings``) and handed out as
+    copies: a scenario asks for its DCP1 mapping several times (its positions, its baseline
+    and the baseline's rerun, a replicated indexer's in every case), and the work grows with
+    the cached tokens, up to 65,536 in a property-search example. At 25,720 cached tokens
+    on 2 CPU cores a mapping takes 1.4-2.1 ms to compute and 0.15-0.21 ms to check and
+    copy.
+    """
+    _check_block_tables(block_tables, batch, layout)
+    computed = _computed_slot_mappings(batch, layout, tuple(map(tuple, block_tables)))
+    return SlotMappings(**{f.name: getattr(computed, f.name).clone() for f in fields(computed)})
+
+
+@functools.lru_cache(maxsize=4)
+def _computed_slot_mappings(
+    batch: Batch, layout: DcpLayout, block_tables: BlockTables
+) -> SlotMappings:
+    """:func:`slot_mappings` of checked block tables; never handed out itself (shared)."""
+    tables = _table_matrix(block_tables)
     requests = batch.requests
 
     positions, request_index = _ranges([r.prefix for r in requests], [r.new for r in requests])

@@ -29,6 +29,7 @@ one scenario would; with ``max_batched`` 1 nothing more is drawn than for ``scen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,6 +116,12 @@ DEFAULT_SPACE = SearchSpace()
 
 # ---------------------------------------------------------------------------------------
 # Ingredients
+#
+# The strategies a draw builds with its own arguments (``batches``, ``new_tokens``,
+# ``prefixes``) are cached by those arguments: Hypothesis validates each new strategy
+# object on its first draw, and building them afresh for every member of every example
+# was 40% of drawing one (100 ci examples: 3.5 s of drawing on 2 CPU cores, 2.0 s cached;
+# the same draws, since a strategy object holds no state of its own).
 
 
 def dcp_sizes(space: SearchSpace, *, need_foreign: bool) -> SearchStrategy[tuple[int, ...]]:
@@ -139,6 +146,7 @@ def block_layouts(draw: DrawFn, max_interleave: int = BLOCK_SIZES[-1]) -> tuple[
     return block_size, divisors[draw(st.integers(0, len(divisors) - 1))]
 
 
+@functools.cache
 def new_tokens(budget: int) -> SearchStrategy[int]:
     """Tokens one request computes in a step: decode (1), speculative decode (2..4), then
     prefill (5..budget), kinds past ``budget`` left out; decode shrinks first."""
@@ -146,6 +154,7 @@ def new_tokens(budget: int) -> SearchStrategy[int]:
     return st.one_of([st.integers(low, min(high, budget)) for low, high in kinds if low <= budget])
 
 
+@functools.cache
 def prefixes(max_prefix: int, *, cached: bool) -> SearchStrategy[int]:
     """Tokens a request already holds in the cache: small (1..64) first, then large (up to
     ``max_prefix``, the preset's last position allows), then 0 (a fresh prefill) unless
@@ -160,6 +169,7 @@ def prefixes(max_prefix: int, *, cached: bool) -> SearchStrategy[int]:
     return st.one_of(choices)
 
 
+@functools.cache
 @st.composite
 def batches(
     draw: DrawFn,
