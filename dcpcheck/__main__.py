@@ -1,3 +1,3 @@
-from dcpcheck.cli import main
+from dcpcheck.cli import command_line
 
-main()
+command_line()
