@@ -120,8 +120,8 @@ DEFAULT_SPACE = SearchSpace()
 # The strategies a draw builds with its own arguments (``batches``, ``new_tokens``,
 # ``prefixes``) are cached by those arguments: Hypothesis validates each new strategy
 # object on its first draw, and building them afresh for every member of every example
-# was 40% of drawing one (100 ci examples: 3.5 s of drawing on 2 CPU cores, 2.0 s cached;
-# the same draws, since a strategy object holds no state of its own).
+# was 40% of drawing one (300 ci examples: 3.5-3.9 s of drawing on 2 CPU cores, 2.0 s
+# cached; the same draws, since a strategy object holds no state of its own).
 
 
 def dcp_sizes(space: SearchSpace, *, need_foreign: bool) -> SearchStrategy[tuple[int, ...]]:
