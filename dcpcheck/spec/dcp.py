@@ -298,7 +298,7 @@ def slot_mappings(batch: Batch, layout: DcpLayout, block_tables: BlockTables) ->
     """Every rank's slot mapping for ``batch`` (new tokens and cached prefixes), in tensors
     of the caller's own.
 
-    The last few mappings computed are kept (``_computed_slot_mappings``) and handed out as
+    The last two mappings computed are kept (``_computed_slot_mappings``) and handed out as
     copies: a scenario asks for its DCP1 mapping several times (its positions, its baseline
     and the baseline's rerun, a replicated indexer's in every case), and the work grows with
     the cached tokens, up to 65,536 in a property-search example. At 25,720 cached tokens
@@ -310,7 +310,7 @@ def slot_mappings(batch: Batch, layout: DcpLayout, block_tables: BlockTables) ->
     return SlotMappings(**{f.name: getattr(computed, f.name).clone() for f in fields(computed)})
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)  # a case's DCP1 mapping and its own size's
 def _computed_slot_mappings(
     batch: Batch, layout: DcpLayout, block_tables: BlockTables
 ) -> SlotMappings:
