@@ -4,8 +4,9 @@
 # property search at DCP4 (ci profile, $EXAMPLES examples, default 200; first and warm),
 # each timed by this checkout's gate_wall_time.py; the PR-54908 regression found and
 # shrunk from an empty home (Triton cache warm); then each tree's own harness_overhead.py
-# and kernel_bandwidth.py (4,096 and 65,536 tokens). OLD is a checkout of the tree to
-# compare with (e.g. `git worktree add OLD <rev>`).
+# and kernel_bandwidth.py (4,096 and 65,536 tokens); last, the warm gate's phases in NEW
+# (command_phases.py). OLD is a checkout of the tree to compare with (e.g. `git worktree add
+# OLD <rev>`).
 #
 # Python's own bytecode is cached under a writable PYTHONPYCACHEPREFIX: on the lent GPU
 # machine torch's site-packages are read-only and ship no .pyc, and PYTHONDONTWRITEBYTECODE
@@ -42,3 +43,10 @@ for tree in "$OLD" "$NEW"; do
     ( cd "$tree" && PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}" python3 benchmarks/$script 2>&1 )
   done
 done
+# Where the warm gate's time goes in this checkout (command_phases.py needs its entry point,
+# so NEW only), then its wall time from outside: the difference is starting and leaving Python.
+echo "== phases of the warm gate, $NEW"
+start=$(date +%s%N)
+( cd "$NEW" && PYTHONPATH="$NEW${PYTHONPATH:+:$PYTHONPATH}" python3 benchmarks/command_phases.py -- run --dcp 4 \
+    2>&1 >/dev/null | grep '^\[phase\]' )
+echo "wall: $(( ($(date +%s%N) - start) / 1000000 )) ms"
