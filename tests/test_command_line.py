@@ -11,14 +11,21 @@ import os
 import subprocess
 import sys
 
+from dcpcheck.cli import INJECTION_VARIABLES
 from dcpcheck.exit_codes import EXIT_OK, EXIT_USAGE
 from dcpcheck.spec.scenario import SCENARIO_DIR
 
 TEARDOWN = "TEARDOWN"
 
 
+OBSERVERS = (*INJECTION_VARIABLES, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""What makes a process exit the ordinary way, left out of each test's environment (a
+machine may preload a library for every process) unless the test sets it."""
+
+
 def entry_point(*args: str, before: str = "", env: dict[str, str] | None = None):
     """``dcpcheck ARGS`` through ``command_line`` in a fresh process; ``before`` runs first."""
+    inherited = {name: value for name, value in os.environ.items() if name not in OBSERVERS}
     program = (
         f"import atexit, sys; atexit.register(print, {TEARDOWN!r}); {before}\n"
         f"sys.argv = ['dcpcheck', *{list(args)!r}]\n"
@@ -28,7 +35,7 @@ def entry_point(*args: str, before: str = "", env: dict[str, str] | None = None)
         [sys.executable, "-c", program],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**inherited, **(env or {})},
         timeout=120,
     )
 
