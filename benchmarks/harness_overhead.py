@@ -9,7 +9,9 @@ for 4096-token cases.
 
 GPU time is read with the torch profiler (CUDA activity): the device time of the kernel's
 launches, of the oracle's kernels, and of everything else the case put on the GPU. A second
-table times the case's steps one by one (synchronized), to show where the wall time goes.
+table times the case's steps one by one (synchronized), to show where the wall time goes,
+and a third counts the GPU kernels each step launches (each costs the host about 15 us to
+launch, which bounds the small cases) and their GPU time (which bounds the large ones).
 
     PYTHONPATH=$PWD python3 benchmarks/harness_overhead.py   # on a CUDA device, from the checkout
 
@@ -70,12 +72,25 @@ def wall_ms(fn: Callable[[], object]) -> float:
 
 def device_ms(fn: Callable[[], object]) -> tuple[float, float, int]:
     """(ms in the kernel under test, ms in every other GPU kernel, GPU kernels launched)."""
+    with device_profile() as found:
+        fn()
+    return found()
+
+
+@contextmanager
+def device_profile():
+    """Profile the GPU activity inside; yields a function that returns, once left, what
+    ``device_ms`` returns."""
+    events = []
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events")
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
+            yield lambda: _split(events)
             torch.cuda.synchronize()
-        events = prof.events()
+        events += prof.events()
+
+
+def _split(events) -> tuple[float, float, int]:
     ours = other = 0.0
     count = 0
     for event in events:
@@ -98,7 +113,7 @@ def main() -> None:
         f"{'case':28} {'wall ms':>8} {'kernel ms':>9} {'oracle ms':>9} {'other ms':>8} "
         f"{'GPU kernels':>11} {'overhead':>8}"
     )
-    steps = {}
+    steps, kernels = {}, {}
     for preset, layout, tokens in CASES:
         scenario = scenario_for(preset, layout, tokens)
 
@@ -116,21 +131,35 @@ def main() -> None:
             f"{wall / (kernel_ms + oracle_ms):7.1f}x"
         )
         steps[scenario.name] = step_times(kernel, scenario)
+        kernels[scenario.name] = step_times(kernel, scenario, profiled=True)
 
     print("\nwhere the wall time goes (ms, each step synchronized)")
+    print_steps(steps, "{:10.1f}")
+    print("\nGPU kernels each step launches, and their GPU ms (one profiled run)")
+    print_steps(kernels, "{0[0]:>4d} {0[1]:5.2f}")
+
+
+def print_steps(steps: dict[str, dict], cell: str) -> None:
     names = list(next(iter(steps.values())))
     print(f"{'case':28} " + " ".join(f"{n:>10}" for n in names))
-    for name, times in steps.items():
-        print(f"{name:28} " + " ".join(f"{times[n]:10.1f}" for n in names))
+    for name, values in steps.items():
+        print(f"{name:28} " + " ".join(f"{cell.format(values[n]):>10}" for n in names))
 
 
-def step_times(kernel, scenario) -> dict[str, float]:
-    """``run_scenario``'s steps for one case, timed one by one."""
+def step_times(kernel, scenario, profiled: bool = False) -> dict[str, object]:
+    """``run_scenario``'s steps for one case, one by one: each step's wall ms, or with
+    ``profiled`` (GPU kernels launched, their GPU ms)."""
     device, seed = torch.device("cuda"), scenario.seed
-    times: dict[str, float] = {}
+    times: dict[str, object] = {}
 
     @contextmanager
     def step(name: str):
+        if profiled:
+            with device_profile() as found:
+                yield
+            ours, other, count = found()
+            times[name] = count, ours + other
+            return
         torch.cuda.synchronize()
         start = time.perf_counter()
         yield

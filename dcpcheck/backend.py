@@ -45,6 +45,8 @@ KERNEL_MODULES = (
     "dcpcheck.kernels.fused_norm_rope",
     "dcpcheck.kernels.fp8_codes",
     "dcpcheck.kernels.launch_checks",
+    "dcpcheck.harness.tolerance_kernel",
+    "dcpcheck.spec.seeded_kernel",
 )
 """The project's kernel modules: once one is imported, its ``@triton.jit`` functions are
 defined, compiled or interpreted for good (the registry and the loaders define none)."""

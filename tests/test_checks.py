@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from dcpcheck.backend import current_backend
 from dcpcheck.harness.runner import CaseResult, RunConfig, run
@@ -261,3 +262,35 @@ def test_an_unwritten_row_is_reported_as_unwritten(tmp_path, oracle):
         f for r in results for c in r.failed_checks if c.check == "outputs" for f in c.findings
     ]
     assert outputs and {f.max_error for f in outputs} == {"NaN (unwritten)"}
+
+
+def test_each_modified_input_is_named_and_restored_before_the_next_rank(tmp_path):
+    """One snapshot holds every input (``input_snapshot``): inputs of other dtypes and
+    odd byte counts are told apart, and each is put back before the next rank runs."""
+    from dcpcheck.harness.case import build_case
+    from dcpcheck.harness.input_snapshot import snapshot_inputs
+    from dcpcheck.harness.runner import launch_all
+
+    scenario = make_scenario(tmp_path)
+    case = build_case(scenario, 2, current_backend().device)
+    seen = []
+
+    def scribbles_on_rank_0(inputs, outputs, caches) -> None:
+        seen.append(snapshot_inputs(inputs).bytes.clone())  # what this rank was given
+        k.oracle_kernel(inputs, outputs, caches)
+        if len(seen) == 1:
+            inputs.positions[-1] += 1
+            inputs.cos_sin[3, 1] = float("nan")
+            inputs.slot_mapping[0] = -7
+
+    before = [snapshot_inputs(rank.inputs).bytes.clone() for rank in case.ranks]
+    changes = launch_all(scribbles_on_rank_0, case)
+    assert {(c.field, c.rank) for c in changes} == {
+        ("positions", 0),
+        ("cos_sin", 0),
+        ("slot_mapping", 0),
+    }
+    assert {c.field: c.detail for c in changes}["cos_sin"] == "input modified (first row 3)"
+    assert torch.equal(seen[1], before[1]), "rank 1 ran on rank 0's scribbles"
+    for rank, bytes_before in zip(case.ranks, before, strict=True):
+        assert torch.equal(snapshot_inputs(rank.inputs).bytes, bytes_before)

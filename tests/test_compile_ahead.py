@@ -71,15 +71,22 @@ def binaries(fn) -> int:
 
 @requires_cuda
 def test_the_dry_pass_compiles_what_the_cases_launch_and_launches_nothing():
+    from dcpcheck.harness.tolerance_kernel import _count_out_of_tolerance
+
     kernel = MarksItsLaunches(_mark_first_row)
     assert binaries(_mark_first_row) == 0
     ahead.compile_ahead(kernel, SCENARIOS, CONFIG, BACKEND)
     assert binaries(_mark_first_row) == 2  # bf16 and fp16
+    # The checks' own, one for bf16 and one for fp16 outputs (an earlier test in this
+    # process may have compiled the fp32 one too).
+    checks_binaries = binaries(_count_out_of_tolerance)
+    assert checks_binaries >= 2
     assert not kernel.marks.any(), "a dry launch ran"
     results = run(kernel, SCENARIOS, CONFIG, BACKEND)
     assert [r.status for r in results] == ["pass", "pass"], [r.error for r in results]
     assert kernel.marks.any()
     assert binaries(_mark_first_row) == 2, "a case compiled a binary the dry pass missed"
+    assert binaries(_count_out_of_tolerance) == checks_binaries, "a check compiled one too"
 
 
 @requires_cuda

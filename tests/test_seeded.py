@@ -53,3 +53,30 @@ def test_same_bits_on_the_gpu_as_on_the_cpu():
     shape = (1000, 576)
     on_gpu = seeded.normal(11, 5, shape, torch.device("cuda")).cpu()
     assert torch.equal(on_gpu.view(torch.int32), seeded.normal(11, 5, shape, CPU).view(torch.int32))
+
+
+@pytest.mark.parametrize("key", [0, 1, -1, 0x7FFFFFFF - 1500, -(1 << 31), 0x1234567, -0x55AA55AA])
+def test_the_kernel_draws_the_torch_draws_bits(key, device):
+    """``seeded_kernel`` against ``draw_by_torch``, through the interpreter on the CPU:
+    keys at both ends of int32, so the counter wraps inside the draw."""
+    from dcpcheck.spec.seeded_kernel import normal_values
+
+    count = 3000
+    got = normal_values(key, count, seeded._quantiles(device), seeded.HASH_MULTIPLIERS)
+    want = seeded.draw_by_torch(key, count, device)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_kernel_and_torch_agree_on_every_32_bit_word():
+    """Every word ``i + key`` the hash can see, in sixteen draws of 2^28 values."""
+    from dcpcheck.spec.seeded_kernel import normal_values
+
+    cuda = torch.device("cuda")
+    table = seeded._quantiles(cuda)
+    count = 1 << 28
+    for part in range(16):
+        key = seeded._as_int32(part << 28)
+        got = normal_values(key, count, table, seeded.HASH_MULTIPLIERS).view(torch.int32)
+        want = seeded.draw_by_torch(key, count, cuda).view(torch.int32)
+        assert torch.equal(got, want), f"words {part << 28:#x} to {(part + 1 << 28) - 1:#x}"

@@ -36,8 +36,9 @@ from dcpcheck.adapters.vllm import (
     VllmFusedNormRope,
     api_shape,
 )
-from dcpcheck.harness.case import build_case, snapshot_inputs
+from dcpcheck.harness.case import build_case
 from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.harness.input_snapshot import snapshot_inputs
 from dcpcheck.harness.limitations import apply_limitations
 from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
 from dcpcheck.kernels.loading import load_kernel
@@ -166,8 +167,8 @@ def test_in_place_shape_writes_copies_and_reads_them_back():
     assert seen["kv_c"].data_ptr() != launch.inputs.kv_c.data_ptr()
     assert seen["k_pe"].data_ptr() != launch.inputs.k_pe.data_ptr()
     assert seen["indexer_slot_mapping"] is launch.inputs.index_slot_mapping
-    assert torch.equal(launch.inputs.kv_c, before["kv_c"])
-    assert torch.equal(launch.inputs.k_pe, before["k_pe"])
+    assert torch.equal(launch.inputs.kv_c, before.original("kv_c"))
+    assert torch.equal(launch.inputs.k_pe, before.original("k_pe"))
     assert torch.equal(launch.outputs.kv_out, seen["kv_c"])
     assert torch.equal(launch.outputs.kpe_out, seen["k_pe"])
 

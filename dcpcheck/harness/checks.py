@@ -34,11 +34,18 @@ import torch
 
 import reference
 from dcpcheck.harness.cache_entries import expected_index_rows, index_rows
-from dcpcheck.harness.case import POISON_BITS, TOPK_SENTINEL, Case, RankLaunch, holds_poison
+from dcpcheck.harness.case import (
+    POISON_BITS,
+    TOPK_SENTINEL,
+    Case,
+    RankLaunch,
+    holds_poison,
+)
 from dcpcheck.harness.comparison import (
     bits_equal,
     row_violations,
 )
+from dcpcheck.harness.input_snapshot import InputSnapshot
 from dcpcheck.harness.stray_writes import StrayWrite, collect_stray_writes
 from dcpcheck.spec import tolerances
 from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
@@ -364,29 +371,19 @@ def stray_write_checks(
     return results
 
 
-def input_changes(launch: RankLaunch, before: dict[str, torch.Tensor]) -> list[Finding]:
-    """Inputs (slot mappings included) that one rank's launch modified, bitwise."""
-    if not before:
+def input_changes(launch: RankLaunch, before: InputSnapshot) -> list[Finding]:
+    """Inputs (slot mappings included) that one rank's launch modified, bitwise: one
+    comparison of every input at once, and the details (first row, count) only for an
+    input that changed."""
+    if before.unchanged():
         return []
-
-    def as_bytes(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(-1).view(torch.uint8)
-
-    # One comparison per input and one device-to-host copy for all the verdicts; the
-    # details (first row, count) only for an input that changed.
-    unchanged = torch.stack(
-        [
-            (as_bytes(getattr(launch.inputs, name)) == as_bytes(original)).all()
-            for name, original in before.items()
-        ]
-    ).tolist()
     findings = []
-    for (name, original), intact in zip(before.items(), unchanged, strict=True):
-        if intact:
-            continue
-        after = getattr(launch.inputs, name)
+    for name in before.spans:
+        after, original = getattr(launch.inputs, name), before.original(name)
         rows = after.reshape(after.shape[0], -1) if after.dim() else after.reshape(1, 1)
         same = bits_equal(rows, original.reshape(rows.shape)).cpu()
+        if bool(same.all()):
+            continue
         findings.append(
             Finding(
                 name,

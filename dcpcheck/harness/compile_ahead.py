@@ -25,6 +25,9 @@ kernel that hangs or crashes outside Triton would then do so before any case is
 reported, and where isolation exists to report exactly that. vLLM's released files do not
 qualify (one has a CuTe DSL path); they compile as their cases launch them.
 
+The dry pass also launches the checks' own Triton kernel (``tolerance_kernel``) on each
+scenario's DCP1 case, so its few binaries compile on the same threads.
+
 What it leaves alone besides, and why:
 
 * Under Triton's interpreter (the CPU) there is nothing to compile.
@@ -44,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dcpcheck.backend import Backend
 from dcpcheck.contract import Kernel
+from dcpcheck.harness import fused_checks
 from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
 from dcpcheck.harness.runner import (
     CaseRunner,
@@ -107,6 +111,8 @@ def _dry_run(kernel: Kernel, scenario: Scenario, config: RunConfig, backend: Bac
                 return
             except (Exception, SystemExit):  # as runner.launch_all: its case reports it
                 continue
+        if dcp_size == 1:  # the checks' own binaries: one per output format and tolerance
+            fused_checks.launch_output_tolerances(case)
 
 
 @contextlib.contextmanager

@@ -12,11 +12,15 @@ findings (``case_checks.check_case``).
 
 A flag is the detailed check's predicate, never a looser one: the same comparison
 functions (``comparison.element_violations``, bitwise equality, the changed-bytes count of
-``stray_writes``), applied to rows stacked from every rank. Every comparison is row by row,
-so stacking rows changes no verdict; where a detailed check looks only at owned or real
-rows, the stacked form reads every row and masks the others out. So a check reported
-clean here has no finding in its detailed form; ``tests/test_fused_checks.py`` runs both
-on every mutant and regression and asserts the same results.
+``stray_writes``), applied to rows stacked from every rank. On a GPU the outputs'
+tolerances are counted by one Triton kernel per field instead (``tolerance_kernel``: at
+65,536 tokens the torch form was a fifth of a case's GPU time), which
+``tests/test_tolerance_kernel.py`` holds to ``tolerances.out_of_tolerance`` count for
+count. Every comparison is row by row, so stacking rows changes no verdict; where a
+detailed check looks only at owned or real rows, the stacked form reads every row and
+masks the others out. So a check reported clean here has no finding in its detailed
+form; ``tests/test_fused_checks.py`` runs both on every mutant and regression and asserts
+the same results.
 
 ``case.build_case`` lays every rank's outputs and caches side by side in one tensor per
 buffer, so stacking the cache storages and the guarded output storages is a view
@@ -86,50 +90,91 @@ def _outputs_flag(
 ) -> list[torch.Tensor]:
     """``check_outputs`` (or, oracle off, ``check_outputs_written``) of ``case``, over every
     rank of ``rows_of``: the case itself, or its DCP1 run where that holds the same bytes
-    (``suspect_checks``)."""
+    (``suspect_checks``). On a GPU each field's tolerance is one Triton kernel over the
+    guarded storages (``tolerance_kernel``); elsewhere ``tolerances.out_of_tolerance``."""
     flags = []
     for field in OUTPUT_FIELDS:
-        rows = _field_rows(rows_of, field, tokens)
-        if rows is None:
+        storages = _field_storages(rows_of, field)
+        if storages is None:
             continue
         if not oracle:
+            rows = storages[:, _token_rows(tokens)]
             flags.append(rows.isnan().any())  # poison or a computed NaN: either is a finding
             continue
         expected = getattr(case.expected, field)
         if expected is None:
             continue
-        want = expected[tokens.to(expected.device)].repeat(rows.shape[0], 1)
         tolerance = tolerances.OUTPUT_TOLERANCES[field]
+        if storages.is_cuda:
+            from dcpcheck.harness.tolerance_kernel import count_out_of_tolerance
+
+            count = count_out_of_tolerance(
+                storages, expected.to(storages.device), tokens, tolerance
+            )
+            flags.append(count > 0)
+            continue
+        rows = storages[:, _token_rows(tokens)]
+        want = expected[tokens.to(expected.device)].repeat(rows.shape[0], 1)
         flags.append(tolerances.out_of_tolerance(rows.flatten(0, 1), want, tolerance).any())
     return flags
 
 
-def _field_rows(case: Case, field: str, tokens: torch.Tensor) -> torch.Tensor | None:
-    """Every rank's rows of ``field`` for ``tokens``: ``[ranks, N, W]``, or None where the
-    ranks were given no such output. Read from the guarded storages (each rank's output
-    is a view of its own, ``RankLaunch.output_guards``), whose stack is a view: one gather."""
+def launch_output_tolerances(case: Case) -> None:
+    """Launch the outputs' tolerance kernels of ``case`` once, results dropped: what
+    ``compile_ahead``'s dry pass calls, so that their binaries compile beside the kernel's
+    (a dry launch only compiles)."""
+    tokens = torch.arange(case.scenario.batch.num_tokens)
+    _outputs_flag(case, tokens, oracle=True, rows_of=case)
+
+
+def _field_storages(case: Case, field: str) -> torch.Tensor | None:
+    """Every rank's output ``field`` ``[ranks, T, W]``, token ``t`` at row ``t``: a view
+    of the guarded storages (each rank's output is a view of its own,
+    ``RankLaunch.output_guards``, and they lie side by side), or None where the ranks
+    were given no such output."""
     if field not in case.ranks[0].output_guards:
         return None
     storage = stacked([launch.output_guards[field].storage for launch in case.ranks])
-    return storage[:, tokens.to(storage.device) + OUTPUT_GUARD_ROWS]
+    return storage[:, OUTPUT_GUARD_ROWS : storage.shape[1] - OUTPUT_GUARD_ROWS]
+
+
+def _token_rows(tokens: torch.Tensor) -> slice | torch.Tensor:
+    """``tokens`` (on the host, ascending) as an index: a slice where they are one run -
+    every batch, since padding rows come last - so reading them is a view, not a gather."""
+    if not tokens.numel():
+        return slice(0, 0)
+    first, last = int(tokens[0]), int(tokens[-1])
+    if last - first + 1 == tokens.numel():
+        return slice(first, last + 1)
+    return tokens
 
 
 def _topk_flag(case: Case, tokens: torch.Tensor) -> torch.Tensor:
     """``check_topk``: -1 on indexer layers, the sentinel untouched on shared ones."""
     want = -1 if case.scenario.has_indexer else TOPK_SENTINEL
-    return (_field_rows(case, "topk_indices", tokens) != want).any()
+    return (_field_storages(case, "topk_indices")[:, _token_rows(tokens)] != want).any()
 
 
 def _ranks_agree_flag(case: Case, baseline: Case, tokens: torch.Tensor) -> torch.Tensor:
-    """``check_ranks_agree``: every rank's rows bitwise equal to the DCP1 run's."""
+    """``check_ranks_agree``: every rank's rows bitwise equal to the DCP1 run's, compared
+    as integers of the element's width (a NaN is its bits)."""
     flags = []
+    index = _token_rows(tokens)
     for field in OUTPUT_FIELDS:
-        rows = _field_rows(case, field, tokens)
-        if rows is None:
+        storages = _field_storages(case, field)
+        if storages is None:
             continue
-        want = getattr(baseline.ranks[0].outputs, field)[tokens.to(rows.device)]
-        flags.append((_byte_rows(rows) != _byte_rows(want)).any())
+        want = getattr(baseline.ranks[0].outputs, field)
+        flags.append((_bits(storages[:, index]) != _bits(want[index])).any())
     return torch.stack(flags).any()
+
+
+_INTEGER_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """``x`` viewed as integers of its element's width: a view whatever its strides."""
+    return x.view(_INTEGER_OF_WIDTH[x.element_size()])
 
 
 def _output_guards_flag(case: Case) -> torch.Tensor:

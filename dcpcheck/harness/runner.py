@@ -47,9 +47,9 @@ from dcpcheck.harness.case import (
     make_activations,
     oracle_for,
     scenario_inputs,
-    snapshot_inputs,
 )
 from dcpcheck.harness.case_checks import check_case
+from dcpcheck.harness.input_snapshot import snapshot_inputs
 from dcpcheck.harness.limitations import apply_limitations
 from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario
 
@@ -292,7 +292,7 @@ def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
                 watcher(case.label, launch.rank, False)
         found = checks.input_changes(launch, before)
         for finding in found:
-            getattr(launch.inputs, finding.field).copy_(before[finding.field])
+            getattr(launch.inputs, finding.field).copy_(before.original(finding.field))
         changes += found
     return changes
 

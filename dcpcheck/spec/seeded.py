@@ -15,6 +15,9 @@ of DeepSeek-V3.2 are 150 million values). So values are computed, not drawn:
 The values are a 16-bit quantization of a Gaussian, truncated at about 4.2 standard
 deviations: plenty for bf16 activations (8 significant bits), and every row of a batch is
 distinct (the hash is a bijection of the counter).
+
+On a CUDA device the draw is one Triton kernel (``seeded_kernel``) doing the same int32
+arithmetic; elsewhere it is torch's, which the tests compare it with word for word.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch
 QUANTILES = 1 << 16
 """Equiprobable normal quantiles in the lookup table (16 bits of each hash)."""
 
-_HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B - (1 << 32))
+HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B - (1 << 32))
 """lowbias32's two multipliers, as int32 (the second one's bit pattern, sign and all)."""
 
 
@@ -36,9 +39,9 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
     Shifts are logical (masked after torch's arithmetic shift) and products wrap modulo
     2^32, as the hash is defined on unsigned 32-bit words."""
     x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * _HASH_MULTIPLIERS[0]
+    x = x * HASH_MULTIPLIERS[0]
     x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * _HASH_MULTIPLIERS[1]
+    x = x * HASH_MULTIPLIERS[1]
     return x ^ ((x >> 16) & 0xFFFF)
 
 
@@ -51,9 +54,9 @@ def _hash32_int(x: int) -> int:
     """``_hash32`` of one unsigned 32-bit word, in Python integers: the keys are a few
     words per draw, and small tensor ops cost more than the arithmetic."""
     x ^= x >> 16
-    x = (x * _HASH_MULTIPLIERS[0]) & 0xFFFFFFFF
+    x = (x * HASH_MULTIPLIERS[0]) & 0xFFFFFFFF
     x ^= x >> 15
-    x = (x * (_HASH_MULTIPLIERS[1] & 0xFFFFFFFF)) & 0xFFFFFFFF
+    x = (x * (HASH_MULTIPLIERS[1] & 0xFFFFFFFF)) & 0xFFFFFFFF
     return x ^ (x >> 16)
 
 
@@ -88,7 +91,23 @@ def normal(seed: int, stream: int, shape: tuple[int, ...], device: torch.device)
         count *= size
     if count >= 1 << 31:
         raise ValueError(f"seeded.normal: {count} values exceed the 32-bit counter")
+    return draw(_key(seed, stream), count, device).reshape(shape)
+
+
+def draw(key: int, count: int, device: torch.device) -> torch.Tensor:
+    """``count`` values for the int32 ``key``: value ``i`` is the quantile picked by the
+    top 16 bits of ``_hash32(i + key)``. On a CUDA device one Triton kernel
+    (``seeded_kernel``), elsewhere torch (:func:`draw_by_torch`): the same bits."""
+    if device.type == "cuda":
+        from dcpcheck.spec.seeded_kernel import normal_values
+
+        return normal_values(key, count, _quantiles(device), HASH_MULTIPLIERS)
+    return draw_by_torch(key, count, device)
+
+
+def draw_by_torch(key: int, count: int, device: torch.device) -> torch.Tensor:
+    """:func:`draw` in torch operations, on any device."""
     counter = torch.arange(count, dtype=torch.int32, device=device)
-    bits = _hash32(counter + _key(seed, stream))
+    bits = _hash32(counter + key)
     index = (bits >> 16) & 0xFFFF
-    return _quantiles(device)[index.long()].reshape(shape)
+    return _quantiles(device)[index.long()]
