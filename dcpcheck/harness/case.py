@@ -30,7 +30,7 @@ DESIGN §2's formula (``reference.NVFP4_SCALE_DIV``), which the project's kernel
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache, lru_cache
+from functools import cache
 
 import torch
 
@@ -209,19 +209,9 @@ class Case:
 
 @cache
 def _cos_sin(preset: ModelPreset, device: torch.device) -> torch.Tensor:
-    """The preset's RoPE table on ``device``, a case's own copy (a kernel may write its
-    inputs; ``launch_all`` restores them, but no case shares memory with another)."""
-    return _cos_sin_table(preset.max_position, preset.rope_dim, preset.rope_base, device).clone()
-
-
-@lru_cache(maxsize=4)
-def _cos_sin_table(
-    max_position: int, rope_dim: int, base: float, device: torch.device
-) -> torch.Tensor:
-    """``reference.cos_sin_table`` on ``device``, kept: it is computed on the CPU, and
-    DeepSeek's 163,840 positions took 80-90 ms there on 2 cores, then a 42 MB copy to the
-    GPU, for every case; a copy on the device costs microseconds."""
-    return reference.cos_sin_table(max_position, rope_dim, base).to(device)
+    return reference.cos_sin_table(preset.max_position, preset.rope_dim, preset.rope_base).to(
+        device
+    )
 
 
 def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Activations:

@@ -34,13 +34,7 @@ import torch
 
 import reference
 from dcpcheck.harness.cache_entries import expected_index_rows, index_rows
-from dcpcheck.harness.case import (
-    POISON_BITS,
-    TOPK_SENTINEL,
-    Case,
-    RankLaunch,
-    holds_poison,
-)
+from dcpcheck.harness.case import POISON_BITS, TOPK_SENTINEL, Case, RankLaunch, holds_poison
 from dcpcheck.harness.comparison import (
     bits_equal,
     row_violations,

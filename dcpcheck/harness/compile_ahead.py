@@ -111,7 +111,7 @@ def _dry_run(kernel: Kernel, scenario: Scenario, config: RunConfig, backend: Bac
                 return
             except (Exception, SystemExit):  # as runner.launch_all: its case reports it
                 continue
-        if dcp_size == 1:  # the checks' own binaries: one per output format and tolerance
+        if dcp_size == 1:  # the checks' own binaries: one per output format
             fused_checks.launch_output_tolerances(case)
 
 
