@@ -26,7 +26,10 @@ reported, and where isolation exists to report exactly that. vLLM's released fil
 qualify (one has a CuTe DSL path); they compile as their cases launch them.
 
 The dry pass also launches the checks' own Triton kernel (``tolerance_kernel``) on each
-scenario's DCP1 case, so its few binaries compile on the same threads.
+scenario's DCP1 case, so its few binaries compile on the same threads. On a GPU the
+seeded values are a Triton kernel too (``seeded_kernel``), so inside the dry pass they
+are never drawn: its buffers hold whatever memory they were given. Nothing of the dry pass
+is read for a verdict.
 
 What it leaves alone besides, and why:
 
