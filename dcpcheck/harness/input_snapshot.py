@@ -1,7 +1,6 @@
 """A copy of every input of one launch, to prove the kernel only read them.
 
-One buffer holds them all (each input padded to ``SNAPSHOT_ALIGN`` bytes, so that any
-dtype can view its part): taking the snapshot is one device copy and checking it one
+One buffer holds them all: taking the snapshot is one device copy and checking it one
 comparison. A tensor at a time (a clone, a comparison and a reduction per input), the
 launches of a DCP4 case and its baseline cost about 250 small device operations, a sixth
 of the case's (BENCHMARKS.md, issue 19, ninth pass).
@@ -15,30 +14,16 @@ import torch
 
 from dcpcheck.contract import FusedOpInputs
 
-SNAPSHOT_ALIGN = 16
-"""Each input starts this many bytes into its snapshot (padded): any dtype views its part."""
-
-_SNAPSHOT_PADDING: dict[torch.device, torch.Tensor] = {}
-
 
 def _input_bytes(inputs: FusedOpInputs) -> tuple[torch.Tensor, dict[str, slice]]:
-    """Every input tensor's bytes in one buffer (each padded to ``SNAPSHOT_ALIGN``; one
-    copy on the device), and where each one lies in it."""
+    """Every input tensor's bytes in one buffer (one copy on the device), and where each
+    one lies in it."""
     parts, spans, at = [], {}, 0
     for name, value in vars(inputs).items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        raw = value.reshape(-1).view(torch.uint8)
-        spans[name] = slice(at, at + raw.numel())
-        pad = -raw.numel() % SNAPSHOT_ALIGN
-        parts.append(raw)
-        if pad:
-            if raw.device not in _SNAPSHOT_PADDING:
-                _SNAPSHOT_PADDING[raw.device] = torch.zeros(
-                    SNAPSHOT_ALIGN, dtype=torch.uint8, device=raw.device
-                )
-            parts.append(_SNAPSHOT_PADDING[raw.device][:pad])
-        at += raw.numel() + pad
+        if isinstance(value, torch.Tensor):
+            parts.append(value.reshape(-1).view(torch.uint8))
+            spans[name] = slice(at, at + parts[-1].numel())
+            at += parts[-1].numel()
     if not parts:
         return torch.empty(0, dtype=torch.uint8), spans
     return torch.cat(parts), spans
@@ -54,9 +39,10 @@ class InputSnapshot:
     inputs: FusedOpInputs
 
     def original(self, name: str) -> torch.Tensor:
-        """Input ``name`` as it was, with its dtype and shape."""
+        """Input ``name`` as it was, with its dtype and shape: a copy of its bytes, which
+        then start where any dtype may view them (read only once an input changed)."""
         like = getattr(self.inputs, name)
-        return self.bytes[self.spans[name]].view(like.dtype).view(like.shape)
+        return self.bytes[self.spans[name]].clone().view(like.dtype).view(like.shape)
 
     def unchanged(self) -> bool:
         """Whether every input still holds the bytes it had (one comparison)."""

@@ -27,13 +27,11 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck.spec.tolerances import Tolerance
-
-_BITS_OF = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
-"""The integer view each output dtype is read through: the kernel compares bit patterns."""
+from dcpcheck.spec.tolerances import Tolerance, integer_view
 
 _KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
-"""``FORMAT`` of the kernel: how a bit pattern becomes a value and which patterns are NaN."""
+"""``FORMAT`` of the kernel for each output dtype: how a bit pattern (the kernel reads
+int16 and int32 views) becomes a value and which patterns are NaN."""
 
 BLOCK_TOKENS = 32
 CHUNK = 128
@@ -147,19 +145,18 @@ def count_out_of_tolerance(
     ``storages`` ``[R, T, W]`` are every rank's rows (a strided view is fine as long as a
     row is contiguous), ``expected`` ``[T, W]`` the oracle's, ``tokens`` the row indices."""
     ranks, _, width = storages.shape
-    if storages.dtype != expected.dtype or storages.dtype not in _BITS_OF:
+    if storages.dtype != expected.dtype or storages.dtype not in _KIND:
         raise TypeError(f"count_out_of_tolerance: {storages.dtype} against {expected.dtype}")
     if storages.stride(2) != 1 or expected.stride(1) != 1:
         raise ValueError("count_out_of_tolerance: rows must be contiguous")
-    bits = _BITS_OF[storages.dtype]
     count = torch.zeros((), dtype=torch.int32, device=storages.device)
     tokens = tokens.to(storages.device)
     if not tokens.numel() or not ranks or not width:
         return count
     grid = (triton.cdiv(tokens.numel(), BLOCK_TOKENS), ranks)
     _count_out_of_tolerance[grid](
-        storages.view(bits),
-        expected.view(bits),
+        integer_view(storages),
+        integer_view(expected),
         tokens,
         count,
         tokens.numel(),

@@ -37,6 +37,15 @@ def _ordered_int(bits: torch.Tensor, sign_bit: int) -> torch.Tensor:
     return torch.where(as_int & sign_bit != 0, -magnitude, magnitude)
 
 
+_INTEGER_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def integer_view(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s bit patterns: ``x`` viewed as integers of its element's width (a view
+    whatever its strides, since the width is the same)."""
+    return x.view(_INTEGER_OF_WIDTH[x.element_size()])
+
+
 def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     """Elementwise distance in ULPs between two bf16/fp16/fp32 tensors of one dtype.
 
@@ -45,10 +54,9 @@ def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     """
     if actual.dtype != expected.dtype:
         raise TypeError(f"dtype mismatch: {actual.dtype} vs {expected.dtype}")
-    int_dtype = {2: torch.int16, 4: torch.int32}[actual.element_size()]
     sign_bit = 1 << (8 * actual.element_size() - 1)
-    a = _ordered_int(actual.contiguous().view(int_dtype), sign_bit)
-    e = _ordered_int(expected.contiguous().view(int_dtype), sign_bit)
+    a = _ordered_int(integer_view(actual.contiguous()), sign_bit)
+    e = _ordered_int(integer_view(expected.contiguous()), sign_bit)
     dist = (a - e).abs()
     nan = actual.isnan() | expected.isnan()
     return torch.where(nan, torch.full_like(dist, torch.iinfo(torch.int64).max), dist)
