@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
 from dcpcheck.contract import FP8_E4M3_MAX, UE8M0_AMAX_FLOOR
 
@@ -94,7 +94,7 @@ def conversion_instruction_usable() -> bool:
     the interpreter (its cast is wrong, module docstring), and not on a CUDA device older
     than sm_89, where Triton has no ``float8e4nv``. Compiled with no device visible (only
     ``benchmarks/kernel_registers.py`` does that, for sm_90), it is."""
-    if isinstance(fp8_e4m3_codes_by_arithmetic, InterpretedFunction):
+    if not isinstance(fp8_e4m3_codes_by_arithmetic, JITFunction):  # the interpreter's
         return False
     return not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
 
