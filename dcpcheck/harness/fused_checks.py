@@ -93,6 +93,7 @@ def _outputs_flag(
     (``suspect_checks``). On a GPU each field's tolerance is one Triton kernel over the
     guarded storages (``tolerance_kernel``); elsewhere ``tolerances.out_of_tolerance``."""
     flags = []
+    on_device = None  # ``tokens`` where the storages are, copied once for every field
     for field in OUTPUT_FIELDS:
         storages = _field_storages(rows_of, field)
         if storages is None:
@@ -108,8 +109,10 @@ def _outputs_flag(
         if storages.is_cuda:
             from dcpcheck.harness.tolerance_kernel import count_out_of_tolerance
 
+            if on_device is None:
+                on_device = tokens.to(storages.device)
             count = count_out_of_tolerance(
-                storages, expected.to(storages.device), tokens, tolerance
+                storages, expected.to(storages.device), on_device, tolerance
             )
             flags.append(count > 0)
             continue
