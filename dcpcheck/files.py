@@ -1,14 +1,28 @@
-"""Every file the tool writes, written atomically, and its path checked before any work.
+"""Every file the tool writes, written atomically where it is a file, and its path checked
+before any work.
 
 Reports, saved failing cases and ownership maps go through :func:`write_atomic`: a
 temporary file beside the target, renamed over it, so a reader (CI, a crashed run's
-post-mortem) never sees half a file. The ``ensure_*`` checks turn an unwritable path into
-a one-line usage error before a run spends minutes on the kernel.
+post-mortem) never sees half a file. What a path names decides how it is written, since
+a rename replaces whatever is there (run as root, ``--json /dev/null`` would turn the
+machine's null device into a regular file):
+
+* nothing, or a regular file: the atomic rename;
+* a symlink: followed, and its target written by these same rules (never replaced by a
+  file of its own);
+* a character or block device, or a FIFO (``/dev/null``, ``/dev/stdout`` on a pipe, a
+  named pipe a CI step reads): written into as it is, opened like ``>`` in a shell;
+* a directory or a socket: refused, by :func:`ensure_writable` before any work.
+
+The ``ensure_*`` checks turn an unwritable path into a one-line usage error before a run
+spends minutes on the kernel.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,16 +31,52 @@ class ReportPathError(ValueError):
     """An output path that cannot be written; raised before any work starts."""
 
 
+def _mode(path: Path) -> int | None:
+    """``path``'s file type bits, symlinks followed; None where nothing is (or a symlink
+    points nowhere)."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def written_in_place(path: Path) -> bool:
+    """Whether ``path`` is a device or FIFO, which reports are written into as it is."""
+    try:
+        return _written_in_place(_mode(path))
+    except OSError:
+        return False
+
+
+def _written_in_place(mode: int | None) -> bool:
+    """A device or FIFO: written into as it is, never renamed over (module docstring)."""
+    return mode is not None and (
+        stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode)
+    )
+
+
 def ensure_writable(path: Path) -> None:
     """Fail early, with one line, if ``path`` cannot be written as a report.
 
-    The test is the real thing: a temporary file is created beside ``path`` (and removed),
-    as ``write_atomic`` will do at the end. Permission bits alone can say yes where the
-    write fails (read-only mounts, ``/proc``, a full quota).
+    A device or FIFO must be open to writing; anywhere else the test is the real thing: a
+    temporary file is created beside the file the path resolves to (and removed), as
+    ``write_atomic`` will do at the end. Permission bits alone can say yes where the write
+    fails (read-only mounts, ``/proc``, a full quota).
     """
-    if path.is_dir():
+    try:
+        mode = _mode(path)
+    except OSError as exc:
+        raise ReportPathError(f"{path}: {exc.strerror}") from None
+    if mode is not None and stat.S_ISDIR(mode):
         raise ReportPathError(f"{path}: is a directory, expected a file path")
-    parent = path.parent if str(path.parent) else Path(".")
+    if mode is not None and stat.S_ISSOCK(mode):
+        raise ReportPathError(f"{path}: is a socket, expected a file path")
+    if _written_in_place(mode):
+        if not os.access(path, os.W_OK):
+            raise ReportPathError(f"{path}: is not writable")
+        return
+    target = Path(os.path.realpath(path))
+    parent = target.parent
     if not parent.is_dir():
         raise ReportPathError(f"{path}: directory {parent} does not exist")
     _probe(parent, f"{path}: directory {parent} is not writable")
@@ -61,16 +111,28 @@ def _creation_mode() -> int:
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:
-    """Write ``content`` to a temporary file beside ``path``, then rename it over ``path``."""
+    """Write ``content`` to what ``path`` names, by the rules of the module docstring: a
+    temporary file beside the (symlink-resolved) target renamed over it, or straight into
+    a device or FIFO. ``IsADirectoryError`` / ``OSError`` for a directory or a socket."""
     data = content.encode("utf-8") if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    mode = _mode(path)
+    if _written_in_place(mode):
+        with open(path, "wb") as handle:
+            handle.write(data)
+        return
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "is neither a file, a device nor a FIFO", str(path))
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), _creation_mode())
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -50,6 +50,7 @@ attention metadata: every wrapper insists on a slot mapping whenever a cache is 
 
 from __future__ import annotations
 
+import ast
 import enum
 import inspect
 from collections.abc import Callable
@@ -213,6 +214,52 @@ def nvfp4_path(function: Callable[..., object]) -> Nvfp4Path:
     return Nvfp4Path.PTX_E2M1 if PTX_E2M1 in source else Nvfp4Path.OTHER
 
 
+TILE_SCALE_NAME = "tile_scale"
+"""The variable every vLLM kernel file (0.28.0 on) computes an fp8_ds_mla NoPE tile's scale
+in, before it divides the tile by it and stores it."""
+
+POW2_CALLS = ("exp2", "ceil", "log2")
+"""``exp2(ceil(log2(x)))``: the call chain that rounds a scale up to a power of two."""
+
+
+def _rounds_to_pow2(node: ast.AST) -> bool:
+    """Whether ``node`` holds ``exp2(ceil(log2(...)))`` (any module prefix, ``tl.math.``)."""
+    for call in ast.walk(node):
+        chain = []
+        while isinstance(call, ast.Call) and call.args:
+            func = call.func
+            chain.append(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+            call = call.args[0]
+        if tuple(chain[:3]) == POW2_CALLS:
+            return True
+    return False
+
+
+def tile_scale_rule(function: Callable[..., object]) -> DsMlaScale | None:
+    """The fp8_ds_mla tile-scale rule ``function``'s file writes, read from its source, so a
+    file is judged by what it is, whether named as a release or by path: ``pow2`` where an
+    assignment to :data:`TILE_SCALE_NAME` rounds it up to a power of two (vLLM 0.31.0 on),
+    ``amax`` where it is assigned otherwise (``max(amax * (1/448), FLT_MIN)``, up to 0.30.0),
+    None where the file computes no such scale or cannot be read (the case's rule, else
+    DESIGN's ``amax``, then applies; a finding whose scales follow the other rule says so)."""
+    module = inspect.getmodule(function)
+    try:
+        tree = ast.parse(inspect.getsource(module)) if module is not None else None
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    if tree is None:
+        return None
+    values = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == TILE_SCALE_NAME for t in node.targets)
+    ]
+    if not values:
+        return None
+    return DsMlaScale.POW2 if any(map(_rounds_to_pow2, values)) else DsMlaScale.AMAX
+
+
 def asks_for_mx_scales(function: Callable[..., object]) -> bool:
     """Whether ``function``'s module asks ``mqa_logits_use_mx_scales`` (vLLM 0.33.0 on)."""
     return "mqa_logits_use_mx_scales" in getattr(function, "__globals__", {})
@@ -267,8 +314,7 @@ class VllmFusedNormRope:
     """vLLM's ``fused_norm_rope`` in one of its :class:`ApiShape` s, as a protocol kernel.
 
     ``optional`` holds the :data:`OPTIONAL_PARAMETERS` its signature has. ``ds_mla_scale``
-    is the fp8_ds_mla tile-scale rule the kernel writes when that is known (a named
-    release; dcpcheck.kernels.releases), else None.
+    is the fp8_ds_mla tile-scale rule its file writes (:func:`tile_scale_rule`), else None.
     """
 
     function: Callable[..., object]
@@ -413,10 +459,9 @@ class VllmFusedNormRope:
             )
 
 
-def adapt(
-    function: Callable[..., object], ds_mla_scale: DsMlaScale | None = None
-) -> VllmFusedNormRope:
-    """``function`` (a vLLM ``fused_norm_rope``) as a protocol kernel."""
+def adapt(function: Callable[..., object]) -> VllmFusedNormRope:
+    """``function`` (a vLLM ``fused_norm_rope``) as a protocol kernel, with what its file
+    says and its signature cannot (:func:`tile_scale_rule`, :func:`nvfp4_path`)."""
     shape = api_shape(function)
     if shape is None:
         names = _parameters(function) or set()
@@ -435,7 +480,7 @@ def adapt(
         function,
         shape,
         optional,
-        ds_mla_scale=ds_mla_scale,
+        ds_mla_scale=tile_scale_rule(function),
         nvfp4=nvfp4_path(function),
         mx_scales=asks_for_mx_scales(function),
     )

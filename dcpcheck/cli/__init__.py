@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import click
 
-from dcpcheck.cli import bisecting, hashing, listing, ranks, run, selftest
+from dcpcheck.cli import bisecting, fetching, hashing, listing, ranks, run, selftest
 from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
 from dcpcheck.distributed.group import in_torchrun_environment
 from dcpcheck.output.console import err
@@ -30,6 +30,7 @@ for command in (
     selftest.selftest_command,
     hashing.hash_command,
     bisecting.bisect_command,
+    fetching.fetch_command,
     listing.list_command,
 ):
     cli.add_command(command)

@@ -19,7 +19,14 @@ from dcpcheck.exit_codes import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
+from dcpcheck.kernels.loading import (
+    JudgedFile,
+    KernelLoadError,
+    KernelSpecError,
+    canonical_spec,
+    judged_files,
+    load_kernel,
+)
 from dcpcheck.output.console import err
 from dcpcheck.spec import dcp
 from dcpcheck.spec.limits import DCP_SIZE_MAX
@@ -117,13 +124,32 @@ adapter_option = click.option(
 )
 
 
-kernel_option = click.option(
-    "--kernel",
-    "kernel_name",
-    default="default",
-    show_default=True,
-    help="Registry name (see `dcpcheck list kernels`), package.module:function, "
-    "or path/to/file.py:function implementing the kernel protocol.",
+def _canonical_kernel(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--kernel`` as every report and replay spells it: a release's version normalised
+    (``vllm==0.30`` is ``vllm==0.30.0``); a release spec whose version is no version is
+    exit 2 here, before any work."""
+    try:
+        return canonical_spec(value)
+    except KernelSpecError as exc:
+        raise InputError(str(exc)) from None
+
+
+def kernel_option_with(help_text: str):
+    """``--kernel`` (its release versions normalised, ``_canonical_kernel``)."""
+    return click.option(
+        "--kernel",
+        "kernel_name",
+        default="default",
+        show_default=True,
+        callback=_canonical_kernel,
+        help=help_text,
+    )
+
+
+kernel_option = kernel_option_with(
+    "Registry name (see `dcpcheck list kernels`), package.module:function, "
+    "path/to/file.py:function implementing the kernel protocol, or vllm==X.Y.Z (a "
+    "published vLLM release's kernel file, fetched into the release cache)."
 )
 
 
@@ -245,6 +271,18 @@ def load(name: str, adapter: str = "auto") -> Kernel:
     the registry does not know, a file without ``:function``), 125 if it does not load."""
     try:
         return load_kernel(name, adapter)
+    except KernelSpecError as exc:
+        raise InputError(str(exc)) from None
+    except KernelLoadError as exc:
+        raise KernelLoadFailure(str(exc)) from None
+
+
+def kernel_files(name: str) -> tuple[JudgedFile, ...]:
+    """The files the loaded ``--kernel``'s code comes from, with their SHA256, for the
+    reports (``loading.judged_files``); a release's file is checked against its wheel's
+    RECORD once more, so one changed since the load is exit 2, as at the load."""
+    try:
+        return judged_files(name)
     except KernelSpecError as exc:
         raise InputError(str(exc)) from None
     except KernelLoadError as exc:

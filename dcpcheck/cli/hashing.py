@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from dcpcheck.cli.common import (
     KernelFailed,
     adapter_option,
     device_option,
+    kernel_files,
+    kernel_option_with,
     load,
     open_backend,
     parse_dcp_sizes,
@@ -29,6 +32,7 @@ from dcpcheck.e2e.token_streams import (
     stream_config_for,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.output.console import err, out, print_streams
 
 STREAM_OPTIONS = (
@@ -84,13 +88,7 @@ def stream_options(command):
     metavar="N[,N...]",
     help="DCP sizes to generate at (DCP1 always runs as the baseline).",
 )
-@click.option(
-    "--kernel",
-    "kernel_name",
-    default="default",
-    show_default=True,
-    help="The kernel under test (as for `dcpcheck run --kernel`).",
-)
+@kernel_option_with("The kernel under test (as for `dcpcheck run --kernel`).")
 @stream_options
 @device_option
 @adapter_option
@@ -126,6 +124,7 @@ def hash_command(
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, seed)
     kernel = load(kernel_name, adapter)
+    judged = kernel_files(kernel_name)
     backend_name = "interpreter" if backend.interpreted else "cuda"
     try:
         with err.status("generating token streams"):
@@ -134,12 +133,23 @@ def hash_command(
         message = f"the kernel raised: {type(exc).__name__}: {exc}"
         if json_path is not None:  # never leave an earlier run's report in place
             document = streams_json(
-                stream_config, None, kernel=kernel_name, backend=backend_name, error=message
+                stream_config,
+                None,
+                kernel=kernel_name,
+                backend=backend_name,
+                error=message,
+                kernel_files=judged,
             )
             _write_json(json_path, document)
         raise KernelFailed(message) from exc
     if json_path is not None:
-        document = streams_json(stream_config, comparison, kernel=kernel_name, backend=backend_name)
+        document = streams_json(
+            stream_config,
+            comparison,
+            kernel=kernel_name,
+            backend=backend_name,
+            kernel_files=judged,
+        )
         _write_json(json_path, document)
     print_streams(comparison)
     print_full_digests(comparison)
@@ -189,6 +199,7 @@ def streams_json(
     kernel: str,
     backend: str,
     error: str | None = None,
+    kernel_files: Sequence[JudgedFile] = (),
 ) -> str:
     """The ``--json`` report: every stream's full digest and tokens, the first divergence.
 
@@ -223,6 +234,7 @@ def streams_json(
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
+        "kernel_files": [asdict(f) for f in kernel_files],
         "backend": backend,
         "model": {
             "preset": config.preset,

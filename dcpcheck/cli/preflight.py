@@ -43,9 +43,11 @@ def check_cost(scenarios: list[Scenario], config: RunConfig, device: torch.devic
 
 
 def check_report_paths(*paths: Path | None) -> None:
-    """Every report path must be writable, and each its own file, before any work."""
+    """Every report path must be writable, and each its own file (a device such as
+    ``/dev/null`` may take both), before any work."""
     given = [path for path in paths if path is not None]
-    if len({path.resolve() for path in given}) < len(given):
+    files_given = [path for path in given if not files.written_in_place(path)]
+    if len({path.resolve() for path in files_given}) < len(files_given):
         raise InputError(f"--json and --junit name the same file: {given[0]}")
     for path in given:
         try:

@@ -159,7 +159,15 @@ def run_command(
             return
         outcome = RunOutcome(results)
         try:
-            write_reports(results, config, group.backend, json_path, junit_path, partial=False)
+            write_reports(
+                results,
+                config,
+                group.backend,
+                json_path,
+                junit_path,
+                partial=False,
+                kernel_files=common.kernel_files(kernel_name),
+            )
         except ReportNotWritten as exc:
             raise common.InputError(str(exc)) from None
         console.print_results(results)
@@ -222,7 +230,12 @@ def hash_command(
                 return
             if json_path is not None:
                 backend_name = "interpreter" if group.backend.interpreted else "cuda"
-                text = streams_to_json(comparison, kernel=kernel_name, backend=backend_name)
+                text = streams_to_json(
+                    comparison,
+                    kernel=kernel_name,
+                    backend=backend_name,
+                    kernel_files=common.kernel_files(kernel_name),
+                )
                 files.write_atomic(json_path, text)
             console.print_streams(comparison)
             code = EXIT_OK if comparison.identical else EXIT_FAIL

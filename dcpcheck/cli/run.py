@@ -27,7 +27,9 @@ from dcpcheck.cli.common import (
     fail_fast_option,
     json_option,
     junit_option,
+    kernel_files,
     kernel_option,
+    kernel_option_with,
     load,
     no_tokens_option,
     open_backend,
@@ -367,9 +369,9 @@ def run_command(
                 session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
             )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
-        _write_reports(
-            outcome.reported, config, backend, json_path, junit_path, outcome.partial, searched
-        )
+        paths = (json_path, junit_path)
+        judged = kernel_files(kernel_name)
+        _write_reports(outcome.reported, config, backend, paths, outcome.partial, searched, judged)
     if scenarios:
         print_results(outcome.results, session.saved)
     if outcome.internal_error is not None:
@@ -465,26 +467,20 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
     return launcher.launch(sizes[0], argv, rank_timeout or DEFAULT_RANK_TIMEOUT_S)
 
 
-def _write_reports(results, config, backend, json_path, junit_path, partial, searched) -> None:
-    """Both reports (``session.write_reports``). Their paths were tried before any work, so
-    failing now means the disk changed under the run (full, unmounted): one line, exit 2."""
+def _write_reports(results, config, backend, paths, partial, searched, judged) -> None:
+    """Both reports (``session.write_reports``) at ``paths`` (JSON, JUnit). Their paths
+    were tried before any work, so failing now means the disk changed under the run (full,
+    unmounted): one line, exit 2."""
+    options = {"partial": partial, "searched": searched, "kernel_files": judged}
     try:
-        write_reports(
-            results, config, backend, json_path, junit_path, partial=partial, searched=searched
-        )
+        write_reports(results, config, backend, *paths, **options)
     except ReportNotWritten as exc:
         raise InputError(str(exc)) from None
 
 
 @click.command("repro")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option(
-    "--kernel",
-    "kernel_name",
-    default="default",
-    show_default=True,
-    help="The kernel to replay it on (as for `dcpcheck run --kernel`).",
-)
+@kernel_option_with("The kernel to replay it on (as for `dcpcheck run --kernel`).")
 @click.option(
     "--dcp",
     "dcp_text",

@@ -37,6 +37,7 @@ from dcpcheck.e2e.token_streams import (
     stream_config_for,
 )
 from dcpcheck.harness.runner import CaseResult, KernelError, RunConfig, token_stream_verdict
+from dcpcheck.kernels.loading import JudgedFile
 
 if TYPE_CHECKING:
     from dcpcheck.distributed import RankGroup
@@ -155,14 +156,22 @@ def token_stream_case_on_ranks(
     )
 
 
-def streams_to_json(comparison: StreamComparison, *, kernel: str, backend: str) -> str:
+def streams_to_json(
+    comparison: StreamComparison,
+    *,
+    kernel: str,
+    backend: str,
+    kernel_files: Sequence[JudgedFile] = (),
+) -> str:
     """Every digest of a comparison, in full, and its verdict (``dcpcheck.distributed hash
-    --json``); deterministic like ``dcpcheck.output.report``: sorted keys, no times."""
+    --json``); deterministic like ``dcpcheck.output.report``: sorted keys, no times; the
+    kernel's files with their SHA256 as the run reports name them."""
     c = comparison.config
     divergence = comparison.first_divergence
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
+        "kernel_files": [asdict(f) for f in kernel_files],
         "backend": backend,
         "model": {
             "preset": c.preset,

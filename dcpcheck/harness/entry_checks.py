@@ -9,9 +9,12 @@ random fill (unwritten) or bytes the kernel wrote that are no valid encoding.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from dcpcheck.contract import CacheLayout
+import reference
+from dcpcheck.contract import CacheLayout, DsMlaScale
 from dcpcheck.harness.cache_entries import OwnedEntries, expected_index_rows, owned_entries
 from dcpcheck.harness.case import Case
 from dcpcheck.harness.checks import (
@@ -71,8 +74,39 @@ def mla_part_slack(layout: CacheLayout, kv_fp32: torch.Tensor) -> dict[str, torc
     return {}
 
 
+def other_scale_rule_note(case: Case, owned: OwnedEntries, actual: torch.Tensor) -> str | None:
+    """Where an fp8_ds_mla case's stored tile scales are wrong by the rule it demands but
+    follow the other rule in every owned entry, what to say: the kernel most likely writes
+    that rule (vLLM changed it in 0.31.0), which ``--ds-mla-scale`` names; None otherwise.
+    Only the scales part is compared, within its own tolerance: the NoPE bytes of a tile
+    follow its scale, so they are wrong by the demanded rule too and say nothing more."""
+    if case.scenario.cache_layout is not CacheLayout.FP8_DS_MLA:
+        return None
+    demanded = case.ranks[0].inputs.ds_mla_scale
+    other = DsMlaScale.POW2 if demanded is DsMlaScale.AMAX else DsMlaScale.AMAX
+    tokens = owned.tokens.to(case.expected.kv_fp32.device)
+    expected = reference.encode_mla_entries(
+        case.expected.kv_fp32[tokens],
+        case.expected.kpe_fp32[tokens],
+        CacheLayout.FP8_DS_MLA.value,
+        case.scenario.torch_dtype,
+        None,
+        ds_mla_scale=other.value,
+    ).to(actual.device)
+    [scales] = [part for part in owned.parts if part.name == "scales"]
+    bad, _ = part_violations(actual, expected, scales)
+    if bad.any():
+        return None
+    return (
+        f"the stored scales follow the {other.value} rule in every owned entry: if the "
+        f"kernel writes that rule, judge it with --ds-mla-scale {other.value}"
+    )
+
+
 def check_cache_owned(case: Case) -> CheckResult:
-    """Contract 2a: each entry this rank owns holds the oracle's encoding of its token."""
+    """Contract 2a: each entry this rank owns holds the oracle's encoding of its token; an
+    fp8_ds_mla scales finding says when the scales follow the other tile-scale rule
+    (:func:`other_scale_rule_note`)."""
     if case.scenario.profiling:
         return CheckResult("cache_owned", skipped="profiling call: no entry is owned")
     findings = []
@@ -85,7 +119,16 @@ def check_cache_owned(case: Case) -> CheckResult:
             slack = mla_part_slack(case.scenario.cache_layout, case.expected.kv_fp32[tokens])
         else:
             expected = expected_index_rows(case, tokens)
-        findings += _compare_entries(case, owned, actual, expected, slack)
+        found = _compare_entries(case, owned, actual, expected, slack)
+        scales = f"{owned.field}.scales"
+        if any(f.field == scales for f in found):
+            note = other_scale_rule_note(case, owned, actual)
+            if note is not None:
+                found = [
+                    dataclasses.replace(f, detail=f"{f.detail}; {note}") if f.field == scales else f
+                    for f in found
+                ]
+        findings += found
     return CheckResult("cache_owned", tuple(findings))
 
 

@@ -42,6 +42,7 @@ from dcpcheck.harness.runner import (
     token_stream_case,
     with_effective_ds_mla_scale,
 )
+from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.output import report
 from dcpcheck.spec.scenario import Scenario
 from dcpcheck.workflows import search
@@ -254,8 +255,10 @@ def write_reports(
     *,
     partial: bool,
     searched: report.Search | None = None,
+    kernel_files: Sequence[JudgedFile] = (),
 ) -> None:
-    """Both reports, atomically; :class:`ReportNotWritten` if a path cannot be written."""
+    """Both reports (``files.write_atomic``), naming ``kernel_files`` (what the
+    kernel's code was read from); :class:`ReportNotWritten` if a path cannot be written."""
     backend_name = "interpreter" if backend.interpreted else "cuda"
     reports = []
     if json_path is not None:
@@ -266,6 +269,7 @@ def write_reports(
             partial=partial,
             oracle=config.oracle,
             searched=searched,
+            kernel_files=kernel_files,
         )
         reports.append((json_path, text))
     if junit_path is not None:
@@ -275,6 +279,7 @@ def write_reports(
             partial=partial,
             oracle=config.oracle,
             searched=searched,
+            kernel_files=kernel_files,
         )
         reports.append((junit_path, text))
     for path, text in reports:

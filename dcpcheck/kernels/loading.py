@@ -18,9 +18,15 @@ where the user stands as well (:func:`_import_from_working_directory`).
 Every way of failing raises :class:`KernelLoadError` with one line naming the cause; the
 CLI turns it into exit code 125, which ``git bisect run`` treats as "skip this commit".
 A spec that is wrong in itself, whatever the revision (a registry name the registry does
-not know, ``file.py`` without ``:function``, an adapter that does not apply), raises its
+not know, ``file.py`` without ``:function``, an adapter that does not apply, a release
+version that is no version or that the package index does not publish), raises its
 subclass :class:`KernelSpecError`, which the CLI reports as bad input (exit code 2): a
-typo is then an error to fix, not a revision to skip (``dcpcheck bisect`` stops on it).
+typo is then an error to fix, not a revision to skip (``dcpcheck bisect`` stops on it). So
+does a release cache that cannot be trusted (a cached file that differs from its wheel's
+RECORD) or used (not a writable folder): fixing it is the user's, not a revision's.
+
+:func:`judged_files` names the files a loaded kernel's code comes from, with their SHA256,
+so every report says exactly what was judged.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.backend import current_backend
 from dcpcheck.contract import Kernel
 from dcpcheck.kernels import releases
-from dcpcheck.kernels.registry import KERNELS
+from dcpcheck.kernels.registry import KERNEL_SOURCES, KERNELS
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +185,7 @@ def import_root(spec: str) -> Path | None:
     ``PYTHONPATH``, so a root that is neither (a ``src/`` layout on pytest's
     ``pythonpath``) must go on the printed command's ``PYTHONPATH``.
     """
-    if ":" not in spec or releases.parse_spec(spec) is not None:
+    if ":" not in spec or release_of(spec) is not None:
         return None
     where = spec.rsplit(":", 1)[0]
     module = sys.modules.get(where)  # a file's module has a name of its own (_module_name)
@@ -209,7 +215,7 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
                 f"the {adapter} adapter does not apply"
             )
         return KERNELS[spec].load()
-    release = releases.parse_spec(spec)
+    release = release_of(spec)
     if release is not None:
         return _load_release(release, adapter)
     where, function = _split_spec(spec, list(KERNELS))
@@ -225,20 +231,80 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
         raise KernelLoadError(f"{spec}: {exc}") from exc
 
 
+def release_of(spec: str) -> releases.ReleaseSpec | None:
+    """``spec`` as a vLLM release (``vllm==X``, its version normalised), None when it names
+    none; :class:`KernelSpecError` when its version is not a version."""
+    try:
+        return releases.parse_spec(spec)
+    except releases.MalformedVersion as exc:
+        raise KernelSpecError(f"{spec}: {exc}") from None
+
+
+def canonical_spec(spec: str) -> str:
+    """``spec`` as reports and replays spell it: a release with its version normalised
+    (``vllm==0.30`` is ``vllm==0.30.0``), anything else as given."""
+    release = release_of(spec)
+    if release is None:
+        return spec
+    if release.function == releases.DEFAULT_FUNCTION:
+        return release.name
+    return f"{release.name}:{release.function}"
+
+
+def fetch_release(version: str) -> releases.KeptFile:
+    """Release ``version``'s kernel file from the cache (fetched on first use) and checked
+    against its wheel's RECORD: a cache fault or an unknown version is bad input
+    (:class:`KernelSpecError`), a release that cannot be downloaded a load error."""
+    try:
+        return releases.fetch(version)
+    except (releases.CacheFault, releases.UnknownRelease) as exc:
+        raise KernelSpecError(str(exc)) from None
+    except releases.ReleaseError as exc:
+        raise KernelLoadError(str(exc)) from None
+
+
 def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:
-    """A released vLLM kernel: its file from the release cache (fetched on first use),
-    through vLLM's adapter, carrying what the release's source says of its encoding."""
+    """A released vLLM kernel: its file from the release cache, checked against its wheel's
+    RECORD just before it is imported, through vLLM's adapter like any vLLM file."""
     if adapter not in ("auto", "vllm"):
         raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
-    try:
-        path = releases.fetch(release.version)
-    except releases.ReleaseError as exc:
-        raise KernelLoadError(str(exc)) from exc
+    path = fetch_release(release.version).path
     target = getattr(_load_file(path), release.function, None)
     if target is None or not callable(target):
         raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
     try:
-        kernel = vllm_adapter.adapt(target, ds_mla_scale=releases.ds_mla_scale_of(release.version))
+        kernel = vllm_adapter.adapt(target)
     except AdapterError as exc:
         raise KernelLoadError(f"{release.name}: {exc}") from exc
     return dataclasses.replace(kernel, name=release.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgedFile:
+    """A file a kernel's code comes from, as the reports name it."""
+
+    path: str
+    sha256: str
+
+
+def _judged(path: Path) -> JudgedFile:
+    return JudgedFile(str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def judged_files(spec: str) -> tuple[JudgedFile, ...]:
+    """The files ``spec``'s kernel (loaded already, by :func:`load_kernel`) comes from, and
+    their SHA256 now: a release's cached file (checked against its wheel's RECORD once
+    more), a ``file.py``, a module's file, or the project's kernel modules for a registry
+    name (``registry.KERNEL_SOURCES``)."""
+    if spec in KERNELS:
+        return tuple(_judged(path) for path in KERNEL_SOURCES)
+    release = release_of(spec)
+    if release is not None:
+        kept = fetch_release(release.version)
+        return (JudgedFile(str(kept.path), kept.sha256),)
+    where = spec.rsplit(":", 1)[0]
+    if where.endswith(".py"):
+        return (_judged(Path(where)),)
+    module = sys.modules.get(where)
+    source = getattr(module, "__file__", None)
+    return () if source is None else (_judged(Path(source)),)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from dcpcheck.backend import current_backend
 from dcpcheck.contract import Kernel
@@ -39,3 +40,18 @@ def _variant_loader(variant: KernelVariant) -> Callable[[], Kernel]:
 KERNELS: dict[str, KernelEntry] = {
     v.name: KernelEntry(v.name, v.description, _variant_loader(v)) for v in VARIANTS
 }
+
+KERNEL_SOURCES = tuple(
+    Path(__file__).with_name(name)
+    for name in (
+        "launcher.py",
+        "launch_checks.py",
+        "variants.py",
+        "fused_norm_rope.py",
+        "fp8_codes.py",
+        "index_cache.py",
+        "nvfp4_ds_mla.py",
+    )
+)
+"""The files every registry kernel's code comes from (its host side and its Triton
+kernels), which the reports name with their SHA256 (``loading.judged_files``)."""

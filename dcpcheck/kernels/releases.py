@@ -2,24 +2,40 @@
 file of that published vLLM wheel.
 
 The first use of a release downloads its wheel with pip (``pip download --no-deps``, the
-package index pip is configured for), keeps only the kernel file, in a cache outside the
-checkout, and deletes the wheel (about 330 MB); later uses, offline ones included, read the
-cache. Nothing of vLLM is ever written into the repository. The cache lives in
-``$DCPCHECK_CACHE`` or else ``~/.cache/dcpcheck``::
+package index pip is configured for, which checks the wheel against the index's hash),
+keeps only the files dcpcheck judges, in a cache outside the checkout, and deletes the
+wheel (about 330 MB); later uses, offline ones included, read the cache. Nothing of vLLM is
+ever written into the repository. The cache lives in ``$DCPCHECK_CACHE`` or else
+``~/.cache/dcpcheck`` (made absolute, so a command run elsewhere finds the same one)::
 
-    <cache>/releases/vllm/0.29.0/kernels.py     the file, as the wheel holds it
-    <cache>/releases/vllm/0.29.0/source.json    wheel name, member path, sha256 of the file
+    <cache>/releases/vllm/0.29.0/vllm/models/deepseek_v32/common/kernels.py
+    <cache>/releases/vllm/0.29.0/source.json    the wheel's name, and each kept file's
+                                                 SHA256 as the wheel's own RECORD gives it
+
+Why a record: a cached file is code that dcpcheck imports and runs, and whose verdict it
+reports under the release's name. A cached file edited by hand (or by a stray tool) would
+be judged as that release. So every kept file is checked against its RECORD entry when the
+wheel is unpacked, and again before every import (:func:`fetch`): a mismatch, a missing
+record or a missing file is :class:`CacheFault`, one line naming the file and the command
+that fetches it afresh (``dcpcheck fetch --refresh vllm==X``).
+
+Versions are normalised as pip compares them (``0.30`` is ``0.30.0``), so one release has
+one cache folder and one name in every report. A version the package index does not have
+is :class:`UnknownRelease`, naming the nearest published ones, and leaves nothing behind.
 
 The loaded file goes through the same loader and adapter as any ``file.py:function``
 (dcpcheck.kernels.loading): the vLLM stand-ins answer its imports, and the adapter calls it
-the way that release's own caller does. What a release name adds is what its source says
-and its signature cannot: the fp8_ds_mla tile-scale rule it writes
-(:func:`ds_mla_scale_of`).
+the way that release's own caller does and reads from the file what its signature cannot
+say (the fp8_ds_mla tile-scale rule it writes), so a release and the same file given by
+path are judged alike.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -27,40 +43,67 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from dcpcheck.contract import DsMlaScale
-from dcpcheck.files import write_atomic
 
 PACKAGE = "vllm"
 KERNEL_MEMBER = "vllm/models/deepseek_v32/common/kernels.py"
 """Where every release from 0.28.0 on keeps ``fused_norm_rope`` in its wheel."""
 
+KEPT_MEMBERS = (KERNEL_MEMBER,)
+"""Every wheel member dcpcheck judges; a fetch keeps those the wheel has."""
+
 DEFAULT_FUNCTION = "fused_norm_rope"
 
-RELEASE_SPEC = re.compile(
-    r"^vllm==(?P<version>\d+(?:\.\d+)*(?:[.\-+\w]*)?)(?::(?P<function>\w+))?$"
-)
+VERSION = re.compile(r"^(?P<release>\d+(?:\.\d+)*)(?P<suffix>(?:a|b|rc)\d+)?(?P<post>\.post\d+)?$")
+"""The versions vLLM publishes: a release segment, then maybe a pre-release (``rc1``) and
+a post-release (``.post1``). Anything else (``0.3O.0``, ``latest``) is refused as written."""
+
+RELEASE_SPEC = re.compile(r"^vllm==(?P<version>[^:\s]+)(?::(?P<function>\w+))?$")
 """``vllm==X.Y.Z`` or ``vllm==X.Y.Z:function``."""
 
-POW2_DS_MLA_SCALE_FROM = (0, 31)
-"""From 0.31.0 on, vLLM's fp8_ds_mla tile scales are powers of two (its kernel rounds
-``amax * (1/448)``, floored at 1e-4, up to one); up to 0.30.0 they are
-``max(amax * (1/448), FLT_MIN)`` as computed (read from each release's kernels.py)."""
+RELEASE_SEGMENT_WIDTH = 3
+"""vLLM spells its releases with three numbers (``0.30.0``); a shorter spelling is padded
+and trailing zeros past three are dropped, as pip compares them (``0.9.0.1`` stays)."""
 
 PIP_TIMEOUT_S = 900
 """A wheel is about 330 MB; a slow index may take minutes, a dead one should not hang CI."""
 
+NEAREST_SHOWN = 2
+"""Published versions an unknown version's message names: the one below and the one above."""
+
+SOURCE_RECORD = "source.json"
+
 
 class ReleaseError(RuntimeError):
     """A release cannot be had: not cached and not downloadable, or its wheel lacks the
-    kernel file. One line; the CLI reports it as a kernel that cannot be loaded."""
+    kernel file. One line; the CLI reports it as a kernel that cannot be loaded (125)."""
+
+
+class CacheFault(ReleaseError):
+    """The release cache cannot be trusted or used: a kept file that does not match its
+    wheel's RECORD, a missing record or file, or a cache folder that is not a writable
+    folder. One line; bad input (exit 2), since no revision would fix it."""
+
+
+class UnknownRelease(ReleaseError):
+    """A version the package index does not publish (exit 2): ``nearest`` names the
+    published versions around it."""
+
+    def __init__(self, version: str, nearest: Sequence[str]) -> None:
+        self.nearest = tuple(nearest)
+        shown = f" (nearest published: {', '.join(nearest)})" if nearest else ""
+        super().__init__(f"{PACKAGE}=={version}: no such release on the package index{shown}")
+
+
+class MalformedVersion(ValueError):
+    """A version that is not a version: one line naming it."""
 
 
 @dataclass(frozen=True)
 class ReleaseSpec:
-    """A parsed ``vllm==X`` kernel spec."""
+    """A parsed ``vllm==X`` kernel spec, its version normalised."""
 
     version: str
     function: str = DEFAULT_FUNCTION
@@ -70,42 +113,158 @@ class ReleaseSpec:
         return f"{PACKAGE}=={self.version}"
 
 
+@dataclass(frozen=True)
+class KeptFile:
+    """A file kept from a wheel: where it is cached and the SHA256 its RECORD gives."""
+
+    path: Path
+    sha256: str
+
+
+def normalise(version: str) -> str:
+    """``version`` as the cache and the reports spell it (RELEASE_SEGMENT_WIDTH);
+    :class:`MalformedVersion` if it is not a version vLLM could publish (VERSION)."""
+    match = VERSION.match(version.strip())
+    if match is None:
+        raise MalformedVersion(f"{version!r} is not a version (expected e.g. 0.30.0)")
+    numbers = [str(int(part)) for part in match["release"].split(".")]
+    while len(numbers) > RELEASE_SEGMENT_WIDTH and numbers[-1] == "0":
+        numbers.pop()
+    numbers += ["0"] * (RELEASE_SEGMENT_WIDTH - len(numbers))
+    return ".".join(numbers) + (match["suffix"] or "") + (match["post"] or "")
+
+
 def parse_spec(spec: str) -> ReleaseSpec | None:
-    """``spec`` as a release, or None when it does not name one."""
+    """``spec`` as a release, or None when it does not name one; :class:`MalformedVersion`
+    when it names one by something that is not a version (``vllm==0.3O.0``)."""
     match = RELEASE_SPEC.match(spec)
     if match is None:
         return None
-    return ReleaseSpec(match["version"], match["function"] or DEFAULT_FUNCTION)
+    return ReleaseSpec(normalise(match["version"]), match["function"] or DEFAULT_FUNCTION)
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """The leading numeric components of ``version``, for ordering releases."""
-    parts = []
-    for part in version.split("."):
-        digits = re.match(r"\d+", part)
-        if digits is None:
-            break
-        parts.append(int(digits[0]))
-        if digits[0] != part:
-            break
-    return tuple(parts)
-
-
-def ds_mla_scale_of(version: str) -> DsMlaScale:
-    """The fp8_ds_mla tile-scale rule release ``version`` writes (POW2_DS_MLA_SCALE_FROM)."""
-    if version_key(version) >= POW2_DS_MLA_SCALE_FROM:
-        return DsMlaScale.POW2
-    return DsMlaScale.AMAX
+def version_key(version: str) -> tuple[tuple[int, ...], int, int, int]:
+    """An order on normalised versions: release numbers, then a pre-release before its
+    release and a post-release after it."""
+    match = VERSION.match(version)
+    if match is None:
+        raise MalformedVersion(f"{version!r} is not a version")
+    numbers = tuple(int(part) for part in match["release"].split("."))
+    pre = match["suffix"]
+    rank = {"a": 0, "b": 1, "rc": 2}[re.match(r"[a-z]+", pre)[0]] if pre else 3
+    pre_number = int(re.search(r"\d+", pre)[0]) if pre else 0
+    post = int(match["post"].removeprefix(".post")) if match["post"] else -1
+    return numbers, rank, pre_number, post
 
 
 def cache_root() -> Path:
-    """``$DCPCHECK_CACHE``, else ``~/.cache/dcpcheck``."""
+    """``$DCPCHECK_CACHE``, else ``~/.cache/dcpcheck``; absolute (module docstring)."""
     configured = os.environ.get("DCPCHECK_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "dcpcheck"
+    root = Path(configured) if configured else Path.home() / ".cache" / "dcpcheck"
+    return root.absolute()
 
 
-def cached_kernel_file(version: str) -> Path:
-    return cache_root() / "releases" / PACKAGE / version / Path(KERNEL_MEMBER).name
+def release_dir(version: str) -> Path:
+    return cache_root() / "releases" / PACKAGE / version
+
+
+def refetch_command(version: str) -> str:
+    return f"dcpcheck fetch --refresh {PACKAGE}=={version}"
+
+
+def _record_of(folder: Path, version: str) -> dict[str, str] | None:
+    """The ``files`` of ``folder``'s source record (member -> sha256), None without one."""
+    record = folder / SOURCE_RECORD
+    if not record.exists():
+        return None
+    try:
+        files = json.loads(record.read_text(encoding="utf-8"))["files"]
+        if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
+            raise TypeError("files is not a map of member to sha256")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = (
+            exc.strerror
+            if isinstance(exc, OSError)
+            else "gives no file's SHA256 from its wheel's RECORD"
+        )
+        raise CacheFault(f"{record}: {why}; fetch it afresh: {refetch_command(version)}") from None
+    return files
+
+
+def _sha256_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise CacheFault(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def cached(version: str, member: str = KERNEL_MEMBER) -> KeptFile | None:
+    """``member`` of release ``version`` from the cache, checked against its record; None
+    when the release was never fetched. :class:`CacheFault` when the cache holds the
+    file without a record entry, the entry without the file, or a file whose SHA256
+    differs from the one its wheel's RECORD gave."""
+    folder = release_dir(version)
+    path = folder / member
+    if folder.exists() and not folder.is_dir():
+        raise CacheFault(f"{folder}: not a folder; remove it, or set DCPCHECK_CACHE elsewhere")
+    files = _record_of(folder, version)
+    if files is None or member not in files:
+        stray = [p for p in (path, folder / Path(member).name) if p.is_file()]
+        if stray:
+            raise CacheFault(
+                f"{stray[0]}: cached without a record of its wheel's SHA256, so it cannot be "
+                f"trusted; fetch it afresh: {refetch_command(version)}"
+            )
+        if files is None:
+            return None
+        if member not in files:
+            return None  # fetched before this member was kept: fetch() adds it
+    if not path.is_file():
+        raise CacheFault(
+            f"{path}: missing from the release cache; fetch it afresh: {refetch_command(version)}"
+        )
+    actual = _sha256_of(path)
+    if actual != files[member]:
+        raise CacheFault(
+            f"{path}: SHA256 {actual[:16]}... differs from {files[member][:16]}... that "
+            f"{PACKAGE} {version}'s wheel records: the cached file was changed; fetch it "
+            f"afresh: {refetch_command(version)}"
+        )
+    return KeptFile(path, actual)
+
+
+def published_versions() -> list[str] | None:
+    """Every version of vLLM the package index publishes, oldest first; None when the index
+    cannot be asked (no network). Normalised (``normalise``); versions dcpcheck could not
+    name (``.dev`` builds) are left out."""
+    command = [sys.executable, "-m", "pip", "index", "versions", PACKAGE]
+    command += ["--disable-pip-version-check"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    for line in done.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return _sorted_versions(line.split(":", 1)[1].split(","))
+    return None
+
+
+def _sorted_versions(words: Sequence[str]) -> list[str]:
+    versions = set()
+    for word in words:
+        try:
+            versions.add(normalise(word))
+        except MalformedVersion:
+            continue
+    return sorted(versions, key=version_key)
+
+
+def nearest(version: str, published: Sequence[str]) -> list[str]:
+    """The published versions just below and just above ``version`` (NEAREST_SHOWN)."""
+    key = version_key(version)
+    below = [v for v in published if version_key(v) < key]
+    above = [v for v in published if version_key(v) > key]
+    return [*below[-1:], *above[:1]][:NEAREST_SHOWN]
 
 
 def _download_wheel(version: str, into: Path) -> Path:
@@ -130,6 +289,11 @@ def _download_wheel(version: str, into: Path) -> Path:
         ) from None
     wheels = sorted(into.glob("*.whl"))
     if done.returncode != 0 or not wheels:
+        listed = re.search(r"\(from versions: ([^)]*)\)", done.stderr)
+        if listed is not None and listed[1].strip() not in ("", "none"):
+            published = _sorted_versions(listed[1].split(","))
+            if version not in published:
+                raise UnknownRelease(version, nearest(version, published))
         errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
         why = errors[-1].removeprefix("ERROR: ") if errors else f"pip exited {done.returncode}"
         raise ReleaseError(
@@ -139,31 +303,110 @@ def _download_wheel(version: str, into: Path) -> Path:
     return wheels[0]
 
 
-def fetch(version: str) -> Path:
-    """The kernel file of release ``version``: from the cache, else downloaded into it
-    (module docstring). Raises :class:`ReleaseError` with one line when neither works."""
-    target = cached_kernel_file(version)
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix="wheel-") as tmp:
-        wheel = _download_wheel(version, Path(tmp))
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                source = archive.read(KERNEL_MEMBER)
-        except KeyError:
-            raise ReleaseError(f"{PACKAGE}=={version}: its wheel has no {KERNEL_MEMBER}") from None
-        except zipfile.BadZipFile as exc:
-            raise ReleaseError(f"{PACKAGE}=={version}: {wheel.name}: {exc}") from None
-        provenance = {
-            "package": PACKAGE,
-            "version": version,
-            "wheel": wheel.name,
-            "member": KERNEL_MEMBER,
-            "sha256": hashlib.sha256(source).hexdigest(),
-        }
-        write_atomic(
-            target.with_name("source.json"), json.dumps(provenance, indent=2).encode() + b"\n"
+def record_sha256(archive: zipfile.ZipFile, member: str) -> str:
+    """The SHA256 (hex) the wheel's ``*.dist-info/RECORD`` gives ``member``; ReleaseError
+    when the wheel has no RECORD or no entry for it (a wheel must list every file)."""
+    records = [name for name in archive.namelist() if name.endswith(".dist-info/RECORD")]
+    if len(records) != 1:
+        raise ReleaseError(
+            f"{archive.filename}: expected one .dist-info/RECORD, found {len(records)}"
         )
-        write_atomic(target, source)
-    return target  # the wheel went with the temporary directory
+    rows = csv.reader(io.StringIO(archive.read(records[0]).decode("utf-8")))
+    for row in rows:
+        if row and row[0] == member:
+            algorithm, _, digest = row[1].partition("=") if len(row) > 1 else ("", "", "")
+            if algorithm != "sha256":
+                break
+            padded = digest + "=" * (-len(digest) % 4)
+            return base64.urlsafe_b64decode(padded).hex()
+    raise ReleaseError(f"{archive.filename}: its RECORD gives no sha256 for {member}")
+
+
+def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
+    """Write the KEPT_MEMBERS the wheel has under ``into``, each checked against its RECORD,
+    and the source record; member -> sha256."""
+    kept: dict[str, str] = {}
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = set(archive.namelist())
+            if KERNEL_MEMBER not in names:
+                raise ReleaseError(f"{PACKAGE}=={version}: its wheel has no {KERNEL_MEMBER}")
+            for member in KEPT_MEMBERS:
+                if member not in names:
+                    continue
+                source = archive.read(member)
+                recorded = record_sha256(archive, member)
+                if hashlib.sha256(source).hexdigest() != recorded:
+                    raise ReleaseError(f"{wheel.name}: {member} does not match its RECORD")
+                target = into / member
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(source)
+                kept[member] = recorded
+    except zipfile.BadZipFile as exc:
+        raise ReleaseError(f"{PACKAGE}=={version}: {wheel.name}: {exc}") from None
+    record = {"package": PACKAGE, "version": version, "wheel": wheel.name, "files": kept}
+    (into / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return kept
+
+
+def _cache_fault(exc: OSError) -> CacheFault:
+    where = exc.filename or cache_root()
+    return CacheFault(
+        f"release cache {cache_root()}: {where}: {exc.strerror} (set DCPCHECK_CACHE to a "
+        "writable folder)"
+    )
+
+
+def fetch(version: str, member: str = KERNEL_MEMBER, *, refresh: bool = False) -> KeptFile:
+    """``member`` of release ``version`` (normalised): from the cache, checked against its
+    wheel's RECORD, else downloaded into it (module docstring). ``refresh`` downloads the
+    wheel again and replaces what the cache holds of the release.
+
+    Raises :class:`CacheFault` for a cache that cannot be trusted or written,
+    :class:`UnknownRelease` for a version the index does not have, and
+    :class:`ReleaseError` (one line) when the release cannot be had otherwise."""
+    if not refresh:
+        found = cached(version, member)
+        if found is not None:
+            return found
+    folder = release_dir(version)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".fetch-{version}-") as tmp:
+            staging = Path(tmp) / "release"
+            staging.mkdir()
+            wheel = _download_wheel(version, Path(tmp))
+            _unpack(version, wheel, staging)
+            wheel.unlink()
+            if not _moved_into_place(staging, folder, version, member, refresh):
+                os.rename(folder, Path(tmp) / "replaced")  # goes with the temporary folder
+                os.rename(staging, folder)
+    except OSError as exc:
+        raise _cache_fault(exc) from None
+    found = cached(version, member)
+    if found is None:
+        raise ReleaseError(f"{PACKAGE}=={version}: its wheel has no {member}")
+    return found
+
+
+def _moved_into_place(
+    staging: Path, folder: Path, version: str, member: str, refresh: bool
+) -> bool:
+    """Rename the unpacked release to its folder, so a reader never sees half of one; True
+    when done, or when a concurrent fetch put a valid one there first. False when the
+    folder there must be replaced (``refresh``, or it lacks ``member``)."""
+    if refresh:
+        return not folder.exists() and _renamed(staging, folder)
+    if _renamed(staging, folder):
+        return True
+    return folder.is_dir() and cached(version, member) is not None
+
+
+def _renamed(source: Path, target: Path) -> bool:
+    try:
+        os.rename(source, target)
+    except OSError:
+        if not target.is_dir():
+            raise
+        return False
+    return True

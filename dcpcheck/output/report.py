@@ -4,6 +4,10 @@ Same inputs and seed give the same bytes: no timestamps, no wall times, sorted k
 A report is written to a temporary file beside its target and renamed over it, so a
 reader (CI, a crashed run's post-mortem) never sees half a file.
 
+Both name every file the judged kernel's code comes from with its SHA256 (JSON
+``"kernel_files"``, a JUnit ``kernel_file`` suite property each: ``SHA256  PATH``), so a
+verdict is tied to the bytes it is about, not only to a name such as ``vllm==0.30.0``.
+
 Both say whether the oracle judged the run (``--oracle on|off``: JSON ``"oracle"``, a JUnit
 suite property), and a check judged in its oracle-free form says what it compared with
 instead (JSON ``"without_oracle"``, a JUnit testcase property), so a pass without the
@@ -14,11 +18,13 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from dcpcheck import __version__
 from dcpcheck.harness.checks import format_finding
 from dcpcheck.harness.runner import STATUSES, CaseResult
+from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.workflows import search
 
 UNCHECKED_STATUSES = ("error", "crash", "timeout")
@@ -89,11 +95,13 @@ def to_json(
     partial: bool,
     oracle: bool = True,
     searched: Search | None = None,
+    kernel_files: Sequence[JudgedFile] = (),
 ) -> str:
     """The report; ``"search"`` only where a property search ran (``search_record``)."""
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
+        "kernel_files": [asdict(f) for f in kernel_files],
         "backend": backend,
         "oracle": oracle_word(oracle),
         "partial": partial,
@@ -112,6 +120,7 @@ def to_junit(
     partial: bool,
     oracle: bool = True,
     searched: Search | None = None,
+    kernel_files: Sequence[JudgedFile] = (),
 ) -> str:
     """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
     ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``), a ``<skipped>``
@@ -120,6 +129,9 @@ def to_junit(
     suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
     properties = ET.SubElement(suite, "properties")
     ET.SubElement(properties, "property", name="oracle", value=oracle_word(oracle))
+    for judged in kernel_files:
+        value = f"{judged.sha256}  {judged.path}"
+        ET.SubElement(properties, "property", name="kernel_file", value=value)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for r in results:
         classname = f"{r.scenario}[dcp{r.dcp_size}]"
