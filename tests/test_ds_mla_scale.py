@@ -472,3 +472,39 @@ def test_list_mutants_shows_both():
 
 def test_launch_inputs_default_to_amax():
     assert FusedOpInputs.__dataclass_fields__["ds_mla_scale"].default is AMAX
+
+
+# ----------------------------------------------------------------------------------------
+# A scales finding that is the other rule says so
+# ----------------------------------------------------------------------------------------
+
+
+def _scales_findings(kernel_name: str, scenario: str) -> list[str]:
+    [result] = run_scenario(
+        load_kernel(kernel_name), shipped(scenario), RunConfig("k", (1,)), BACKEND
+    )
+    return [
+        f.detail
+        for c in result.failed_checks
+        if c.check == "cache_owned"
+        for f in c.findings
+        if f.field == "mla_cache.scales"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("writer", "scenario", "other"),
+    [
+        ("mutant/ds-mla-scale-pow2-when-amax", AMAX_SCENARIO, "pow2"),
+        ("mutant/ds-mla-scale-amax-when-pow2", POW2_SCENARIO, "amax"),
+    ],
+)
+def test_a_scales_finding_names_the_rule_the_stored_scales_follow(writer, scenario, other):
+    [detail] = _scales_findings(writer, scenario)
+    assert f"follow the {other} rule in every owned entry" in detail
+    assert f"--ds-mla-scale {other}" in detail
+
+
+def test_scales_wrong_by_both_rules_get_no_such_note():
+    [detail] = _scales_findings("mutant/ds-mla-row-scale", AMAX_SCENARIO)
+    assert "rule" not in detail

@@ -19,8 +19,13 @@ reached and a release is not cached, its tests skip with that reason.
 
 from __future__ import annotations
 
+import base64
+import builtins
 import dataclasses
+import errno
 import functools
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -29,14 +34,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from dcpcheck.adapters.vllm import VllmFusedNormRope
+from dcpcheck.cli import cli
 from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
 from dcpcheck.kernels import releases
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
 from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
 
 # -- the release spec and its cache, offline -------------------------------------------
 
@@ -47,6 +59,11 @@ from tests.conftest import BACKEND
         ("vllm==0.29.0", releases.ReleaseSpec("0.29.0")),
         ("vllm==0.33.0:fused_q", releases.ReleaseSpec("0.33.0", "fused_q")),
         ("vllm==0.30.0rc1", releases.ReleaseSpec("0.30.0rc1")),
+        ("vllm==0.30", releases.ReleaseSpec("0.30.0")),  # as pip compares versions
+        ("vllm==0.30.0.0", releases.ReleaseSpec("0.30.0")),
+        ("vllm==00.030.0", releases.ReleaseSpec("0.30.0")),
+        ("vllm==0.9.0.1", releases.ReleaseSpec("0.9.0.1")),  # a published four-part one
+        ("vllm==0.6.1.post2", releases.ReleaseSpec("0.6.1.post2")),
         ("vllm>=0.29", None),
         ("vllm==", None),
         ("mypkg.kernels:fused_norm_rope", None),
@@ -57,19 +74,18 @@ def test_a_release_is_named_vllm_equals_version(spec, expected):
     assert releases.parse_spec(spec) == expected
 
 
-@pytest.mark.parametrize(
-    ("version", "rule"),
-    [
-        ("0.28.0", DsMlaScale.AMAX),
-        ("0.30.0", DsMlaScale.AMAX),
-        ("0.30.9", DsMlaScale.AMAX),
-        ("0.31.0", DsMlaScale.POW2),
-        ("0.33.0", DsMlaScale.POW2),
-        ("1.0.0", DsMlaScale.POW2),
-    ],
-)
-def test_the_ds_mla_scale_rule_changed_in_0_31(version, rule):
-    assert releases.ds_mla_scale_of(version) is rule
+@pytest.mark.parametrize("spec", ["vllm==0.3O.0", "vllm==latest", "vllm==0.30.0-1", "vllm==.1"])
+def test_a_release_spec_that_is_no_version_is_refused_as_written(spec):
+    with pytest.raises(releases.MalformedVersion, match="is not a version"):
+        releases.parse_spec(spec)
+    with pytest.raises(KernelSpecError, match="is not a version"):
+        load_kernel(spec)
+
+
+def test_versions_order_as_pip_orders_them():
+    published = ["0.10.1.1", "0.9.0", "0.10.1", "0.10.0", "0.10.1rc1", "0.10.1.post1"]
+    ordered = sorted(published, key=releases.version_key)
+    assert ordered == ["0.9.0", "0.10.0", "0.10.1rc1", "0.10.1", "0.10.1.post1", "0.10.1.1"]
 
 
 @pytest.fixture
@@ -78,19 +94,33 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache"
 
 
-def _fake_download(member_bytes: bytes | None, calls: list[str]):
-    """A stand-in for pip: writes a wheel holding the kernel file (or not)."""
+def _record_line(member: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{member},sha256={digest},{len(data)}\n"
+
+
+def _fake_download(member_bytes: bytes | None, calls: list[str], recorded: bytes | None = None):
+    """A stand-in for pip: writes a wheel holding the kernel file (or not) and a RECORD
+    giving the SHA256 of ``recorded`` for it (default: of the file itself)."""
 
     def download(version: str, into: Path) -> Path:
         calls.append(version)
         wheel = into / f"vllm-{version}-cp38-abi3-manylinux1_x86_64.whl"
+        record = "vllm/__init__.py,,\n"
         with zipfile.ZipFile(wheel, "w") as archive:
             archive.writestr("vllm/__init__.py", "")
             if member_bytes is not None:
                 archive.writestr(releases.KERNEL_MEMBER, member_bytes)
+                stated = member_bytes if recorded is None else recorded
+                record += _record_line(releases.KERNEL_MEMBER, stated)
+            archive.writestr(f"vllm-{version}.dist-info/RECORD", record)
         return wheel
 
     return download
+
+
+def _kernel_file(version: str) -> Path:
+    return releases.release_dir(version) / releases.KERNEL_MEMBER
 
 
 def test_fetch_keeps_only_the_kernel_file_and_reads_the_cache_afterwards(cache_dir, monkeypatch):
@@ -98,29 +128,198 @@ def test_fetch_keeps_only_the_kernel_file_and_reads_the_cache_afterwards(cache_d
     monkeypatch.setattr(releases, "_download_wheel", _fake_download(b"# kernel\n", calls))
     first = releases.fetch("0.29.0")
     second = releases.fetch("0.29.0")
-    assert first == second == cache_dir / "releases" / "vllm" / "0.29.0" / "kernels.py"
-    assert first.read_bytes() == b"# kernel\n"
+    assert first == second
+    assert first.path == cache_dir / "releases" / "vllm" / "0.29.0" / releases.KERNEL_MEMBER
+    assert first.path.read_bytes() == b"# kernel\n"
+    assert first.sha256 == hashlib.sha256(b"# kernel\n").hexdigest()
     assert calls == ["0.29.0"]  # the second fetch is the cache
-    assert sorted(p.name for p in first.parent.iterdir()) == ["kernels.py", "source.json"]
+    folder = releases.release_dir("0.29.0")
+    kept = sorted(p.relative_to(folder).as_posix() for p in cache_dir.rglob("*") if p.is_file())
+    assert kept == ["source.json", releases.KERNEL_MEMBER]
     assert not list(cache_dir.rglob("*.whl"))  # the wheel is deleted
-    assert '"member": "vllm/models/deepseek_v32/common/kernels.py"' in (
-        first.with_name("source.json").read_text()
-    )
+    record = json.loads((folder / "source.json").read_text())
+    assert record["files"] == {releases.KERNEL_MEMBER: first.sha256}
 
 
-def test_a_cached_release_loads_offline(cache_dir, monkeypatch):
+def test_a_wheel_whose_file_differs_from_its_record_is_refused_and_leaves_nothing(
+    cache_dir, monkeypatch
+):
+    download = _fake_download(b"# kernel\n", [], recorded=b"# another kernel\n")
+    monkeypatch.setattr(releases, "_download_wheel", download)
+    with pytest.raises(releases.ReleaseError, match="does not match its RECORD"):
+        releases.fetch("0.29.0")
+    assert not releases.release_dir("0.29.0").exists()
+    assert not [p for p in cache_dir.rglob("*") if p.is_file()]
+
+
+@pytest.fixture
+def cached_release(cache_dir, monkeypatch) -> Path:
+    """Release 0.29.0 fetched (a vLLM-shaped fixture file), then the network taken away."""
+    fixture = Path(__file__).parent / "fixtures" / "vllm_separate_outputs_api.py"
+    monkeypatch.setattr(releases, "_download_wheel", _fake_download(fixture.read_bytes(), []))
+    path = releases.fetch("0.29.0").path
+
     def offline(version, into):
         raise AssertionError("no download may be attempted for a cached release")
 
-    target = releases.cached_kernel_file("0.29.0")
-    target.parent.mkdir(parents=True)
-    fixture = Path(__file__).parent / "fixtures" / "vllm_separate_outputs_api.py"
-    target.write_bytes(fixture.read_bytes())
     monkeypatch.setattr(releases, "_download_wheel", offline)
+    return path
+
+
+def test_a_cached_release_loads_offline(cached_release):
     kernel = load_kernel("vllm==0.29.0")
     assert isinstance(kernel, VllmFusedNormRope)
     assert kernel.name == "vllm==0.29.0"
-    assert kernel.ds_mla_scale is DsMlaScale.AMAX
+    assert kernel.ds_mla_scale is None  # the fixture computes no fp8_ds_mla tile scale
+
+
+TAMPERED = "dcpcheck_tests_tampered_file_ran"
+
+
+def _changed(path: Path) -> None:
+    """Code appended to the cached file: it marks ``builtins`` if the file is ever run."""
+    marker = f"\nimport builtins\nbuiltins.{TAMPERED} = True\n"
+    path.write_bytes(path.read_bytes() + marker.encode())
+
+
+def _unrecorded(path: Path) -> None:
+    path.parents[4].joinpath("source.json").unlink()
+
+
+def _unlisted(path: Path) -> None:
+    path.parents[4].joinpath("source.json").write_text('{"files": {}}')
+
+
+def _missing(path: Path) -> None:
+    path.unlink()
+
+
+def _no_record_format(path: Path) -> None:
+    """The layout of a cache that kept the file beside a record without the wheel's hashes."""
+    folder = path.parents[4]
+    folder.joinpath("kernels.py").write_bytes(path.read_bytes())
+    folder.joinpath("source.json").write_text('{"sha256": "x", "member": "y"}')
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (_changed, "differs from"),
+        (_unrecorded, "cached without a record"),
+        (_unlisted, "cached without a record"),
+        (_missing, "missing from the release cache"),
+        (_no_record_format, "gives no file's SHA256 from its wheel's RECORD"),
+    ],
+)
+def test_a_cache_that_cannot_be_trusted_is_refused_before_any_import(cached_release, damage, words):
+    damage(cached_release)
+    with pytest.raises(KernelSpecError) as raised:
+        load_kernel("vllm==0.29.0")
+    message = str(raised.value)
+    assert words in message and "\n" not in message
+    assert message.endswith("dcpcheck fetch --refresh vllm==0.29.0") or "not a folder" in message
+    assert not hasattr(builtins, TAMPERED)  # nothing of the file ran
+
+
+def test_a_changed_cached_file_is_exit_2_naming_it_and_the_refetch(cached_release):
+    _changed(cached_release)
+    done = invoke(
+        "run",
+        "--dcp",
+        "1",
+        "--no-tokens",
+        "--kernel",
+        "vllm==0.29.0",
+        "--scenario",
+        "decode-single-dcp4",
+    )
+    assert done.exit_code == 2
+    assert str(cached_release) in done.output
+    assert "dcpcheck fetch --refresh vllm==0.29.0" in done.output
+
+
+def test_fetch_refresh_replaces_a_changed_file(cached_release, monkeypatch):
+    original = cached_release.read_bytes()
+    _changed(cached_release)
+    monkeypatch.setattr(releases, "_download_wheel", _fake_download(original, []))
+    done = invoke("fetch", "--refresh", "vllm==0.29")
+    assert done.exit_code == 0, done.output
+    assert cached_release.read_bytes() == original
+    assert hashlib.sha256(original).hexdigest() in done.output
+    assert load_kernel("vllm==0.29.0").name == "vllm==0.29.0"
+
+
+def test_a_version_is_normalised_so_one_release_has_one_folder_and_one_name(cache_dir, monkeypatch):
+    calls: list[str] = []
+    fixture = Path(__file__).parent / "fixtures" / "vllm_separate_outputs_api.py"
+    monkeypatch.setattr(releases, "_download_wheel", _fake_download(fixture.read_bytes(), calls))
+    assert load_kernel("vllm==0.30").name == "vllm==0.30.0"
+    assert load_kernel("vllm==0.30.0.0").name == "vllm==0.30.0"
+    assert calls == ["0.30.0"]
+    assert [p.name for p in (cache_dir / "releases" / "vllm").iterdir()] == ["0.30.0"]
+
+
+def _pip_answering(stderr: str):
+    def run(command, **kwargs):
+        return subprocess.CompletedProcess(command, 1, "", stderr)
+
+    return run
+
+
+def test_an_unknown_version_is_exit_2_with_the_nearest_published_and_leaves_nothing(
+    cache_dir, monkeypatch
+):
+    stderr = (
+        "ERROR: Could not find a version that satisfies the requirement vllm==0.31.5 "
+        "(from versions: 0.29.0, 0.30.0, 0.31.0, 0.32.0, 0.33.0)\n"
+        "ERROR: No matching distribution found for vllm==0.31.5\n"
+    )
+    monkeypatch.setattr(releases.subprocess, "run", _pip_answering(stderr))
+    with pytest.raises(KernelSpecError) as raised:
+        load_kernel("vllm==0.31.5")
+    assert str(raised.value) == (
+        "vllm==0.31.5: no such release on the package index (nearest published: 0.31.0, 0.32.0)"
+    )
+    assert not [p for p in cache_dir.rglob("*") if p.name != "vllm" and p.name != "releases"]
+
+
+def test_an_unreachable_index_is_a_load_error_not_an_unknown_version(cache_dir, monkeypatch):
+    stderr = (
+        "ERROR: Could not find a version that satisfies the requirement vllm==0.31.0 "
+        "(from versions: none)\n"
+    )
+    monkeypatch.setattr(releases.subprocess, "run", _pip_answering(stderr))
+    with pytest.raises(KernelLoadError) as raised:
+        load_kernel("vllm==0.31.0")
+    assert not isinstance(raised.value, KernelSpecError)
+
+
+def test_a_cache_folder_that_is_a_file_is_exit_2(tmp_path, monkeypatch):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("DCPCHECK_CACHE", str(not_a_folder))
+    monkeypatch.setattr(releases, "_download_wheel", _fake_download(b"# kernel\n", []))
+    done = invoke(
+        "run", "--kernel", "vllm==0.29.0", "--no-tokens", "--scenario", "decode-single-dcp4"
+    )
+    assert done.exit_code == 2
+    assert done.output.count("\n") <= 3 and "Not a directory" in done.output
+    assert "Traceback" not in done.output
+
+
+def test_a_cache_that_cannot_be_written_is_exit_2(cache_dir, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(cache_dir))
+
+    monkeypatch.setattr(releases.tempfile, "TemporaryDirectory", read_only)
+    with pytest.raises(KernelSpecError, match="Read-only file system"):
+        load_kernel("vllm==0.29.0")
+
+
+def test_a_relative_cache_setting_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DCPCHECK_CACHE", "rel/cache")
+    assert releases.cache_root() == tmp_path / "rel" / "cache"
 
 
 def test_an_uncached_release_without_the_registry_is_a_one_line_load_error(cache_dir, monkeypatch):
@@ -134,7 +333,7 @@ def test_an_uncached_release_without_the_registry_is_a_one_line_load_error(cache
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith("vllm==0.29.0 is not in dcpcheck's cache")
-    assert not releases.cached_kernel_file("0.29.0").exists()
+    assert not releases.release_dir("0.29.0").exists()
 
 
 def test_a_wheel_without_the_kernel_file_is_refused(cache_dir, monkeypatch):
@@ -142,6 +341,31 @@ def test_a_wheel_without_the_kernel_file_is_refused(cache_dir, monkeypatch):
     with pytest.raises(releases.ReleaseError, match="its wheel has no vllm/models/deepseek_v32"):
         releases.fetch("0.27.0")
     assert not list(cache_dir.rglob("*.whl"))
+    assert not releases.release_dir("0.27.0").exists()
+
+
+def test_reports_name_each_judged_file_and_its_sha256(cached_release, tmp_path):
+    json_path, junit_path = tmp_path / "r.json", tmp_path / "r.xml"
+    done = invoke(
+        "run",
+        "--dcp",
+        "1",
+        "--no-tokens",
+        "--kernel",
+        "vllm==0.29",
+        "--scenario",
+        "decode-single-dcp4",
+        "--json",
+        str(json_path),
+        "--junit",
+        str(junit_path),
+    )
+    assert done.exit_code == 0, done.output
+    sha = hashlib.sha256(cached_release.read_bytes()).hexdigest()
+    report = json.loads(json_path.read_text())
+    assert report["kernel"] == "vllm==0.29.0"
+    assert report["kernel_files"] == [{"path": str(cached_release), "sha256": sha}]
+    assert f'name="kernel_file" value="{sha}  {cached_release}"' in junit_path.read_text()
 
 
 # -- the released kernels themselves ----------------------------------------------------
@@ -218,6 +442,28 @@ def test_every_release_passes_at_dcp1(version, scenario):
     result = judge(version, scenario, 1)
     assert findings(result) == set()
     assert result.status == "pass"
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_a_release_file_tells_its_tile_scale_rule_by_its_source(version):
+    """amax up to 0.30.0, pow2 from 0.31.0 on (README), read from the file's own
+    tile_scale, not from its version number."""
+    pow2 = RELEASES.index(version) >= RELEASES.index("0.31.0")
+    rule = DsMlaScale.POW2 if pow2 else DsMlaScale.AMAX
+    assert release_kernel(version).ds_mla_scale is rule
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.33.0"])
+def test_a_file_is_judged_the_same_by_path_as_by_version(version):
+    """A kernel engineer points dcpcheck at the file in a vLLM checkout: the verdict must be
+    the one its release gets (both rules: 0.30.0 writes amax, 0.33.0 pow2)."""
+    release_kernel(version)
+    path = releases.fetch(version).path
+    by_path = load_kernel(f"{path}:fused_norm_rope")
+    [sc] = load_scenarios(["fp8-ds-mla-cache"])
+    for kernel in (by_path, release_kernel(version)):
+        [result] = run_scenario(kernel, sc, RunConfig(str(path), (1,)), BACKEND)
+        assert result.status == "pass", findings(result)
 
 
 def _foreign_rows(scenario: str, dcp_size: int) -> dict[int, set[int]]:

@@ -35,7 +35,9 @@ from dcpcheck.adapters.vllm import (
     ApiShape,
     VllmFusedNormRope,
     api_shape,
+    tile_scale_rule,
 )
+from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness.case import build_case
 from dcpcheck.harness.checks import CheckResult, Finding
 from dcpcheck.harness.input_snapshot import snapshot_inputs
@@ -406,3 +408,41 @@ def test_q_output_only_shape_declares_what_it_has_no_buffer_for():
     profiling = _launch("profiling-call", 1)
     assert NO_OUTPUTS_WITHOUT_SLOTS in kernel.limitations(profiling.inputs)
     assert {lim.field for lim in kernel.limitations(profiling.inputs)} >= {"q_out", "kv_out"}
+
+
+# -- the fp8_ds_mla tile-scale rule, read from the file --------------------------------
+
+POW2_SOURCE = """
+def store(tl, tile_amax, FP8_MAX):
+    tile_scale = tl.maximum(tile_amax * (1.0 / FP8_MAX), 1e-4)
+    tile_scale = tl.math.exp2(tl.math.ceil(tl.math.log2(tile_scale)))
+    return tile_scale
+"""
+AMAX_SOURCE = """
+def store(tl, tile_amax):
+    tile_scale = tl.maximum(tile_amax * (1.0 / 448.0), 1.1754944e-38)
+    scale = tl.math.exp2(tl.math.ceil(tl.math.log2(tile_amax)))  # another scale: not the tile's
+    return tile_scale, scale
+"""
+NO_TILE_SOURCE = """
+def store(tl, amax):
+    scale = tl.math.exp2(tl.math.ceil(tl.math.log2(amax)))
+    return scale
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "rule"),
+    [(POW2_SOURCE, DsMlaScale.POW2), (AMAX_SOURCE, DsMlaScale.AMAX), (NO_TILE_SOURCE, None)],
+)
+def test_the_tile_scale_rule_is_read_from_what_the_file_computes(tmp_path, source, rule):
+    path = tmp_path / f"tile_rule_{abs(hash(source))}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    try:
+        spec.loader.exec_module(module)
+        assert tile_scale_rule(module.store) is rule
+    finally:
+        del sys.modules[path.stem]
