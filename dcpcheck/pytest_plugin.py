@@ -26,6 +26,12 @@ Options (each as for ``dcpcheck run``):
   a kernel whose encoding no oracle variant knows (``dcpcheck run --oracle``).
 * ``--dcpcheck-home DIR``: where failing cases are saved, as scenario files under
   ``DIR/failures/`` that ``dcpcheck repro`` replays (``dcpcheck run --home``).
+* ``--dcpcheck-isolate on|off`` and ``--dcpcheck-case-timeout SECONDS``: each item runs in
+  a worker process, as under ``dcpcheck run --isolate``, so a kernel that crashes or hangs
+  fails its item (status ``crash`` / ``timeout``, saved like any failing case) and the
+  test run goes on. On by default, whatever the kernel: a hung test run helps no one. The
+  worker starts with the first item that runs (not for ``--collect-only``) and is killed
+  when pytest ends.
 
 Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.spec.scenario``)
 in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
@@ -58,6 +64,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import math
 import os
 import shlex
 import subprocess
@@ -195,6 +202,26 @@ class Plan:
     scenarios: tuple[Scenario, ...]
     token_streams: bool
 
+    def run(self, case: Callable[[], CaseResult]) -> CaseResult:
+        """``case`` of the session, its kernel's worker started first where isolated."""
+        from dcpcheck.harness.isolation import IsolatedKernel
+        from dcpcheck.kernels.loading import KernelLoadError
+
+        kernel = self.session.kernel
+        if isinstance(kernel, IsolatedKernel) and kernel.worker_pid is None:
+            try:
+                kernel.start()
+            except KernelLoadError as exc:  # it loaded in this process: the environment
+                raise CaseFailure(f"the isolated worker could not start: {exc}") from None
+        return case()
+
+    def close(self) -> None:
+        """Stop the kernel's worker, if it runs behind one."""
+        from dcpcheck.harness.isolation import IsolatedKernel
+
+        if isinstance(self.session.kernel, IsolatedKernel):
+            self.session.kernel.close()
+
 
 PLAN = pytest.StashKey[Plan]()
 
@@ -253,6 +280,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="off: judge the kernel against its own DCP1 run alone, not the oracle, for a "
         "kernel whose encoding no oracle variant knows yet (default on; as `dcpcheck run "
         "--oracle`).",
+    )
+    group.addoption(
+        "--dcpcheck-isolate",
+        default="on",
+        choices=("on", "off"),
+        help="on: run each item in a worker process, so a crash or a hang fails that item "
+        "and the run goes on (default on; as `dcpcheck run --isolate`).",
+    )
+    group.addoption(
+        "--dcpcheck-case-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="Seconds an isolated item may take before its worker is killed and the item "
+        "fails as timeout (default: as `dcpcheck run --case-timeout`).",
     )
     group.addoption(
         "--dcpcheck-home",
@@ -338,7 +380,7 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     from dcpcheck.harness.runner import RunConfig
     from dcpcheck.harness.session import Session
-    from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+    from dcpcheck.kernels.loading import KernelLoadError, canonical_spec, load_kernel
     from dcpcheck.spec import cost
     from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
     from dcpcheck.workflows.search import default_home
@@ -350,10 +392,17 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     roots += config.getini(SCENARIO_DIRS_INI)
     scenarios = select_scenarios(config.getoption("dcpcheck_scenario"), roots)
     backend = _fix_backend(config.getoption("dcpcheck_device"))
+    adapter = config.getoption("dcpcheck_adapter")
     try:
-        kernel = load_kernel(kernel_name, config.getoption("dcpcheck_adapter"))
+        kernel_name = canonical_spec(kernel_name)
+        kernel = load_kernel(kernel_name, adapter)
     except KernelLoadError as exc:
         raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
+    timeout = _case_timeout(config)
+    if timeout is not None:
+        from dcpcheck.harness.isolation import IsolatedKernel
+
+        kernel = IsolatedKernel(kernel_name, adapter, backend, timeout)
     home = config.getoption("dcpcheck_home")
     run_config = RunConfig(
         kernel_name,
@@ -381,10 +430,33 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     )
 
 
+def _case_timeout(config: pytest.Config) -> float | None:
+    """Seconds per isolated item, or None when items run in this process."""
+    from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S
+
+    timeout = config.getoption("dcpcheck_case_timeout")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise pytest.UsageError(f"--dcpcheck-case-timeout: must be > 0 seconds, got {timeout}")
+    if config.getoption("dcpcheck_isolate") == "off":
+        if timeout is not None:
+            raise pytest.UsageError(
+                "--dcpcheck-case-timeout needs --dcpcheck-isolate=on: only a worker process "
+                "can be stopped mid-case"
+            )
+        return None
+    return DEFAULT_CASE_TIMEOUT_S if timeout is None else timeout
+
+
 def pytest_configure(config: pytest.Config) -> None:
     kernel_name = config.getoption("dcpcheck_kernel")
     if kernel_name is not None:
         config.stash[PLAN] = _plan(config, kernel_name)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    plan = config.stash.get(PLAN, None)
+    if plan is not None:
+        plan.close()
 
 
 class CaseCollector(pytest.Collector):
@@ -403,7 +475,9 @@ class CaseCollector(pytest.Collector):
             CaseItem.from_parent(
                 self,
                 name=f"{scenario.name}[dcp{dcp_size}]",
-                run_case=functools.partial(session.case, scenario, dcp_size),
+                run_case=functools.partial(
+                    plan.run, functools.partial(session.case, scenario, dcp_size)
+                ),
                 kernel_name=config.kernel_name,
                 source=scenario.source,
             )
@@ -415,7 +489,7 @@ class CaseCollector(pytest.Collector):
                 CaseItem.from_parent(
                     self,
                     name=f"token-streams[dcp{config.token_stream_dcp}]",
-                    run_case=session.token_streams,
+                    run_case=functools.partial(plan.run, session.token_streams),
                     kernel_name=config.kernel_name,
                     source=None,
                 )

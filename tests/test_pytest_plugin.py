@@ -9,6 +9,7 @@ a second on Triton's CPU interpreter.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -398,3 +399,52 @@ def test_judge_never_passes_a_case_whose_checks_were_all_skipped():
     assert verdict_of(CaseResult("s", 1, "pass", passing), "k") == pytest_plugin.Verdict(
         "passed", "not applicable: topk (b)"
     )
+
+
+def test_a_hanging_kernel_times_out_its_item_and_the_run_goes_on(pytester):
+    """Items run isolated by default: a kernel that never returns fails its own item as
+    TIMEOUT within --dcpcheck-case-timeout, the next item still runs (and passes), and
+    the timed-out case is saved like any failing case."""
+    home = pytester.path / "home"
+    result = run(
+        pytester,
+        "--dcpcheck-kernel=tests.fixtures.faulty_kernels:hangs_on_one_token",
+        "--dcpcheck-dcp=1",
+        "--dcpcheck-scenario=decode-single-dcp4",  # one token: hangs
+        "--dcpcheck-scenario=mixed-prefill-decode-padding",  # many: passes
+        "--dcpcheck-no-tokens",
+        "--dcpcheck-case-timeout=10",
+        f"--dcpcheck-home={home}",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*decode-single-dcp4[[]dcp1]: TIMEOUT on kernel *: no result within 10 s*"])
+    [saved] = (home / "failures").glob("*.toml")
+    assert saved.name.startswith("decode-single-dcp4-")
+
+
+def test_a_case_timeout_without_isolation_is_a_usage_error(pytester):
+    result = run(
+        pytester,
+        "--dcpcheck-kernel=default",
+        "--dcpcheck-isolate=off",
+        "--dcpcheck-case-timeout=5",
+        "--co",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dcpcheck-case-timeout needs --dcpcheck-isolate=on*"])
+
+
+def test_items_run_in_a_worker_process_by_default(pytester):
+    """The kernel records the process it ran in: not pytest's own."""
+    marker = pytester.path / "pid"
+    kernel = _write_kernel_file(
+        pytester,
+        "import os\n"
+        "from tests.kernels_under_test import oracle_kernel\n"
+        "def fused(inputs, outputs, caches):\n"
+        f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "    oracle_kernel(inputs, outputs, caches)\n",
+    )
+    result = run(pytester, f"--dcpcheck-kernel={kernel}", "--dcpcheck-dcp=1", *ONE_TOKEN)
+    result.assert_outcomes(passed=1)
+    assert int(marker.read_text()) != os.getpid()
