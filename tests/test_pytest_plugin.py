@@ -417,7 +417,8 @@ def test_a_hanging_kernel_times_out_its_item_and_the_run_goes_on(pytester):
         f"--dcpcheck-home={home}",
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*decode-single-dcp4[[]dcp1]: TIMEOUT on kernel *: no result within 10 s*"])
+    timed_out = "*decode-single-dcp4[[]dcp1]: TIMEOUT on kernel *: no result within 10 s*"
+    result.stdout.fnmatch_lines([timed_out])
     [saved] = (home / "failures").glob("*.toml")
     assert saved.name.startswith("decode-single-dcp4-")
 
