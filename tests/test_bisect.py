@@ -110,7 +110,8 @@ def test_a_skipped_midpoint_is_replaced_by_a_neighbour(history, verdicts):
     assert result.first_bad.sha == commits[5]
     assert result.failing_check == "fake bad"
     tested = [s.commit.sha for s in result.steps]
-    assert tested[:2] == [commits[8], commits[7]]  # midpoint skipped, then its neighbour
+    assert tested[0] == commits[kernel_history.REVISIONS]  # the newest, first
+    assert tested[1:3] == [commits[8], commits[7]]  # midpoint skipped, then its neighbour
 
 
 def test_skips_next_to_the_first_bad_commit_leave_it_undecided(history, verdicts):
@@ -122,19 +123,36 @@ def test_skips_next_to_the_first_bad_commit_leave_it_undecided(history, verdicts
     assert "skipped revisions hide the first bad commit; it is one of:" in render(result)
 
 
-def test_the_newest_revision_is_run_to_name_its_failing_check(history, verdicts):
+def test_the_newest_revision_is_run_first_and_the_old_end_assumed(history, verdicts):
     repo, commits = history
     verdicts.update(_table(first_bad=kernel_history.REVISIONS, skipped=set()))
     result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
     assert result.first_bad.sha == commits[kernel_history.REVISIONS]
-    assert result.steps[-1].commit.sha == commits[kernel_history.REVISIONS]
+    assert result.steps[0].commit.sha == commits[kernel_history.REVISIONS]
+    assert commits[0] not in [s.commit.sha for s in result.steps]  # assumed, not run
+    assert f"assumed good, not run: {commits[0]} (the old end)" in render(result)
 
 
-def test_a_bad_revision_that_passes_is_an_error(history, verdicts):
+def test_a_bad_revision_that_passes_runs_both_ends_and_says_they_do_not_differ(history, verdicts):
     repo, commits = history
     verdicts.update(_table(first_bad=kernel_history.REVISIONS + 1, skipped=set()))
-    with pytest.raises(BisectError, match="passes"):
-        bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
+    result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
+    assert result.first_bad is None and result.nothing_to_find
+    assert [s.commit.sha for s in result.steps] == [commits[kernel_history.REVISIONS], commits[0]]
+    lines = render(result)
+    assert f"the endpoints do not differ ({commits[0]} is good, HEAD is good): nothing to find" in (
+        lines
+    )
+    assert sum(line.startswith("  ") for line in lines) == 2  # both step lines shown
+    assert not any(line.startswith("assumed") for line in lines)
+
+
+def test_endpoints_the_other_way_round_are_named(history, verdicts):
+    repo, commits = history
+    verdicts.update({n: Verdict.BAD if n == 0 else Verdict.GOOD for n in commits})
+    result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
+    assert result.nothing_to_find
+    assert any("differ the other way round" in line for line in render(result))
 
 
 @pytest.mark.parametrize(
@@ -148,3 +166,107 @@ def test_bisect_refuses_ranges_it_cannot_walk(history, good, bad, message):
     repo, _ = history
     with pytest.raises(BisectError, match=message):
         bisect(repo, KERNEL, good, bad, "fused", DECODE_DCP4)
+
+
+# -- bisecting releases: the list is checked before any run ----------------------------
+
+PUBLISHED = ["0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+
+
+@pytest.fixture
+def release_verdicts(monkeypatch, tmp_path):
+    """Release runs replaced by a table (version -> verdict), an empty release cache, and
+    a package index that publishes PUBLISHED (``None`` in the list: it cannot be asked)."""
+    monkeypatch.setenv("DCPCHECK_CACHE", str(tmp_path / "cache"))
+    index: list[list[str] | None] = [PUBLISHED]
+    monkeypatch.setattr(bisection.releases, "published_versions", lambda: index[0])
+    table: dict[str, Verdict] = {}
+
+    def fake_check(version, function, options, workdir):
+        return Step(bisection.Commit(version, f"vllm {version}"), table[version], "fake", True)
+
+    monkeypatch.setattr(bisection, "check_release", fake_check)
+    return table, index
+
+
+def _bisect_releases(text: str, find: str = "first-fixed"):
+    versions = text.split(",")
+    return bisection.bisect_releases(
+        versions, bisection.Find(find), "fused_norm_rope", RunOptions()
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0.33.0,0.28.0,0.31.0,0.29.0", "not oldest first (0.33.0 before 0.28.0); sorted: "
+         "0.28.0,0.29.0,0.31.0,0.33.0"),
+        ("0.28.0,0.3O.0,0.33.0", "'0.3O.0' is not a version"),
+        ("0.28.0,0.30,0.30.0,0.33.0", "0.30.0 given more than once"),
+        ("0.28.0,0.31.5,0.33.0", "vllm==0.31.5: no such release on the package index "
+         "(nearest published: 0.31.0, 0.32.0)"),
+        ("0.33.0", "needs at least two versions"),
+    ],
+)  # fmt: skip
+def test_a_release_list_is_checked_before_any_run(release_verdicts, text, message):
+    with pytest.raises(BisectError) as raised:
+        _bisect_releases(text)  # the empty table: any run would raise KeyError
+    assert message in str(raised.value)
+
+
+def test_an_uncached_release_with_no_index_to_ask_is_refused(release_verdicts):
+    _, index = release_verdicts
+    index[0] = None
+    with pytest.raises(BisectError, match=r"0\.28\.0, 0\.33\.0 not in dcpcheck's cache"):
+        _bisect_releases("0.28.0,0.33.0")
+
+
+def test_first_fixed_names_the_release_and_the_old_end_it_assumed(release_verdicts):
+    table, _ = release_verdicts
+    table.update({"0.29.0": Verdict.BAD, "0.30.0": Verdict.GOOD, "0.31.0": Verdict.GOOD})
+    result = _bisect_releases("0.28.0,0.29.0,0.30.0,0.31.0")
+    assert result.first_bad.sha == "0.30.0"
+    assert result.steps[0].commit.sha == "0.31.0"  # the newest, first
+    assert "0.28.0" not in [s.commit.sha for s in result.steps]
+    assert "assumed bad, not run: 0.28.0 (the old end)" in render(result)
+
+
+def test_endpoints_with_the_same_verdict_run_only_the_endpoints_and_say_so(release_verdicts):
+    table, _ = release_verdicts
+    table.update(dict.fromkeys(PUBLISHED[1:], Verdict.GOOD))
+    result = _bisect_releases("0.28.0,0.29.0,0.30.0,0.31.0,0.32.0,0.33.0", find="first-bad")
+    assert [s.commit.sha for s in result.steps] == ["0.33.0", "0.28.0"]
+    lines = render(result)
+    assert "the endpoints do not differ (0.28.0 is good, 0.33.0 is good): nothing to find" in lines
+    assert sum(line.startswith("  ") for line in lines) == 2
+
+
+def test_the_cli_prints_the_steps_and_exits_1_when_nothing_is_found(release_verdicts):
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    table, _ = release_verdicts
+    table.update({"0.28.0": Verdict.BAD, "0.33.0": Verdict.BAD})
+    done = CliRunner().invoke(
+        cli, ["bisect", "--releases", "0.28.0,0.33.0", "--find", "first-fixed"]
+    )
+    assert done.exit_code == 1, done.output
+    assert "0.33.0 bad  vllm 0.33.0: fake" in done.output
+    assert "0.28.0 bad  vllm 0.28.0: fake" in done.output
+    assert "the endpoints do not differ (0.28.0 is bad, 0.33.0 is bad)" in done.output
+
+
+def test_steps_get_absolute_paths_in_their_environment(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DCPCHECK_CACHE", "cache")
+    monkeypatch.setenv("DCPCHECK_HOME", "home")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["src", "/abs"]))
+    env = bisection.step_environment()
+    assert env["DCPCHECK_CACHE"] == str(tmp_path / "cache")
+    assert env["DCPCHECK_HOME"] == str(tmp_path / "home")
+    assert env["PYTHONPATH"].split(os.pathsep) == [
+        str(bisection.DCPCHECK_ROOT),
+        str(tmp_path / "src"),
+        "/abs",
+    ]

@@ -15,6 +15,16 @@ loaded or compiled), as is a revision whose file does not even parse (seen witho
 spending a run) or a run that crashes or times out. A skipped midpoint is replaced by
 its nearest untested neighbour. 2 (bad options) stops the bisection.
 
+The newest revision is judged first. When it has the new verdict, the old end is taken
+to have the old one without a run, as ``git bisect`` takes its old end, and the result
+says so. When it does not, the old end is run too and the result gives both verdicts:
+the endpoints do not differ (or differ the other way round), so there is nothing to find.
+
+:func:`bisect_releases` checks its list of versions before any run
+(:func:`check_versions`): each a version, oldest first, none twice, each cached or
+published. Every step runs in a temporary folder, so the paths the environment hands it
+(``DCPCHECK_CACHE``, ``DCPCHECK_HOME``, ``PYTHONPATH``) are made absolute first.
+
 The same with ``git bisect run``, which checks out whole commits of the kernel's
 repository (dcpcheck must be importable from there, e.g. installed or on PYTHONPATH)::
 
@@ -44,6 +54,7 @@ from pathlib import Path
 import dcpcheck
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.harness.checks import Finding, format_finding
+from dcpcheck.kernels import releases
 
 """``dcpcheck run``'s exit codes (dcpcheck.cli), the interface this module reads."""
 
@@ -54,10 +65,6 @@ DCPCHECK_ROOT = Path(dcpcheck.__file__).resolve().parents[1]
 class BisectError(RuntimeError):
     """The bisection cannot start or go on: unknown revision, file not in the history,
     or options ``dcpcheck run`` rejects."""
-
-
-class NothingToFind(BisectError):
-    """The newest revision has the old verdict, so no revision changed it."""
 
 
 class Verdict(enum.Enum):
@@ -152,6 +159,13 @@ class BisectResult:
     undecided: tuple[Commit, ...] = ()
     find: Find | None = None  # set when bisecting releases
     replay: str = ""  # the shell command that runs the revision found (exit 1 if it fails)
+    old_end: Step | None = None  # the old end's step when it was run: endpoints alike
+    old_verdict: Verdict = Verdict.GOOD  # what the old end is taken to be
+
+    @property
+    def nothing_to_find(self) -> bool:
+        """The newest revision has the old verdict: no revision in the range changed it."""
+        return self.old_end is not None
 
     @property
     def runs(self) -> int:
@@ -241,20 +255,35 @@ def check_revision(
     return _run_verdict(commit, f"{kernel_file}:{function}", options, kernel_file.parent)
 
 
+PATH_VARIABLES = ("DCPCHECK_CACHE", "DCPCHECK_HOME")
+"""Environment variables holding one path that a step, run in a temporary folder, reads."""
+
+
+def step_environment() -> dict[str, str]:
+    """This process's environment for a step's ``dcpcheck run``: this dcpcheck first on
+    ``PYTHONPATH``, and every path it reads absolute (a step runs in a temporary folder)."""
+    env = dict(os.environ)
+    for name in PATH_VARIABLES:
+        if env.get(name):
+            env[name] = os.path.abspath(env[name])
+    given = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(DCPCHECK_ROOT), *given])
+    return env
+
+
 def _run_verdict(revision: Commit, kernel: str, options: RunOptions, workdir: Path) -> Step:
     """Run ``dcpcheck run --kernel KERNEL`` in a fresh process; its exit code is the verdict
     (module docstring)."""
     json_path = workdir / f"{revision.short}.report.json"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(DCPCHECK_ROOT), os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
     command = options.command(kernel, json_path)
     try:
         done = subprocess.run(
-            command, cwd=workdir, env=env, capture_output=True, text=True, timeout=options.timeout_s
+            command,
+            cwd=workdir,
+            env=step_environment(),
+            capture_output=True,
+            text=True,
+            timeout=options.timeout_s,
         )
     except subprocess.TimeoutExpired:
         return Step(revision, Verdict.SKIP, f"timed out after {options.timeout_s:g} s", True)
@@ -281,18 +310,35 @@ def _next_index(low: int, high: int, skipped: set[int]) -> int | None:
     return min(pending, key=lambda i: (abs(i - middle), i))
 
 
-def _search(
-    count: int, judge: Callable[[int], Step], new: Verdict
-) -> tuple[int, int, set[int], dict[int, str]]:
-    """Bisect revisions ``0..count-1``, where revision -1 (the old end) is taken to have the
-    old verdict and ``count - 1`` the ``new`` one, as ``git bisect`` takes its old and new
-    ends. Returns ``(low, high, skipped, detail)``: the last old and the first new revision
-    found, the skipped ones, and the detail of each revision judged ``new``. The newest
-    revision is judged only when no midpoint decided the range."""
+@dataclass(frozen=True)
+class Search:
+    """Where a search over revisions ``0..count-1`` ended: the last revision with the old
+    verdict and the first with the new one (``low``, ``high``), the skipped ones, the
+    detail of each revision judged new; ``newest``, the newest revision's own step,
+    judged first."""
+
+    low: int
+    high: int
+    skipped: frozenset[int]
+    detail: dict[int, str]
+    newest: Step
+    old: Verdict  # the verdict the old end is taken to have
+
+
+def _search(count: int, judge: Callable[[int], Step], new: Verdict) -> Search:
+    """Bisect revisions ``0..count-1``: the newest (``count - 1``) is judged first; when it
+    has the ``new`` verdict, the old end (revision -1) is taken to have the old one, as
+    ``git bisect`` takes its old end, and midpoints narrow the range. When the newest has
+    the old verdict or was skipped, nothing is searched (``high`` is ``count - 1``, and
+    every revision is undecided)."""
+    old = Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    newest = judge(count - 1)
     low, high = -1, count - 1
     skipped: set[int] = set()
     detail: dict[int, str] = {}
-    old = Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    if newest.verdict is not new:
+        return Search(low, high, frozenset(), detail, newest, old)
+    detail[high] = newest.detail
     while (index := _next_index(low, high, skipped)) is not None:
         step = judge(index)
         if step.verdict is old:
@@ -301,15 +347,7 @@ def _search(
             high, detail[index] = index, step.detail
         else:
             skipped.add(index)
-    if not any(low < i < high for i in skipped) and high not in detail:
-        last = judge(high)
-        if last.verdict is old:
-            raise NothingToFind(
-                f"the newest revision is {old.value}, not {new.value}: nothing to find"
-            )
-        if last.verdict is new:
-            detail[high] = last.detail
-    return low, high, skipped, detail
+    return Search(low, high, frozenset(skipped), detail, newest, old)
 
 
 def bisect(
@@ -318,29 +356,27 @@ def bisect(
     """The first revision of ``file`` in ``good..bad`` whose ``function`` fails
     ``dcpcheck run`` with ``run_options`` (module docstring).
 
-    ``good`` is taken as passing and ``bad`` as failing, as ``git bisect`` does; the
-    newest revision is run only when no midpoint told its failing check.
+    ``bad`` is run first; when it fails, ``good`` is taken as passing without a run, as
+    ``git bisect`` does; when it passes, ``good`` is run too and the result says that the
+    endpoints do not differ.
     """
     path = _repo_path(repo, file)
     history = file_history(repo, path, good, bad)
     if not history:
         raise BisectError(f"{path} did not change in {good}..{bad}: nothing to bisect")
+    good_end = Commit(_git(repo, "rev-parse", f"{good}^{{commit}}").strip(), f"(--good {good})")
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="dcpcheck-bisect-") as tmp:
         workdir = Path(tmp)
 
-        def judge(index: int) -> Step:
-            step = check_revision(repo, path, history[index], function, run_options, workdir)
+        def judge(commit: Commit) -> Step:
+            step = check_revision(repo, path, commit, function, run_options, workdir)
             steps.append(step)
             return step
 
-        try:
-            low, high, skipped, failing = _search(len(history), judge, Verdict.BAD)
-        except NothingToFind:
-            raise BisectError(
-                f"the bad revision {bad} passes: {path} is not broken there"
-            ) from None
-    result = _result(path, function, good, bad, history, steps, low, high, skipped, failing)
+        search = _search(len(history), lambda index: judge(history[index]), Verdict.BAD)
+        old_end = judge(good_end) if search.newest.verdict is Verdict.GOOD else None
+    result = _result(path, function, good, bad, history, steps, search, old_end)
     if result.first_bad is None:
         return result
     # The file as it was at that commit, written beside the user, then checked.
@@ -366,41 +402,78 @@ def check_release(version: str, function: str, options: RunOptions, workdir: Pat
     return _run_verdict(release, f"vllm=={version}:{function}", options, workdir)
 
 
+def check_versions(texts: Sequence[str]) -> list[str]:
+    """``--releases`` as normalised versions, checked before any run: each a version, none
+    twice, oldest first, and each known (cached, else published by the package index,
+    which is asked only then). :class:`BisectError`, one line, otherwise."""
+    versions = []
+    for text in texts:
+        try:
+            versions.append(releases.normalise(text))
+        except releases.MalformedVersion as exc:
+            raise BisectError(f"--releases: {exc}") from None
+    if len(versions) < 2:
+        raise BisectError("--releases: bisecting releases needs at least two versions")
+    twice = sorted({v for v in versions if versions.count(v) > 1}, key=releases.version_key)
+    if twice:
+        raise BisectError(f"--releases: {', '.join(twice)} given more than once")
+    ordered = sorted(versions, key=releases.version_key)
+    if versions != ordered:
+        first = next(i for i, (v, o) in enumerate(zip(versions, ordered, strict=True)) if v != o)
+        raise BisectError(
+            f"--releases: not oldest first ({versions[first]} before {versions[first + 1]}); "
+            f"sorted: {','.join(ordered)}"
+        )
+    try:
+        unknown = [v for v in versions if releases.cached(v) is None]
+    except releases.CacheFault as exc:
+        raise BisectError(str(exc)) from None
+    if unknown:
+        listed = releases.published_versions()
+        if listed is None:
+            raise BisectError(
+                f"--releases: {', '.join(unknown)} not in dcpcheck's cache, and the package "
+                f"index cannot be asked whether they exist (fetch them where it can: "
+                f"dcpcheck fetch {' '.join(f'vllm=={v}' for v in unknown)})"
+            )
+        missing = [v for v in unknown if v not in listed]
+        if missing:
+            nearest = releases.nearest(missing[0], listed)
+            raise BisectError(f"--releases: {releases.UnknownRelease(missing[0], nearest)}")
+    return versions
+
+
 def bisect_releases(
     versions: Sequence[str], find: Find, function: str, run_options: RunOptions
 ) -> BisectResult:
-    """The first of ``versions`` (oldest first) that fails (``Find.FIRST_BAD``) or passes
-    (``Find.FIRST_FIXED``); the oldest is taken to be the other way round, unrun, as
-    ``git bisect`` takes its old end."""
-    if len(versions) < 2:
-        raise BisectError("bisecting releases needs at least two versions, oldest first")
+    """The first of ``versions`` (checked by :func:`check_versions`) that fails
+    (``Find.FIRST_BAD``) or passes (``Find.FIRST_FIXED``). The newest is run first; the
+    oldest is taken to be the other way round without a run, as ``git bisect`` takes its
+    old end, unless the newest is not the new way round: then the oldest is run too."""
+    versions = check_versions(versions)
     history = [Commit(v, f"vllm {v}") for v in versions[1:]]
     new = Verdict.BAD if find is Find.FIRST_BAD else Verdict.GOOD
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="dcpcheck-bisect-") as tmp:
 
-        def judge(index: int) -> Step:
-            step = check_release(history[index].sha, function, run_options, Path(tmp))
+        def judge(version: str) -> Step:
+            step = check_release(version, function, run_options, Path(tmp))
             steps.append(step)
             return step
 
-        low, high, skipped, found = _search(len(history), judge, new)
+        search = _search(len(history), lambda index: judge(history[index].sha), new)
+        old_end = judge(versions[0]) if search.newest.verdict is search.old else None
     result = _result(
-        "vllm releases",
-        function,
-        versions[0],
-        versions[-1],
-        history,
-        steps,
-        low,
-        high,
-        skipped,
-        found,
+        "vllm releases", function, versions[0], versions[-1], history, steps, search, old_end
     )
-    replay = ""
+    result = dataclasses.replace(
+        result, find=find, old_verdict=Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    )
     if result.first_bad is not None:
-        replay = run_options.replay(f"vllm=={result.first_bad.sha}:{function}")
-    return dataclasses.replace(result, find=find, replay=replay)
+        result = dataclasses.replace(
+            result, replay=run_options.replay(f"vllm=={result.first_bad.sha}:{function}")
+        )
+    return result
 
 
 def _result(
@@ -410,13 +483,14 @@ def _result(
     bad: str,
     history: Sequence[Commit],
     steps: list[Step],
-    low: int,
-    high: int,
-    skipped: set[int],
-    found: dict[int, str],
+    search: Search,
+    old_end: Step | None,
 ) -> BisectResult:
+    low, high, skipped, found = search.low, search.high, search.skipped, search.detail
     decided = high in found and not any(low < i < high for i in skipped)
     undecided = tuple(history[i] for i in range(low + 1, high + 1) if i in skipped or i == high)
+    if search.newest.verdict is Verdict.SKIP:  # the newest could not be judged: any of them
+        undecided = tuple(history)
     return BisectResult(
         file=file,
         function=function,
@@ -426,26 +500,45 @@ def _result(
         steps=tuple(steps),
         first_bad=history[high] if decided else None,
         failing_check=found[high] if decided else None,
-        undecided=() if decided else undecided,
+        undecided=() if decided or old_end is not None else undecided,
+        old_end=old_end,
     )
 
 
 def render(result: BisectResult) -> list[str]:
-    """The result as text lines: one per step, then the verdict."""
+    """The result as text lines: the range, what the old end is taken to be, one line per
+    step, then the verdict."""
     fixed = result.find is Find.FIRST_FIXED
     target = "first fixed" if fixed else "first bad"
     kind = "release" if result.find is not None else "commit"
+    old, new = result.old_verdict.value, ("good" if fixed else "bad")
     lines = [
         f"bisecting {result.file}:{result.function} over {result.revisions} revision(s) "
         f"in {result.good}..{result.bad}, looking for the {target} {kind}"
     ]
+    if not result.nothing_to_find:
+        lines.append(f"assumed {old}, not run: {result.good} (the old end)")
     for step in result.steps:
         how = "" if step.ran else " (no run)"
         lines.append(
             f"  {step.commit.short} {step.verdict.value:4}{how} {step.commit.subject}: "
             f"{step.detail}"
         )
-    if result.first_bad is not None:
+    if result.nothing_to_find:
+        newest = result.steps[0]
+        ends = (
+            f"{result.good} is {result.old_end.verdict.value}, {result.bad} is "
+            f"{newest.verdict.value}"
+        )
+        if result.old_end.verdict.value == new and newest.verdict.value == old:
+            if result.find is None:
+                hint = "the --bad revision passes where --good fails"
+            else:
+                hint = f"try --find {'first-bad' if fixed else 'first-fixed'}"
+            lines.append(f"the endpoints differ the other way round ({ends}): {hint}")
+        else:
+            lines.append(f"the endpoints do not differ ({ends}): nothing to find")
+    elif result.first_bad is not None:
         lines.append(f"{target} {kind}: {result.first_bad.sha} {result.first_bad.subject}")
         if not fixed:
             lines.append(f"failing check: {result.failing_check}")
