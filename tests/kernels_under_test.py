@@ -262,3 +262,12 @@ class NoFp4Here:
 
 
 no_fp4_here = NoFp4Here()
+
+
+def zeroes_every_output(inputs, outputs, caches) -> None:
+    """Correct caches, every output row written as zeros (``q_out`` included): the same
+    wrong answer at every DCP size, which only the oracle can see."""
+    oracle_kernel(inputs, outputs, caches)
+    for out in (outputs.q_out, outputs.kv_out, outputs.kpe_out, outputs.index_k_out):
+        if out is not None:
+            out.zero_()

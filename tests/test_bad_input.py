@@ -181,6 +181,21 @@ BAD_INPUTS: dict[str, BadInput] = {
     "sanitize with the property search": BadInput(
         ("run", "--sanitize", "racecheck", "--property-only"), 2, "--sanitize runs named"
     ),
+    "home that is a file": BadInput(
+        ("run", "--home", "{tmp}/home", "--scenario", NAME, "--no-tokens"),
+        2,
+        "--home: {tmp}/home: {tmp}/home is not a directory",
+        {"home": "not a folder"},
+    ),
+    "repro report path that is a directory": BadInput(
+        ("repro", f"{{tmp}}/{SCENARIO_FILE}", "--json", "{tmp}"),
+        2,
+        "{tmp}: is a directory",
+        {SCENARIO_FILE: VALID_SCENARIO},
+    ),
+    "release version that is no version": BadInput(
+        ("run", "--kernel", "vllm==0.3O.0"), 2, "vllm==0.3O.0: '0.3O.0' is not a version"
+    ),
     "unknown kernel": BadInput(
         ("run", "--kernel", "no-such-kernel"), 2, "unknown kernel 'no-such-kernel'"
     ),

@@ -285,3 +285,27 @@ def test_import_root_is_the_directory_a_module_spec_was_found_in(
     assert import_root("default") is None
     assert import_root(f"{FIXTURES / 'vllm_inplace_api.py'}:fused_norm_rope") is None
     assert import_root("vllm==0.29.0") is None
+
+
+def test_the_stand_in_warning_is_said_once_though_an_isolated_worker_loads_the_file_too(
+    tmp_path,
+):
+    """The parent loads the kernel, then its worker loads it again (a file kernel runs
+    isolated by default): one warning on the shared stderr, not one per process."""
+    kernel = tmp_path / "k.py"
+    kernel.write_text(
+        "from vllm.triton_utils import triton  # answered by dcpcheck's stand-in\n"
+        "from tests.kernels_under_test import oracle_kernel\n"
+        "def fused(inputs, outputs, caches):\n"
+        "    oracle_kernel(inputs, outputs, caches)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "run", "--kernel", f"{kernel}:fused", "--dcp", "1",
+         "--no-tokens", "--scenario", "decode-single-dcp4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("vllm is not installed") == 1, done.stderr

@@ -27,8 +27,11 @@ import functools
 import hashlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -637,3 +640,38 @@ def test_nvfp4_is_not_applicable_where_the_release_cannot_write_it(version):
         assert "cvt.rn.satfinite.e2m1x2.f32" in result.error and "interpreter" in result.error
     else:
         assert result.error.startswith("not applicable on this GPU")
+
+
+def test_sigterm_during_a_download_still_writes_a_partial_report(tmp_path):
+    """A CI job's timeout may land while a release's wheel downloads: the run exits 143
+    and leaves its report, partial and empty, never an earlier run's; nothing of the
+    download stays in the cache."""
+    stalled = socket.socket()  # accepts connections, never answers: pip waits
+    stalled.bind(("127.0.0.1", 0))
+    stalled.listen(8)
+    cache, report = tmp_path / "cache", tmp_path / "r.json"
+    report.write_text('{"an earlier run": true}')
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "DCPCHECK_CACHE": str(cache),
+        "PIP_INDEX_URL": f"http://127.0.0.1:{stalled.getsockname()[1]}/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "120",
+    }
+    command = [sys.executable, "-m", "dcpcheck", "run", "--kernel", "vllm==0.29.0"]
+    command += ["--no-tokens", "--scenario", "decode-single-dcp4", "--json", str(report)]
+    with stalled, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as run:
+        deadline = time.monotonic() + 120
+        while not list(cache.glob("releases/vllm/.fetch-*")) and time.monotonic() < deadline:
+            assert run.poll() is None, run.stderr.read()
+            time.sleep(0.1)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 143, run.stderr.read()
+        stderr = run.stderr.read()
+    assert "terminated loading the kernel; partial report(s): " in stderr
+    written = json.loads(report.read_text())
+    assert written["partial"] is True and written["cases"] == []
+    assert [p.name for p in (cache / "releases" / "vllm").iterdir()] == []

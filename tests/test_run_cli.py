@@ -139,6 +139,19 @@ def test_without_the_oracle_regressions_fail_at_dcp4_and_pass_at_dcp1(tmp_path, 
     assert code == 0
 
 
+def test_without_the_oracle_a_kernel_that_zeroes_every_output_passes(tmp_path):
+    """What --oracle off cannot see (README, "A gate without the oracle"): outputs wrong
+    the same way at every DCP size pass it, token streams included; the oracle fails them."""
+    kernel = "tests.kernels_under_test:zeroes_every_output"
+    args = ["--dcp", "4", "--kernel", kernel, "--scenario", "decode-single-dcp4"]
+    code, report = run_json(tmp_path, *args, "--oracle", "off")
+    assert code == 0
+    assert [case["scenario"] for case in report["cases"]] == ["decode-single-dcp4", "token-streams"]
+    code, report = run_json(tmp_path, *args, "--no-tokens")
+    assert code == 1
+    assert "q_out" in {f["field"] for f in failing_findings(report)}
+
+
 def test_repro_takes_the_oracle_option(tmp_path):
     scenario = str(REPO / "scenarios" / "decode-single-dcp4.toml")
     args = ["repro", scenario, "--dcp", "4", "--kernel", "regress/pre-50005", "--oracle", "off"]
@@ -146,6 +159,21 @@ def test_repro_takes_the_oracle_option(tmp_path):
     assert result.exit_code == 1
     assert "q_out on rank 0, first bad token 0 (foreign)" in result.output
     assert "never written" in result.output
+
+
+def test_repro_writes_the_json_its_findings_point_to(tmp_path):
+    """A replay that shows some findings says the rest are in --json: repro has it too."""
+    scenario = str(REPO / "scenarios" / "decode-single-dcp4.toml")
+    path = tmp_path / "repro.json"
+    args = ["repro", scenario, "--dcp", "4", "--kernel", "regress/pre-54908"]
+    result = invoke(*args, "--json", str(path))
+    assert result.exit_code == 1
+    report = json.loads(path.read_text())
+    assert report["kernel"] == "regress/pre-54908" and report["partial"] is False
+    [case] = report["cases"]
+    assert (case["scenario"], case["dcp"], case["status"]) == ("decode-single-dcp4", 4, "fail")
+    assert {f["field"] for f in failing_findings(report)} == {"kv_out", "kpe_out"}
+    assert all(len(f["sha256"]) == 64 for f in report["kernel_files"])
 
 
 def test_identical_runs_write_identical_json(tmp_path):

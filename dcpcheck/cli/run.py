@@ -4,7 +4,6 @@ search), write the reports, save failing cases; replay one saved case."""
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from dcpcheck.cli.common import (
     HELP,
     InputError,
     Interrupted,
-    KernelLoadFailure,
     adapter_option,
     announce_oracle,
     device_for_checks,
@@ -30,7 +28,6 @@ from dcpcheck.cli.common import (
     kernel_files,
     kernel_option,
     kernel_option_with,
-    load,
     no_tokens_option,
     open_backend,
     oracle_option,
@@ -39,16 +36,20 @@ from dcpcheck.cli.common import (
     scenario_option,
     stop_reason,
 )
+from dcpcheck.cli.kernel_process import (
+    case_timeout_for,
+    case_timeout_option,
+    isolate_option,
+    kernel_under_test,
+    sanitize_option,
+)
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.harness import sanitizer
-from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
 from dcpcheck.harness.runner import (
     CaseResult,
     KernelUnderTest,
     RunConfig,
-    declared_ds_mla_scale,
 )
 from dcpcheck.harness.session import (
     ReportNotWritten,
@@ -58,102 +59,11 @@ from dcpcheck.harness.session import (
     run_session,
     write_reports,
 )
-from dcpcheck.kernels.loading import KernelLoadError
-from dcpcheck.kernels.registry import KERNELS
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.spec.limits import SEED_MAX
 from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario
 from dcpcheck.workflows import search
-
-isolate_option = click.option(
-    "--isolate/--no-isolate",
-    default=None,
-    help="Run the kernel in a worker process, so that a crash (segfault, CUDA illegal "
-    "memory access) or a hang fails its case (status crash / timeout) and the run goes on "
-    "with a fresh worker. Default: on for kernels from outside the registry "
-    "(module:function, file.py:function), off for registry kernels.",
-)
-
-
-sanitize_option = click.option(
-    "--sanitize",
-    type=click.Choice(sanitizer.TOOLS),
-    default=None,
-    help="Run every case's kernel under NVIDIA's compute-sanitizer with this tool (CUDA "
-    "only; implies --isolate): memcheck (out-of-bounds and misaligned accesses), initcheck "
-    "(reads of unwritten global memory), racecheck (shared-memory races), synccheck "
-    "(barrier misuse). Each report fails its case as check 'sanitizer', naming the kernel, "
-    "the rank and the sanitizer's own text. Many times slower.",
-)
-
-
-case_timeout_option = click.option(
-    "--case-timeout",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help=f"Seconds to wait for each case's result before killing the worker and reporting "
-    f"the case as timeout (default {DEFAULT_CASE_TIMEOUT_S:g}: a scenario's first case "
-    "includes its DCP1 baseline and, on a GPU, Triton's compilation). Implies --isolate.",
-)
-
-
-def _case_timeout(
-    kernel_name: str, isolate: bool | None, case_timeout: float | None, sanitize: str | None
-):
-    """The per-case timeout if the kernel is to run isolated, else None (in process).
-
-    Isolation defaults to on for kernels from outside the registry (code this project has
-    not vetted) and off for registry kernels; an explicit ``--case-timeout`` asks for it,
-    since only a worker process can be stopped in the middle of a case, and so does
-    ``--sanitize``: compute-sanitizer runs the worker process.
-    """
-    if sanitize is not None and isolate is False:
-        raise InputError("--sanitize needs --isolate: compute-sanitizer runs the worker process")
-    if sanitize is not None:
-        isolate = True
-    if case_timeout is not None and not (math.isfinite(case_timeout) and case_timeout > 0):
-        raise InputError(f"--case-timeout: must be a number of seconds > 0, got {case_timeout}")
-    if isolate is False and case_timeout is not None:
-        raise InputError(
-            "--case-timeout needs --isolate: only a worker process can be stopped mid-case"
-        )
-    if isolate is None:
-        isolate = case_timeout is not None or kernel_name not in KERNELS
-    if not isolate:
-        return None
-    return DEFAULT_CASE_TIMEOUT_S if case_timeout is None else case_timeout
-
-
-@contextlib.contextmanager
-def _kernel_under_test(
-    name: str, adapter: str, backend, case_timeout: float | None, sanitize: str | None = None
-) -> Iterator[KernelUnderTest]:
-    """The kernel, in this process (``case_timeout`` None) or behind a worker process.
-
-    The kernel is loaded here first in both cases, so a load error is one line and exit
-    125 without starting a process; leaving the ``with`` kills the worker, whatever ends it.
-    A kernel that declares an fp8_ds_mla tile-scale rule dcpcheck does not know is a load
-    error too (``runner.declared_ds_mla_scale``): its cases could not say what they demand.
-    """
-    kernel = load(name, adapter)
-    try:
-        declared_ds_mla_scale(kernel)
-    except ValueError as exc:
-        raise KernelLoadFailure(f"{name}: {exc}") from None
-    if case_timeout is None:
-        yield kernel
-        return
-    isolated = IsolatedKernel(name, adapter, backend, case_timeout, sanitizer=sanitize)
-    try:
-        isolated.start()
-    except KernelLoadError as exc:
-        raise KernelLoadFailure(str(exc)) from None
-    try:
-        yield isolated
-    finally:
-        isolated.close()
 
 
 @contextlib.contextmanager
@@ -321,18 +231,20 @@ def run_command(
         raise InputError("--rank-timeout needs --launcher torchrun")
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
-    timeout = _case_timeout(kernel_name, isolate, case_timeout, sanitize)
+    timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
     preflight.check_report_paths(json_path, junit_path)
     if report_dir is not None:
         preflight.check_report_dir(report_dir)
+    searching = property_only or examples is not None or profile_name is not None
+    if searching or ctx.get_parameter_source("home") is not click.core.ParameterSource.DEFAULT:
+        preflight.check_home(home)  # one given must hold failures; a search's database too
     search_config = None
-    if property_only or examples is not None or profile_name is not None:
+    if searching:
         if sanitize is not None:
             raise InputError(
                 "--sanitize runs named scenarios only: the property search would start a "
                 "sanitized worker per drawn example"
             )
-        preflight.check_home(home)  # the search writes its example database there
         profile = search.PROFILES[profile_name or "ci"]
         search_config = search.SearchConfig(
             kernel_name,
@@ -362,14 +274,15 @@ def run_command(
 
     plan = RunPlan(scenarios, token_streams=not no_tokens, search=search_config)
     preflight.check_sanitizer(sanitize, backend)
-    with _kernel_under_test(kernel_name, adapter, backend, timeout, sanitize) as kernel:
+    paths = (json_path, junit_path)
+    loading = kernel_under_test(kernel_name, adapter, backend, timeout, sanitize)
+    with _reported_if_stopped(loading, config, backend, paths) as kernel:
         session = Session(kernel, config, backend, home, on_warning=_warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
             outcome = run_session(
                 session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
             )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
-        paths = (json_path, junit_path)
         judged = kernel_files(kernel_name)
         _write_reports(outcome.reported, config, backend, paths, outcome.partial, searched, judged)
     if scenarios:
@@ -390,6 +303,22 @@ def run_command(
     if stats:
         print_stats(outcome.results, outcome.named_seconds, outcome.searched)
     raise SystemExit(outcome.exit_code)
+
+
+@contextlib.contextmanager
+def _reported_if_stopped(loading, config, backend, paths) -> Iterator[KernelUnderTest]:
+    """Enter ``loading`` (``kernel_under_test``); a Ctrl-C or SIGTERM while it loads (a
+    release's first use downloads its wheel) still writes the reports, empty and partial,
+    so no earlier run's report is left to be read as this one's."""
+    try:
+        kernel = loading.__enter__()
+    except KeyboardInterrupt as stop:
+        _write_reports([], config, backend, paths, True, None, ())
+        how, code = stop_reason(stop)
+        raise Interrupted(f"{how} loading the kernel{_kept_reports(*paths)}", code) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(loading)
+        yield kernel
 
 
 def _warn(text: str) -> None:
@@ -507,6 +436,7 @@ def _write_reports(results, config, backend, paths, partial, searched, judged) -
     help="Replay it N times and say whether the verdict was the same every time: a "
     "nondeterministic kernel's failure may pass some replays (exit 1 unless all N pass).",
 )
+@json_option
 @isolate_option
 @case_timeout_option
 @sanitize_option
@@ -521,6 +451,7 @@ def repro_command(
     oracle: str,
     isolate: bool | None,
     runs: int,
+    json_path: Path | None,
     case_timeout: float | None,
     sanitize: str | None,
 ) -> None:
@@ -528,7 +459,7 @@ def repro_command(
     property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
     if it passes."""
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    timeout = _case_timeout(kernel_name, isolate, case_timeout, sanitize)
+    timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
     try:
         scenario = load_scenario(file)
     except ScenarioError as exc:
@@ -536,6 +467,7 @@ def repro_command(
     except OSError as exc:
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
     preflight.check_overrides(scenario, dcp_sizes, seed)
+    preflight.check_report_paths(json_path)
     config = RunConfig(
         kernel_name,
         dcp_sizes,
@@ -549,7 +481,8 @@ def repro_command(
     announce_oracle(oracle == "on")
     preflight.check_sanitizer(sanitize, backend)
     outcomes: list[RunOutcome] = []
-    with _kernel_under_test(kernel_name, adapter, backend, timeout, sanitize) as kernel:
+    loading = kernel_under_test(kernel_name, adapter, backend, timeout, sanitize)
+    with _reported_if_stopped(loading, config, backend, (json_path, None)) as kernel:
         session = Session(kernel, config, backend)  # a replay saves nothing new
         while len(outcomes) < runs and not (outcomes and outcomes[-1].partial):
             with _progress([scenario], config) as (on_result, _, _):
@@ -561,11 +494,17 @@ def repro_command(
     failed = [outcome for outcome in outcomes if not outcome.passed]
     shown = failed[0] if failed else outcomes[-1]  # the first failing run says most
     print_results(shown.results)
+    if json_path is not None:  # the run shown; a broken or stopped last one marks it partial
+        partial = outcomes[-1].partial
+        judged = kernel_files(kernel_name)
+        _write_reports(shown.reported, config, backend, (json_path, None), partial, None, judged)
     if outcomes[-1].internal_error is not None:  # a broken run ends the loop: the last
-        raise _internal_failure(outcomes[-1], None, None)
+        raise _internal_failure(outcomes[-1], json_path, None)
     if outcomes[-1].stopped is not None:
         how, code = stop_reason(outcomes[-1].stopped)
-        raise Interrupted(f"{how} after {len(outcomes)} run(s)", code)
+        raise Interrupted(
+            f"{how} after {len(outcomes)} run(s){_kept_reports(json_path, None)}", code
+        )
     if runs > 1:
         _print_stability(len(outcomes), len(failed))
     raise SystemExit(EXIT_FAIL if failed else EXIT_OK)

@@ -10,6 +10,7 @@ pickle them under the same module name.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ from dcpcheck.harness.runner import (
     run_scenario,
     token_stream_case,
 )
+from dcpcheck.kernels import loading
 from dcpcheck.kernels.loading import KernelLoadError, load_kernel
 
 PR_SET_PDEATHSIG = 1
@@ -111,6 +113,9 @@ def serve(requests: Connection, replies: Connection) -> None:
     setup = requests.recv()
     torch.set_num_threads(setup.threads)
     backend = select_backend(setup.device)
+    # The parent loaded this kernel first and warned of what it had to stand in for; the
+    # worker's stderr is the same terminal, so the warning would only repeat itself.
+    logging.getLogger(loading.__name__).setLevel(logging.ERROR)
     try:
         kernel = load_kernel(setup.kernel_name, setup.adapter)
     except KernelLoadError as exc:
