@@ -40,8 +40,9 @@ Exit codes (part of the interface; `git bisect run` relies on 125):
   0    every check that could run passed (a case not applicable on this machine, N/A,
        fails nothing)
   1    a check failed, or the kernel raised, crashed or timed out
-  2    usage error or bad input (a --kernel name the registry does not know, too),
-       found before any work starts
+  2    usage error or bad input (a --kernel name the registry does not know, a
+       vllm==X the package index does not publish, a release cache that cannot be
+       trusted or written, too), found before any work starts
   125  the kernel under test could not be loaded or compiled
   130  interrupted (Ctrl-C): the reports so far are written, marked partial
   143  terminated (SIGTERM, e.g. a CI job's timeout): the same, under its own code
