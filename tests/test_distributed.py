@@ -26,7 +26,7 @@ from dcpcheck.distributed.ranks import distributed_sizes
 from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from dcpcheck.harness.runner import RunConfig, run, token_stream_case
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.kernels.loading import judged_files, load_kernel
 from dcpcheck.output import report
 from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenarios
 from tests.conftest import BACKEND, requires_cuda
@@ -72,7 +72,13 @@ def simulated_report(kernel_name: str, dcp_size: int) -> dict:
     config = RunConfig(kernel_name, (dcp_size,))
     results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)
     results.append(token_stream_case(kernel, config, BACKEND))
-    text = report.to_json(results, kernel=kernel_name, backend="interpreter", partial=False)
+    text = report.to_json(
+        results,
+        kernel=kernel_name,
+        backend="interpreter",
+        partial=False,
+        kernel_files=judged_files(kernel_name),
+    )
     return json.loads(text)
 
 
