@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18's flaky kernel (one ulp on one q_out element, about one call in ten, its draws
+# The one-in-ten flaky kernel (one ulp on one q_out element, about one call in ten, its draws
 # from the OS) through the named run and the property search, TRIES times each with
 # --seed fixed: every try must say NONDETERMINISTIC and no case may read as a DCP failure.
 # Usage: TRIES=10 [PYTHON=.venv/bin/python] bash benchmarks/one_in_ten_tries.sh (repo root)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's figures for two trees, one after the other on an otherwise idle machine: the
+# The speed figures for two trees, one after the other on an otherwise idle machine: the
 # gate (`dcpcheck run --dcp 4`, cold and warm Triton cache, binaries compiled) and the
 # property search at DCP4 (ci profile, $EXAMPLES examples, default 200; first and warm),
 # each timed by this checkout's gate_wall_time.py; the PR-54908 regression found and

@@ -53,7 +53,7 @@ E2M1_MAX = 6.0
 
 NVFP4_DS_MLA_TILE = 16
 """nvfp4_ds_mla quantizes the 512 NoPE values in 32 tiles of 16, one e4m3 scale each
-(vLLM 0.33.0's ``fused_norm_rope``, issue 21)."""
+(vLLM 0.33.0's ``fused_norm_rope``)."""
 
 NVFP4_DS_MLA_NUM_TILES = DS_MLA_NOPE_DIM // NVFP4_DS_MLA_TILE
 """32 NoPE tiles, so 32 scale bytes."""

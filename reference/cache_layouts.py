@@ -69,7 +69,7 @@ DS_MLA_ROPE_OFFSET = DS_MLA_SCALES_OFFSET + 4 * DS_MLA_NUM_TILES
 DS_MLA_ENTRY_BYTES = DS_MLA_ROPE_OFFSET + 2 * DS_MLA_ROPE_DIM
 """656 = 512 fp8 NoPE bytes + 16 scale bytes + 128 bf16 RoPE bytes."""
 
-# nvfp4_ds_mla (DESIGN §2, issue 21): same 512 NoPE + 64 RoPE values as fp8_ds_mla, so it
+# nvfp4_ds_mla (DESIGN §2): same 512 NoPE + 64 RoPE values as fp8_ds_mla, so it
 # reuses DS_MLA_NOPE_DIM and DS_MLA_ROPE_DIM.
 
 NVFP4_DS_MLA_TILE = 16
@@ -269,7 +269,7 @@ INDEX_SCALE_FP32 = "fp32"
 """Each indexer row's power-of-two scale stored as its 4 little-endian fp32 bytes."""
 
 INDEX_SCALE_MX = "mx"
-"""MX-packed (vLLM 0.33.0, issue 21): the scale's UE8M0 byte ``e`` (its fp32 biased exponent)
+"""MX-packed (vLLM 0.33.0): the scale's UE8M0 byte ``e`` (its fp32 biased exponent)
 in all four bytes of the row's 32-bit word, which therefore equals ``e * 0x01010101``."""
 
 INDEX_SCALE_FORMATS = (INDEX_SCALE_FP32, INDEX_SCALE_MX)

@@ -138,7 +138,7 @@ oracle's default (see :func:`nvfp4_tile_scale`)."""
 
 NVFP4_SCALE_MUL = "mul"
 """nvfp4_ds_mla tile scale ``e4m3(max(fp32(amax * fp32(1/6)), 2^-9))``: how vLLM 0.33.0's
-kernel computes it, per issue 21's reading of it."""
+kernel computes it, read from its source."""
 
 NVFP4_SCALE_RULES = (NVFP4_SCALE_DIV, NVFP4_SCALE_MUL)
 """Every nvfp4_ds_mla tile-scale rule the oracle knows, by name."""

@@ -109,7 +109,7 @@ def flaky_q_out(inputs, outputs, caches) -> None:
 
 
 class OneInTen:
-    """Issue 18's flaky kernel: about one call in ten moves one ``q_out`` element by one
+    """A flaky kernel: about one call in ten moves one ``q_out`` element by one
     ulp. Its draws come from its own generator, seeded per try, so a test's tries are
     repeatable while the kernel stays as unpredictable to dcpcheck as a real race."""
 

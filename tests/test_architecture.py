@@ -61,7 +61,7 @@ MAX_LINES = 600
 """Longest module allowed outside tests/: past this, one module is doing several jobs."""
 
 STILL_TOO_LONG: set[str] = set()
-"""Modules not yet split (issue 17): expected to fail the length check, strictly, so one
+"""Modules not yet split: expected to fail the length check, strictly, so one
 that gets split must leave this set."""
 
 

@@ -98,7 +98,7 @@ BAD_INPUTS: dict[str, BadInput] = {
         f"key 'seed': must be <= {SEED_MAX}, got {SEED_MAX + 1}",
         {SCENARIO_FILE: scenario_with("seed = 0", f"seed = {SEED_MAX + 1}")},
     ),
-    # Issue 18: a scenario file gets the command line's limits (dcpcheck.spec.limits).
+    # A scenario file gets the command line's limits (dcpcheck.spec.limits).
     "scenario block size too large": BadInput(
         ("run", *IN_TMP_DIR),
         2,

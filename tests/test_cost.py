@@ -77,7 +77,7 @@ def test_every_shipped_scenario_fits_in_2_gib(scenario: Scenario) -> None:
 
 
 def test_a_whole_context_glm5_prefill_is_refused_under_24_gib(tmp_path: Path) -> None:
-    """The issue-18 report: 202,000 new tokens of GLM-5 are within every limit (the preset
+    """202,000 new tokens of GLM-5 are within every limit (the preset
     has 202,752 positions), loaded fine, then held 16 GB after 2 minutes and died. Now the
     run is refused up front, on one line, naming the file and what drives the size."""
     template = load_scenario(SCENARIO_DIR / "glm5-prefill-512.toml")
@@ -212,7 +212,7 @@ def test_sizes_are_written_for_a_person() -> None:
 
 
 def test_an_oversized_run_is_refused_before_the_backend_opens(tmp_path: Path) -> None:
-    """Issue 18: a refusal costs what a usage error costs (about 2 s and 240 MB here),
+    """A refusal costs what a usage error costs (about 2 s and 240 MB here),
     so it comes before the backend imports Triton and installs the interpreter's
     patches (80 MB more): no backend line is printed, nothing of Triton is loaded."""
     import subprocess

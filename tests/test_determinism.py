@@ -53,7 +53,7 @@ def test_a_flaky_kernel_is_nondeterministic_not_a_dcp_divergence():
 
 
 def test_a_one_in_ten_kernel_is_nondeterministic_and_never_a_dcp_divergence():
-    """Issue 18's kernel (one ulp, one call in ten) over every small shipped scenario (the
+    """The one-in-ten kernel (one ulp, one call in ten) over every small shipped scenario (the
     two prefill presets cost most of the time and add nothing here) at DCP 1 and 4, ten
     tries with ``--seed`` fixed: each try reports it nondeterministic and no
     case as a DCP failure. One confirming rerun was not enough: a rerun repeats the nudge
@@ -110,7 +110,7 @@ def test_the_property_search_survives_a_flaky_kernel(tmp_path):
 
 
 def test_the_property_search_names_a_one_in_ten_kernel_nondeterministic(tmp_path):
-    """Issue 18's kernel, ten tries of the search with its seed fixed: every try fails,
+    """The one-in-ten kernel, ten tries of the search with its seed fixed: every try fails,
     names the kernel not deterministic (``deterministic`` failed, or Hypothesis saw the
     failure vanish), and prints a replay that runs the saved case ten times."""
     for attempt in range(10):

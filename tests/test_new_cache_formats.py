@@ -1,6 +1,6 @@
-"""The harness on issue 21's cache formats: where a one-step nvfp4 scale is accepted, how
-a NaN read from a cache entry is worded, and a stray write found at the right slot in the
-shuffled indexer layout."""
+"""The harness on the newer cache formats (nvfp4_ds_mla, the shuffled and MX indexer
+caches): where a one-step nvfp4 scale is accepted, how a NaN read from a cache entry is
+worded, and a stray write found at the right slot in the shuffled indexer layout."""
 
 from __future__ import annotations
 

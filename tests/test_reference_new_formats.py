@@ -1,8 +1,8 @@
-"""The oracle's issue-21 formats against hand-computed bytes: nvfp4_ds_mla entries, the
+"""The oracle's newer cache formats against hand-computed bytes: nvfp4_ds_mla entries, the
 shuffled indexer value layout and MX-packed (UE8M0) indexer scales.
 
 Every expected byte and value here is worked out by hand in the comments next to it, from
-the definitions (DESIGN §2, issue 21): e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as codes
+the definitions (DESIGN §2): e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as codes
 0..7 with the sign in bit 3, ties to the even code; e4m3 bytes ``S.EEEE.MMM`` with bias 7
 (1.0 = 0x38, 448 = 0x7E, 2^-9 = 0x01); scale of tile ``s`` at byte ``8*(s&3) + (s>>2)`` of
 the scale region; shuffled offset ``(t//16)*16*I + (c//16)*256 + (t%16)*16 + c%16``; UE8M0

@@ -567,7 +567,7 @@ def test_bisecting_the_releases_names_0_30_0_as_the_first_fixed(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------
-# The newer cache formats (issue 21): judged where the release has them, declared where
+# The newer cache formats: judged where the release has them, declared where
 # its API cannot express them, not applicable where this machine cannot run them
 # ----------------------------------------------------------------------------------------
 

@@ -211,7 +211,7 @@ def test_list_scenarios():
 
 
 NEW_FORMATS = ("indexer-mx-scales", "indexer-shuffled", "nvfp4-ds-mla-cache")
-"""The shipped scenarios of issue 21's cache formats."""
+"""The shipped scenarios of the newer cache formats."""
 
 
 def test_the_project_kernel_passes_each_new_cache_format_at_every_dcp_size(tmp_path):

@@ -386,7 +386,8 @@ PROBE = {
     "padding": ("seed = 0", "seed = 0\npadding = 50000000"),
     "dcp": ("dcp = [1, 2]", "dcp = [100000000]"),
 }
-"""The adversarial probe of issue 18: each passed the reader and died late in a traceback."""
+"""Scenario files an adversary wrote: each must be refused by the reader, one line, not
+die later in a traceback."""
 
 
 @pytest.mark.parametrize("key", PROBE)
@@ -504,7 +505,7 @@ def test_in_a_scenario_directory_name_and_file_must_agree(tmp_path: Path) -> Non
 def test_dcpcheck_repro_replays_a_renamed_saved_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The issue-18 report: `dcpcheck repro` refused a saved failure once it was renamed."""
+    """`dcpcheck repro` replays a saved failure whatever the file is renamed to."""
     saved = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
     text = scenario_to_toml(dataclasses.replace(saved, name="shrunk-default-0123abcd"))
     renamed = write_case(tmp_path, text, name="renamed-by-its-user")

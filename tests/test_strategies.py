@@ -230,7 +230,7 @@ def test_shrinking_keeps_what_the_failure_needs_and_drops_the_rest() -> None:
 
 
 def test_the_search_reaches_the_newer_cache_formats() -> None:
-    """Each of issue 21's formats is drawn, and a failure needing one shrinks to it alone
+    """Each of the newer cache formats is drawn, and a failure needing one shrinks to it alone
     (the plain fp32 indexer of the minimal scenario otherwise)."""
     assert SIMPLEST.index_format == IndexFormat()
     nvfp4 = minimal(scenarios(SPACE), lambda s: s.cache_layout is CacheLayout.NVFP4_DS_MLA)

@@ -35,7 +35,7 @@ Widths: the preset gives ``q_lora_rank``, ``kv_lora_rank`` and ``rope_dim``; the
 comes from :data:`WIDTHS_BY_PRESET`. Weights are drawn in fp32 on the model's device by
 ``dcpcheck.spec.seeded`` (one stream per tensor), which gives the same bits on every
 device: a DeepSeek-width model is 1.7 GB of fp32, which the CPU generator took 1.7 s to
-draw and the copy to the GPU 0.4 s more (BENCHMARKS.md, fourth pass). Projections and
+draw and the copy to the GPU 0.4 s more (BENCHMARKS.md). Projections and
 attention run in fp32; only the kernel's inputs and outputs are in the activation dtype.
 """
 

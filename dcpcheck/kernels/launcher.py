@@ -54,7 +54,7 @@ GPU_Q_APART_FROM_TOKENS = 32_768
 own, after the others (the kernel module's "Grid"). One binary runs at the occupancy of
 its widest path, and that is Q's: its whole row in fp32, 42 registers per thread for
 deepseek-v3.2 and 55 for glm-5 at sm_90, where the other sub-tasks together need 38-40
-(78% occupancy). On the H200 (BENCHMARKS.md, seventh pass), at 65,536 tokens two launches
+(78% occupancy). On the H200 (BENCHMARKS.md), at 65,536 tokens two launches
 moved 0.3-1.9 points more of HBM peak than one (77.1-80.6% against 76.1-79.2%); at 32,768
 the two plans were within 0.8 points of each other; at 16,384 one launch was ahead by
 1.2-2.2 points and at 4,096 by 8-10, and a one-token launch takes 2.4-2.7 us as one launch

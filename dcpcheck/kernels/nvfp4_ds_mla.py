@@ -1,7 +1,7 @@
 """The nvfp4_ds_mla cache entry (``contract.NVFP4_DS_MLA_ENTRY_BYTES``), as the project's
 Triton kernel (``dcpcheck.kernels.fused_norm_rope``) writes it.
 
-Layout (vLLM 0.33.0, issue 21): bytes [0, 256) hold the 512 NoPE values as e2m1, two per
+Layout (vLLM 0.33.0): bytes [0, 256) hold the 512 NoPE values as e2m1, two per
 byte with the even element in the low nibble; [256, 320) the 64 RoPE values as unscaled
 e4m3; [320, 352) the 32 e4m3 tile scales, one per 16 NoPE values, tile ``s`` at byte
 ``8*(s & 3) + (s >> 2)``. A tile's scale is ``e4m3(max(amax / 6, 2^-9))`` rounded to
