@@ -2,7 +2,7 @@
 it exists to do (the kernel launches of every rank plus the oracle).
 
 A case here is what ``dcpcheck run --dcp 4`` does for one scenario: the DCP1 baseline and
-the four DCP4 ranks launched, the oracle run once, every check of DESIGN §2 applied.
+the four DCP4 ranks launched, the oracle run once, every check of docs/dcp-contract.md applied.
 Everything but the kernel and the oracle (seeded values, poisoned and guarded buffers,
 snapshots, the checks, moving verdicts to the host) is overhead; the target is at most 3x
 for 4096-token cases.

@@ -1,8 +1,8 @@
 """The contract of the fused MLA norm + RoPE + cache-write op, in one place.
 
 Everything a kernel reads, everything it writes, and the byte layout of every cache entry
-is defined here (DESIGN §2). The harness, the adapters and the project's own kernel all
-speak in these types; the oracle in ``reference/`` is written from the same math but
+is defined here (docs/fused-norm-rope.md). The harness, the adapters and the project's own kernel
+all speak in these types; the oracle in ``reference/`` is written from the same math but
 imports nothing from this package.
 
 Kernel protocol
@@ -134,7 +134,7 @@ class CacheLayout(enum.Enum):
 
 
 class DsMlaScale(enum.Enum):
-    """How an ``fp8_ds_mla`` entry scales its four 128-value NoPE tiles (DESIGN §2).
+    """How an ``fp8_ds_mla`` entry scales its four 128-value NoPE tiles (docs/fused-norm-rope.md).
 
     vLLM changed the rule between releases, and a cache written by one rule is wrong by
     the other (the stored scale differs, and so does every fp8 byte of the tile), so it is

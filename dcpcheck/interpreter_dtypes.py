@@ -8,14 +8,14 @@ formats: it takes sign, exponent and mantissa apart, renormalises subnormals wit
 over the mantissa bits, and rebuilds the result, about 0.45 ms a call on 2 cores.
 ``_get_np_dtype`` builds a 20-entry dict on every call (about 17 us; some 54,000 calls in
 one ``dcpcheck run --dcp 4``). Under cProfile the two were a seventh of that run (triton
-3.9); BENCHMARKS.md has the wall times.
+3.9).
 
 Why the fast path gives the same bits. ``cast_impl`` asks ``_convert_float`` for bf16 ->
 fp32 and fp32 -> bf16 with no rounding mode (a ``.to()`` between the two). Both formats
 have an 8-bit exponent with the same bias, so for any value whose exponent field is not
 zero the converter keeps the sign and exponent and shifts the mantissa: widening appends
 16 zero bits, narrowing keeps the high 16 bits (truncation, not the GPU's round to
-nearest even: DESIGN.md, "Tolerances"). +-0 comes out the same way. A subnormal input
+nearest even: docs/dcp-contract.md, "The evidence"). +-0 comes out the same way. A subnormal input
 (zero exponent, non-zero mantissa) goes to Triton's own code, whose renormalisation
 gives other bits that this module does not try to reproduce, as does every other pair
 of formats and any rounding mode.

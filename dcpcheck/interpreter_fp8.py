@@ -22,8 +22,8 @@ vLLM's released kernels write their fp8 caches with ``.to(tl.float8e4nv)``, so o
 their caches would differ from the bytes the GPU writes.
 
 Why patch, not tolerate. A tolerance wide enough to hide this (eight fp8 steps at 1.99,
-448 vs 256 at the top) would also hide real fp8 cache bugs, and DESIGN.md forbids widening
-a tolerance to cover a backend defect. Correcting the cast keeps cache comparisons bitwise
+448 vs 256 at the top) would also hide real fp8 cache bugs, and docs/dcp-contract.md forbids
+widening a tolerance to cover a backend defect. Correcting the cast keeps cache comparisons bitwise
 on the CPU, exactly as on the GPU.
 
 How. ``install_fp8_cast_correction`` probes the interpreter's own conversion on a few

@@ -1,7 +1,7 @@
 """The oracle: a pure-PyTorch reference of the fused MLA norm + RoPE + cache-write op.
 
-Written from the math of DESIGN §2, never from a kernel, and importing only torch, so that
-it shares no code (and no bug) with the kernels it judges. All math is fp32; outputs are
+Written from the math of docs/fused-norm-rope.md, never from a kernel, and importing only torch, so
+that it shares no code (and no bug) with the kernels it judges. All math is fp32; outputs are
 rounded once, to nearest even; cache encodings start from the fp32 values.
 """
 

@@ -1,4 +1,4 @@
-"""Byte encodings of one token's cache entries (DESIGN §2), from fp32 values.
+"""Byte encodings of one token's cache entries (docs/fused-norm-rope.md), from fp32 values.
 
 Every encoder starts from the fp32 results of the op (``fp8(kv_fp32 / s)``, never
 ``fp8(bf16(kv) / s)``), and returns ``uint8`` rows, because the harness compares caches
@@ -69,12 +69,12 @@ DS_MLA_ROPE_OFFSET = DS_MLA_SCALES_OFFSET + 4 * DS_MLA_NUM_TILES
 DS_MLA_ENTRY_BYTES = DS_MLA_ROPE_OFFSET + 2 * DS_MLA_ROPE_DIM
 """656 = 512 fp8 NoPE bytes + 16 scale bytes + 128 bf16 RoPE bytes."""
 
-# nvfp4_ds_mla (DESIGN §2): same 512 NoPE + 64 RoPE values as fp8_ds_mla, so it
+# nvfp4_ds_mla (docs/fused-norm-rope.md): same 512 NoPE + 64 RoPE values as fp8_ds_mla, so it
 # reuses DS_MLA_NOPE_DIM and DS_MLA_ROPE_DIM.
 
 NVFP4_DS_MLA_TILE = 16
 """nvfp4_ds_mla quantizes the NoPE values in tiles of 16 (tile ``s`` = values
-``[16s, 16s + 16)``), each with its own e4m3 scale (DESIGN §2)."""
+``[16s, 16s + 16)``), each with its own e4m3 scale (docs/fused-norm-rope.md)."""
 
 NVFP4_DS_MLA_NUM_TILES = DS_MLA_NOPE_DIM // NVFP4_DS_MLA_TILE
 """32 tiles of 16 NoPE values, so 32 one-byte scales."""
@@ -86,14 +86,15 @@ NVFP4_DS_MLA_SCALES_OFFSET = NVFP4_DS_MLA_ROPE_OFFSET + DS_MLA_ROPE_DIM
 """Byte 320: the 64 one-byte e4m3 RoPE values fill [256, 320), the 32 tile scales follow."""
 
 NVFP4_DS_MLA_ENTRY_BYTES = NVFP4_DS_MLA_SCALES_OFFSET + NVFP4_DS_MLA_NUM_TILES
-"""352 = 256 e2m1 NoPE bytes + 64 e4m3 RoPE bytes + 32 e4m3 scale bytes (DESIGN §2)."""
+"""352 = 256 e2m1 NoPE bytes + 64 e4m3 RoPE bytes + 32 e4m3 scale bytes
+(docs/fused-norm-rope.md)."""
 
 NVFP4_DS_MLA_SCALE_POSITIONS = tuple(
     8 * (tile & 3) + (tile >> 2) for tile in range(NVFP4_DS_MLA_NUM_TILES)
 )
 """Byte, within the 32-byte scale region, of tile ``s``'s scale: ``8 * (s & 3) + (s >> 2)``
-(DESIGN §2). It is a transpose of the 32 scales as a [8, 4] grid, ``s = 4 * (b & 7) + (b >> 3)``
-for byte ``b``: tiles 0, 4, 8, ... 28 fill bytes 0..7, tiles 1, 5, ... 29 bytes 8..15."""
+(docs/fused-norm-rope.md). It is a transpose of the 32 scales as a [8, 4] grid, ``s = 4 * (b & 7) +
+(b >> 3)`` for byte ``b``: tiles 0, 4, 8, ... 28 fill bytes 0..7, tiles 1, 5, ... 29 bytes 8..15."""
 
 
 def _as_bytes(x: torch.Tensor) -> torch.Tensor:
@@ -158,8 +159,8 @@ def _decode_fp8_ds_mla(entries: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 def pack_e2m1_pairs(codes: torch.Tensor) -> torch.Tensor:
     """Pack 4-bit codes ``[..., 2N]`` two to a byte ``[..., N]``: element ``2j`` in the low
-    nibble of byte ``j``, element ``2j + 1`` in the high nibble (DESIGN §2), which is the
-    order a little-endian load of the packed bytes reads them back in."""
+    nibble of byte ``j``, element ``2j + 1`` in the high nibble (docs/fused-norm-rope.md), which is
+    the order a little-endian load of the packed bytes reads them back in."""
     pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)  # also for no rows
     return pairs[..., 0] | (pairs[..., 1] << 4)
 
@@ -174,7 +175,7 @@ def _scale_positions(device: torch.device) -> torch.Tensor:
 
 
 def _encode_nvfp4_ds_mla(kv32: torch.Tensor, kpe32: torch.Tensor, rule: str) -> torch.Tensor:
-    """nvfp4_ds_mla entries (DESIGN §2): e2m1 NoPE pairs, unscaled e4m3 RoPE, permuted
+    """nvfp4_ds_mla entries (docs/fused-norm-rope.md): e2m1 NoPE pairs, unscaled e4m3 RoPE, permuted
     e4m3 tile scales.
 
     Each tile is divided by its scale *as stored* (the e4m3-rounded value), so decoding

@@ -1,4 +1,4 @@
-"""The fused MLA norm + RoPE + cache-write op of DESIGN §2, and the caches it leaves.
+"""The fused MLA norm + RoPE + cache-write op of docs/fused-norm-rope.md, and the caches it leaves.
 
 Per token, all in fp32: ``q = RMSNorm(q_c) * w_q``, ``kv = RMSNorm(kv_c) * w_kv``,
 ``kpe = interleaved RoPE(k_pe)`` at the token's position, and on indexer layers
@@ -95,8 +95,8 @@ def fused_norm_rope(
     is the ``fp8`` layout's per-tensor scale (``None`` for the others); ``ds_mla_scale``
     the ``fp8_ds_mla`` layout's tile-scale rule, ``"amax"`` or ``"pow2"``
     (``reference.quant``: vLLM changed it in 0.31.0), ignored by the others;
-    ``nvfp4_scale`` how the ``nvfp4_ds_mla`` layout forms ``amax / 6``, ``"div"`` (DESIGN)
-    or ``"mul"`` (vLLM 0.33.0), likewise ignored by the others. Passing
+    ``nvfp4_scale`` how the ``nvfp4_ds_mla`` layout forms ``amax / 6``, ``"div"``
+    (docs/fused-norm-rope.md) or ``"mul"`` (vLLM 0.33.0), likewise ignored by the others. Passing
     ``index_k`` (with its LayerNorm ``index_weight`` and ``index_bias``) makes this an
     indexer layer.
     """

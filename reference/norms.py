@@ -1,4 +1,4 @@
-"""Row normalizations of the fused op (DESIGN §2), in fp32.
+"""Row normalizations of the fused op (docs/fused-norm-rope.md), in fp32.
 
 Inputs of any float dtype are upcast to fp32 first and nothing is rounded here: the op
 rounds its fp32 pipeline exactly once, on store, and that rounding belongs to the caller.

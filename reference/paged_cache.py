@@ -23,7 +23,7 @@ from reference.cache_layouts import (
 
 INDEX_SHUFFLE_TILE = 16
 """The shuffled indexer layout stores a block's values as [B/16, I/16, 16 tokens, 16 bytes]
-(DESIGN §2): 16-token x 16-byte tiles, each contiguous (256 bytes)."""
+(docs/fused-norm-rope.md): 16-token x 16-byte tiles, each contiguous (256 bytes)."""
 
 
 def _check_cache(cache: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""fp8 e4m3 encoding and the two scale rules of the caches (DESIGN §2).
+"""fp8 e4m3 encoding and the two scale rules of the caches (docs/fused-norm-rope.md).
 
 Out-of-range values: every fp8 encoding here clamps ``x`` to ``[-448, 448]`` before the
 cast, i.e. it saturates. That is what production kernels do (they clamp before
@@ -17,7 +17,7 @@ byte of the tile), so the rule is a named choice, never a silent default. The or
 names the rules by strings (it imports nothing from ``dcpcheck``, whose ``DsMlaScale``
 enum has the same values):
 
-* ``"amax"`` (:data:`DS_MLA_SCALE_AMAX`), vLLM up to 0.30.0 and DESIGN's default:
+* ``"amax"`` (:data:`DS_MLA_SCALE_AMAX`), vLLM up to 0.30.0 and the op document's default:
   ``max(amax * (1/448), FLT_MIN)``, the smallest scale that fits the tile.
 * ``"pow2"`` (:data:`DS_MLA_SCALE_POW2`), vLLM 0.31.0 on: the power of two
   ``2^ceil(log2(max(amax * (1/448), 1e-4)))``, so decoding multiplies by an exact power
@@ -38,7 +38,7 @@ FLT_MIN = torch.finfo(torch.float32).tiny
 """Smallest normal fp32; the floor of an fp8_ds_mla tile scale (an all-zero tile)."""
 
 DS_MLA_SCALE_AMAX = "amax"
-"""fp8_ds_mla tile scale ``max(amax * (1/448), FLT_MIN)``: vLLM up to 0.30.0, and DESIGN's
+"""fp8_ds_mla tile scale ``max(amax * (1/448), FLT_MIN)``: vLLM up to 0.30.0, and the op document's
 default where nothing names a rule."""
 
 DS_MLA_SCALE_POW2 = "pow2"
@@ -107,7 +107,7 @@ def ds_mla_tile_scale(amax: torch.Tensor, rule: str = DS_MLA_SCALE_AMAX) -> torc
     normal and nonzero, so decoding never divides by zero. ``"pow2"``: the power of two at
     or above ``max(amax * (1/448), 1e-4)``. Both multiply by 1/448 rounded to fp32, as the
     kernels do, so a ratio that lands exactly on a power of two (amax 448 gives 1.0) keeps
-    it under ``"pow2"``, and one a bit above it doubles. The default is DESIGN's.
+    it under ``"pow2"``, and one a bit above it doubles. The default is the op document's.
     """
     check_ds_mla_scale_rule(rule)
     ratio = amax.float() * _INV_FP8_E4M3_MAX.to(amax.device)
@@ -133,8 +133,8 @@ NVFP4_SCALE_FLOOR = 2.0**-9
 all-zero tile gets a nonzero stored scale (byte 0x01) and decoding never divides by zero."""
 
 NVFP4_SCALE_DIV = "div"
-"""nvfp4_ds_mla tile scale ``e4m3(max(fp32(amax / 6), 2^-9))``: DESIGN §2's formula, the
-oracle's default (see :func:`nvfp4_tile_scale`)."""
+"""nvfp4_ds_mla tile scale ``e4m3(max(fp32(amax / 6), 2^-9))``: docs/fused-norm-rope.md's formula,
+the oracle's default (see :func:`nvfp4_tile_scale`)."""
 
 NVFP4_SCALE_MUL = "mul"
 """nvfp4_ds_mla tile scale ``e4m3(max(fp32(amax * fp32(1/6)), 2^-9))``: how vLLM 0.33.0's
@@ -200,12 +200,12 @@ def nvfp4_tile_scale(amax: torch.Tensor, rule: str = NVFP4_SCALE_DIV) -> torch.T
     divided by this, the scale as stored, not by the unrounded ratio).
 
     ``rule`` says how ``amax / 6`` is formed in fp32: ``"div"`` (default) divides, as
-    DESIGN §2 writes it; ``"mul"`` multiplies by fp32(1/6), as vLLM 0.33.0 does. The two
-    fp32 ratios differ by at most one ulp, and the stored scales only where that ulp
+    docs/fused-norm-rope.md writes it; ``"mul"`` multiplies by fp32(1/6), as vLLM 0.33.0 does. The
+    two fp32 ratios differ by at most one ulp, and the stored scales only where that ulp
     straddles an e4m3 rounding midpoint: amax = 7.125 - 2^-21 gives 1.125 by ``"div"``
     and 1.25 by ``"mul"`` (the product rounds onto the midpoint 1.1875, a tie that goes to
-    the even 1.25). DESIGN is the contract, so it is the default; ``"mul"`` exists so that
-    vLLM's kernel can be judged without a false alarm on such tiles.
+    the even 1.25). docs/fused-norm-rope.md is the contract, so it is the default; ``"mul"`` exists
+    so that vLLM's kernel can be judged without a false alarm on such tiles.
     """
     check_nvfp4_scale_rule(rule)
     amax32 = amax.float()

@@ -1,4 +1,4 @@
-"""DCP slot mappings (dcpcheck.spec.dcp) against DESIGN §3.
+"""DCP slot mappings (dcpcheck.spec.dcp) against docs/dcp-contract.md
 
 The vectorized mapping is checked three independent ways: against slots written out by
 hand for a small case, against the ordinary (non-DCP) mapping at DCP size 1, and, for

@@ -117,7 +117,7 @@ def test_amax_tile_scale_by_hand_and_the_default():
     expected = [f32(448 * INV_448), f32(449 * INV_448), f32(3.5 * INV_448), FLT_MIN]
     assert expected[0] == 1.0 and expected[1] != 1.0
     assert ref.ds_mla_tile_scale(amax, "amax").tolist() == expected
-    assert ref.ds_mla_tile_scale(amax).tolist() == expected  # DESIGN's default rule
+    assert ref.ds_mla_tile_scale(amax).tolist() == expected  # the op document's default rule
 
 
 def test_unknown_rule_is_refused():
@@ -346,7 +346,7 @@ class Declares:
 @pytest.mark.parametrize(
     ("option", "key", "declared", "effective"),
     [
-        (None, None, None, AMAX),  # DESIGN's default
+        (None, None, None, AMAX),  # the op document's default
         (None, None, POW2, POW2),  # the kernel's declaration
         (None, AMAX, POW2, POW2),  # it beats the scenario's key
         (None, POW2, None, POW2),  # the key decides for a kernel that declares nothing

@@ -2,15 +2,15 @@
 
 ``shared/vectors/fused_norm_rope_owned_h200.pt`` holds four cases of vLLM's own fused
 kernel run natively on a GPU, every token owning its slot (shared/vectors/README.md). They
-are evidence from outside this project for the layouts and arithmetic of DESIGN §2: cache
-entry bytes, scales, RoPE pairing. The oracle is run on the same inputs, its caches built
+are evidence from outside this project for the layouts and arithmetic of docs/fused-norm-rope.md:
+cache entry bytes, scales, RoPE pairing. The oracle is run on the same inputs, its caches built
 by ``expected_caches`` from zero caches ``[3 blocks, 4, entry]`` with the case's slot
 mapping used for both the MLA and the indexer cache, and compared field by field.
 
 Tolerances are the team's per-field ones (``dcpcheck.spec.tolerances``): the GPU's fp32
 reductions run in another order than torch's, so a value can land one step across a
-rounding tie. Where DESIGN states a stricter observation about these vectors (NoPE fp8
-bytes and bf16 RoPE bytes exact, ds_mla scales within 1e-7 relative, UE8M0 scales exact),
+rounding tie. Where docs/fused-norm-rope.md states a stricter observation about these vectors (NoPE
+fp8 bytes and bf16 RoPE bytes exact, ds_mla scales within 1e-7 relative, UE8M0 scales exact),
 that is asserted too, so that a drift in the oracle shows up here first.
 """
 
@@ -56,7 +56,7 @@ DS_MLA_SCALES_END = 528
 """fp8_ds_mla entry: bytes 0..511 fp8 NoPE, 512..527 four fp32 scales, 528..655 bf16 RoPE."""
 
 DS_MLA_SCALE_MAX_REL = 1e-7
-"""DESIGN §2: the stored ds_mla scales agree with the oracle within 1e-7 relative."""
+"""docs/fused-norm-rope.md: the stored ds_mla scales agree with the oracle within 1e-7 relative."""
 
 
 @functools.cache
@@ -152,7 +152,7 @@ def test_ds_mla_cache():
     )
 
     nope = slice(0, DS_MLA_NOPE_BYTES)
-    assert torch.equal(ours_rows[:, nope], theirs_rows[:, nope])  # DESIGN: exact
+    assert torch.equal(ours_rows[:, nope], theirs_rows[:, nope])  # docs/fused-norm-rope.md: exact
 
     scales = slice(DS_MLA_NOPE_BYTES, DS_MLA_SCALES_END)
     our_scales = ours_rows[:, scales].contiguous().view(torch.float32)
@@ -167,7 +167,7 @@ def test_ds_mla_cache():
     our_rope = ours_rows[:, rope].contiguous().view(torch.bfloat16)
     their_rope = theirs_rows[:, rope].contiguous().view(torch.bfloat16)
     assert int(ulp_distance(our_rope, their_rope).max()) <= BF16_ROPE_IN_CACHE.max_steps
-    assert torch.equal(our_rope, their_rope)  # DESIGN: exact
+    assert torch.equal(our_rope, their_rope)  # docs/fused-norm-rope.md: exact
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if not n.endswith("no_indexer")])

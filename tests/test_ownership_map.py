@@ -1,7 +1,7 @@
 """Ownership maps: the PNG shows ownership and each field's verdict where they are, the
 HTML page is self-contained and holds per-token truth, files land atomically.
 
-The reference case is the PR 54908 regression on one decode token under DCP4 (DESIGN §1):
+The reference case is the PR 54908 regression on one decode token under DCP4 (docs/dcp-contract.md):
 rank 1 owns token 0, ranks 0, 2 and 3 see it as foreign and leave its ``kv_out`` and
 ``kpe_out`` rows unwritten. So on the map exactly the ``kv_out``/``kpe_out`` cells of the
 three foreign ranks must be red, and the owner's must not.

@@ -2,7 +2,7 @@
 shuffled indexer value layout and MX-packed (UE8M0) indexer scales.
 
 Every expected byte and value here is worked out by hand in the comments next to it, from
-the definitions (DESIGN §2): e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as codes
+the definitions (docs/fused-norm-rope.md): e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as codes
 0..7 with the sign in bit 3, ties to the even code; e4m3 bytes ``S.EEEE.MMM`` with bias 7
 (1.0 = 0x38, 448 = 0x7E, 2^-9 = 0x01); scale of tile ``s`` at byte ``8*(s&3) + (s>>2)`` of
 the scale region; shuffled offset ``(t//16)*16*I + (c//16)*256 + (t%16)*16 + c%16``; UE8M0
@@ -126,7 +126,7 @@ def test_nvfp4_scale_rules_differ_where_the_ratio_straddles_a_midpoint():
     amax = torch.tensor([7.125 - 2.0**-21])
     assert ref.nvfp4_tile_scale(amax, "div").tolist() == [1.125]
     assert ref.nvfp4_tile_scale(amax, "mul").tolist() == [1.25]
-    assert ref.nvfp4_tile_scale(amax).tolist() == [1.125]  # DESIGN's amax / 6 is the default
+    assert ref.nvfp4_tile_scale(amax).tolist() == [1.125]  # the documented amax / 6: default
     with pytest.raises(ValueError, match="tile-scale rule"):
         ref.nvfp4_tile_scale(amax, "round_up")
 

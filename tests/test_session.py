@@ -130,7 +130,7 @@ def model_builds(monkeypatch) -> list[str]:
 def test_the_token_stream_model_is_built_once_when_its_case_runs(monkeypatch):
     """In process, the token-stream case builds its model once, in the run's own thread:
     drawn on the device by ``seeded``, a full-width model takes too little time to hide
-    behind the named scenarios (BENCHMARKS.md)."""
+    behind the named scenarios (measured on the H200)."""
     threads = model_builds(monkeypatch)
     result = invoke("run", "--scenario", "decode-single-dcp4", "--dcp", "2", "--no-isolate")
     assert result.exit_code == 0, result.output

@@ -1,6 +1,6 @@
 """Scenario strategies (dcpcheck.workflows.strategies) and the value regimes they draw (case.py).
 
-Every drawn scenario is checked against the ownership partition of DESIGN §3, computed by
+Every drawn scenario is checked against the ownership partition of docs/dcp-contract.md, computed by
 ``dcp.slot_mappings`` at each DCP size it runs (and the DCP1 baseline): every real token
 owned by exactly one rank, padding by none, no two tokens on one slot of a rank. The named
 shapes are checked by counting owned tokens per rank, shrinking by asking Hypothesis for

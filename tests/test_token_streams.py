@@ -1,4 +1,4 @@
-"""Token streams of the tiny MLA model under DCP1 and DCPn (DESIGN §5).
+"""Token streams of the tiny MLA model under DCP1 and DCPn (docs/dcp-contract.md).
 
 A correct kernel must give the same SHA256 stream digests at every DCP size and on every
 rank; a kernel with a DCP flaw must not, and the report must point at the first diverging

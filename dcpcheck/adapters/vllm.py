@@ -4,7 +4,7 @@ the way vLLM's own caller of that shape calls it.
 
 Every shape takes, by keyword: ``positions`` [T] int64; ``q_c``/``kv_c``/``k_pe`` with
 their RMSNorm weights and one eps each; ``k_rope_cos_sin_cache`` [max_pos, R] whose row
-``p`` is ``[cos | sin]`` (the harness's table, DESIGN §2) and the same table again as
+``p`` is ``[cos | sin]`` (the harness's table, docs/fused-norm-rope.md) and the same table again as
 ``index_k_rope_cos_sin_cache`` (the indexer rotates its first R lanes); the indexer's
 ``index_k`` with its LayerNorm weight, bias (fp32) and eps; ``topk_indices_buffer``
 [T, topk] int32; ``mla_kv_cache`` [num_blocks, B, entry] with ``mla_kv_cache_dtype``
@@ -241,7 +241,8 @@ def tile_scale_rule(function: Callable[..., object]) -> DsMlaScale | None:
     assignment to :data:`TILE_SCALE_NAME` rounds it up to a power of two (vLLM 0.31.0 on),
     ``amax`` where it is assigned otherwise (``max(amax * (1/448), FLT_MIN)``, up to 0.30.0),
     None where the file computes no such scale or cannot be read (the case's rule, else
-    DESIGN's ``amax``, then applies; a finding whose scales follow the other rule says so)."""
+    the op document's ``amax``, then applies; a finding whose scales follow the other rule says
+    so)."""
     module = inspect.getmodule(function)
     try:
         tree = ast.parse(inspect.getsource(module)) if module is not None else None

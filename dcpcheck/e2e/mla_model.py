@@ -1,8 +1,8 @@
 """A tiny MLA decoder with seeded random weights, run as ``n`` DCP ranks.
 
 The model is DeepSeek's Multi-head Latent Attention with the fused norm + RoPE +
-cache-write op (DESIGN §2) in the middle of every layer, and that op is the **kernel under
-test**. Per layer and rank::
+cache-write op (docs/fused-norm-rope.md) in the middle of every layer, and that op is the **kernel
+under test**. Per layer and rank::
 
     h            = RMSNorm(x)
     q_c, kv_c    = h @ W_dq, h @ W_dkv          (the q_lora / kv_lora down-projections)
@@ -18,7 +18,7 @@ rotates ``k_pe`` (interleaved pairs, the preset's table), so positions matter to
 scores. Layers are *shared* MLA layers only: no sparse-attention indexer
 (``index_k=None``), so the kernel's indexer path is not exercised here.
 
-Attention under DCP (DESIGN §5). Every rank runs its own forward pass on its own hidden
+Attention under DCP (docs/dcp-contract.md). Every rank runs its own forward pass on its own hidden
 states and calls the kernel with its own slot mapping and its own caches. A request
 whose step computes one token (decode) attends over its whole context, itself included,
 read from the caches: each rank ``s`` attends with its own query over its shard (decoded
@@ -35,7 +35,7 @@ Widths: the preset gives ``q_lora_rank``, ``kv_lora_rank`` and ``rope_dim``; the
 comes from :data:`WIDTHS_BY_PRESET`. Weights are drawn in fp32 on the model's device by
 ``dcpcheck.spec.seeded`` (one stream per tensor), which gives the same bits on every
 device: a DeepSeek-width model is 1.7 GB of fp32, which the CPU generator took 1.7 s to
-draw and the copy to the GPU 0.4 s more (BENCHMARKS.md). Projections and
+draw and the copy to the GPU 0.4 s more (on the H200). Projections and
 attention run in fp32; only the kernel's inputs and outputs are in the activation dtype.
 """
 

@@ -1,4 +1,4 @@
-"""End to end (DESIGN §5): greedy token streams of a tiny MLA model under DCP1 and DCPn.
+"""End to end (docs/dcp-contract.md): greedy token streams of a tiny MLA model under DCP1 and DCPn.
 
 The seeded model of ``dcpcheck.e2e.mla_model`` generates greedily for a batch of prompts of
 different lengths, simulating every DCP rank in one process (``generate_ranks`` also runs

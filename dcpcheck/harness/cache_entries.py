@@ -46,7 +46,7 @@ class EntryPart:
 
 
 def mla_entry_parts(layout: CacheLayout, kv_dim: int, rope_dim: int, act: torch.dtype):
-    """The parts of one MLA cache entry (DESIGN §2 table)."""
+    """The parts of one MLA cache entry (docs/fused-norm-rope.md, the table of cache entries)."""
     if layout is CacheLayout.AUTO:
         kv_end = kv_dim * act.itemsize
         return (

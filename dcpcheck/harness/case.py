@@ -1,6 +1,6 @@
 """One case: a scenario at one DCP size, turned into the buffers every simulated rank gets.
 
-The harness owns every buffer a kernel writes (DESIGN §7):
+The harness owns every buffer a kernel writes (docs/dcp-contract.md):
 
 * outputs are allocated here and **poisoned** (NaN, top-k with a sentinel) so an
   unwritten row can never pass by luck; each lives inside a larger storage with
@@ -21,10 +21,11 @@ and DCPn runs (and every rank) see identical inputs.
 
 The fp8_ds_mla tile-scale rule is the scenario's ``ds_mla_scale``; the runner has already
 resolved it (``runner.effective_ds_mla_scale``) before a case is built, so here an unset
-one simply means DESIGN's default, ``amax``. The oracle, the pre-written prefix entries
+one simply means the op document's default, ``amax``. The oracle, the pre-written prefix entries
 and every rank's ``FusedOpInputs`` all get that one rule. The nvfp4_ds_mla tile scale has
 no such choice in a case: the oracle and the prefix entries form ``amax / 6`` by division,
-DESIGN §2's formula (``reference.NVFP4_SCALE_DIV``), which the project's kernel writes.
+docs/fused-norm-rope.md's formula (``reference.NVFP4_SCALE_DIV``), which the project's kernel
+writes.
 """
 
 from __future__ import annotations
@@ -291,8 +292,8 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
 
 
 def ds_mla_scale_of(scenario: Scenario) -> DsMlaScale:
-    """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands: its own, else DESIGN's
-    default ``amax`` (module docstring: the runner resolves the rule before this)."""
+    """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands: its own, else the op
+    document's default ``amax`` (module docstring: the runner resolves the rule before this)."""
     return DsMlaScale.AMAX if scenario.ds_mla_scale is None else scenario.ds_mla_scale
 
 
@@ -339,7 +340,7 @@ def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
         cache_layout=inputs.cache_layout.value,
         mla_scale=inputs.mla_scale,
         ds_mla_scale=DsMlaScale(inputs.ds_mla_scale).value,  # an external caller's "pow2" too
-        nvfp4_scale=reference.NVFP4_SCALE_DIV,  # DESIGN's amax / 6 (module docstring)
+        nvfp4_scale=reference.NVFP4_SCALE_DIV,  # the op document's amax / 6 (module docstring)
         index_k=inputs.index_k,
         index_weight=inputs.index_weight,
         index_bias=inputs.index_bias,
@@ -407,7 +408,7 @@ ROW_ALIGNMENT_BYTES = 16
 """Where each rank's slot mapping starts, as a row of one device tensor: Triton compiles a
 separate binary for a pointer argument not divisible by 16 bytes, so rows of an odd number
 of int64 slots packed end to end would compile every scenario twice (one binary for the
-aligned ranks, one for the others; BENCHMARKS.md, kernel_specializations.py). In
+aligned ranks, one for the others; ``benchmarks/kernel_specializations.py``). In
 production each rank's mapping is its own allocation, aligned."""
 
 

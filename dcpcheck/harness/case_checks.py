@@ -1,4 +1,4 @@
-"""Every contract check of one launched case (DESIGN §2), in the order results list them.
+"""Every contract check of one launched case (docs/dcp-contract.md), in the order results list them.
 
 The runner judges a case with :func:`check_case`. It first asks ``fused_checks`` which
 checks may fail at all - one pass over every rank, one copy to the host - and runs the
@@ -52,7 +52,7 @@ def check_case(
     oracle: bool = True,
     fused: bool = True,
 ) -> list[checks.CheckResult]:
-    """Every contract check of DESIGN §2 on one launched case.
+    """Every contract check of docs/dcp-contract.md on one launched case.
 
     ``oracle=False`` (``--oracle off``) judges the kernel against its own DCP1 run alone,
     for a kernel whose encoding no oracle variant knows: the checks that compare with the

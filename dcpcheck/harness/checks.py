@@ -1,4 +1,4 @@
-"""The contract checks of DESIGN §2, each a small function returning a ``CheckResult``.
+"""The contract checks of docs/dcp-contract.md, each a small function returning a ``CheckResult``.
 
 Per rank (after one launch): ``outputs`` (1), ``topk``, ``cache_owned`` (2, the written
 entries), ``cache_foreign`` (2, nothing else in range changed), ``prefix_intact``,

@@ -2,7 +2,7 @@
 
 On a GPU, a cold run spends most of its time in Triton's compiler: one binary per
 specialization of each kernel, about 0.7 s each on an H200, one after the other as the
-cases first launch them (9.1 s for the gate's 13 binaries; BENCHMARKS.md). Triton compiles
+cases first launch them (9.1 s for the gate's 13 binaries, on an H200). Triton compiles
 on threads where asked (``AsyncCompileMode``, Triton >= 3.4), and a good part of its
 pipeline (LLVM, ``ptxas``) leaves the GIL: the same 13 binaries took 4.4 s on 16 threads.
 What it needs is the launches up front, which only the cases know. So before the named

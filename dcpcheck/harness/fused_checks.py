@@ -3,7 +3,7 @@
 The checks of ``checks`` and ``entry_checks`` walk rank by rank and field by field and
 word each finding: a DCP4 case took about 3,000 small device operations with them alone
 (about 1,500 with this pass first), each about 15 us of host time on a GPU, for well under
-a millisecond of GPU work (BENCHMARKS.md, harness overhead). Nearly every case passes,
+a millisecond of GPU work (``benchmarks/harness_overhead.py``). Nearly every case passes,
 and a passing case needs one bit per check. So :func:`suspect_checks` evaluates each
 check's own failure predicate once per field over all ranks stacked, on the device, and
 copies one flag per check to the host in a single transfer; the runner then runs a

@@ -3,7 +3,7 @@
 One buffer holds them all: taking the snapshot is one device copy and checking it one
 comparison. A tensor at a time (a clone, a comparison and a reduction per input), the
 launches of a DCP4 case and its baseline cost about 250 small device operations, a sixth
-of the case's (BENCHMARKS.md).
+of the case's (``benchmarks/harness_overhead.py``).
 """
 
 from __future__ import annotations

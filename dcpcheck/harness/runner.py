@@ -167,7 +167,7 @@ def effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object
 
     Precedence, first that names one: the run's ``--ds-mla-scale`` (``config``), the
     kernel's own declaration (:func:`declared_ds_mla_scale`), the scenario's
-    ``ds_mla_scale`` key, then DESIGN's default ``amax``. The option is the user's explicit
+    ``ds_mla_scale`` key, then the op document's default ``amax``. The option is the user's explicit
     ask for this run. A declaration is a fact of the kernel - a released vLLM kernel writes
     the rule its source writes (dcpcheck.kernels.releases), so the release is judged by its own
     rule on every scenario. A scenario's key (written to test a rule, or saved from a
@@ -480,7 +480,7 @@ def token_stream_case(
     config: RunConfig,
     backend: Backend,
 ) -> CaseResult:
-    """The end-to-end check (DESIGN §5) as one more case: the tiny MLA model's greedy
+    """The end-to-end check (docs/dcp-contract.md) as one more case: the tiny MLA model's greedy
     token streams at DCP1 and at the largest requested DCP size must hash identically."""
     if isinstance(kernel, CaseRunner):
         return kernel.run_token_streams(config)

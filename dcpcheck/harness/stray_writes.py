@@ -43,8 +43,8 @@ def changed_bytes_per_entry(
     """How many bytes of each entry (slot, guard entries included) differ from before.
 
     The MLA cache stores entries contiguously. The indexer packs a block as all its
-    fp8 rows first, then all its scales (DESIGN §2), so an entry's bytes sit in two places;
-    in the shuffled format a token's values are further cut into 16-byte pieces, one per
+    fp8 rows first, then all its scales (docs/fused-norm-rope.md), so an entry's bytes sit in two
+    places; in the shuffled format a token's values are further cut into 16-byte pieces, one per
     16 x 16 tile (``contract.INDEX_SHUFFLE_TILE``). Counted as sums over reshaped
     comparisons: finding every changed byte and binning it by entry costs far more on a
     GPU (the bytes of one entry all hit one counter). ``storage`` and ``initial`` are

@@ -5,7 +5,7 @@ Why a kernel: ``tolerances.out_of_tolerance`` is about fifteen elementwise passe
 (the bits widened to int64, ordered, subtracted, NaN-masked; with ``row_relative`` the
 rows again in fp32 and their maxima), each over a gathered copy of the rows and of the
 oracle's rows repeated per rank. At 65,536 tokens that took 10.4 ms of the H200's time
-per case for 0.3 ms of kernel under test (BENCHMARKS.md). Here each
+per case for 0.3 ms of kernel under test (``benchmarks/harness_overhead.py``). Here each
 element is read once, as its bits, and only a count leaves the device.
 
 The predicate is ``out_of_tolerance``'s, element for element: the distance in steps of

@@ -11,7 +11,7 @@ patterns (``tests/test_fp8_codes.py``), so the kernel's cache bytes do not depen
 backend. Where the kernel is compiled for a GPU that has that instruction (sm_89 and
 later), ``fp8_e4m3_codes`` is the instruction: the same bytes in fewer instructions (the
 fp8_ds_mla cache encodes 576 values a token; at 65,536 tokens on the H200 the instruction
-moved the kernel from 62% to 66-67% of HBM peak, BENCHMARKS.md). Elsewhere,
+moved the kernel from 62% to 66-67% of HBM peak, ``benchmarks/kernel_bandwidth.py``). Elsewhere,
 the interpreter included, it is the integer encoding.
 
 The UE8M0 exponent is likewise taken from the bits (``ceil(log2(r))`` is the exponent

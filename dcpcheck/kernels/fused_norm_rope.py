@@ -1,4 +1,4 @@
-"""The project's fused MLA norm + RoPE + cache-write kernel (DESIGN §2), in Triton.
+"""The project's fused MLA norm + RoPE + cache-write kernel (docs/fused-norm-rope.md), in Triton.
 
 This module is the kernel's arithmetic only; its host side (the buffer checks, tile sizes,
 grid and launch, and ``make_kernel``) is ``dcpcheck.kernels.launcher``.
@@ -20,9 +20,9 @@ sub-task ``FIRST_TASK + p % TASKS`` on the ``BLOCK_T`` tokens of block ``p // TA
 
 The sub-task varies fastest so that the programs a GPU holds at once mix the short,
 latency-bound indexer rows, the store-only top-k fill and the KV rows; as the slow axis
-the sub-tasks ran in phases, each using HBM badly in its own way (BENCHMARKS.md, seventh
-pass). A launch runs sub-tasks ``FIRST_TASK`` to ``LAST_TASK``; shared layers start at 2.
-Q is last so a large launch can run it apart (``launcher.GPU_Q_APART_FROM_TOKENS``): a
+the sub-tasks ran in phases, each using HBM badly in its own way (BENCHMARKS.md, "The
+kernel's bandwidth"). A launch runs sub-tasks ``FIRST_TASK`` to ``LAST_TASK``; shared layers start
+at 2. Q is last so a large launch can run it apart (``launcher.GPU_Q_APART_FROM_TOKENS``): a
 binary has one register count, its widest path's, and Q's is the widest. A one-sub-task
 launch resolves the dispatch at compile time; the same code runs on the same values.
 
@@ -146,8 +146,8 @@ DS_MLA_TILE_WIDTH = tl.constexpr(DS_MLA_TILE)
 DS_MLA_SCALES_OFFSET = tl.constexpr(contract.DS_MLA_SCALES_OFFSET)
 DS_MLA_ROPE_OFFSET = tl.constexpr(contract.DS_MLA_ROPE_OFFSET)
 INV_FP8_MAX = tl.constexpr(1.0 / FP8_E4M3_MAX)
-"""ds_mla tile scales *multiply* amax by 1/448 rounded to fp32 (DESIGN §2); dividing by
-448 differs in the last bit for some amax."""
+"""ds_mla tile scales *multiply* amax by 1/448 rounded to fp32 (docs/fused-norm-rope.md); dividing
+by 448 differs in the last bit for some amax."""
 FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
 """Floor of an ``amax``-rule ds_mla tile scale: an all-zero tile still gets a normal,
 nonzero scale."""

@@ -46,7 +46,7 @@ GPU_NUM_WARPS = 2
 """Warps per program on a GPU. A program's work is one row (at most 2,048 lanes), so few
 warps suffice, and more resident programs per multiprocessor keep more rows in flight:
 on the H200, 2 warps moved 56-68% of HBM peak at 65,536 tokens against 47-57% with
-Triton's default 4 and 31-39% with 8 (BENCHMARKS.md, ``kernel_bandwidth.py`` sweep);
+Triton's default 4 and 31-39% with 8 (``benchmarks/kernel_bandwidth.py --num-warps``);
 2 tokens per program gained at most one more point, so programs stay one token wide."""
 
 GPU_Q_APART_FROM_TOKENS = 32_768

@@ -5,8 +5,8 @@ Layout (vLLM 0.33.0): bytes [0, 256) hold the 512 NoPE values as e2m1, two per
 byte with the even element in the low nibble; [256, 320) the 64 RoPE values as unscaled
 e4m3; [320, 352) the 32 e4m3 tile scales, one per 16 NoPE values, tile ``s`` at byte
 ``8*(s & 3) + (s >> 2)``. A tile's scale is ``e4m3(max(amax / 6, 2^-9))`` rounded to
-nearest even, ``amax / 6`` a correctly rounded division (DESIGN's formula, the oracle's
-default ``"div"`` rule); the tile is divided by the scale as stored.
+nearest even, ``amax / 6`` a correctly rounded division (docs/fused-norm-rope.md's formula, the
+oracle's default ``"div"`` rule); the tile is divided by the scale as stored.
 
 Everything here is integer and comparison arithmetic (``fp8_codes``): the H200 has no fp4
 conversion instruction, and Triton's interpreter no trustworthy fp8 one, so the e2m1

@@ -123,7 +123,8 @@ class KernelVariant:
 
 
 DEFAULT_VARIANT = KernelVariant(
-    "default", "the project's fused norm + RoPE + cache-write Triton kernel (DESIGN §2)"
+    "default",
+    "the project's fused norm + RoPE + cache-write Triton kernel (docs/fused-norm-rope.md)",
 )
 
 REGRESSIONS: tuple[KernelVariant, ...] = (
@@ -139,7 +140,7 @@ REGRESSIONS: tuple[KernelVariant, ...] = (
         Mutation.KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT,
     ),
 )
-"""The two DCP bugs that shipped (DESIGN §1)."""
+"""The two DCP bugs that shipped (docs/dcp-contract.md)."""
 
 MUTANTS: tuple[KernelVariant, ...] = (
     *REGRESSIONS,

@@ -1,4 +1,4 @@
-"""Which rank owns which token's KV entry under Decode Context Parallelism (DESIGN §3).
+"""Which rank owns which token's KV entry under Decode Context Parallelism (docs/dcp-contract.md).
 
 DCP shards the paged KV cache of one attention layer across ``n`` ranks along the token
 axis. Every rank runs the fused kernel over the whole batch, but with its own slot
@@ -43,10 +43,10 @@ NO_OWNER = -1
 """``owner`` of a padding row: no rank stores it."""
 
 PADDING_POSITION = 1
-"""Position given to padding rows. Their outputs are unconstrained (DESIGN §2, contract 5),
+"""Position given to padding rows. Their outputs are unconstrained (docs/dcp-contract.md, item 5),
 but their position must still index the RoPE table, and it is kept off 0 because RoPE at
 position 0 is the identity: no row of a batch should sit where a skipped rotation is
-invisible (DESIGN §3, 'keep positions away from all-zero')."""
+invisible (docs/dcp-contract.md: positions stay away from 0)."""
 
 OWNED = 0
 FOREIGN = 1

@@ -26,8 +26,8 @@ generator seeds as ``seed * 1_000_003 + dcp_size``, which must fit in 64 bits.""
 
 BLOCK_SIZE_MAX = 1024
 """Largest ``block_size``. The block sizes kernels meet are powers of two up to a few
-hundred tokens (FlashMLA's is 64; DESIGN §3 draws 1..64), and every rank's cache carries
-two guard blocks on each side plus a partly used block per request, so the size of a block
+hundred tokens (FlashMLA's is 64; docs/dcp-contract.md draws 1 to 64), and every rank's cache
+carries two guard blocks on each side plus a partly used block per request, so the size of a block
 multiplies into every rank's cache: at 1024 tokens of 1,152 bytes (the widest MLA entry)
 the guard blocks alone are 4.5 MiB a rank, held twice (the pristine copy)."""
 

@@ -4,7 +4,7 @@ Why: in torch the draw is about eighteen elementwise passes over int32 and int64
 counter, the hash's shifts, masks, xors and products, the table index), each a kernel
 launch and a round trip through memory. A case draws eleven tensors: about 200 of the
 1,500 device operations of a 4,096-token DCP4 case, and 7.9 ms of the H200's time at
-65,536 tokens (BENCHMARKS.md). Here each value is hashed in
+65,536 tokens (``benchmarks/harness_overhead.py``). Here each value is hashed in
 registers and stored once.
 
 The arithmetic is ``seeded._hash32``'s, on int32 words that wrap the same way (Triton's

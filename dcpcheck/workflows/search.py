@@ -89,7 +89,8 @@ BATCHED_SCENARIOS_MAX = 32
 case's cost is mostly per launch and per check pass, not per token (about 1,500 small GPU
 kernels for under half a millisecond of GPU work; the interpreter pays per program), so
 many small scenarios cost little more than one: on 2 CPU cores, the ci profile's 100
-examples of 1,760 scenarios took 2.3x the time of 100 single scenarios (BENCHMARKS.md).
+examples of 1,760 scenarios took 2.3x the time of 100 single scenarios
+(``benchmarks/gate_wall_time.py``).
 Every member is as large as a scenario of the profile alone, and an example shrinks
 toward one scenario."""
 

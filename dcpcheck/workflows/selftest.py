@@ -66,7 +66,8 @@ INT32_ADDRESS_LIMIT = 2**31
 """A signed 32-bit byte offset wraps negative here."""
 
 OVERFLOW_BLOCK_SIZE = 64
-"""Block size of the GPU-sized case: the largest DESIGN §3 names, so the fewest blocks."""
+"""Block size of the GPU-sized case: the largest docs/dcp-contract.md names, so the fewest
+blocks."""
 
 OVERFLOW_FIRST_BLOCK = math.ceil(INT32_ADDRESS_LIMIT / (DS_MLA_ENTRY_BYTES * OVERFLOW_BLOCK_SIZE))
 """51,151: the first block whose first fp8_ds_mla entry starts past 2^31 bytes (slot

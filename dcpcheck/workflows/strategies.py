@@ -15,7 +15,8 @@ simplest *meaningful* one. The top-level ``scenarios`` tries ``all_negative_rank
 first, whose minimum is one request with one decode token at position 1 under DCP2
 (rank 0 owns nothing), block size 16, interleave 1, bf16, auto cache, sharded indexer,
 normal values, seed 0: the case the PR 50005 / 54908 bugs break. Position 1, not 0: RoPE
-at position 0 is the identity, so a skipped rotation would be invisible there (DESIGN §3).
+at position 0 is the identity, so a skipped rotation would be invisible there
+(docs/dcp-contract.md).
 
 Sizes are bounded by a ``SearchSpace``; on the CPU (Triton's interpreter) keep batches to
 a handful of tokens.
@@ -42,10 +43,11 @@ from dcpcheck.spec.dcp import Batch, Request
 from dcpcheck.spec.scenario import BLOCK_TABLE_MODES, INDEXER_MODES, VALUE_REGIMES, Scenario
 
 MAX_DCP_SIZE = 8
-"""Largest DCP size drawn when ``--dcp`` does not fix them (DESIGN §3: n in 1..8)."""
+"""Largest DCP size drawn when ``--dcp`` does not fix them (docs/dcp-contract.md: n from 1 to 8)."""
 
 BLOCK_SIZES = (16, 1, 2, 4, 8, 32, 64)
-"""Block sizes drawn (DESIGN §3: 1..64); 16 first, so shrinking settles on the usual one."""
+"""Block sizes drawn (docs/dcp-contract.md: 1 to 64); 16 first, so shrinking settles on the usual
+one."""
 
 FP8_SCALES = (0.3, 1.0, 0.0625)
 """Per-tensor fp8 scales drawn: the golden vectors' 0.3 first, then a power of two at each
