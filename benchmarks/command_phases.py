@@ -28,8 +28,7 @@ import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import dcpcheck.cli as cli  # noqa: E402
-from dcpcheck.harness import session  # noqa: E402
-from dcpcheck.workflows import search  # noqa: E402
+from dcpcheck.workflows import search, session  # noqa: E402
 
 
 def say(label: str, seconds: float | None = None) -> None:

@@ -43,7 +43,7 @@ Their scenarios join those of ``--dcpcheck-scenario-dir`` under the same pattern
 and checks; a name defined twice is an error. One declarative place, because a scenario
 is data: a repository adds a file, not a test function.
 
-Items run through the CLI's session API (``dcpcheck.harness.session.Session``): the same
+Items run through the CLI's session API (``dcpcheck.workflows.session.Session``): the same
 cases, judged by the same function, and a failing case saved as ``dcpcheck run`` saves it.
 
 Outcomes. A case fails with the CLI's text: one ``checks.format_finding`` line per finding,
@@ -82,8 +82,8 @@ import pytest
 if TYPE_CHECKING:
     from dcpcheck.backend import Backend
     from dcpcheck.harness.runner import CaseResult
-    from dcpcheck.harness.session import Session
     from dcpcheck.spec.scenario import Scenario
+    from dcpcheck.workflows.session import Session
 
 COLLECTOR_NAME = "dcpcheck"
 """Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
@@ -379,11 +379,11 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     from dcpcheck.harness.runner import RunConfig
-    from dcpcheck.harness.session import Session
     from dcpcheck.kernels.loading import KernelLoadError, canonical_spec, load_kernel
     from dcpcheck.spec import cost
     from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
     from dcpcheck.workflows.search import default_home
+    from dcpcheck.workflows.session import Session
 
     dcp_text = config.getoption("dcpcheck_dcp")
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None

@@ -40,20 +40,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dcpcheck.e2e",),
     # one case, judged once (judge()), in this process or in an isolated worker
     ("dcpcheck.harness",),
-    # property search, selftest, bisect: many cases, through the harness
+    # a run's session, property search, selftest, bisect: many cases, through the harness
     ("dcpcheck.workflows",),
     # JSON/JUnit reports, ownership maps, the console
     ("dcpcheck.output",),
-    # a run's session: the library call the CLI and the pytest plugin both make
-    ("dcpcheck.harness.session",),
     # real ranks over torch.distributed, judged through the harness
     ("dcpcheck.distributed",),
-    # the edges: click commands, the pytest plugin, the ``-m`` entry points
+    # the edges: click commands, the pytest plugin, the ``-m`` entry point
     (
         "dcpcheck.cli",
         "dcpcheck.pytest_plugin",
         "dcpcheck.__main__",
-        "dcpcheck.distributed.__main__",
     ),
 )
 
@@ -127,6 +124,19 @@ def project_imports(module: str) -> set[str]:
 
 
 GRAPH = {module: project_imports(module) for module in MODULES}
+
+
+def test_layers_are_whole_packages():
+    """A layer names packages (or modules at the root of ``dcpcheck``), never one module
+    inside a package: a package's modules share its layer, so the order holds between
+    packages, with no module excepted."""
+    for prefixes in LAYERS:
+        for prefix in prefixes:
+            path = REPO / Path(*prefix.split("."))
+            inside_a_package = prefix.count(".") >= 2 or (
+                prefix.count(".") == 1 and prefix.split(".")[0] == "reference"
+            )
+            assert path.is_dir() or not inside_a_package, f"{prefix} is a module in a package"
 
 
 def test_every_module_has_a_layer():

@@ -1,9 +1,9 @@
 """Real ranks (``dcpcheck.distributed``): one DCP rank per process over gloo, against the
 simulated mode.
 
-Each test launches its ranks with ``launcher.launch`` (``python -m dcpcheck.distributed``
-per rank, rendezvous on the loopback) and compares what rank 0 reports with the simulated
-mode run in this process. This process is single-threaded (conftest) and so is every rank,
+Each test launches its ranks with ``launcher.launch`` (``python -m dcpcheck`` in torchrun's
+environment per rank, rendezvous on the loopback) and compares what rank 0 reports with the
+simulated mode run in this process. This process is single-threaded (conftest) and so is every rank,
 so fp32 reductions round alike on both sides: reports and token digests must be identical,
 not merely agree in verdict. The kernels here are fixtures the ranks import by name
 (``tests.test_distributed:...``): they crash or hang one rank to show how the run ends.

@@ -18,12 +18,13 @@ import pytest
 import torch
 
 from dcpcheck import pytest_plugin
-from dcpcheck.harness import runner, session
+from dcpcheck.harness import runner
 from dcpcheck.harness.checks import CheckResult, Finding
 from dcpcheck.harness.runner import CaseResult
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.pytest_plugin import verdict_of
 from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.workflows import session
 from tests.conftest import BACKEND
 
 pytest_plugins = ["pytester"]

@@ -1,4 +1,4 @@
-"""A run's session (``dcpcheck.harness.session``) as the CLI drives it: what the reports say
+"""A run's session (``dcpcheck.workflows.session``) as the CLI drives it: what the reports say
 when dcpcheck itself breaks mid-run, and what they record of a property search."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from dcpcheck.backend import current_backend
 from dcpcheck.cli import cli
 from dcpcheck.e2e import token_streams
-from dcpcheck.harness import fused_checks, isolation, isolation_worker, runner, session
+from dcpcheck.harness import fused_checks, isolation, isolation_worker, runner
+from dcpcheck.workflows import session
 
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
 

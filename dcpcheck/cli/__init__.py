@@ -1,4 +1,4 @@
-"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.harness.session``,
+"""The ``dcpcheck`` command line: a thin layer over ``dcpcheck.workflows.session``,
 ``dcpcheck.workflows`` and friends, one module per command (``run`` and ``repro`` share
 one; ``ranks`` is what one process of a real-rank run executes). ``common`` holds the help
 text with the exit codes, the shared options and the errors that become them."""

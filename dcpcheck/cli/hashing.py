@@ -207,7 +207,7 @@ def streams_json(
     the CPU computed. ``hash_of`` states how tokens become bytes, so a reader can check
     every digest with any SHA256 tool. ``comparison`` is ``None`` when the kernel raised
     (``error`` says how): the report is still written, so no earlier one is left in place.
-    Top-level keys a superset of ``dcpcheck.distributed hash --json``'s.
+    Top-level keys a superset of ``hash --json`` of a real-rank run's.
     """
     streams: list[dict] = []
     divergence = None

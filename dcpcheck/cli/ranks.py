@@ -1,5 +1,6 @@
-"""The commands one rank runs (``python -m dcpcheck.distributed {run,hash} ...``, under
-torchrun or the launcher): click options onto ``dcpcheck.distributed.ranks``; rank 0
+"""The commands one rank runs (``python -m dcpcheck {run,hash} ...`` in a rank's
+environment, under torchrun or the launcher; ``dcpcheck.cli.main`` hands them here): click
+options onto ``dcpcheck.distributed.ranks``; rank 0
 prints and writes the reports.
 """
 
@@ -31,9 +32,10 @@ from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
 from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
 from dcpcheck.harness.runner import KernelError, RunConfig, declared_ds_mla_scale
-from dcpcheck.harness.session import ReportNotWritten, RunOutcome, write_reports
 from dcpcheck.output import console
+from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.spec.scenario import ScenarioError, load_scenarios
+from dcpcheck.workflows.session import RunOutcome
 
 
 def _rank_options(function: Callable) -> Callable:
@@ -265,8 +267,8 @@ def _exit_code(argv: Sequence[str] | None, progress: Progress) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m dcpcheck.distributed {run,hash} ...`` as one rank (torchrun's variables
-    or :func:`launch`'s). The last heartbeat carries the exit code, so the launcher can tell
+    """``python -m dcpcheck {run,hash} ...`` as one rank (in torchrun's environment or
+    :func:`launch`'s). The last heartbeat carries the exit code, so the launcher can tell
     a rank that ended by itself from one that died."""
     progress = Progress.from_environment()
     code = _exit_code(argv, progress)

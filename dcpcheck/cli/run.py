@@ -51,19 +51,13 @@ from dcpcheck.harness.runner import (
     KernelUnderTest,
     RunConfig,
 )
-from dcpcheck.harness.session import (
-    ReportNotWritten,
-    RunOutcome,
-    RunPlan,
-    Session,
-    run_session,
-    write_reports,
-)
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
+from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.spec.limits import SEED_MAX
 from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario
 from dcpcheck.workflows import search
+from dcpcheck.workflows.session import RunOutcome, RunPlan, Session, run_session
 
 
 @contextlib.contextmanager
@@ -397,7 +391,7 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
 
 
 def _write_reports(results, config, backend, paths, partial, searched, judged) -> None:
-    """Both reports (``session.write_reports``) at ``paths`` (JSON, JUnit). Their paths
+    """Both reports (``report.write_reports``) at ``paths`` (JSON, JUnit). Their paths
     were tried before any work, so failing now means the disk changed under the run (full,
     unmounted): one line, exit 2."""
     options = {"partial": partial, "searched": searched, "kernel_files": judged}

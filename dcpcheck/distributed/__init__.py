@@ -14,8 +14,8 @@ merges decode attention across processes with all-gathers (``dcpcheck.distribute
 
 Three ways in:
 
-* ``torchrun --nproc-per-node N -m dcpcheck.distributed run ...`` (or ``hash``; the
-  commands are ``dcpcheck.cli.ranks``): torchrun
+* ``torchrun --nproc-per-node N -m dcpcheck run ...`` (or ``hash``; in a rank's
+  environment ``dcpcheck.cli.main`` hands the command to ``dcpcheck.cli.ranks``): torchrun
   sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
 * :func:`launch`: spawns the N processes itself with that same environment (rendezvous on
   127.0.0.1, a free port), watches them and stops them all when one fails;

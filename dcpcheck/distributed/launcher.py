@@ -1,4 +1,4 @@
-"""The launcher: start N ranks of ``python -m dcpcheck.distributed`` on this machine, watch
+"""The launcher: start N ranks of ``python -m dcpcheck`` on this machine, watch
 their heartbeats and exit statuses, and stop them all (naming the rank at fault) when one
 dies or the group stops making progress.
 """
@@ -186,7 +186,7 @@ def _stop(workers: Sequence[_Worker], deadline_s: float = EXIT_GRACE_S) -> list[
 
 
 def launch(n: int, argv: Sequence[str], timeout: float = DEFAULT_RANK_TIMEOUT_S) -> int:
-    """Run ``python -m dcpcheck.distributed ARGV`` as ``n`` ranks on this machine and return
+    """Run ``python -m dcpcheck ARGV`` as ``n`` ranks on this machine and return
     the run's exit code: rank 0's when every rank ends by itself, ``EXIT_FAIL`` when a rank
     died or hung (named on stderr).
 
@@ -196,7 +196,7 @@ def launch(n: int, argv: Sequence[str], timeout: float = DEFAULT_RANK_TIMEOUT_S)
     """
     if n < 1:
         raise DistributedUsageError(f"a group needs at least one rank, got {n}")
-    command = [sys.executable, "-m", "dcpcheck.distributed", *argv, "--rank-timeout", str(timeout)]
+    command = [sys.executable, "-m", "dcpcheck", *argv, "--rank-timeout", str(timeout)]
     port = _free_port()
     workers: list[_Worker] = []
     with tempfile.TemporaryDirectory(prefix="dcpcheck-ranks-") as heartbeats:

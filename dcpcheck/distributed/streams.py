@@ -163,8 +163,8 @@ def streams_to_json(
     backend: str,
     kernel_files: Sequence[JudgedFile] = (),
 ) -> str:
-    """Every digest of a comparison, in full, and its verdict (``dcpcheck.distributed hash
-    --json``); deterministic like ``dcpcheck.output.report``: sorted keys, no times; the
+    """Every digest of a comparison, in full, and its verdict (``hash --json`` of a real-rank
+    run); deterministic like ``dcpcheck.output.report``: sorted keys, no times; the
     kernel's files with their SHA256 as the run reports name them."""
     c = comparison.config
     divergence = comparison.first_divergence

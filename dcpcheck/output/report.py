@@ -1,8 +1,8 @@
 """Machine-readable reports: JSON and JUnit XML, written atomically and deterministically.
 
 Same inputs and seed give the same bytes: no timestamps, no wall times, sorted keys.
-A report is written to a temporary file beside its target and renamed over it, so a
-reader (CI, a crashed run's post-mortem) never sees half a file.
+:func:`write_reports` writes both through ``files.write_atomic``: a regular file is
+replaced by a rename, so a reader (CI, a crashed run's post-mortem) never sees half a file.
 
 Both name every file the judged kernel's code comes from with its SHA256 (JSON
 ``"kernel_files"``, a JUnit ``kernel_file`` suite property each: ``SHA256  PATH``), so a
@@ -20,10 +20,12 @@ import json
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 
-from dcpcheck import __version__
+from dcpcheck import __version__, files
+from dcpcheck.backend import Backend
 from dcpcheck.harness.checks import format_finding
-from dcpcheck.harness.runner import STATUSES, CaseResult
+from dcpcheck.harness.runner import STATUSES, CaseResult, RunConfig
 from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.workflows import search
 
@@ -190,3 +192,51 @@ def to_junit(
         ET.SubElement(properties, "property", name="partial", value="true")
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_reports(
+    results: Sequence[CaseResult],
+    config: RunConfig,
+    backend: Backend,
+    json_path: Path | None,
+    junit_path: Path | None,
+    *,
+    partial: bool,
+    searched: Search | None = None,
+    kernel_files: Sequence[JudgedFile] = (),
+) -> None:
+    """Both reports (``files.write_atomic``), naming ``kernel_files`` (what the
+    kernel's code was read from); :class:`ReportNotWritten` if a path cannot be written."""
+    backend_name = "interpreter" if backend.interpreted else "cuda"
+    reports = []
+    if json_path is not None:
+        text = to_json(
+            list(results),
+            kernel=config.kernel_name,
+            backend=backend_name,
+            partial=partial,
+            oracle=config.oracle,
+            searched=searched,
+            kernel_files=kernel_files,
+        )
+        reports.append((json_path, text))
+    if junit_path is not None:
+        text = to_junit(
+            list(results),
+            kernel=config.kernel_name,
+            partial=partial,
+            oracle=config.oracle,
+            searched=searched,
+            kernel_files=kernel_files,
+        )
+        reports.append((junit_path, text))
+    for path, text in reports:
+        try:
+            files.write_atomic(path, text)
+        except OSError as exc:
+            raise ReportNotWritten(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
+class ReportNotWritten(Exception):
+    """A report path that could be written when the run began cannot be now (the disk
+    filled up, a mount went away): one line naming the path and the reason."""

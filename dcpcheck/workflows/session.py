@@ -13,11 +13,10 @@ what a single case does not know:
   Ctrl-C or SIGTERM anywhere ends it with what ran marked ``partial``; an internal error of
   dcpcheck itself ends it with an error record (:data:`INTERNAL_ERROR_CASE`), so a report
   of a run that broke never reads as a clean one.
-* :func:`write_reports` writes the JSON and JUnit reports atomically, the search's
-  shrunk failure replay among the cases.
 
 The pytest plugin calls :meth:`Session.case` and :meth:`Session.token_streams` per item;
-the CLI calls :func:`run_session`; both get the same saving and the same verdicts.
+the CLI calls :func:`run_session`, then writes the reports (``output.report.write_reports``);
+both get the same saving and the same verdicts.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.harness.compile_ahead import compile_ahead
@@ -42,8 +40,6 @@ from dcpcheck.harness.runner import (
     token_stream_case,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.kernels.loading import JudgedFile
-from dcpcheck.output import report
 from dcpcheck.spec.scenario import Scenario
 from dcpcheck.workflows import search
 
@@ -244,51 +240,3 @@ def run_session(
         outcome.internal_error = internal_error_record(exc)
         outcome.internal_traceback = traceback.format_exc()
     return outcome
-
-
-def write_reports(
-    results: Sequence[CaseResult],
-    config: RunConfig,
-    backend: Backend,
-    json_path: Path | None,
-    junit_path: Path | None,
-    *,
-    partial: bool,
-    searched: report.Search | None = None,
-    kernel_files: Sequence[JudgedFile] = (),
-) -> None:
-    """Both reports (``files.write_atomic``), naming ``kernel_files`` (what the
-    kernel's code was read from); :class:`ReportNotWritten` if a path cannot be written."""
-    backend_name = "interpreter" if backend.interpreted else "cuda"
-    reports = []
-    if json_path is not None:
-        text = report.to_json(
-            list(results),
-            kernel=config.kernel_name,
-            backend=backend_name,
-            partial=partial,
-            oracle=config.oracle,
-            searched=searched,
-            kernel_files=kernel_files,
-        )
-        reports.append((json_path, text))
-    if junit_path is not None:
-        text = report.to_junit(
-            list(results),
-            kernel=config.kernel_name,
-            partial=partial,
-            oracle=config.oracle,
-            searched=searched,
-            kernel_files=kernel_files,
-        )
-        reports.append((junit_path, text))
-    for path, text in reports:
-        try:
-            files.write_atomic(path, text)
-        except OSError as exc:
-            raise ReportNotWritten(f"{path}: cannot write the report: {exc.strerror}") from None
-
-
-class ReportNotWritten(Exception):
-    """A report path that could be written when the run began cannot be now (the disk
-    filled up, a mount went away): one line naming the path and the reason."""
