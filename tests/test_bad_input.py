@@ -181,6 +181,19 @@ BAD_INPUTS: dict[str, BadInput] = {
     "sanitize with the property search": BadInput(
         ("run", "--sanitize", "racecheck", "--property-only"), 2, "--sanitize runs named"
     ),
+    "hash seed out of range": BadInput(
+        ("hash", "--seed", str(SEED_MAX + 1)), 2, "Invalid value for '--seed'"
+    ),
+    "bisect seed negative": BadInput(
+        ("bisect", "--releases", "0.28.0,0.29.0", "--seed", "-1"),
+        2,
+        "Invalid value for '--seed'",
+    ),
+    "bisect DCP size zero": BadInput(
+        ("bisect", "--releases", "0.28.0,0.29.0", "--dcp", "0"),
+        2,
+        "--dcp: DCP size must be >= 1, got 0",
+    ),
     "home that is a file": BadInput(
         ("run", "--home", "{tmp}/home", "--scenario", NAME, "--no-tokens"),
         2,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from dcpcheck.cli.common import InputError, device_option, parse_dcp_sizes
+from dcpcheck.cli.common import InputError, dcp_option, device_option, seed_option
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.output.console import out
 from dcpcheck.workflows import bisection
@@ -63,8 +63,8 @@ from dcpcheck.workflows import bisection
     help="Scenarios to check each revision with (default: all; a few small ones "
     "keep each step to seconds).",
 )
-@click.option("--dcp", "dcp_text", default=None, metavar="N[,N...]", help="DCP sizes.")
-@click.option("--seed", type=int, default=None, help="Value seed override.")
+@dcp_option("DCP sizes every revision is checked at (default: each scenario's own).")
+@seed_option("Override every scenario's value seed (as `dcpcheck run --seed`).")
 @device_option
 @click.option(
     "--scenario-dir",
@@ -102,8 +102,6 @@ def bisect_command(
 
     With --releases, bisect published vLLM releases instead (--find first-fixed names the
     release that fixed a failure)."""
-    if dcp_text is not None:
-        parse_dcp_sizes(dcp_text)
     options = bisection.RunOptions(
         scenarios=tuple(patterns),
         dcp=dcp_text,

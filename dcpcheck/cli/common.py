@@ -29,7 +29,7 @@ from dcpcheck.kernels.loading import (
 )
 from dcpcheck.output.console import err
 from dcpcheck.spec import dcp
-from dcpcheck.spec.limits import DCP_SIZE_MAX
+from dcpcheck.spec.limits import DCP_SIZE_MAX, SEED_MAX
 from dcpcheck.spec.scenario import SCENARIO_DIR
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
@@ -104,6 +104,40 @@ def parse_dcp_sizes(text: str) -> tuple[int, ...]:
         return dcp.parse_dcp_sizes(text, DCP_SIZE_MAX)
     except ValueError as exc:
         raise InputError(f"--dcp: {exc}") from None
+
+
+def _checked_dcp(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        parse_dcp_sizes(value)
+    return value
+
+
+def dcp_option(help_text: str, default: str | None = None, metavar: str = "N[,N...]"):
+    """``--dcp`` of every command, checked as it is read (``parse_dcp_sizes``: exit 2 for a
+    size outside 1..DCP_SIZE_MAX, before any other option is acted on). The command keeps
+    the text as given, which its replay lines, a real-rank run's ranks and a bisection's
+    steps pass on."""
+    return click.option(
+        "--dcp",
+        "dcp_text",
+        default=default,
+        show_default=default is not None,
+        metavar=metavar,
+        callback=_checked_dcp,
+        help=help_text,
+    )
+
+
+def seed_option(help_text: str, default: int | None = None):
+    """``--seed`` of every command: a value seed within the scenario files' own limit
+    (``limits.SEED_MAX``), so a seed any command takes is one a saved case can replay."""
+    return click.option(
+        "--seed",
+        type=click.IntRange(0, SEED_MAX),
+        default=default,
+        show_default=default is not None,
+        help=help_text,
+    )
 
 
 device_option = click.option(

@@ -16,12 +16,14 @@ from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
     adapter_option,
+    dcp_option,
     device_option,
     kernel_files,
     kernel_option_with,
     load,
     open_backend,
     parse_dcp_sizes,
+    seed_option,
 )
 from dcpcheck.contract import CacheLayout
 from dcpcheck.e2e.token_streams import (
@@ -64,9 +66,7 @@ STREAM_OPTIONS = (
         help="Model widths: a preset name (default: small-neox on the CPU, deepseek-v3.2 on "
         "a GPU).",
     ),
-    click.option(
-        "--seed", type=int, default=0, show_default=True, help="Weights, prompts and cache bytes."
-    ),
+    seed_option("Weights, prompts and cache bytes.", default=0),
 )
 """The token-stream model's options, ``hash_config``'s arguments (``stream_options``)."""
 
@@ -80,14 +80,7 @@ def stream_options(command):
 
 
 @click.command("hash")
-@click.option(
-    "--dcp",
-    "dcp_text",
-    default="1,4",
-    show_default=True,
-    metavar="N[,N...]",
-    help="DCP sizes to generate at (DCP1 always runs as the baseline).",
-)
+@dcp_option("DCP sizes to generate at (DCP1 always runs as the baseline).", default="1,4")
 @kernel_option_with("The kernel under test (as for `dcpcheck run --kernel`).")
 @stream_options
 @device_option

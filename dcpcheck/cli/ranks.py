@@ -97,16 +97,12 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
 
 
 @commands.command("run")
-@click.option(
-    "--dcp",
-    "dcp_text",
-    default=None,
-    metavar="N[,N]",
-    help="The world size, and 1 for a DCP1 case (default: the world size).",
+@common.dcp_option(
+    "The world size, and 1 for a DCP1 case (default: the world size).", metavar="N[,N]"
 )
 @common.scenario_option
 @common.scenario_dir_option
-@click.option("--seed", type=int, default=None, help="Override every scenario's value seed.")
+@common.seed_option("Override every scenario's value seed.")
 @common.json_option
 @common.junit_option
 @common.no_tokens_option
@@ -179,12 +175,8 @@ def run_command(
 
 
 @commands.command("hash")
-@click.option(
-    "--dcp",
-    "dcp_text",
-    default=None,
-    metavar="N[,N]",
-    help="The world size, and 1 (DCP1 always runs as the baseline, on rank 0).",
+@common.dcp_option(
+    "The world size, and 1 (DCP1 always runs as the baseline, on rank 0).", metavar="N[,N]"
 )
 @stream_options
 @click.option(

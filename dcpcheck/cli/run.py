@@ -18,6 +18,7 @@ from dcpcheck.cli.common import (
     Interrupted,
     adapter_option,
     announce_oracle,
+    dcp_option,
     device_for_checks,
     device_option,
     ds_mla_scale_option,
@@ -34,6 +35,7 @@ from dcpcheck.cli.common import (
     parse_dcp_sizes,
     scenario_dir_option,
     scenario_option,
+    seed_option,
     stop_reason,
 )
 from dcpcheck.cli.kernel_process import (
@@ -54,7 +56,6 @@ from dcpcheck.harness.runner import (
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.spec.limits import SEED_MAX
 from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario
 from dcpcheck.workflows import search
 from dcpcheck.workflows.session import RunOutcome, RunPlan, Session, run_session
@@ -95,24 +96,17 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 
 
 @click.command("run", epilog=HELP.split("\n\n", 1)[1])
-@click.option(
-    "--dcp",
-    "dcp_text",
-    default=None,
-    metavar="N[,N...]",
-    help="DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
-    "DCP1 always runs as the baseline for the cross-rank checks.",
+@dcp_option(
+    "DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
+    "DCP1 always runs as the baseline for the cross-rank checks."
 )
 @kernel_option
 @scenario_option
 @scenario_dir_option
-@click.option(
-    "--seed",
-    type=click.IntRange(0, SEED_MAX),
-    default=None,
-    help="Override every scenario's value seed (explores new values). For the property "
+@seed_option(
+    "Override every scenario's value seed (explores new values). For the property "
     "search: Hypothesis's seed, so it draws other scenarios (default: a fixed seed, the "
-    "same scenarios on every run).",
+    "same scenarios on every run)."
 )
 @click.option(
     "--examples",
@@ -404,19 +398,8 @@ def _write_reports(results, config, backend, paths, partial, searched, judged) -
 @click.command("repro")
 @click.argument("file", type=click.Path(path_type=Path))
 @kernel_option_with("The kernel to replay it on (as for `dcpcheck run --kernel`).")
-@click.option(
-    "--dcp",
-    "dcp_text",
-    default=None,
-    metavar="N[,N...]",
-    help="DCP sizes to simulate instead of the file's own.",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(0, SEED_MAX),
-    default=None,
-    help="Value seed instead of the file's own (as `dcpcheck run --seed`).",
-)
+@dcp_option("DCP sizes to simulate instead of the file's own.")
+@seed_option("Value seed instead of the file's own (as `dcpcheck run --seed`).")
 @device_option
 @adapter_option
 @ds_mla_scale_option
