@@ -168,6 +168,15 @@ def test_bisect_refuses_ranges_it_cannot_walk(history, good, bad, message):
         bisect(repo, KERNEL, good, bad, "fused", DECODE_DCP4)
 
 
+def test_an_old_end_that_cannot_be_judged_is_said_so(history, verdicts):
+    repo, commits = history
+    verdicts.update({n: Verdict.SKIP if n == 0 else Verdict.GOOD for n in commits})
+    result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
+    assert result.nothing_to_find
+    said = "could not be judged (fake skip): nothing to find"
+    assert any(said in line for line in render(result))
+
+
 # -- bisecting releases: the list is checked before any run ----------------------------
 
 PUBLISHED = ["0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]

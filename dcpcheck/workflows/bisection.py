@@ -530,7 +530,12 @@ def render(result: BisectResult) -> list[str]:
             f"{result.good} is {result.old_end.verdict.value}, {result.bad} is "
             f"{newest.verdict.value}"
         )
-        if result.old_end.verdict.value == new and newest.verdict.value == old:
+        if result.old_end.verdict is Verdict.SKIP:
+            lines.append(
+                f"{result.bad} is {newest.verdict.value}, as the old end is taken to be, and "
+                f"{result.good} could not be judged ({result.old_end.detail}): nothing to find"
+            )
+        elif result.old_end.verdict.value == new and newest.verdict.value == old:
             if result.find is None:
                 hint = "the --bad revision passes where --good fails"
             else:
