@@ -29,10 +29,13 @@ class Backend:
     """How often the interpreter patches ``triton.language`` (dcpcheck.interpreter_calls)."""
     dtype_paths: str = field(default="", compare=False)
     """Whether the interpreter's bf16 casts take the fast path (dcpcheck.interpreter_dtypes)."""
+    masks: str = field(default="", compare=False)
+    """How the interpreter reads integer masks (dcpcheck.interpreter_masks)."""
 
     def describe(self) -> str:
         if self.interpreted:
-            notes = [n for n in (self.fp8_cast, self.language_patch, self.dtype_paths) if n]
+            notes = (self.fp8_cast, self.language_patch, self.dtype_paths, self.masks)
+            notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)
             return f"cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use{note})"
         return f"{self.device} ({torch.cuda.get_device_name(self.device)})"
@@ -47,6 +50,7 @@ KERNEL_MODULES = (
     "dcpcheck.kernels.launch_checks",
     "dcpcheck.harness.tolerance_kernel",
     "dcpcheck.spec.seeded_kernel",
+    "dcpcheck.ops.slot_mapping.kernel",
 )
 """The project's kernel modules: once one is imported, its ``@triton.jit`` functions are
 defined, compiled or interpreted for good (the registry and the loaders define none)."""
@@ -87,12 +91,14 @@ def select_backend(device: str = "auto") -> Backend:
         from dcpcheck.interpreter_calls import install_language_patch_once
         from dcpcheck.interpreter_dtypes import install_dtype_fast_paths
         from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
+        from dcpcheck.interpreter_masks import install_boolean_masks
 
         chosen = replace(
             chosen,
             fp8_cast=install_fp8_cast_correction().summary(),
             language_patch=install_language_patch_once(),
             dtype_paths=install_dtype_fast_paths(),
+            masks=install_boolean_masks(),
         )
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.interpreter_fp8",
         "dcpcheck.interpreter_calls",
         "dcpcheck.interpreter_dtypes",
+        "dcpcheck.interpreter_masks",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
     ),
@@ -36,6 +37,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dcpcheck.adapters",),
     # the project's kernel, its variants, and loading any --kernel
     ("dcpcheck.kernels",),
+    # the other ops, one package each: protocol and the project's kernel
+    ("dcpcheck.ops",),
     # the tiny MLA model and its token streams
     ("dcpcheck.e2e",),
     # one case, judged once (judge()), in this process or in an isolated worker

@@ -1,0 +1,66 @@
+"""The slot-mapping op's protocol: ``kernel(inputs, slot_mappings) -> None``.
+
+The kernel writes ``slot_mappings`` (``[groups, max_num_tokens]`` int64, owned by the
+caller) and reads ``inputs``, which it must leave as they are. The batch layout is the one
+vLLM's model runners build on the device, as one set of tensors per step:
+
+* ``query_start_loc`` (int32, ``[requests + 1]``): request ``i`` owns rows
+  ``query_start_loc[i] .. query_start_loc[i + 1]``; the rows after the last request, up to
+  ``max_num_tokens``, are padding (CUDA graphs run a fixed number of rows);
+* ``positions`` (int64, ``[max_num_tokens]``): each row's position in its sequence;
+* ``idx_mapping`` (int32, ``[requests]``): each request's row in the block tables, ``-1``
+  for a request that owns no blocks (its rows are padding);
+* ``block_tables`` (int32, ``[groups, table rows, max blocks]``): one table per cache
+  group, each group with its own ``block_sizes`` entry and ``sharded`` flag (a replicated
+  group stores every token on every rank, at its global slot).
+
+What every slot must be is ``reference.slot_mapping.slot_mappings``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+PAD_SLOT = -1
+"""The slot of a row with no cache entry on this rank (another rank's token, padding)."""
+
+
+@dataclass(frozen=True)
+class SlotMappingInputs:
+    """One rank's inputs of the slot-mapping op (module docstring)."""
+
+    query_start_loc: torch.Tensor
+    positions: torch.Tensor
+    idx_mapping: torch.Tensor
+    block_tables: torch.Tensor
+    block_sizes: tuple[int, ...]
+    sharded: tuple[bool, ...]
+    dcp_size: int
+    dcp_rank: int
+    interleave: int
+
+    def __post_init__(self) -> None:
+        groups = self.block_tables.shape[0]
+        if not len(self.block_sizes) == len(self.sharded) == groups:
+            raise ValueError(
+                f"{groups} block tables but {len(self.block_sizes)} block sizes and "
+                f"{len(self.sharded)} sharded flags"
+            )
+        if not 0 <= self.dcp_rank < self.dcp_size:
+            raise ValueError(f"dcp_rank {self.dcp_rank} outside 0..{self.dcp_size - 1}")
+        if any(size % self.interleave for size in self.block_sizes):
+            raise ValueError(
+                f"every block size must be a multiple of the interleave {self.interleave}, "
+                f"got {self.block_sizes}"
+            )
+
+    @property
+    def num_requests(self) -> int:
+        return self.idx_mapping.shape[0]
+
+
+SlotMappingKernel = Callable[[SlotMappingInputs, torch.Tensor], None]
+"""``kernel(inputs, slot_mappings)``: writes every row of every group of ``slot_mappings``."""

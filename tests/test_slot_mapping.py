@@ -1,0 +1,222 @@
+"""The slot-mapping op: its oracle (``reference.slot_mapping``) against the layout the fused
+op's cases are built from (``dcpcheck.spec.dcp``), and the project's Triton kernel
+(``dcpcheck.ops.slot_mapping.kernel``) against the oracle, slot for slot, on batches
+Hypothesis draws: several cache groups with their own block sizes, sharded and replicated,
+DCP 1 to 8, interleaves, prefixes, padding rows and requests that own no blocks.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
+from dcpcheck.spec.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
+from reference import slot_mapping as oracle
+from tests.conftest import BACKEND
+
+POISON = 7_777_777
+"""What the output holds before a launch: a row left so was never written."""
+
+GUARD_COLUMNS = 16
+"""Columns past ``max_num_tokens`` in the output's storage, which no launch may touch."""
+
+
+def _batch_inputs(
+    batch: Batch, tables: list[torch.Tensor], block_sizes, sharded, dcp_size, rank, interleave
+) -> SlotMappingInputs:
+    lengths = [r.new for r in batch.requests]
+    starts = [0]
+    for length in lengths:
+        starts.append(starts[-1] + length)
+    positions = [r.prefix + i for r in batch.requests for i in range(r.new)]
+    positions += [1] * batch.padding
+    width = max(t.shape[1] for t in tables)
+    stacked = torch.stack([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in tables])
+    return SlotMappingInputs(
+        query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        positions=torch.tensor(positions, dtype=torch.int64),
+        idx_mapping=torch.arange(len(lengths), dtype=torch.int32),
+        block_tables=stacked.to(torch.int32),
+        block_sizes=tuple(block_sizes),
+        sharded=tuple(sharded),
+        dcp_size=dcp_size,
+        dcp_rank=rank,
+        interleave=interleave,
+    )
+
+
+def _table(rows) -> torch.Tensor:
+    """Block tables (one tuple of block ids per request) as one int32 matrix."""
+    width = max(map(len, rows))
+    return torch.tensor([[*row, *[0] * (width - len(row))] for row in rows], dtype=torch.int32)
+
+
+def _oracle(inputs: SlotMappingInputs, max_num_tokens: int) -> torch.Tensor:
+    return oracle.slot_mappings(
+        inputs.query_start_loc,
+        inputs.positions,
+        inputs.idx_mapping,
+        inputs.block_tables,
+        list(inputs.block_sizes),
+        list(inputs.sharded),
+        inputs.dcp_size,
+        inputs.dcp_rank,
+        inputs.interleave,
+        max_num_tokens,
+    )
+
+
+BATCHES = [
+    Batch((Request(prefix=0, new=1),)),
+    Batch((Request(prefix=37, new=1),), padding=3),
+    Batch((Request(prefix=5, new=40), Request(prefix=100, new=3), Request(prefix=0, new=17))),
+]
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize(
+    ("block_size", "dcp_size", "interleave"), [(16, 1, 1), (16, 4, 1), (8, 2, 8), (16, 8, 4)]
+)
+def test_the_oracle_is_the_layout_the_cases_are_built_from(batch, block_size, dcp_size, interleave):
+    layout = DcpLayout(block_size, dcp_size, interleave)
+    tables = build_block_tables(batch, block_size, dcp_size, shuffle_seed=3)
+    table = _table(tables)
+    expected = slot_mappings(batch, layout, tables).per_rank
+    for rank in range(dcp_size):
+        inputs = _batch_inputs(batch, [table], [block_size], [True], dcp_size, rank, interleave)
+        [got] = _oracle(inputs, batch.num_tokens)
+        assert torch.equal(got, expected[rank])
+
+
+def test_a_replicated_group_gives_every_rank_the_global_slots():
+    batch = BATCHES[2]
+    tables = build_block_tables(batch, 16, 1, shuffle_seed=1)
+    table = _table(tables)
+    one = _oracle(_batch_inputs(batch, [table], [16], [True], 1, 0, 1), batch.num_tokens)
+    for rank in range(4):
+        inputs = _batch_inputs(batch, [table], [16], [False], 4, rank, 1)
+        assert torch.equal(_oracle(inputs, batch.num_tokens), one)
+
+
+@pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 1), (4, 16), (8, 2)])
+def test_local_sequence_lengths_count_the_owned_positions_and_sum_to_the_length(
+    dcp_size, interleave
+):
+    lengths = torch.tensor([0, 1, 2, 15, 16, 17, 63, 64, 65, 1000, 4097])
+    per_rank = [oracle.local_seq_lens(lengths, dcp_size, r, interleave) for r in range(dcp_size)]
+    assert torch.equal(sum(p.to(torch.int64) for p in per_rank), lengths)
+    for rank, counts in enumerate(per_rank):
+        owned = [
+            int((oracle.owner_of(torch.arange(n), dcp_size, interleave) == rank).sum())
+            for n in lengths.tolist()
+        ]
+        assert counts.tolist() == owned
+
+
+# -- the project's kernel against the oracle -----------------------------------------
+
+
+@st.composite
+def slot_mapping_launches(draw) -> tuple[SlotMappingInputs, int]:
+    """A rank's launch: 1-4 requests (prefix and new tokens), some owning no blocks, padding
+    rows, 1-3 cache groups with block sizes that are multiples of the interleave, each
+    sharded or replicated, block tables of distinct shuffled block ids."""
+    dcp_size = draw(st.sampled_from([1, 2, 4, 8]))
+    interleave = draw(st.sampled_from([1, 2, 4, 16]))
+    groups = draw(st.integers(1, 3))
+    block_sizes = [interleave * draw(st.sampled_from([1, 2, 4])) for _ in range(groups)]
+    block_sizes = [max(size, 1) for size in block_sizes]
+    sharded = [draw(st.booleans()) for _ in range(groups)]
+    requests = draw(
+        st.lists(st.tuples(st.integers(0, 300), st.integers(1, 40)), min_size=1, max_size=4)
+    )
+    no_blocks = [draw(st.integers(0, 9)) == 0 for _ in requests]
+    padding = draw(st.integers(0, 5))
+    seed = draw(st.integers(0, 2**16))
+    rank = draw(st.integers(0, dcp_size - 1))
+    shuffle = random.Random(seed)
+    longest = max(prefix + new for prefix, new in requests)
+    width = max(-(-longest // size) for size in block_sizes)  # a replicated group's need
+    tables = []
+    for _ in block_sizes:
+        ids = list(range(len(requests) * width))
+        shuffle.shuffle(ids)
+        tables.append(torch.tensor(ids, dtype=torch.int32).view(len(requests), width))
+    starts = [0]
+    for _, new in requests:
+        starts.append(starts[-1] + new)
+    positions = [prefix + i for prefix, new in requests for i in range(new)]
+    positions += [shuffle.randrange(1000) for _ in range(padding)]
+    rows = [-1 if empty else i for i, empty in enumerate(no_blocks)]
+    inputs = SlotMappingInputs(
+        query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        positions=torch.tensor(positions, dtype=torch.int64),
+        idx_mapping=torch.tensor(rows, dtype=torch.int32),
+        block_tables=torch.stack(tables),
+        block_sizes=tuple(block_sizes),
+        sharded=tuple(sharded),
+        dcp_size=dcp_size,
+        dcp_rank=rank,
+        interleave=interleave,
+    )
+    return inputs, len(positions)
+
+
+def _launch(inputs: SlotMappingInputs, max_num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's mapping and the whole output storage (guard columns included)."""
+    device = BACKEND.device
+    on_device = SlotMappingInputs(
+        **{
+            name: value.to(device) if isinstance(value, torch.Tensor) else value
+            for name, value in vars(inputs).items()
+        }
+    )
+    groups = len(inputs.block_sizes)
+    storage = torch.full((groups, max_num_tokens + GUARD_COLUMNS), POISON, device=device)
+    out = storage[:, :max_num_tokens]
+    compute_slot_mappings(on_device, out)
+    return out.cpu(), storage.cpu()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slot_mapping_launches())
+def test_the_kernel_writes_the_oracles_slots_and_nothing_else(launch):
+    inputs, max_num_tokens = launch
+    got, storage = _launch(inputs, max_num_tokens)
+    assert torch.equal(got, _oracle(inputs, max_num_tokens))
+    assert (storage[:, max_num_tokens:] == POISON).all()
+
+
+def test_padding_rows_and_requests_without_blocks_get_no_slot():
+    inputs = SlotMappingInputs(
+        query_start_loc=torch.tensor([0, 2, 3], dtype=torch.int32),
+        positions=torch.tensor([5, 6, 9, 1, 1], dtype=torch.int64),
+        idx_mapping=torch.tensor([0, -1], dtype=torch.int32),
+        block_tables=torch.tensor([[[4, 5], [6, 7]]], dtype=torch.int32),
+        block_sizes=(16,),
+        sharded=(True,),
+        dcp_size=1,
+        dcp_rank=0,
+        interleave=1,
+    )
+    got, _ = _launch(inputs, 5)
+    assert got.tolist() == [[4 * 16 + 5, 4 * 16 + 6, PAD_SLOT, PAD_SLOT, PAD_SLOT]]
+
+
+@pytest.mark.parametrize(("dcp_size", "interleave"), [(2, 1), (4, 1), (4, 16), (8, 2)])
+def test_every_sharded_token_has_its_slot_on_exactly_one_rank(dcp_size, interleave):
+    batch = BATCHES[2]
+    tables = build_block_tables(batch, 16, dcp_size, shuffle_seed=5)
+    table = _table(tables)
+    owners = torch.zeros(batch.num_tokens, dtype=torch.int64)
+    for rank in range(dcp_size):
+        inputs = _batch_inputs(batch, [table], [16], [True], dcp_size, rank, interleave)
+        [got], _ = _launch(inputs, batch.num_tokens)
+        owners += (got >= 0).to(torch.int64)
+    assert owners.tolist() == [1] * batch.num_tokens
