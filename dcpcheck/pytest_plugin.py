@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import math
 import os
 import shlex
 import subprocess
@@ -432,19 +431,17 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
 
 def _case_timeout(config: pytest.Config) -> float | None:
     """Seconds per isolated item, or None when items run in this process."""
-    from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S
+    from dcpcheck.harness.isolation import resolve_case_timeout
 
-    timeout = config.getoption("dcpcheck_case_timeout")
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise pytest.UsageError(f"--dcpcheck-case-timeout: must be > 0 seconds, got {timeout}")
-    if config.getoption("dcpcheck_isolate") == "off":
-        if timeout is not None:
-            raise pytest.UsageError(
-                "--dcpcheck-case-timeout needs --dcpcheck-isolate=on: only a worker process "
-                "can be stopped mid-case"
-            )
-        return None
-    return DEFAULT_CASE_TIMEOUT_S if timeout is None else timeout
+    try:
+        return resolve_case_timeout(
+            config.getoption("dcpcheck_isolate") == "on",
+            config.getoption("dcpcheck_case_timeout"),
+            timeout_option="--dcpcheck-case-timeout",
+            isolate_option="--dcpcheck-isolate=on",
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -5,14 +5,13 @@ way so that a load error is one line and its exit code before any process starts
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 
 import click
 
 from dcpcheck.cli.common import InputError, KernelLoadFailure, load
 from dcpcheck.harness import sanitizer
-from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel
+from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel, resolve_case_timeout
 from dcpcheck.harness.runner import KernelUnderTest, declared_ds_mla_scale
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.kernels.registry import KERNELS
@@ -64,17 +63,14 @@ def case_timeout_for(
         raise InputError("--sanitize needs --isolate: compute-sanitizer runs the worker process")
     if sanitize is not None:
         isolate = True
-    if case_timeout is not None and not (math.isfinite(case_timeout) and case_timeout > 0):
-        raise InputError(f"--case-timeout: must be a number of seconds > 0, got {case_timeout}")
-    if isolate is False and case_timeout is not None:
-        raise InputError(
-            "--case-timeout needs --isolate: only a worker process can be stopped mid-case"
-        )
     if isolate is None:
         isolate = case_timeout is not None or kernel_name not in KERNELS
-    if not isolate:
-        return None
-    return DEFAULT_CASE_TIMEOUT_S if case_timeout is None else case_timeout
+    try:
+        return resolve_case_timeout(
+            isolate, case_timeout, timeout_option="--case-timeout", isolate_option="--isolate"
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 @contextlib.contextmanager

@@ -54,6 +54,7 @@ compute-sanitizer, which dies with dcpcheck: dcpcheck is its ancestor, not its p
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -80,6 +81,25 @@ DEFAULT_CASE_TIMEOUT_S = 300.0
 """Default ``--case-timeout``. Generous on purpose: the first case of a scenario includes its
 DCP1 baseline run and, on a GPU, Triton's compilation of the kernel for new shapes (tens of
 seconds for a large kernel); a hang is still reported within minutes, not never."""
+
+def resolve_case_timeout(
+    isolate: bool, timeout: float | None, *, timeout_option: str, isolate_option: str
+) -> float | None:
+    """The seconds each case of an isolated run may take (``timeout``, else
+    DEFAULT_CASE_TIMEOUT_S), or None for a run in process. ``ValueError``, one line naming
+    the options as the caller spells them, for a timeout that is no positive number of
+    seconds or one asked of a run in process: only a worker can be stopped mid-case."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"{timeout_option}: must be a number of seconds > 0, got {timeout}")
+    if not isolate:
+        if timeout is not None:
+            raise ValueError(
+                f"{timeout_option} needs {isolate_option}: only a worker process can be "
+                "stopped mid-case"
+            )
+        return None
+    return DEFAULT_CASE_TIMEOUT_S if timeout is None else timeout
+
 
 STARTUP_TIMEOUT_S = 120.0
 """Seconds a new worker may take to import torch, Triton and the kernel (about 2 s on a
