@@ -37,12 +37,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dcpcheck.adapters",),
     # the project's kernel, its variants, and loading any --kernel
     ("dcpcheck.kernels",),
-    # the other ops, one package each: protocol and the project's kernel
-    ("dcpcheck.ops",),
     # the tiny MLA model and its token streams
     ("dcpcheck.e2e",),
     # one case, judged once (judge()), in this process or in an isolated worker
     ("dcpcheck.harness",),
+    # the other ops, one package each: protocol, cases, checks, the project's kernel
+    ("dcpcheck.ops",),
     # a run's session, property search, selftest, bisect: many cases, through the harness
     ("dcpcheck.workflows",),
     # JSON/JUnit reports, ownership maps, the console

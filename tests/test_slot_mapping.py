@@ -1,8 +1,9 @@
 """The slot-mapping op: its oracle (``reference.slot_mapping``) against the layout the fused
-op's cases are built from (``dcpcheck.spec.dcp``), and the project's Triton kernel
+op's cases are built from (``dcpcheck.spec.dcp``); the project's Triton kernel
 (``dcpcheck.ops.slot_mapping.kernel``) against the oracle, slot for slot, on batches
-Hypothesis draws: several cache groups with their own block sizes, sharded and replicated,
-DCP 1 to 8, interleaves, prefixes, padding rows and requests that own no blocks.
+Hypothesis draws (several cache groups with their own block sizes, sharded and replicated,
+DCP 1 to 8, interleaves, prefixes, padding rows and requests that own no blocks); and each
+contract check (``checks``) passing that kernel and failing a mutant that breaks it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dcpcheck.harness.checks import format_finding
+from dcpcheck.ops.slot_mapping import mutants
+from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
+from dcpcheck.ops.slot_mapping.checks import judge
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
 from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
 from dcpcheck.spec.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
@@ -220,3 +225,71 @@ def test_every_sharded_token_has_its_slot_on_exactly_one_rank(dcp_size, interlea
         [got], _ = _launch(inputs, batch.num_tokens)
         owners += (got >= 0).to(torch.int64)
     assert owners.tolist() == [1] * batch.num_tokens
+
+
+# -- the op's checks, each shown failing on a kernel that breaks it ---------------------
+
+MIXED = SlotMappingBatch(
+    requests=((0, 1), (37, 1), (5, 40), (100, 3), (0, 17)),
+    block_sizes=(16, 64),
+    sharded=(True, False),  # an MLA cache and a replicated indexer cache
+    interleave=4,
+    padding=3,
+    without_blocks=(3,),
+    seed=11,
+)
+
+
+def _verdicts(kernel, batch: SlotMappingBatch, dcp_size: int) -> dict[str, tuple]:
+    case = build_case(batch, dcp_size, BACKEND.device)
+    return {result.check: result.findings for result in judge(kernel, case)}
+
+
+@pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
+def test_the_projects_kernel_passes_every_check(dcp_size):
+    assert _verdicts(compute_slot_mappings, MIXED, dcp_size) == {
+        "slots": (),
+        "ownership": (),
+        "padding": (),
+        "guard": (),
+    }
+
+
+@pytest.mark.parametrize(
+    ("mutant", "failed"),
+    [
+        (mutants.dcp_ignored, {"slots", "ownership"}),
+        (mutants.interleave_ignored, {"slots"}),
+        (mutants.rank_shifted, {"slots"}),
+        (mutants.replicated_as_sharded, {"slots", "ownership"}),
+        (mutants.padding_left_alone, {"slots", "padding"}),
+        (mutants.one_row_past_the_end, {"guard"}),
+    ],
+)
+def test_each_mutant_fails_the_checks_its_bug_breaks(mutant, failed):
+    verdicts = _verdicts(mutant, MIXED, 4)
+    assert {check for check, findings in verdicts.items() if findings} == failed
+
+
+def test_a_finding_names_the_group_rank_row_and_its_ownership():
+    [finding, *_] = _verdicts(mutants.interleave_ignored, MIXED, 4)["slots"]
+    assert finding.field == "slot_mapping[0]"  # the sharded group: the replicated one is right
+    assert finding.rank is not None and finding.ownership in ("owned", "foreign")
+    assert format_finding("slots", finding).startswith("slots: slot_mapping[0] on rank ")
+
+
+def test_an_unwritten_row_is_told_apart():
+    def writes_nothing(inputs, out):
+        pass
+
+    [finding, *_] = _verdicts(writes_nothing, MIXED, 2)["slots"]
+    assert "never written" in finding.detail
+
+
+def test_a_kernel_that_modifies_an_input_fails_the_guard():
+    def scribbles(inputs, out):
+        compute_slot_mappings(inputs, out)
+        inputs.positions.add_(1)
+
+    [finding, *_] = _verdicts(scribbles, MIXED, 2)["guard"]
+    assert (finding.field, finding.detail) == ("positions", "an input was modified")
