@@ -112,7 +112,8 @@ def test_without_the_oracle_the_default_kernel_passes_and_the_reports_say_so(tmp
     suite = ET.parse(junit).getroot()
     properties = [(p.get("name"), p.get("value")) for p in suite.find("properties")]
     assert [value for name, value in properties if name == "oracle"] == ["off"]
-    assert {name for name, _ in properties} == {"oracle", "kernel_file"}
+    assert {name for name, _ in properties} == {"op", "oracle", "kernel_file"}
+    assert ("op", "fused-norm-rope") in properties
     outputs = next(case for case in suite.iter("testcase") if case.get("name") == "outputs")
     assert outputs.find("properties/property").get("name") == "without_oracle"
 

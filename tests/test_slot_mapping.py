@@ -8,7 +8,9 @@ contract check (``checks``) passing that kernel and failing a mutant that breaks
 
 from __future__ import annotations
 
+import json
 import random
+import re
 
 import pytest
 import torch
@@ -21,7 +23,14 @@ from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import judge
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
 from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
+from dcpcheck.ops.slot_mapping.scenario import (
+    SCENARIOS,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
 from dcpcheck.spec.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
+from dcpcheck.spec.scenario import ScenarioError
 from reference import slot_mapping as oracle
 from tests.conftest import BACKEND
 
@@ -293,3 +302,86 @@ def test_a_kernel_that_modifies_an_input_fails_the_guard():
 
     [finding, *_] = _verdicts(scribbles, MIXED, 2)["guard"]
     assert (finding.field, finding.detail) == ("positions", "an input was modified")
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_list_ops_names_both_ops():
+    listed = invoke("list", "ops").output.split()
+    assert "fused-norm-rope" in listed and "slot-mapping" in listed
+
+
+def test_run_judges_every_shipped_scenario_of_the_op(tmp_path):
+    report = tmp_path / "r.json"
+    done = invoke("run", "--op", "slot-mapping", "--json", str(report))
+    assert done.exit_code == 0, done.output
+    written = json.loads(report.read_text())
+    assert written["op"] == "slot-mapping"
+    assert {case["scenario"] for case in written["cases"]} == {
+        path.stem for path in SCENARIOS.glob("*.toml")
+    }
+    assert {check["check"] for check in written["cases"][0]["checks"]} == {
+        "slots", "ownership", "padding", "guard",
+    }  # fmt: skip
+
+
+def test_a_mutant_fails_is_saved_and_its_replay_fails_until_the_kernel_is_right(tmp_path):
+    home = tmp_path / "home"
+    args = ["--op", "slot-mapping", "--scenario", "mixed-groups-padded", "--dcp", "4"]
+    report = tmp_path / "r.json"
+    mutant = ["--kernel", "mutant/padding-left-alone"]
+    done = invoke("run", *args, *mutant, "--home", str(home), "--json", str(report))
+    assert done.exit_code == 1
+    assert "failed: slots, padding" in done.output
+    assert "slot_mapping[0] on rank 0, first bad token 63 (padding): 5 row(s) never written" in (
+        done.output
+    )
+    [case] = json.loads(report.read_text())["cases"]
+    padding = next(c["findings"] for c in case["checks"] if c["check"] == "padding")
+    assert {(f["rank"], f["token"], f["count"]) for f in padding} == {
+        (rank, 63, 5) for rank in range(4)
+    }
+    [saved] = (home / "failures").glob("*.toml")
+    assert invoke("repro", str(saved), "--kernel", "mutant/padding-left-alone").exit_code == 1
+    assert invoke("repro", str(saved)).exit_code == 0
+
+
+def test_options_of_the_fused_ops_harness_are_refused():
+    done = invoke("run", "--op", "slot-mapping", "--property-only", "--oracle", "off")
+    assert done.exit_code == 2
+    assert "--op slot-mapping does not take --oracle, --property-only" in done.output
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ('op = "slot-mapping"', 'op = "fused-norm-rope"', "key 'op': expected 'slot-mapping'"),
+        ("interleave = 1", "interleave = 3", "a multiple of the interleave 3"),
+        ("sharded = [true, false]", "sharded = [true]", "one flag per group (2), got 1"),
+        ("padding = 5", "paddding = 5", "key 'paddding': unknown key"),
+        ("without_blocks = [3]", "without_blocks = [9]", "must index the 5 requests"),
+    ],
+)
+def test_a_bad_scenario_file_is_one_line_naming_the_key(tmp_path, old, new, words):
+    text = (SCENARIOS / "mixed-groups-padded.toml").read_text()
+    assert old in text
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ScenarioError, match=re.escape(words)):
+        load_scenario(path)
+
+
+def test_a_scenario_file_reads_back_as_it_was_written(tmp_path):
+    for original in load_scenarios([]):
+        path = tmp_path / f"{original.name}.toml"
+        path.write_text(scenario_to_toml(original))
+        assert load_scenario(path) == original

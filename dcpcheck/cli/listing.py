@@ -17,6 +17,7 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
+from dcpcheck.ops.registry import OPS
 from dcpcheck.output.console import out
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.workflows import selftest
@@ -27,13 +28,19 @@ INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
 
 @click.command("list")
 @click.argument(
-    "what", type=click.Choice(["kernels", "mutants", "scenarios", "layouts"]), default="kernels"
+    "what",
+    type=click.Choice(["kernels", "mutants", "scenarios", "layouts", "ops"]),
+    default="kernels",
 )
 def list_command(what: str) -> None:
-    """List the registered kernels, the selftest's mutants, the shipped scenarios, or the
-    cache layouts with their bytes per token: the MLA cache's (at kv_lora_rank 512 and
-    rope_dim 64, the shape of every preset; ``auto`` in bf16 or fp16), then the indexer
-    cache's formats (index head 128)."""
+    """List the registered kernels, the selftest's mutants, the shipped scenarios, the
+    cache layouts with their bytes per token (the MLA cache's at kv_lora_rank 512 and
+    rope_dim 64, the shape of every preset, ``auto`` in bf16 or fp16; then the indexer
+    cache's formats, index head 128), or the ops dcpcheck judges (``--op``)."""
+    if what == "ops":
+        for name, description in OPS.items():
+            out.print(f"{name:18} {description}")
+        return
     if what == "layouts":
         for layout in CacheLayout:
             size = mla_entry_bytes(layout, DS_MLA_NOPE_DIM, DS_MLA_ROPE_DIM, torch.bfloat16)

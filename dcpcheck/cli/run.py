@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck.cli import preflight
+from dcpcheck.cli import op_run, preflight
 from dcpcheck.cli.common import (
     HELP,
     InputError,
@@ -53,6 +53,8 @@ from dcpcheck.harness.runner import (
     KernelUnderTest,
     RunConfig,
 )
+from dcpcheck.ops.registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
+from dcpcheck.ops.slot_mapping.scenario import op_of
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
@@ -96,6 +98,13 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 
 
 @click.command("run", epilog=HELP.split("\n\n", 1)[1])
+@click.option(
+    "--op",
+    type=click.Choice(list(OPS)),
+    default=FUSED_NORM_ROPE,
+    show_default=True,
+    help="The op to judge (`dcpcheck list ops`): its scenarios and its kernels.",
+)
 @dcp_option(
     "DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
     "DCP1 always runs as the baseline for the cross-rank checks."
@@ -182,6 +191,7 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 @click.pass_context
 def run_command(
     ctx: click.Context,
+    op,
     dcp_text,
     kernel_name,
     patterns,
@@ -212,6 +222,8 @@ def run_command(
 
     A failing named-scenario case is saved too, as a scenario file under HOME/failures/
     (its seed and DCP size baked in) that `dcpcheck repro` replays."""
+    if op != FUSED_NORM_ROPE:
+        raise SystemExit(op_run.run_op(ctx))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     if launcher == "torchrun":
         raise SystemExit(_launch_ranks(ctx, dcp_sizes, rank_timeout))
@@ -417,7 +429,9 @@ def _write_reports(results, config, backend, paths, partial, searched, judged) -
 @isolate_option
 @case_timeout_option
 @sanitize_option
+@click.pass_context
 def repro_command(
+    ctx: click.Context,
     file: Path,
     kernel_name: str,
     dcp_text: str | None,
@@ -435,6 +449,9 @@ def repro_command(
     """Replay one scenario FILE, such as a failure saved under .dcpcheck/failures/ (by the
     property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
     if it passes."""
+    if op_of(file) == SLOT_MAPPING:
+        op_run.refuse_other_options(ctx, op_run.REPRO_OPTIONS)
+        raise SystemExit(op_run.repro_op(file, kernel_name, dcp_text, device, json_path))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
     try:

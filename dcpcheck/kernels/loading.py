@@ -218,13 +218,7 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
     release = release_of(spec)
     if release is not None:
         return _load_release(release, adapter)
-    where, function = _split_spec(spec, list(KERNELS))
-    module = _load_file(Path(where)) if where.endswith(".py") else _load_module(where)
-    target = getattr(module, function, None)
-    if target is None:
-        raise KernelLoadError(f"{where}: has no function {function!r}")
-    if not callable(target):
-        raise KernelLoadError(f"{where}:{function} is not callable")
+    target = load_callable(spec, list(KERNELS))
     try:
         return adapters.adapt(target, adapter)
     except AdapterError as exc:
@@ -261,6 +255,21 @@ def fetch_release(version: str) -> releases.KeptFile:
         raise KernelSpecError(str(exc)) from None
     except releases.ReleaseError as exc:
         raise KernelLoadError(str(exc)) from None
+
+
+def load_callable(spec: str, registry: list[str]) -> object:
+    """The callable a ``package.module:function`` or ``path/to/file.py:function`` spec
+    names, as its module defines it (no adapter); ``registry`` names the registered kernels
+    a spec without ``:`` is taken to misspell. :class:`KernelLoadError` (or its
+    :class:`KernelSpecError`) with one line otherwise."""
+    where, function = _split_spec(spec, registry)
+    module = _load_file(Path(where)) if where.endswith(".py") else _load_module(where)
+    target = getattr(module, function, None)
+    if target is None:
+        raise KernelLoadError(f"{where}: has no function {function!r}")
+    if not callable(target):
+        raise KernelLoadError(f"{where}:{function} is not callable")
+    return target
 
 
 def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:

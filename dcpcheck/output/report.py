@@ -4,9 +4,10 @@ Same inputs and seed give the same bytes: no timestamps, no wall times, sorted k
 :func:`write_reports` writes both through ``files.write_atomic``: a regular file is
 replaced by a rename, so a reader (CI, a crashed run's post-mortem) never sees half a file.
 
-Both name every file the judged kernel's code comes from with its SHA256 (JSON
-``"kernel_files"``, a JUnit ``kernel_file`` suite property each: ``SHA256  PATH``), so a
-verdict is tied to the bytes it is about, not only to a name such as ``vllm==0.30.0``.
+Both name the op judged (JSON ``"op"``, a JUnit ``op`` suite property) and every file the
+judged kernel's code comes from with its SHA256 (JSON ``"kernel_files"``, a JUnit
+``kernel_file`` suite property each: ``SHA256  PATH``), so a verdict is tied to the bytes
+it is about, not only to a name such as ``vllm==0.30.0``.
 
 Both say whether the oracle judged the run (``--oracle on|off``: JSON ``"oracle"``, a JUnit
 suite property), and a check judged in its oracle-free form says what it compared with
@@ -27,6 +28,7 @@ from dcpcheck.backend import Backend
 from dcpcheck.harness.checks import format_finding
 from dcpcheck.harness.runner import STATUSES, CaseResult, RunConfig
 from dcpcheck.kernels.loading import JudgedFile
+from dcpcheck.ops.registry import FUSED_NORM_ROPE
 from dcpcheck.workflows import search
 
 UNCHECKED_STATUSES = ("error", "crash", "timeout")
@@ -98,10 +100,12 @@ def to_json(
     oracle: bool = True,
     searched: Search | None = None,
     kernel_files: Sequence[JudgedFile] = (),
+    op: str = FUSED_NORM_ROPE,
 ) -> str:
     """The report; ``"search"`` only where a property search ran (``search_record``)."""
     doc = {
         "dcpcheck": __version__,
+        "op": op,
         "kernel": kernel,
         "kernel_files": [asdict(f) for f in kernel_files],
         "backend": backend,
@@ -123,6 +127,7 @@ def to_junit(
     oracle: bool = True,
     searched: Search | None = None,
     kernel_files: Sequence[JudgedFile] = (),
+    op: str = FUSED_NORM_ROPE,
 ) -> str:
     """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
     ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``), a ``<skipped>``
@@ -130,6 +135,7 @@ def to_junit(
     ``property-search`` testcase where a search ran, its record as properties."""
     suite = ET.Element("testsuite", name=f"dcpcheck[{kernel}]")
     properties = ET.SubElement(suite, "properties")
+    ET.SubElement(properties, "property", name="op", value=op)
     ET.SubElement(properties, "property", name="oracle", value=oracle_word(oracle))
     for judged in kernel_files:
         value = f"{judged.sha256}  {judged.path}"
@@ -204,9 +210,11 @@ def write_reports(
     partial: bool,
     searched: Search | None = None,
     kernel_files: Sequence[JudgedFile] = (),
+    op: str = FUSED_NORM_ROPE,
 ) -> None:
-    """Both reports (``files.write_atomic``), naming ``kernel_files`` (what the
-    kernel's code was read from); :class:`ReportNotWritten` if a path cannot be written."""
+    """Both reports (``files.write_atomic``) of a run of ``op``, naming ``kernel_files``
+    (what the kernel's code was read from); :class:`ReportNotWritten` if a path cannot be
+    written."""
     backend_name = "interpreter" if backend.interpreted else "cuda"
     reports = []
     if json_path is not None:
@@ -218,6 +226,7 @@ def write_reports(
             oracle=config.oracle,
             searched=searched,
             kernel_files=kernel_files,
+            op=op,
         )
         reports.append((json_path, text))
     if junit_path is not None:
@@ -228,6 +237,7 @@ def write_reports(
             oracle=config.oracle,
             searched=searched,
             kernel_files=kernel_files,
+            op=op,
         )
         reports.append((junit_path, text))
     for path, text in reports:

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, configuration, given, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -272,19 +273,26 @@ def failed_check_names(results: list[CaseResult]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def save_failure(scenario: Scenario, stem: str, description: str, directory: Path) -> Path:
+def save_failure(
+    scenario: Any,
+    stem: str,
+    description: str,
+    directory: Path,
+    to_toml: Callable[[Any], str] = scenario_to_toml,
+) -> Path:
     """Write ``scenario`` as ``directory/<stem>-<hash>.toml`` (atomically), renamed and
-    described, so it loads as is and ``dcpcheck repro`` replays it; its path.
+    described, so it loads as is and ``dcpcheck repro`` replays it; its path. ``to_toml``
+    writes the scenario's op's file format (the fused op's by default).
 
     The hash is of the file's text under the name without the hash, so one failure always
     gets one name and saving it twice overwrites one file.
     """
     unhashed = dataclasses.replace(scenario, name=stem, description=description, source=None)
-    digest = hashlib.sha256(scenario_to_toml(unhashed).encode()).hexdigest()[:HASH_HEX_DIGITS]
+    digest = hashlib.sha256(to_toml(unhashed).encode()).hexdigest()[:HASH_HEX_DIGITS]
     named = dataclasses.replace(unhashed, name=f"{stem}-{digest}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{named.name}.toml"
-    files.write_atomic(path, scenario_to_toml(named))
+    files.write_atomic(path, to_toml(named))
     return path
 
 

@@ -79,8 +79,8 @@ def check_slots(case: SlotMappingCase) -> CheckResult:
             bad = got[group] != expected[group]
             if bad.any():
                 unwritten = bool((got[group][bad] == POISON).all())
-                detail = "{count} row(s) " + ("never written" if unwritten else "differ")
-                findings.append(_finding(case, group, rank, bad, detail + " from the oracle's"))
+                detail = "never written" if unwritten else "differ from the oracle's"
+                findings.append(_finding(case, group, rank, bad, "{count} row(s) " + detail))
     return CheckResult("slots", tuple(findings))
 
 
@@ -140,17 +140,27 @@ def check_guard(case: SlotMappingCase, before: tuple[SlotMappingInputs, ...]) ->
     return CheckResult("guard", tuple(findings))
 
 
-
-def judge(kernel: SlotMappingKernel, case: SlotMappingCase) -> tuple[CheckResult, ...]:
-    """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
-    before = tuple(
+def snapshot(case: SlotMappingCase) -> tuple[SlotMappingInputs, ...]:
+    """Copies of every rank's input tensors, taken before a launch (``check_guard``)."""
+    return tuple(
         replace(inputs, **{name: getattr(inputs, name).clone() for name in INPUT_TENSORS})
         for inputs in case.ranks
     )
-    launched = launch_all(kernel, case)
+
+
+def check_launched(
+    case: SlotMappingCase, before: tuple[SlotMappingInputs, ...]
+) -> tuple[CheckResult, ...]:
+    """Every check of the op on a launched case, in the order reports list them."""
     return (
-        check_slots(launched),
-        check_ownership(launched),
-        check_padding(launched),
-        check_guard(launched, before),
+        check_slots(case),
+        check_ownership(case),
+        check_padding(case),
+        check_guard(case, before),
     )
+
+
+def judge(kernel: SlotMappingKernel, case: SlotMappingCase) -> tuple[CheckResult, ...]:
+    """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
+    before = snapshot(case)
+    return check_launched(launch_all(kernel, case), before)

@@ -1,0 +1,166 @@
+"""``dcpcheck run --op slot-mapping`` and ``dcpcheck repro`` of a slot-mapping scenario
+file: the op's cases (``dcpcheck.ops.slot_mapping.runner``) through the console, the
+reports, the saved failures and the exit codes every run shares.
+
+The options it takes are the named-scenario options of ``run``; the others (the property
+search, token streams, the oracle switch, isolation, real ranks, the sanitizer, the
+fused op's encodings) belong to the fused op's harness and are refused with one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dcpcheck.cli import preflight
+from dcpcheck.cli.common import (
+    InputError,
+    Interrupted,
+    KernelLoadFailure,
+    open_backend,
+    parse_dcp_sizes,
+    stop_reason,
+)
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.harness.runner import CaseResult, RunConfig
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
+from dcpcheck.ops.registry import SLOT_MAPPING
+from dcpcheck.ops.slot_mapping import scenario as op_scenario
+from dcpcheck.output.console import err, print_results
+from dcpcheck.output.report import ReportNotWritten, write_reports
+from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
+from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
+
+RUN_OPTIONS = {
+    "op",
+    "dcp_text",
+    "kernel_name",
+    "patterns",
+    "scenario_dir",
+    "device",
+    "json_path",
+    "junit_path",
+    "home",
+    "fail_fast",
+}
+"""The ``run`` options the op's runs take (module docstring)."""
+
+REPRO_OPTIONS = {"file", "kernel_name", "dcp_text", "device", "json_path"}
+"""The ``repro`` options a replay of the op's scenario file takes."""
+
+
+def refuse_other_options(ctx: click.Context, allowed: set[str]) -> None:
+    """Exit 2 naming every option given on the command line that the op does not take."""
+    given = {
+        name
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        and value not in (None, False, ())
+    }
+    refused = sorted(f"--{name.replace('_', '-')}" for name in given - allowed)
+    if refused:
+        raise InputError(f"--op {SLOT_MAPPING} does not take {', '.join(refused)}")
+
+
+def _kernel(name: str):
+    from dcpcheck.ops.slot_mapping import kernels  # defines its Triton kernel: backend first
+
+    try:
+        return kernels.load(name)
+    except KernelSpecError as exc:
+        raise InputError(str(exc)) from None
+    except KernelLoadError as exc:
+        raise KernelLoadFailure(str(exc)) from None
+
+
+def _save(scenario, result: CaseResult, kernel_name: str, home: Path) -> Path:
+    """A failing case as a scenario file of the op under ``home/failures/``."""
+    import dataclasses
+
+    case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,))
+    stem = f"{scenario.name}-{kernel_slug(kernel_name)}-dcp{result.dcp_size}"
+    failed = ", ".join(c.check for c in result.failed_checks) or result.status
+    description = (
+        f"Saved by dcpcheck: kernel {kernel_name} fails {SLOT_MAPPING} scenario "
+        f"{scenario.name} at DCP{result.dcp_size}: {failed}. Replay: dcpcheck repro "
+        f"<this file> --kernel {kernel_name}"
+    )
+    return save_failure(case, stem, description, home / FAILURES_DIR, op_scenario.scenario_to_toml)
+
+
+def run_cases(
+    scenarios: list,
+    kernel_name: str,
+    dcp_sizes: tuple[int, ...] | None,
+    device: str,
+    paths: tuple[Path | None, Path | None],
+    home: Path | None,
+    fail_fast: bool,
+) -> int:
+    """Run the op's cases of ``scenarios``, then report them; the exit code."""
+    from dcpcheck.ops.slot_mapping.runner import run_scenario
+
+    backend = open_backend(device)
+    kernel = _kernel(kernel_name)
+    results: list[CaseResult] = []
+    saved: dict[tuple[str, int], Path] = {}
+    stopped = None
+    try:
+        for scenario in scenarios:
+            sizes = dcp_sizes or scenario.dcp_sizes
+            for result in run_scenario(kernel, kernel_name, scenario, sizes, backend.device):
+                results.append(result)
+                if result.failed and home is not None:
+                    saved[(result.scenario, result.dcp_size)] = _save(
+                        scenario, result, kernel_name, home
+                    )
+            if fail_fast and any(r.failed for r in results):
+                break
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
+        stopped = stop
+    config = RunConfig(kernel_name, dcp_sizes)
+    try:
+        partial = stopped is not None
+        write_reports(results, config, backend, *paths, partial=partial, op=SLOT_MAPPING)
+    except ReportNotWritten as exc:
+        raise InputError(str(exc)) from None
+    print_results(results, saved)
+    if stopped is not None:
+        how, code = stop_reason(stopped)
+        raise Interrupted(f"{how} after {len(results)} case(s)", code)
+    return EXIT_FAIL if any(r.failed for r in results) else EXIT_OK
+
+
+def run_op(ctx: click.Context) -> int:
+    """``dcpcheck run --op slot-mapping`` (module docstring)."""
+    params = ctx.params
+    refuse_other_options(ctx, RUN_OPTIONS)
+    dcp_sizes = parse_dcp_sizes(params["dcp_text"]) if params["dcp_text"] else None
+    root = params["scenario_dir"]
+    root = op_scenario.SCENARIOS if Path(root) == SCENARIO_DIR else Path(root)
+    try:
+        scenarios = op_scenario.load_scenarios(list(params["patterns"]), root)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    paths = (params["json_path"], params["junit_path"])
+    preflight.check_report_paths(*paths)
+    home = params["home"]
+    if ctx.get_parameter_source("home") is not click.core.ParameterSource.DEFAULT:
+        preflight.check_home(home)
+    return run_cases(
+        scenarios, params["kernel_name"], dcp_sizes, params["device"], paths, home,
+        params["fail_fast"],
+    )  # fmt: skip
+
+
+def repro_op(file: Path, kernel_name: str, dcp_text: str | None, device: str, json_path) -> int:
+    """``dcpcheck repro FILE`` of a slot-mapping scenario file: its cases, nothing saved."""
+    try:
+        scenario = op_scenario.load_scenario(file)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    preflight.check_report_paths(json_path)
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text else None
+    err.print(f"[bold]op:[/] {SLOT_MAPPING}")
+    return run_cases([scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)

@@ -1,0 +1,236 @@
+"""Named scenarios of the slot-mapping op: one TOML file each in ``scenarios/slot-mapping/``,
+read as strictly as the fused op's (``dcpcheck.spec.scenario``): an unknown key, a wrong
+type or a value out of range is one line naming the file and the key.
+
+File format (``scenario_to_toml`` writes exactly this)::
+
+    op = "slot-mapping"
+    name = "mla-and-replicated-indexer"   # the file stem, in a scenario directory
+    description = "what it catches"
+    block_sizes = [16, 64]                # one per cache group
+    sharded = [true, false]               # per group: sharded across ranks, or replicated
+    interleave = 1                        # optional, default 1; divides every block size
+    dcp = [1, 2, 4, 8]                    # DCP sizes to run
+    seed = 0                              # shuffles the block tables
+    padding = 0                           # optional: CUDA-graph padding rows
+    without_blocks = [2]                  # optional: requests that own no blocks
+
+    [[requests]]                          # one or more
+    prefix = 37                           # optional, default 0: tokens already cached
+    new = 1                               # tokens of this step
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
+from dcpcheck.spec import limits
+from dcpcheck.spec.scenario import NAME_PATTERN, SCENARIO_DIR, ScenarioError
+from dcpcheck.spec.toml_tables import (
+    Key,
+    boolean,
+    integer,
+    integer_array,
+    read_table,
+    string,
+    table_array,
+    toml_literal,
+)
+
+OP = "slot-mapping"
+
+SCENARIOS = SCENARIO_DIR / OP
+"""The op's shipped scenarios."""
+
+GROUPS_MAX = 8
+"""Cache groups one scenario may name: a layer has an MLA cache and maybe an indexer
+cache; a model a handful of attention kinds."""
+
+
+def _booleans(value: object) -> bool:
+    return isinstance(value, list) and all(map(boolean, value))
+
+
+_KEYS: dict[str, Key] = {
+    "op": Key("string", string),
+    "name": Key("string", string),
+    "description": Key("string", string),
+    "block_sizes": Key("array of integers", integer_array),
+    "sharded": Key("array of booleans", _booleans),
+    "interleave": Key("integer", integer, 1),
+    "dcp": Key("array of integers", integer_array),
+    "seed": Key("integer", integer),
+    "padding": Key("integer", integer, 0),
+    "without_blocks": Key("array of integers", integer_array, []),
+    "requests": Key("array of tables ([[requests]])", table_array),
+}
+
+_REQUEST_KEYS: dict[str, Key] = {
+    "prefix": Key("integer", integer, 0),
+    "new": Key("integer", integer),
+}
+
+
+@dataclass(frozen=True)
+class SlotMappingScenario:
+    """One named, replayable batch of the op and the DCP sizes it runs at."""
+
+    name: str
+    description: str
+    batch: SlotMappingBatch
+    dcp_sizes: tuple[int, ...]
+    source: Path | None = field(default=None, compare=False)
+
+    @property
+    def seed(self) -> int:
+        return self.batch.seed
+
+
+def _check(values: dict[str, Any], where: str) -> None:
+    """Every value within what the op and ``dcpcheck.spec.limits`` allow."""
+
+    def fail(key: str, problem: str) -> None:
+        raise ScenarioError(f"{where}: key '{key}': {problem}")
+
+    if values["op"] != OP:
+        fail("op", f"expected {OP!r} in a {OP} scenario, got {values['op']!r}")
+    if NAME_PATTERN.fullmatch(values["name"]) is None:
+        fail("name", f"{values['name']!r} is not a valid name ({NAME_PATTERN.pattern})")
+    if not values["description"].strip():
+        fail("description", "must say what the scenario catches, got a blank string")
+    sizes, sharded, interleave = values["block_sizes"], values["sharded"], values["interleave"]
+    if not 1 <= len(sizes) <= GROUPS_MAX:
+        fail("block_sizes", f"must name 1 to {GROUPS_MAX} cache groups, got {len(sizes)}")
+    if len(sharded) != len(sizes):
+        fail("sharded", f"must have one flag per group ({len(sizes)}), got {len(sharded)}")
+    if not 1 <= interleave <= limits.BLOCK_SIZE_MAX:
+        fail("interleave", f"must be in 1..{limits.BLOCK_SIZE_MAX}, got {interleave}")
+    for size in sizes:
+        if not 1 <= size <= limits.BLOCK_SIZE_MAX or size % interleave:
+            fail(
+                "block_sizes",
+                f"each must be in 1..{limits.BLOCK_SIZE_MAX} and a multiple of the "
+                f"interleave {interleave}, got {sizes}",
+            )
+    if not values["dcp"] or any(not 1 <= n <= limits.DCP_SIZE_MAX for n in values["dcp"]):
+        fail("dcp", f"must name DCP sizes in 1..{limits.DCP_SIZE_MAX}, got {values['dcp']}")
+    if not 0 <= values["seed"] <= limits.SEED_MAX:
+        fail("seed", f"must be in 0..{limits.SEED_MAX}, got {values['seed']}")
+    if not 0 <= values["padding"] <= limits.PADDING_MAX:
+        fail("padding", f"must be in 0..{limits.PADDING_MAX}, got {values['padding']}")
+    requests = values["requests"]
+    if not 1 <= len(requests) <= limits.REQUESTS_MAX:
+        fail("requests", f"must hold 1 to {limits.REQUESTS_MAX} requests, got {len(requests)}")
+    if any(not 0 <= i < len(requests) for i in values["without_blocks"]):
+        fail(
+            "without_blocks",
+            f"must index the {len(requests)} requests, got {values['without_blocks']}",
+        )
+
+
+def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int], ...]:
+    parsed = []
+    for index, table in enumerate(tables):
+        prefix = f"requests[{index}]."
+        values = read_table(table, _REQUEST_KEYS, where, ScenarioError, prefix)
+        if values["prefix"] < 0 or values["new"] < 1:
+            raise ScenarioError(
+                f"{where}: key '{prefix}new': a request needs new >= 1 and prefix >= 0, got "
+                f"prefix {values['prefix']}, new {values['new']}"
+            )
+        parsed.append((values["prefix"], values["new"]))
+    total = sum(prefix + new for prefix, new in parsed)
+    if total > limits.CONTEXT_TOKENS_MAX:
+        raise ScenarioError(
+            f"{where}: key 'requests': {total} cached tokens, over {limits.CONTEXT_TOKENS_MAX} "
+            "(CONTEXT_TOKENS_MAX, dcpcheck/spec/limits.py)"
+        )
+    return tuple(parsed)
+
+
+def op_of(path: Path) -> str | None:
+    """The ``op`` a scenario file names (None: none, the fused op's files), or None when it
+    cannot be read: the loader of the file's op then says why."""
+    try:
+        with Path(path).open("rb") as file:
+            op = tomllib.load(file).get("op")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return op if isinstance(op, str) else None
+
+
+def load_scenario(path: Path) -> SlotMappingScenario:
+    """Read and check one scenario file of the op, wherever it lies."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise ScenarioError(f"{where}: no such scenario file")
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
+    values = read_table(table, _KEYS, where, ScenarioError)
+    _check(values, where)
+    batch = SlotMappingBatch(
+        requests=_requests(values["requests"], where),
+        block_sizes=tuple(values["block_sizes"]),
+        sharded=tuple(values["sharded"]),
+        interleave=values["interleave"],
+        padding=values["padding"],
+        without_blocks=tuple(values["without_blocks"]),
+        seed=values["seed"],
+    )
+    return SlotMappingScenario(
+        values["name"], values["description"], batch, tuple(values["dcp"]), source=path
+    )
+
+
+def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[SlotMappingScenario]:
+    """The op's scenarios under ``root`` whose names match a pattern (all without one),
+    sorted by name; a pattern matching none is an error, and a file's name must be its
+    stem (as ``dcpcheck.spec.scenario.load_scenarios`` says why)."""
+    import fnmatch
+
+    paths = {path.stem: path for path in Path(root).glob("*.toml")}
+    chosen: set[str] = set()
+    for pattern in patterns:
+        matches = fnmatch.filter(paths, pattern)
+        if not matches:
+            raise ScenarioError(
+                f"{root}: no {OP} scenario matches {pattern!r} (known: "
+                f"{', '.join(sorted(paths)) or 'none'})"
+            )
+        chosen.update(matches)
+    scenarios = [load_scenario(paths[name]) for name in sorted(chosen if patterns else paths)]
+    for scenario in scenarios:
+        if scenario.name != scenario.source.stem:
+            raise ScenarioError(
+                f"{scenario.source}: key 'name': {scenario.name!r} does not match the file name"
+            )
+    return scenarios
+
+
+def scenario_to_toml(scenario: SlotMappingScenario) -> str:
+    """The TOML text of ``scenario``, every key spelled out (module docstring)."""
+    b = scenario.batch
+    top: list[tuple[str, object]] = [
+        ("op", OP),
+        ("name", scenario.name),
+        ("description", scenario.description),
+        ("block_sizes", list(b.block_sizes)),
+        ("sharded", list(b.sharded)),
+        ("interleave", b.interleave),
+        ("dcp", list(scenario.dcp_sizes)),
+        ("seed", b.seed),
+        ("padding", b.padding),
+        ("without_blocks", list(b.without_blocks)),
+    ]
+    lines = [f"{key} = {toml_literal(value)}" for key, value in top]
+    for prefix, new in b.requests:
+        lines += ["", "[[requests]]", f"prefix = {prefix}", f"new = {new}"]
+    return "\n".join(lines) + "\n"
