@@ -385,3 +385,18 @@ def test_a_scenario_file_reads_back_as_it_was_written(tmp_path):
         path = tmp_path / f"{original.name}.toml"
         path.write_text(scenario_to_toml(original))
         assert load_scenario(path) == original
+
+
+def test_a_scenario_file_of_the_fused_op_may_name_it_and_one_of_another_op_is_sent_there(
+    tmp_path,
+):
+    from dcpcheck.spec import scenario as fused
+
+    shipped = (fused.SCENARIO_DIR / "decode-single-dcp4.toml").read_text()
+    named = tmp_path / "named.toml"
+    named.write_text('op = "fused-norm-rope"\n' + shipped)
+    assert fused.load_scenario(named) == fused.load_scenario(
+        fused.SCENARIO_DIR / "decode-single-dcp4.toml"
+    )
+    with pytest.raises(ScenarioError, match="run it with --op slot-mapping"):
+        fused.load_scenario(SCENARIOS / "decode-single.toml")

@@ -20,6 +20,7 @@ was renamed or copied still replays (``load_scenario``). In a scenario directory
 
 File format (``scenario_to_toml`` writes exactly this, keys in this order)::
 
+    op = "fused-norm-rope"            # optional: a file without it is this op's
     name = "decode-single-dcp4"       # the file stem, in a scenario directory
     description = "what it catches"
     preset = "small-neox"             # a key of dcpcheck.contract.PRESETS
@@ -339,7 +340,12 @@ def _display(path: Path) -> str:
     )
 
 
+FUSED_OP = "fused-norm-rope"
+"""The op these files describe; a file may say so (``op = "fused-norm-rope"``), and one
+without the key is this op's, so every file written before ops had names still loads."""
+
 _TOP_LEVEL_KEYS: dict[str, Key] = {
+    "op": Key("string", string, FUSED_OP),
     "name": Key("string", string),
     "description": Key("string", string),
     "preset": Key("string", string),
@@ -400,6 +406,12 @@ def load_scenario(path: Path) -> Scenario:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ScenarioError(f"{where}: invalid TOML: {error}") from None
 
+    if table.get("op", FUSED_OP) != FUSED_OP:
+        op = table["op"]
+        raise ScenarioError(
+            f"{where}: key 'op': a {op!r} scenario, not a {FUSED_OP} one: run it with "
+            f"--op {op}, or `dcpcheck repro FILE`"
+        )
     values = read_table(table, _TOP_LEVEL_KEYS, where, ScenarioError)
     layouts = {layout.value: layout for layout in CacheLayout}
     if values["cache_layout"] not in layouts:
