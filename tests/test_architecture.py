@@ -41,10 +41,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dcpcheck.e2e",),
     # one case, judged once (judge()), in this process or in an isolated worker
     ("dcpcheck.harness",),
-    # the other ops, one package each: protocol, cases, checks, the project's kernel
-    ("dcpcheck.ops",),
     # a run's session, property search, selftest, bisect: many cases, through the harness
     ("dcpcheck.workflows",),
+    # the other ops, one package each: protocol, scenarios, cases, checks, the project's
+    # kernel and its mutants, its runner and selftest; and the registry of every op
+    ("dcpcheck.ops",),
     # JSON/JUnit reports, ownership maps, the console
     ("dcpcheck.output",),
     # real ranks over torch.distributed, judged through the harness

@@ -400,3 +400,35 @@ def test_a_scenario_file_of_the_fused_op_may_name_it_and_one_of_another_op_is_se
     )
     with pytest.raises(ScenarioError, match="run it with --op slot-mapping"):
         fused.load_scenario(SCENARIOS / "decode-single.toml")
+
+
+# -- the selftest ------------------------------------------------------------------------
+
+
+def test_the_selftest_catches_every_mutant_of_the_op_on_its_shipped_scenarios():
+    from dcpcheck.ops.slot_mapping import selftest
+
+    report = selftest.run_selftest(BACKEND)
+    assert report.passed
+    assert [row.kernel for row in report.mutants] == [
+        f"mutant/{m.__name__.replace('_', '-')}" for m in mutants.MUTANTS
+    ]
+    assert {row.status.value for row in report.mutants} == {"caught"}
+
+
+def test_a_mutant_no_scenario_catches_fails_the_selftest(monkeypatch):
+    from dcpcheck.ops.slot_mapping import kernels, selftest
+
+    harmless = {**kernels.KERNELS, "mutant/harmless": compute_slot_mappings}
+    monkeypatch.setattr(selftest, "KERNELS", harmless)
+    report = selftest.run_selftest(BACKEND)
+    [missed] = [row for row in report.mutants if row.status.value == "missed"]
+    assert missed.kernel == "mutant/harmless" and not report.passed
+
+
+def test_selftest_of_the_op_from_the_command_line():
+    done = invoke("selftest", "--op", "slot-mapping")
+    assert done.exit_code == 0, done.output
+    assert "6 of 6 mutants caught" in done.output
+    refused = invoke("selftest", "--op", "slot-mapping", "--mutant", "mutant/pre-54908")
+    assert refused.exit_code == 2

@@ -1,11 +1,14 @@
-"""``dcpcheck selftest``: dcpcheck against every mutant of the project's kernel."""
+"""``dcpcheck selftest``: dcpcheck against every mutant of the project's kernels, every
+op's."""
 
 from __future__ import annotations
 
 import click
 
+from dcpcheck.cli import op_run
 from dcpcheck.cli.common import InputError, device_option, open_backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.ops.registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
 from dcpcheck.output.console import err, out
 from dcpcheck.workflows import selftest
 
@@ -26,10 +29,45 @@ from dcpcheck.workflows import selftest
     metavar="NAME",
     help="Only these mutants (repeatable; see `dcpcheck list mutants`).",
 )
+@click.option(
+    "--op",
+    type=click.Choice(list(OPS)),
+    default=None,
+    help="Only this op's kernel and mutants (default: every op's).",
+)
 @device_option
-def selftest_command(profile_name: str, mutant_names: tuple[str, ...], device: str) -> None:
-    """Run dcpcheck against every mutant of the project's kernel: exit 0 only when the
-    correct kernel passes and every mutant is caught."""
+@click.pass_context
+def selftest_command(
+    ctx: click.Context,
+    profile_name: str,
+    mutant_names: tuple[str, ...],
+    op: str | None,
+    device: str,
+) -> None:
+    """Run dcpcheck against every mutant of the project's kernels, every op's: exit 0 only
+    when each correct kernel passes and every mutant is caught. The slot-mapping op's are
+    judged on its shipped scenarios (`--profile` and `--mutant` are the fused op's)."""
+    if op == SLOT_MAPPING:
+        op_run.refuse_other_options(ctx, {"op", "device"})
+    backend = open_backend(device)
+    reports = []
+    if op in (None, FUSED_NORM_ROPE):
+        reports.append(_fused(profile_name, mutant_names, backend))
+    if op in (None, SLOT_MAPPING):
+        from dcpcheck.ops.slot_mapping import selftest as op_selftest  # backend first
+
+        with err.status("selftest") as status:
+            reports.append(op_selftest.run_selftest(backend, on_row=_progress(status)))
+        out.print(selftest.selftest_table(reports[-1], op=SLOT_MAPPING))
+    raise SystemExit(EXIT_OK if all(r.passed for r in reports) else EXIT_FAIL)
+
+
+def _progress(status):
+    return lambda row: status.update(f"selftest: {row.kernel} {row.status.value}")
+
+
+def _fused(profile_name: str, mutant_names: tuple[str, ...], backend) -> selftest.SelftestReport:
+    """The fused op's selftest, its table printed."""
     mutants = selftest.MUTANTS
     if mutant_names:
         known = {m.name: m for m in mutants}
@@ -37,13 +75,9 @@ def selftest_command(profile_name: str, mutant_names: tuple[str, ...], device: s
         if unknown:
             raise InputError(f"--mutant: unknown {', '.join(unknown)} (see dcpcheck list mutants)")
         mutants = tuple(known[n] for n in mutant_names)
-    backend = open_backend(device)
     with err.status("selftest") as status:
-        report_ = selftest.run_selftest(
-            selftest.PROFILES[profile_name],
-            backend,
-            mutants=mutants,
-            on_row=lambda row: status.update(f"selftest: {row.kernel} {row.status.value}"),
+        report = selftest.run_selftest(
+            selftest.PROFILES[profile_name], backend, mutants=mutants, on_row=_progress(status)
         )
-    out.print(selftest.selftest_table(report_))
-    raise SystemExit(EXIT_OK if report_.passed else EXIT_FAIL)
+    out.print(selftest.selftest_table(report, op=FUSED_NORM_ROPE))
+    return report

@@ -474,10 +474,12 @@ def _blank(value: object | None) -> str:
     return "" if value is None else escape(str(value))
 
 
-def selftest_table(report: SelftestReport) -> Table:
+def selftest_table(report: SelftestReport, op: str | None = None) -> Table:
     """The report as a rich table: one row per kernel, the correct kernel first, then a
-    caption with the verdict. Skip and miss reasons go in the last column."""
-    table = Table(title=f"dcpcheck selftest ({report.profile}, {report.backend})")
+    caption with the verdict. Skip and miss reasons go in the last column; ``op`` names
+    the op in the title."""
+    of = f" of {op}" if op is not None else ""
+    table = Table(title=f"dcpcheck selftest{of} ({report.profile}, {report.backend})")
     for column in ("kernel", "result", "caught by", "case", "examples", "shrunk", "s", "note"):
         table.add_column(column, justify="right" if column in ("examples", "s") else "left")
     for row in report.rows:
