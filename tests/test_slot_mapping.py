@@ -432,3 +432,41 @@ def test_selftest_of_the_op_from_the_command_line():
     assert "6 of 6 mutants caught" in done.output
     refused = invoke("selftest", "--op", "slot-mapping", "--mutant", "mutant/pre-54908")
     assert refused.exit_code == 2
+
+
+# -- the property search -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
+def test_the_search_finds_and_shrinks_each_mutant(mutant):
+    from dcpcheck.ops.slot_mapping import search
+    from dcpcheck.ops.slot_mapping.runner import run_scenario
+
+    outcome = search.search(mutant, mutant.__name__, 100, BACKEND.device)
+    assert not outcome.passed
+    shrunk = outcome.failure
+    assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows <= 4
+    assert len(shrunk.batch.block_sizes) <= 2
+    [replayed] = run_scenario(
+        compute_slot_mappings, "default", shrunk, shrunk.dcp_sizes, BACKEND.device
+    )
+    assert replayed.status == "pass"  # the failure is the mutant's, not the harness's
+
+
+def test_the_search_passes_the_projects_kernel():
+    from dcpcheck.ops.slot_mapping import search
+
+    outcome = search.search(compute_slot_mappings, "default", 60, BACKEND.device)
+    assert outcome.passed and outcome.examples_run == 60
+
+
+def test_a_search_from_the_command_line_saves_a_replayable_shrunk_failure(tmp_path):
+    home = tmp_path / "home"
+    mutant = ["--kernel", "mutant/rank-shifted"]
+    done = invoke("run", "--op", "slot-mapping", "--property-only", *mutant, "--home", str(home))
+    assert done.exit_code == 1
+    assert "property: FAIL at example" in done.output
+    [saved] = (home / "failures").glob("shrunk-slot-mapping-mutant-rank-shifted-*.toml")
+    assert invoke("repro", str(saved), *mutant).exit_code == 1
+    assert invoke("repro", str(saved)).exit_code == 0
+    assert invoke("run", "--op", "slot-mapping", "--property-only").exit_code == 0

@@ -2,13 +2,16 @@
 file: the op's cases (``dcpcheck.ops.slot_mapping.runner``) through the console, the
 reports, the saved failures and the exit codes every run shares.
 
-The options it takes are the named-scenario options of ``run``; the others (the property
-search, token streams, the oracle switch, isolation, real ranks, the sanitizer, the
-fused op's encodings) belong to the fused op's harness and are refused with one line.
+The options it takes are the named-scenario options of ``run`` and the property search's
+``--property-only``, ``--examples`` and ``--seed`` (the op's own search,
+``dcpcheck.ops.slot_mapping.search``); the others (profiles, token streams, the oracle
+switch, isolation, real ranks, the sanitizer, the fused op's encodings) belong to the
+fused op's harness and are refused with one line.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -27,13 +30,16 @@ from dcpcheck.harness.runner import CaseResult, RunConfig
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.ops.registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import scenario as op_scenario
-from dcpcheck.output.console import err, print_results
+from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
 from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
 
 RUN_OPTIONS = {
     "op",
+    "property_only",
+    "examples",
+    "seed",
     "dcp_text",
     "kernel_name",
     "patterns",
@@ -45,6 +51,9 @@ RUN_OPTIONS = {
     "fail_fast",
 }
 """The ``run`` options the op's runs take (module docstring)."""
+
+SEARCH_EXAMPLES = 100
+"""Examples of the op's property search when ``--property-only`` names no count."""
 
 REPRO_OPTIONS = {"file", "kernel_name", "dcp_text", "device", "json_path"}
 """The ``repro`` options a replay of the op's scenario file takes."""
@@ -89,6 +98,40 @@ def _save(scenario, result: CaseResult, kernel_name: str, home: Path) -> Path:
     return save_failure(case, stem, description, home / FAILURES_DIR, op_scenario.scenario_to_toml)
 
 
+@dataclass(frozen=True)
+class Search:
+    """The property search a run asked for: examples, Hypothesis's seed."""
+
+    examples: int
+    seed: int | None
+
+
+def _search(kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
+    """The op's property search; the shrunk failure's case (saved, then replayed from its
+    file, so the report names the file) or None; one line on the console either way."""
+    from dcpcheck.ops.slot_mapping import search as op_search
+    from dcpcheck.ops.slot_mapping.runner import run_scenario
+
+    outcome = op_search.search(
+        kernel, kernel_name, search.examples, device, dcp_sizes, search.seed
+    )
+    if outcome.passed:
+        out.print(f"property: pass ({outcome.examples_run} examples)")
+        return None
+    path = op_search.save_outcome(outcome, kernel_name, home) if home is not None else None
+    shrunk = outcome.failure if path is None else op_scenario.load_scenario(path)
+    [result] = run_scenario(kernel, kernel_name, shrunk, shrunk.dcp_sizes, device)
+    batch = shrunk.batch
+    out.print(
+        f"property: FAIL at example {outcome.first_failure}, shrunk to "
+        f"{len(batch.requests)} request(s), {batch.num_rows} row(s), "
+        f"{len(batch.block_sizes)} group(s), DCP {shrunk.dcp_sizes[0]}"
+        + (f"\n  saved: {path}" if path is not None else ""),
+        soft_wrap=True,
+    )
+    return result
+
+
 def run_cases(
     scenarios: list,
     kernel_name: str,
@@ -97,8 +140,10 @@ def run_cases(
     paths: tuple[Path | None, Path | None],
     home: Path | None,
     fail_fast: bool,
+    search: Search | None = None,
 ) -> int:
-    """Run the op's cases of ``scenarios``, then report them; the exit code."""
+    """Run the op's cases of ``scenarios``, then its property search if asked, then report
+    them; the exit code."""
     from dcpcheck.ops.slot_mapping.runner import run_scenario
 
     backend = open_backend(device)
@@ -117,6 +162,10 @@ def run_cases(
                     )
             if fail_fast and any(r.failed for r in results):
                 break
+        if search is not None and not (fail_fast and any(r.failed for r in results)):
+            shrunk = _search(kernel, kernel_name, search, dcp_sizes, backend.device, home)
+            if shrunk is not None:
+                results.append(shrunk)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
         stopped = stop
     config = RunConfig(kernel_name, dcp_sizes)
@@ -125,7 +174,8 @@ def run_cases(
         write_reports(results, config, backend, *paths, partial=partial, op=SLOT_MAPPING)
     except ReportNotWritten as exc:
         raise InputError(str(exc)) from None
-    print_results(results, saved)
+    if results:
+        print_results(results, saved)
     if stopped is not None:
         how, code = stop_reason(stopped)
         raise Interrupted(f"{how} after {len(results)} case(s)", code)
@@ -137,10 +187,17 @@ def run_op(ctx: click.Context) -> int:
     params = ctx.params
     refuse_other_options(ctx, RUN_OPTIONS)
     dcp_sizes = parse_dcp_sizes(params["dcp_text"]) if params["dcp_text"] else None
+    if params["property_only"] and params["patterns"]:
+        raise InputError("--scenario and --property-only exclude each other")
+    search = None
+    if params["property_only"] or params["examples"] is not None:
+        search = Search(params["examples"] or SEARCH_EXAMPLES, params["seed"])
     root = params["scenario_dir"]
     root = op_scenario.SCENARIOS if Path(root) == SCENARIO_DIR else Path(root)
     try:
-        scenarios = op_scenario.load_scenarios(list(params["patterns"]), root)
+        scenarios = [] if params["property_only"] else (
+            op_scenario.load_scenarios(list(params["patterns"]), root)
+        )
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     paths = (params["json_path"], params["junit_path"])
@@ -150,7 +207,7 @@ def run_op(ctx: click.Context) -> int:
         preflight.check_home(home)
     return run_cases(
         scenarios, params["kernel_name"], dcp_sizes, params["device"], paths, home,
-        params["fail_fast"],
+        params["fail_fast"], search,
     )  # fmt: skip
 
 

@@ -1,0 +1,135 @@
+"""The slot-mapping op's property search: Hypothesis draws batches (requests, cache
+groups, interleave, padding, requests without blocks) and a DCP size, every rank is
+launched and checked, and a failure is shrunk to its smallest batch and saved as a
+scenario file of the op, which ``dcpcheck repro`` replays.
+
+The strategies are built so that shrinking means something: toward one request of one
+new token, one sharded group of block size 16, interleave 1, no padding, every request
+owning blocks, and DCP2, the smallest DCP size at which a rank owns nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from dcpcheck.harness.runner import CaseResult
+from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
+from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
+from dcpcheck.ops.slot_mapping.runner import run_scenario
+from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario
+
+DCP_SIZES = (2, 4, 8, 1)
+"""Drawn DCP sizes, the first the one shrinking settles on."""
+
+INTERLEAVES = (1, 2, 4, 8, 16)
+BLOCK_MULTIPLES = (16, 1, 2, 4, 8)
+"""A group's block size is the interleave times one of these (16 first: block size 16 at
+interleave 1, the usual cache)."""
+
+DEFAULT_SEED = 0
+
+
+@st.composite
+def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[SlotMappingBatch, int]:
+    """A batch of the op and the DCP size it runs at (module docstring)."""
+    dcp_size = draw(st.sampled_from(dcp_sizes))
+    interleave = draw(st.sampled_from(INTERLEAVES))
+    groups = draw(st.integers(1, 3))
+    block_sizes = tuple(interleave * draw(st.sampled_from(BLOCK_MULTIPLES)) for _ in range(groups))
+    sharded = tuple(not draw(st.booleans()) for _ in range(groups))  # shrinks to sharded
+    requests = tuple(
+        draw(st.lists(st.tuples(st.integers(0, 2048), st.integers(1, 64)), min_size=1, max_size=6))
+    )
+    without = draw(st.lists(st.integers(0, len(requests) - 1), max_size=2, unique=True))
+    return (
+        SlotMappingBatch(
+            requests=requests,
+            block_sizes=block_sizes,
+            sharded=sharded,
+            interleave=interleave,
+            padding=draw(st.integers(0, 8)),
+            without_blocks=tuple(sorted(without)),
+            seed=draw(st.integers(0, 2**16)),
+        ),
+        dcp_size,
+    )
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a search did: examples run (shrinking included), the first that failed, and
+    the shrunk failure (None when every example passed)."""
+
+    examples_run: int
+    first_failure: int | None = None
+    failure: SlotMappingScenario | None = None
+    result: CaseResult | None = None  # the shrunk failure's case
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None
+
+
+def search(
+    kernel: SlotMappingKernel,
+    kernel_name: str,
+    examples: int,
+    device: torch.device,
+    dcp_sizes: tuple[int, ...] | None = None,
+    seed: int | None = None,
+) -> SearchOutcome:
+    """Run ``examples`` drawn batches through every check (module docstring); the smallest
+    failing one, as a scenario of the op, when any fails."""
+    ran = 0
+    failing: list[tuple[int, SlotMappingScenario, CaseResult]] = []
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        phases=(Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(batches(dcp_sizes or DCP_SIZES))
+    def property_holds(drawn: tuple[SlotMappingBatch, int]) -> None:
+        nonlocal ran
+        ran += 1
+        batch, size = drawn
+        scenario = SlotMappingScenario(
+            "drawn", "a batch drawn by the property search", batch, (size,)
+        )
+        [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
+        if result.failed:
+            failing.append((ran, scenario, result))
+            raise AssertionError(result.status)
+
+    try:
+        hypothesis_seed(DEFAULT_SEED if seed is None else seed)(property_holds)()
+    except AssertionError:
+        _, scenario, result = failing[-1]  # Hypothesis replays the shrunk failure last
+        return SearchOutcome(ran, failing[0][0], scenario, result)
+    return SearchOutcome(ran)
+
+
+def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
+    """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
+    if outcome.failure is None:
+        return None
+    from dcpcheck.ops.slot_mapping.scenario import scenario_to_toml
+    from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
+
+    failed = ", ".join(c.check for c in outcome.result.failed_checks) or outcome.result.status
+    description = (
+        f"Shrunk by dcpcheck's property search: kernel {kernel_name} fails {failed}. "
+        f"Replay: dcpcheck repro <this file> --kernel {kernel_name}"
+    )
+    stem = f"shrunk-slot-mapping-{kernel_slug(kernel_name)}"
+    return save_failure(outcome.failure, stem, description, home / FAILURES_DIR, scenario_to_toml)
