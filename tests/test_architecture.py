@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
-    # the op's contract, the device, every exit code, every file the tool writes
+    # the op's contract, the device, every exit code, every file the tool writes, the
+    # names of the ops
     (
         "dcpcheck",
         "dcpcheck.contract",
@@ -30,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.interpreter_masks",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
+        "dcpcheck.op_registry",
     ),
     # what a case is: scenarios, DCP ownership, tolerances, seeded values
     ("dcpcheck.spec",),
@@ -44,7 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # a run's session, property search, selftest, bisect: many cases, through the harness
     ("dcpcheck.workflows",),
     # the other ops, one package each: protocol, scenarios, cases, checks, the project's
-    # kernel and its mutants, its runner and selftest; and the registry of every op
+    # kernel and its mutants, its runner, search and selftest
     ("dcpcheck.ops",),
     # JSON/JUnit reports, ownership maps, the console
     ("dcpcheck.output",),

@@ -470,3 +470,44 @@ def test_a_search_from_the_command_line_saves_a_replayable_shrunk_failure(tmp_pa
     assert invoke("repro", str(saved), *mutant).exit_code == 1
     assert invoke("repro", str(saved)).exit_code == 0
     assert invoke("run", "--op", "slot-mapping", "--property-only").exit_code == 0
+
+
+# -- bisect ------------------------------------------------------------------------------
+
+KERNEL_REVISIONS = [
+    ("the kernel", "compute_slot_mappings(inputs, out)"),
+    ("a comment", "compute_slot_mappings(inputs, out)  # the project's kernel"),
+    ("deal tokens one at a time", "mutants.interleave_ignored(inputs, out)"),
+    ("a later edit", "mutants.interleave_ignored(inputs, out)  # still"),
+]
+
+
+def test_bisect_names_the_commit_that_broke_a_slot_mapping_kernel(tmp_path):
+    import subprocess
+
+    from dcpcheck.workflows.bisection import RunOptions, bisect
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    commits = []
+    for subject, call in KERNEL_REVISIONS:
+        (tmp_path / "slots.py").write_text(
+            "from dcpcheck.ops.slot_mapping import mutants\n"
+            "from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings\n\n\n"
+            f"def slots(inputs, out):\n    {call}\n"
+        )
+        git("add", "slots.py")
+        git("commit", "-q", "-m", subject)
+        commits.append(git("rev-parse", "HEAD"))
+    options = RunOptions(
+        scenarios=("interleaved-prefix",), dcp="2", device="cpu", op="slot-mapping"
+    )
+    result = bisect(tmp_path, "slots.py", commits[0], "HEAD", "slots", options)
+    assert result.first_bad is not None and result.first_bad.sha == commits[2]
+    assert result.failing_check.startswith("interleaved-prefix[dcp2] slots: slot_mapping[0]")

@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from dcpcheck.cli.common import InputError, dcp_option, device_option, seed_option
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.output.console import out
 from dcpcheck.workflows import bisection
 
@@ -63,6 +64,13 @@ from dcpcheck.workflows import bisection
     help="Scenarios to check each revision with (default: all; a few small ones "
     "keep each step to seconds).",
 )
+@click.option(
+    "--op",
+    type=click.Choice(list(OPS)),
+    default=FUSED_NORM_ROPE,
+    show_default=True,
+    help="The op the kernel implements (`dcpcheck list ops`).",
+)
 @dcp_option("DCP sizes every revision is checked at (default: each scenario's own).")
 @seed_option("Override every scenario's value seed (as `dcpcheck run --seed`).")
 @device_option
@@ -90,6 +98,7 @@ def bisect_command(
     releases_text,
     find,
     patterns,
+    op,
     dcp_text,
     seed,
     device,
@@ -109,6 +118,7 @@ def bisect_command(
         device=device,
         scenario_dir=scenario_dir,
         timeout_s=timeout_s,
+        op=op,
     )
     try:
         if releases_text is not None:

@@ -17,7 +17,7 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.ops.registry import OPS
+from dcpcheck.op_registry import OPS
 from dcpcheck.output.console import out
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.workflows import selftest

@@ -28,7 +28,7 @@ from dcpcheck.cli.common import (
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.harness.runner import CaseResult, RunConfig
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
-from dcpcheck.ops.registry import SLOT_MAPPING
+from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import scenario as op_scenario
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports

@@ -53,7 +53,7 @@ from dcpcheck.harness.runner import (
     KernelUnderTest,
     RunConfig,
 )
-from dcpcheck.ops.registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.scenario import op_of
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats

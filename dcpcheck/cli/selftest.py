@@ -8,7 +8,7 @@ import click
 from dcpcheck.cli import op_run
 from dcpcheck.cli.common import InputError, device_option, open_backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.ops.registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
 from dcpcheck.output.console import err, out
 from dcpcheck.workflows import selftest
 

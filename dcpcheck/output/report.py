@@ -28,7 +28,7 @@ from dcpcheck.backend import Backend
 from dcpcheck.harness.checks import format_finding
 from dcpcheck.harness.runner import STATUSES, CaseResult, RunConfig
 from dcpcheck.kernels.loading import JudgedFile
-from dcpcheck.ops.registry import FUSED_NORM_ROPE
+from dcpcheck.op_registry import FUSED_NORM_ROPE
 from dcpcheck.workflows import search
 
 UNCHECKED_STATUSES = ("error", "crash", "timeout")

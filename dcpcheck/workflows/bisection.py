@@ -55,6 +55,7 @@ import dcpcheck
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.harness.checks import Finding, format_finding
 from dcpcheck.kernels import releases
+from dcpcheck.op_registry import FUSED_NORM_ROPE
 
 """``dcpcheck run``'s exit codes (dcpcheck.cli), the interface this module reads."""
 
@@ -88,11 +89,14 @@ class RunOptions:
     scenario_dir: Path | None = None
     fail_fast: bool = True
     timeout_s: float = 600.0
+    op: str = FUSED_NORM_ROPE
 
     def _options(self, kernel: str) -> list[str]:
         """``run``'s arguments for ``kernel`` under these options (no device, no reports).
-        Token streams add a model run per revision and say nothing the checks miss here."""
-        words = ["run", "--no-tokens", "--kernel", kernel]
+        Token streams add a model run per revision and say nothing the checks miss here;
+        another op than the fused one is named, and has none."""
+        fused = self.op == FUSED_NORM_ROPE
+        words = ["run", *(["--no-tokens"] if fused else ["--op", self.op]), "--kernel", kernel]
         for scenario in self.scenarios:
             words += ["--scenario", scenario]
         if self.dcp is not None:
@@ -450,6 +454,11 @@ def bisect_releases(
     (``Find.FIRST_BAD``) or passes (``Find.FIRST_FIXED``). The newest is run first; the
     oldest is taken to be the other way round without a run, as ``git bisect`` takes its
     old end, unless the newest is not the new way round: then the oldest is run too."""
+    if run_options.op != FUSED_NORM_ROPE:
+        raise BisectError(
+            f"--releases: vLLM's releases of the {run_options.op} op cannot be loaded yet; "
+            "bisect a kernel file's history instead"
+        )
     versions = check_versions(versions)
     history = [Commit(v, f"vllm {v}") for v in versions[1:]]
     new = Verdict.BAD if find is Find.FIRST_BAD else Verdict.GOOD

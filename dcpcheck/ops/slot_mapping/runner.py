@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from dcpcheck.harness.runner import CaseResult
-from dcpcheck.ops.registry import SLOT_MAPPING
+from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.case import build_case, launch_all
 from dcpcheck.ops.slot_mapping.checks import check_launched, snapshot
 from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
