@@ -1,8 +1,8 @@
 """Every command in the README runs as written.
 
 The ``$ dcpcheck ...`` lines of its console blocks run in order, in one scratch directory
-(the property search there saves the file the ``repro`` lines replay), each expected to
-exit with the code its trailing ``# ... exit N`` comment gives (0 when none). The two
+(the runs there save the files the ``repro`` lines replay), each expected to exit with the
+code its trailing ``# ... exit N`` comment gives (0 when none). The two
 set-up commands at the top are CI's own job: ``.ci/run`` must be exactly the test one.
 """
 
@@ -14,8 +14,6 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).parents[1]
 README = (REPO / "README.md").read_text()
@@ -36,16 +34,16 @@ def test_the_tour_has_commands():
     assert len(COMMANDS) >= 6
 
 
-@pytest.fixture(scope="module")
-def scratch(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("readme")
-
-
-@pytest.mark.parametrize(("command", "code"), COMMANDS, ids=[c for c, _ in COMMANDS])
-def test_command_runs_as_written(command, code, scratch):
+def test_every_command_runs_as_written(tmp_path):
+    """In order, in one directory: a ``repro`` line replays the file a run before it saved,
+    so the commands are one test (test workers would otherwise split them)."""
     env = {k: v for k, v in os.environ.items() if k != "DCPCHECK_HOME"}
     env["PYTHONPATH"] = str(REPO)
-    argv = [sys.executable, "-m", *shlex.split(command)]
-    done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == code, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+    for command, code in COMMANDS:
+        argv = [sys.executable, "-m", *shlex.split(command)]
+        done = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+        said = f"$ {command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        assert done.returncode == code, said
+        assert "Traceback" not in done.stderr, said
