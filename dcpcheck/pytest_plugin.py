@@ -17,6 +17,10 @@ Options (each as for ``dcpcheck run``):
 
 * ``--dcpcheck-kernel SPEC``: registry name, ``package.module:function`` or
   ``path/to/file.py:function``.
+* ``--dcpcheck-op fused-norm-rope|slot-mapping``: the op the kernel implements. The
+  slot-mapping op's items are its scenarios at their DCP sizes (``dcpcheck run --op
+  slot-mapping``), run in pytest's process; the options of the fused op's harness (the
+  oracle switch, the case timeout, the adapter, the ini's scenario directories) are refused.
 * ``--dcpcheck-dcp N[,N...]``: DCP sizes (default: each scenario's own).
 * ``--dcpcheck-scenario NAME|GLOB``: repeatable; a pattern matching no scenario is an error.
 * ``--dcpcheck-scenario-dir DIR``: the scenario files (default: the ones shipped).
@@ -82,7 +86,6 @@ if TYPE_CHECKING:
     from dcpcheck.backend import Backend
     from dcpcheck.harness.runner import CaseResult
     from dcpcheck.spec.scenario import Scenario
-    from dcpcheck.workflows.session import Session
 
 COLLECTOR_NAME = "dcpcheck"
 """Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
@@ -194,32 +197,41 @@ class CaseItem(pytest.Item):
 
 
 @dataclass(frozen=True)
+class PlannedCase:
+    """One item to collect: its id (``scenario[dcpN]``), how to run it, its file."""
+
+    name: str
+    run: Callable[[], CaseResult]
+    source: Path | None
+
+
+@dataclass(frozen=True)
 class Plan:
-    """What ``--dcpcheck-*`` asked for, resolved once at configure time."""
+    """What ``--dcpcheck-*`` asked for, resolved once at configure time: the items, and
+    what to stop when pytest ends (the fused op's isolated worker)."""
 
-    session: Session  # the CLI's session API: same cases, same saved failures
-    scenarios: tuple[Scenario, ...]
-    token_streams: bool
+    kernel_name: str
+    cases: tuple[PlannedCase, ...]
+    close: Callable[[], None]
 
-    def run(self, case: Callable[[], CaseResult]) -> CaseResult:
-        """``case`` of the session, its kernel's worker started first where isolated."""
-        from dcpcheck.harness.isolation import IsolatedKernel
-        from dcpcheck.kernels.loading import KernelLoadError
 
-        kernel = self.session.kernel
-        if isinstance(kernel, IsolatedKernel) and kernel.worker_pid is None:
-            try:
-                kernel.start()
-            except KernelLoadError as exc:  # it loaded in this process: the environment
-                raise CaseFailure(f"the isolated worker could not start: {exc}") from None
-        return case()
+def _started(kernel, case: Callable[[], CaseResult]) -> CaseResult:
+    """``case``, its kernel's worker started first where it runs isolated."""
+    from dcpcheck.harness.isolation import IsolatedKernel
+    from dcpcheck.kernels.loading import KernelLoadError
 
-    def close(self) -> None:
-        """Stop the kernel's worker, if it runs behind one."""
-        from dcpcheck.harness.isolation import IsolatedKernel
+    if isinstance(kernel, IsolatedKernel) and kernel.worker_pid is None:
+        try:
+            kernel.start()
+        except KernelLoadError as exc:  # it loaded in this process: the environment
+            raise CaseFailure(f"the isolated worker could not start: {exc}") from None
+    return case()
 
-        if isinstance(self.session.kernel, IsolatedKernel):
-            self.session.kernel.close()
+
+def _closed(kernel) -> Callable[[], None]:
+    from dcpcheck.harness.isolation import IsolatedKernel
+
+    return kernel.close if isinstance(kernel, IsolatedKernel) else (lambda: None)
 
 
 PLAN = pytest.StashKey[Plan]()
@@ -233,6 +245,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="Kernel under test: registry name, package.module:function or "
         "path/to/file.py:function. Without it the plugin does nothing.",
+    )
+    group.addoption(
+        "--dcpcheck-op",
+        default="fused-norm-rope",
+        choices=("fused-norm-rope", "slot-mapping"),
+        help="The op the kernel implements (default fused-norm-rope; as `dcpcheck run --op`).",
     )
     group.addoption(
         "--dcpcheck-dcp",
@@ -376,7 +394,60 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
     return [chosen[name] for name in sorted(chosen)]
 
 
+def _op_plan(config: pytest.Config, kernel_name: str) -> Plan:
+    """The slot-mapping op's items: its scenarios (``--dcpcheck-scenario-dir``, else the
+    shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
+    from dcpcheck.kernels.loading import KernelLoadError
+    from dcpcheck.ops.slot_mapping import kernels
+    from dcpcheck.ops.slot_mapping import scenario as op_scenario
+    from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
+    from dcpcheck.spec.scenario import ScenarioError
+    from dcpcheck.workflows.search import default_home
+
+    fused_only = {
+        "--dcpcheck-oracle": config.getoption("dcpcheck_oracle") != "on",
+        "--dcpcheck-case-timeout": config.getoption("dcpcheck_case_timeout") is not None,
+        "--dcpcheck-adapter": config.getoption("dcpcheck_adapter") != "auto",
+        SCENARIO_DIRS_INI: bool(config.getini(SCENARIO_DIRS_INI)),
+    }
+    refused = [name for name, given in fused_only.items() if given]
+    if refused:
+        raise pytest.UsageError(f"--dcpcheck-op slot-mapping does not take {', '.join(refused)}")
+    dcp_text = config.getoption("dcpcheck_dcp")
+    dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    root = config.getoption("dcpcheck_scenario_dir") or op_scenario.SCENARIOS
+    try:
+        scenarios = op_scenario.load_scenarios(config.getoption("dcpcheck_scenario"), Path(root))
+    except ScenarioError as exc:
+        raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
+    backend = _fix_backend(config.getoption("dcpcheck_device"))
+    try:
+        kernel = kernels.load(kernel_name)
+    except KernelLoadError as exc:
+        raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
+    home = config.getoption("dcpcheck_home")
+    home = Path(home) if home is not None else default_home()
+
+    def run(scenario, size: int) -> CaseResult:
+        [result] = run_scenario(kernel, kernel_name, scenario, (size,), backend.device)
+        if result.failed:
+            try:
+                save_failed_case(scenario, result, kernel_name, home)
+            except OSError as exc:
+                warnings.warn(f"dcpcheck: cannot save under {home}: {exc.strerror}", stacklevel=1)
+        return result
+
+    cases = tuple(
+        PlannedCase(f"{s.name}[dcp{size}]", functools.partial(run, s, size), s.source)
+        for s in scenarios
+        for size in dcp_sizes or s.dcp_sizes
+    )
+    return Plan(kernel_name, cases, lambda: None)
+
+
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
+    if config.getoption("dcpcheck_op") == "slot-mapping":
+        return _op_plan(config, kernel_name)
     from dcpcheck.harness.runner import RunConfig
     from dcpcheck.kernels.loading import KernelLoadError, canonical_spec, load_kernel
     from dcpcheck.spec import cost
@@ -422,11 +493,19 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
         Path(home) if home is not None else default_home(),
         on_warning=lambda text: warnings.warn(f"dcpcheck: {text}", stacklevel=1),
     )
-    return Plan(
-        session=session,
-        scenarios=tuple(scenarios),
-        token_streams=not config.getoption("dcpcheck_no_tokens"),
-    )
+    cases = [
+        PlannedCase(
+            f"{scenario.name}[dcp{size}]",
+            functools.partial(_started, kernel, functools.partial(session.case, scenario, size)),
+            scenario.source,
+        )
+        for scenario in scenarios
+        for size in run_config.sizes_of(scenario)
+    ]
+    if scenarios and not config.getoption("dcpcheck_no_tokens"):
+        streams = functools.partial(_started, kernel, session.token_streams)
+        cases.append(PlannedCase(f"token-streams[dcp{run_config.token_stream_dcp}]", streams, None))
+    return Plan(kernel_name, tuple(cases), _closed(kernel))
 
 
 def _case_timeout(config: pytest.Config) -> float | None:
@@ -466,32 +545,16 @@ class CaseCollector(pytest.Collector):
 
     def collect(self) -> list[CaseItem]:
         plan = self._plan
-        session = plan.session
-        config = session.config
-        items = [
+        return [
             CaseItem.from_parent(
                 self,
-                name=f"{scenario.name}[dcp{dcp_size}]",
-                run_case=functools.partial(
-                    plan.run, functools.partial(session.case, scenario, dcp_size)
-                ),
-                kernel_name=config.kernel_name,
-                source=scenario.source,
+                name=case.name,
+                run_case=case.run,
+                kernel_name=plan.kernel_name,
+                source=case.source,
             )
-            for scenario in plan.scenarios
-            for dcp_size in config.sizes_of(scenario)
+            for case in plan.cases
         ]
-        if plan.scenarios and plan.token_streams:
-            items.append(
-                CaseItem.from_parent(
-                    self,
-                    name=f"token-streams[dcp{config.token_stream_dcp}]",
-                    run_case=functools.partial(plan.run, session.token_streams),
-                    kernel_name=config.kernel_name,
-                    source=None,
-                )
-            )
-        return items
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -450,3 +450,26 @@ def test_items_run_in_a_worker_process_by_default(pytester):
     result = run(pytester, f"--dcpcheck-kernel={kernel}", "--dcpcheck-dcp=1", *ONE_TOKEN)
     result.assert_outcomes(passed=1)
     assert int(marker.read_text()) != os.getpid()
+
+
+def test_the_slot_mapping_op_as_test_items(pytester):
+    """One item per scenario of the op and DCP size it names, the same verdicts as
+    ``dcpcheck run --op slot-mapping``, failing cases saved."""
+    home = pytester.path / "home"
+    op = ("--dcpcheck-op=slot-mapping", f"--dcpcheck-home={home}")
+    passing = run(pytester, "--dcpcheck-kernel=default", *op)
+    passing.assert_outcomes(passed=12)
+    mutant = run(pytester, "--dcpcheck-kernel=mutant/interleave-ignored", *op, "-k", "dcp4")
+    mutant.assert_outcomes(passed=2, failed=1)
+    mutant.stdout.fnmatch_lines(["*interleaved-prefix[[]dcp4]: FAIL on kernel*: slots*"])
+    [saved] = (home / "failures").glob("interleaved-prefix-*-dcp4-*.toml")
+    assert saved.read_text().startswith('op = "slot-mapping"')
+
+
+def test_the_fused_ops_options_are_refused_for_the_slot_mapping_op(pytester):
+    result = run(
+        pytester, "--dcpcheck-kernel=default", "--dcpcheck-op=slot-mapping",
+        "--dcpcheck-oracle=off", "--co",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dcpcheck-op slot-mapping does not take --dcpcheck-oracle*"])

@@ -33,7 +33,6 @@ from dcpcheck.ops.slot_mapping import scenario as op_scenario
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
-from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
 
 RUN_OPTIONS = {
     "op",
@@ -83,21 +82,6 @@ def _kernel(name: str):
         raise KernelLoadFailure(str(exc)) from None
 
 
-def _save(scenario, result: CaseResult, kernel_name: str, home: Path) -> Path:
-    """A failing case as a scenario file of the op under ``home/failures/``."""
-    import dataclasses
-
-    case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,))
-    stem = f"{scenario.name}-{kernel_slug(kernel_name)}-dcp{result.dcp_size}"
-    failed = ", ".join(c.check for c in result.failed_checks) or result.status
-    description = (
-        f"Saved by dcpcheck: kernel {kernel_name} fails {SLOT_MAPPING} scenario "
-        f"{scenario.name} at DCP{result.dcp_size}: {failed}. Replay: dcpcheck repro "
-        f"<this file> --kernel {kernel_name}"
-    )
-    return save_failure(case, stem, description, home / FAILURES_DIR, op_scenario.scenario_to_toml)
-
-
 @dataclass(frozen=True)
 class Search:
     """The property search a run asked for: examples, Hypothesis's seed."""
@@ -144,7 +128,7 @@ def run_cases(
 ) -> int:
     """Run the op's cases of ``scenarios``, then its property search if asked, then report
     them; the exit code."""
-    from dcpcheck.ops.slot_mapping.runner import run_scenario
+    from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
 
     backend = open_backend(device)
     kernel = _kernel(kernel_name)
@@ -157,7 +141,7 @@ def run_cases(
             for result in run_scenario(kernel, kernel_name, scenario, sizes, backend.device):
                 results.append(result)
                 if result.failed and home is not None:
-                    saved[(result.scenario, result.dcp_size)] = _save(
+                    saved[(result.scenario, result.dcp_size)] = save_failed_case(
                         scenario, result, kernel_name, home
                     )
             if fail_fast and any(r.failed for r in results):

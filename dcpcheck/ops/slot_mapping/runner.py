@@ -8,9 +8,11 @@ dcpcheck's own (building the case, checking it) is not caught here.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -19,7 +21,8 @@ from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.case import build_case, launch_all
 from dcpcheck.ops.slot_mapping.checks import check_launched, snapshot
 from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
-from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, SlotMappingScenario
+from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, SlotMappingScenario, scenario_to_toml
+from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
 
 
 def replay_command(scenario: SlotMappingScenario, dcp_size: int, kernel_name: str) -> str:
@@ -30,6 +33,22 @@ def replay_command(scenario: SlotMappingScenario, dcp_size: int, kernel_name: st
     if source is not None and source.resolve().parent != SCENARIOS.resolve():
         return f"dcpcheck repro {shlex.quote(str(source))} --dcp {dcp_size}{kernel}"
     return f"dcpcheck run --op {SLOT_MAPPING} --scenario {scenario.name} --dcp {dcp_size}{kernel}"
+
+
+def save_failed_case(
+    scenario: SlotMappingScenario, result: CaseResult, kernel_name: str, home: Path
+) -> Path:
+    """A failing case as a scenario file of the op under ``home/failures/``, at the DCP
+    size it failed at, which ``dcpcheck repro`` replays."""
+    case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,))
+    stem = f"{scenario.name}-{kernel_slug(kernel_name)}-dcp{result.dcp_size}"
+    failed = ", ".join(c.check for c in result.failed_checks) or result.status
+    description = (
+        f"Saved by dcpcheck: kernel {kernel_name} fails {SLOT_MAPPING} scenario "
+        f"{scenario.name} at DCP{result.dcp_size}: {failed}. Replay: dcpcheck repro "
+        f"<this file> --kernel {kernel_name}"
+    )
+    return save_failure(case, stem, description, home / FAILURES_DIR, scenario_to_toml)
 
 
 def run_scenario(
