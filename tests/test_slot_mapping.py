@@ -511,3 +511,21 @@ def test_bisect_names_the_commit_that_broke_a_slot_mapping_kernel(tmp_path):
     result = bisect(tmp_path, "slots.py", commits[0], "HEAD", "slots", options)
     assert result.first_bad is not None and result.first_bad.sha == commits[2]
     assert result.failing_check.startswith("interleaved-prefix[dcp2] slots: slot_mapping[0]")
+
+
+def test_a_home_that_cannot_be_written_costs_one_warning_not_the_run(monkeypatch):
+    from dcpcheck.ops.slot_mapping import runner
+
+    def unwritable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(runner, "save_failed_case", unwritable)
+    done = invoke("run", "--op", "slot-mapping", "--kernel", "mutant/dcp-ignored", "--dcp", "2")
+    assert done.exit_code == 1
+    assert done.output.count("cannot save failing cases under") == 1
+
+
+def test_a_seed_without_the_search_is_refused():
+    done = invoke("run", "--op", "slot-mapping", "--seed", "3")
+    assert done.exit_code == 2
+    assert "it seeds the property search" in done.output

@@ -82,6 +82,14 @@ def _kernel(name: str):
         raise KernelLoadFailure(str(exc)) from None
 
 
+def _warn_unsaved(home: Path, exc: OSError) -> None:
+    err.print(
+        f"dcpcheck: warning: cannot save failing cases under {home}: {exc.strerror} (see --home)",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 @dataclass(frozen=True)
 class Search:
     """The property search a run asked for: examples, Hypothesis's seed."""
@@ -102,7 +110,12 @@ def _search(kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
     if outcome.passed:
         out.print(f"property: pass ({outcome.examples_run} examples)")
         return None
-    path = op_search.save_outcome(outcome, kernel_name, home) if home is not None else None
+    path = None
+    if home is not None:
+        try:
+            path = op_search.save_outcome(outcome, kernel_name, home)
+        except OSError as exc:
+            _warn_unsaved(home, exc)
     shrunk = outcome.failure if path is None else op_scenario.load_scenario(path)
     [result] = run_scenario(kernel, kernel_name, shrunk, shrunk.dcp_sizes, device)
     batch = shrunk.batch
@@ -141,9 +154,13 @@ def run_cases(
             for result in run_scenario(kernel, kernel_name, scenario, sizes, backend.device):
                 results.append(result)
                 if result.failed and home is not None:
-                    saved[(result.scenario, result.dcp_size)] = save_failed_case(
-                        scenario, result, kernel_name, home
-                    )
+                    try:
+                        saved[(result.scenario, result.dcp_size)] = save_failed_case(
+                            scenario, result, kernel_name, home
+                        )
+                    except OSError as exc:  # as the fused op's runs: one warning, no more
+                        _warn_unsaved(home, exc)
+                        home = None
             if fail_fast and any(r.failed for r in results):
                 break
         if search is not None and not (fail_fast and any(r.failed for r in results)):
@@ -176,6 +193,11 @@ def run_op(ctx: click.Context) -> int:
     search = None
     if params["property_only"] or params["examples"] is not None:
         search = Search(params["examples"] or SEARCH_EXAMPLES, params["seed"])
+    elif params["seed"] is not None:
+        raise InputError(
+            f"--seed: with --op {SLOT_MAPPING} it seeds the property search; give "
+            "--property-only or --examples N"
+        )
     root = params["scenario_dir"]
     root = op_scenario.SCENARIOS if Path(root) == SCENARIO_DIR else Path(root)
     try:
