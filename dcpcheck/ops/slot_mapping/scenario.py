@@ -22,6 +22,7 @@ File format (``scenario_to_toml`` writes exactly this)::
 
 from __future__ import annotations
 
+import fnmatch
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,8 +195,6 @@ def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[SlotMapp
     """The op's scenarios under ``root`` whose names match a pattern (all without one),
     sorted by name; a pattern matching none is an error, and a file's name must be its
     stem (as ``dcpcheck.spec.scenario.load_scenarios`` says why)."""
-    import fnmatch
-
     paths = {path.stem: path for path in Path(root).glob("*.toml")}
     chosen: set[str] = set()
     for pattern in patterns:
