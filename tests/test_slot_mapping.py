@@ -529,3 +529,10 @@ def test_a_seed_without_the_search_is_refused():
     done = invoke("run", "--op", "slot-mapping", "--seed", "3")
     assert done.exit_code == 2
     assert "it seeds the property search" in done.output
+
+
+def test_list_kernels_names_the_ops_kernels_too():
+    listed = invoke("list", "kernels").output
+    assert "--op slot-mapping:" in listed
+    for name in ("default", *(f"mutant/{m.__name__.replace('_', '-')}" for m in mutants.MUTANTS)):
+        assert name in listed.split("--op slot-mapping:")[1]

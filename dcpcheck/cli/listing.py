@@ -17,13 +17,23 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.op_registry import OPS
+from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.output.console import out
 from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.workflows import selftest
 
 INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
 """Every preset's indexer head: 128 fp8 values per token."""
+
+
+def _slot_mapping_kernels() -> list[tuple[str, str]]:
+    """The slot-mapping op's kernels by name, with what each is."""
+    from dcpcheck.backend import current_backend
+
+    current_backend()  # its kernels are Triton: the backend is chosen before they are defined
+    from dcpcheck.ops.slot_mapping.kernels import DESCRIPTIONS
+
+    return list(DESCRIPTIONS.items())
 
 
 @click.command("list")
@@ -63,6 +73,9 @@ def list_command(what: str) -> None:
 
         for entry in KERNELS.values():
             out.print(f"{entry.name:24} {entry.description}")
+        out.print(f"\n--op {SLOT_MAPPING}:")
+        for name, description in _slot_mapping_kernels():
+            out.print(f"{name:30} {description}")
         return
     try:
         scenarios = load_scenarios([], SCENARIO_DIR)

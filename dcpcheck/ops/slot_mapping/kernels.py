@@ -14,6 +14,12 @@ KERNELS: dict[str, SlotMappingKernel] = {
     **{f"mutant/{m.__name__.replace('_', '-')}": m for m in MUTANTS},
 }
 
+DESCRIPTIONS: dict[str, str] = {
+    "default": "the project's slot-mapping Triton kernel",
+    **{f"mutant/{m.__name__.replace('_', '-')}": m.__doc__.split("\n")[0] for m in MUTANTS},
+}
+"""What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
+
 
 def load(spec: str) -> SlotMappingKernel:
     """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""

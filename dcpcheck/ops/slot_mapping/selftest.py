@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from dcpcheck.backend import Backend
 from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
-from dcpcheck.ops.slot_mapping.kernels import KERNELS
+from dcpcheck.ops.slot_mapping.kernels import DESCRIPTIONS, KERNELS
 from dcpcheck.ops.slot_mapping.runner import run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
 from dcpcheck.workflows.selftest import SelftestReport, SelftestRow, Status
@@ -60,14 +60,14 @@ def run_selftest(
     """The op's selftest (module docstring)."""
     scenarios = load_scenarios([])
     start = time.perf_counter()
-    default = _row("default", "the project's slot-mapping Triton kernel", False, scenarios, backend)
+    default = _row("default", DESCRIPTIONS["default"], False, scenarios, backend)
     report = SelftestReport(PROFILE, backend.describe(), default)
     if on_row is not None:
         on_row(default)
-    for name, kernel in KERNELS.items():
+    for name in KERNELS:
         if name == "default":
             continue
-        row = _row(name, (kernel.__doc__ or "").split("\n")[0], True, scenarios, backend)
+        row = _row(name, DESCRIPTIONS.get(name, ""), True, scenarios, backend)
         report.mutants.append(row)
         if on_row is not None:
             on_row(row)
