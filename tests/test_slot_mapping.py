@@ -8,8 +8,8 @@ contract check (``checks``) passing that kernel and failing a mutant that breaks
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import random
 import re
 
 import pytest
@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dcpcheck.harness.checks import format_finding
-from dcpcheck.ops.slot_mapping import mutants
+from dcpcheck.ops.slot_mapping import mutants, search
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
-from dcpcheck.ops.slot_mapping.checks import judge
+from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
 from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
 from dcpcheck.ops.slot_mapping.scenario import (
@@ -71,21 +71,6 @@ def _table(rows) -> torch.Tensor:
     return torch.tensor([[*row, *[0] * (width - len(row))] for row in rows], dtype=torch.int32)
 
 
-def _oracle(inputs: SlotMappingInputs, max_num_tokens: int) -> torch.Tensor:
-    return oracle.slot_mappings(
-        inputs.query_start_loc,
-        inputs.positions,
-        inputs.idx_mapping,
-        inputs.block_tables,
-        list(inputs.block_sizes),
-        list(inputs.sharded),
-        inputs.dcp_size,
-        inputs.dcp_rank,
-        inputs.interleave,
-        max_num_tokens,
-    )
-
-
 BATCHES = [
     Batch((Request(prefix=0, new=1),)),
     Batch((Request(prefix=37, new=1),), padding=3),
@@ -104,7 +89,7 @@ def test_the_oracle_is_the_layout_the_cases_are_built_from(batch, block_size, dc
     expected = slot_mappings(batch, layout, tables).per_rank
     for rank in range(dcp_size):
         inputs = _batch_inputs(batch, [table], [block_size], [True], dcp_size, rank, interleave)
-        [got] = _oracle(inputs, batch.num_tokens)
+        [got] = expected_slots(inputs, batch.num_tokens)
         assert torch.equal(got, expected[rank])
 
 
@@ -112,10 +97,10 @@ def test_a_replicated_group_gives_every_rank_the_global_slots():
     batch = BATCHES[2]
     tables = build_block_tables(batch, 16, 1, shuffle_seed=1)
     table = _table(tables)
-    one = _oracle(_batch_inputs(batch, [table], [16], [True], 1, 0, 1), batch.num_tokens)
+    one = expected_slots(_batch_inputs(batch, [table], [16], [True], 1, 0, 1), batch.num_tokens)
     for rank in range(4):
         inputs = _batch_inputs(batch, [table], [16], [False], 4, rank, 1)
-        assert torch.equal(_oracle(inputs, batch.num_tokens), one)
+        assert torch.equal(expected_slots(inputs, batch.num_tokens), one)
 
 
 @pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 1), (4, 16), (8, 2)])
@@ -138,48 +123,17 @@ def test_local_sequence_lengths_count_the_owned_positions_and_sum_to_the_length(
 
 @st.composite
 def slot_mapping_launches(draw) -> tuple[SlotMappingInputs, int]:
-    """A rank's launch: 1-4 requests (prefix and new tokens), some owning no blocks, padding
-    rows, 1-3 cache groups with block sizes that are multiples of the interleave, each
-    sharded or replicated, block tables of distinct shuffled block ids."""
-    dcp_size = draw(st.sampled_from([1, 2, 4, 8]))
-    interleave = draw(st.sampled_from([1, 2, 4, 16]))
-    groups = draw(st.integers(1, 3))
-    block_sizes = [interleave * draw(st.sampled_from([1, 2, 4])) for _ in range(groups)]
-    block_sizes = [max(size, 1) for size in block_sizes]
-    sharded = [draw(st.booleans()) for _ in range(groups)]
-    requests = draw(
-        st.lists(st.tuples(st.integers(0, 300), st.integers(1, 40)), min_size=1, max_size=4)
-    )
-    no_blocks = [draw(st.integers(0, 9)) == 0 for _ in requests]
-    padding = draw(st.integers(0, 5))
-    seed = draw(st.integers(0, 2**16))
-    rank = draw(st.integers(0, dcp_size - 1))
-    shuffle = random.Random(seed)
-    longest = max(prefix + new for prefix, new in requests)
-    width = max(-(-longest // size) for size in block_sizes)  # a replicated group's need
-    tables = []
-    for _ in block_sizes:
-        ids = list(range(len(requests) * width))
-        shuffle.shuffle(ids)
-        tables.append(torch.tensor(ids, dtype=torch.int32).view(len(requests), width))
-    starts = [0]
-    for _, new in requests:
-        starts.append(starts[-1] + new)
-    positions = [prefix + i for prefix, new in requests for i in range(new)]
-    positions += [shuffle.randrange(1000) for _ in range(padding)]
-    rows = [-1 if empty else i for i, empty in enumerate(no_blocks)]
-    inputs = SlotMappingInputs(
-        query_start_loc=torch.tensor(starts, dtype=torch.int32),
-        positions=torch.tensor(positions, dtype=torch.int64),
-        idx_mapping=torch.tensor(rows, dtype=torch.int32),
-        block_tables=torch.stack(tables),
-        block_sizes=tuple(block_sizes),
-        sharded=tuple(sharded),
-        dcp_size=dcp_size,
-        dcp_rank=rank,
-        interleave=interleave,
-    )
-    return inputs, len(positions)
+    """One rank's launch of a batch the op's search draws (``search.batches``: several
+    groups, sharded or replicated, interleaves, prefixes, padding, requests without
+    blocks), its padding rows given drawn positions, which must not matter."""
+    batch, dcp_size = draw(search.batches())
+    case = build_case(batch, dcp_size, torch.device("cpu"))
+    inputs = case.ranks[draw(st.integers(0, dcp_size - 1))]
+    first_padding = batch.num_rows - batch.padding
+    padding = draw(st.lists(st.integers(0, 4096), min_size=batch.padding, max_size=batch.padding))
+    positions = inputs.positions.clone()
+    positions[first_padding:] = torch.tensor(padding, dtype=torch.int64)
+    return dataclasses.replace(inputs, positions=positions), batch.num_rows
 
 
 def _launch(inputs: SlotMappingInputs, max_num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,7 +157,7 @@ def _launch(inputs: SlotMappingInputs, max_num_tokens: int) -> tuple[torch.Tenso
 def test_the_kernel_writes_the_oracles_slots_and_nothing_else(launch):
     inputs, max_num_tokens = launch
     got, storage = _launch(inputs, max_num_tokens)
-    assert torch.equal(got, _oracle(inputs, max_num_tokens))
+    assert torch.equal(got, expected_slots(inputs, max_num_tokens))
     assert (storage[:, max_num_tokens:] == POISON).all()
 
 
@@ -439,7 +393,6 @@ def test_selftest_of_the_op_from_the_command_line():
 
 @pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
 def test_the_search_finds_and_shrinks_each_mutant(mutant):
-    from dcpcheck.ops.slot_mapping import search
     from dcpcheck.ops.slot_mapping.runner import run_scenario
 
     outcome = search.search(mutant, mutant.__name__, 100, BACKEND.device)
@@ -454,8 +407,6 @@ def test_the_search_finds_and_shrinks_each_mutant(mutant):
 
 
 def test_the_search_passes_the_projects_kernel():
-    from dcpcheck.ops.slot_mapping import search
-
     outcome = search.search(compute_slot_mappings, "default", 60, BACKEND.device)
     assert outcome.passed and outcome.examples_run == 60
 

@@ -201,14 +201,19 @@ class Nvfp4Path(enum.Enum):
     OTHER = "a conversion dcpcheck does not recognise (run as it is)"
 
 
+def _module_source(function: Callable[..., object]) -> str:
+    """The source of ``function``'s module ("" where it cannot be read)."""
+    module = inspect.getmodule(function)
+    try:
+        return inspect.getsource(module) if module is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
 def nvfp4_path(function: Callable[..., object]) -> Nvfp4Path:
     """Whether and how ``function``'s module writes nvfp4_ds_mla, from its source text: the
     signature cannot say (the layout is a value of ``mla_kv_cache_dtype``), the file can."""
-    module = inspect.getmodule(function)
-    try:
-        source = inspect.getsource(module) if module is not None else ""
-    except (OSError, TypeError):
-        source = ""
+    source = _module_source(function)
     if '"nvfp4_ds_mla"' not in source:
         return Nvfp4Path.ABSENT
     return Nvfp4Path.PTX_E2M1 if PTX_E2M1 in source else Nvfp4Path.OTHER
@@ -243,12 +248,9 @@ def tile_scale_rule(function: Callable[..., object]) -> DsMlaScale | None:
     None where the file computes no such scale or cannot be read (the case's rule, else
     the op document's ``amax``, then applies; a finding whose scales follow the other rule says
     so)."""
-    module = inspect.getmodule(function)
     try:
-        tree = ast.parse(inspect.getsource(module)) if module is not None else None
-    except (OSError, TypeError, SyntaxError):
-        tree = None
-    if tree is None:
+        tree = ast.parse(_module_source(function))
+    except SyntaxError:
         return None
     values = [
         node.value

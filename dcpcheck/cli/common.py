@@ -4,6 +4,8 @@ exit code before any work starts. What only ``run`` / ``repro`` use lives in ``r
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -265,6 +267,11 @@ oracle_option = click.option(
 )
 
 
+def warn(text: str) -> None:
+    """One warning line on stderr, as every command words one."""
+    err.print(f"dcpcheck: warning: {text}", markup=False, soft_wrap=True)
+
+
 def announce_oracle(oracle: bool) -> None:
     """Say on stderr, under the backend line, when the oracle is off: every pass of this
     run then means "agrees with its own DCP1 run", which the table alone does not show."""
@@ -301,24 +308,47 @@ def open_backend(device: str):
     return backend
 
 
-def load(name: str, adapter: str = "auto") -> Kernel:
-    """The ``--kernel`` under ``--adapter``: exit 2 if the spec is wrong in itself (a name
-    the registry does not know, a file without ``:function``), 125 if it does not load."""
+@contextlib.contextmanager
+def kernel_errors() -> Iterator[None]:
+    """A kernel spec's errors as the CLI's: exit 2 for one wrong in itself
+    (``KernelSpecError``: a name the registry does not know, a file without
+    ``:function``, a release cache that cannot be trusted), 125 for one that does not
+    load."""
     try:
-        return load_kernel(name, adapter)
+        yield
     except KernelSpecError as exc:
         raise InputError(str(exc)) from None
     except KernelLoadError as exc:
         raise KernelLoadFailure(str(exc)) from None
+
+
+def load(name: str, adapter: str = "auto") -> Kernel:
+    """The ``--kernel`` under ``--adapter`` (``kernel_errors``)."""
+    with kernel_errors():
+        return load_kernel(name, adapter)
 
 
 def kernel_files(name: str) -> tuple[JudgedFile, ...]:
     """The files the loaded ``--kernel``'s code comes from, with their SHA256, for the
     reports (``loading.judged_files``); a release's file is checked against its wheel's
     RECORD once more, so one changed since the load is exit 2, as at the load."""
-    try:
+    with kernel_errors():
         return judged_files(name)
-    except KernelSpecError as exc:
-        raise InputError(str(exc)) from None
-    except KernelLoadError as exc:
-        raise KernelLoadFailure(str(exc)) from None
+
+
+def given_options(ctx: click.Context) -> set[str]:
+    """The parameters of ``ctx`` set on the command line (a flag only when on)."""
+    return {
+        name
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        and value not in (None, False, ())
+    }
+
+
+def refuse_options(ctx: click.Context, allowed: set[str], refusal: str) -> None:
+    """Exit 2, ``refusal`` then the options, for every option given on the command line
+    outside ``allowed``."""
+    refused = sorted(f"--{name.replace('_', '-')}" for name in given_options(ctx) - allowed)
+    if refused:
+        raise InputError(f"{refusal} {', '.join(refused)}")

@@ -20,14 +20,15 @@ from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     Interrupted,
-    KernelLoadFailure,
+    kernel_errors,
     open_backend,
     parse_dcp_sizes,
+    refuse_options,
     stop_reason,
+    warn,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.harness.runner import CaseResult, RunConfig
-from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import scenario as op_scenario
 from dcpcheck.output.console import err, out, print_results
@@ -60,34 +61,18 @@ REPRO_OPTIONS = {"file", "kernel_name", "dcp_text", "device", "json_path"}
 
 def refuse_other_options(ctx: click.Context, allowed: set[str]) -> None:
     """Exit 2 naming every option given on the command line that the op does not take."""
-    given = {
-        name
-        for name, value in ctx.params.items()
-        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
-        and value not in (None, False, ())
-    }
-    refused = sorted(f"--{name.replace('_', '-')}" for name in given - allowed)
-    if refused:
-        raise InputError(f"--op {SLOT_MAPPING} does not take {', '.join(refused)}")
+    refuse_options(ctx, allowed, f"--op {SLOT_MAPPING} does not take")
 
 
 def _kernel(name: str):
     from dcpcheck.ops.slot_mapping import kernels  # defines its Triton kernel: backend first
 
-    try:
+    with kernel_errors():
         return kernels.load(name)
-    except KernelSpecError as exc:
-        raise InputError(str(exc)) from None
-    except KernelLoadError as exc:
-        raise KernelLoadFailure(str(exc)) from None
 
 
 def _warn_unsaved(home: Path, exc: OSError) -> None:
-    err.print(
-        f"dcpcheck: warning: cannot save failing cases under {home}: {exc.strerror} (see --home)",
-        markup=False,
-        soft_wrap=True,
-    )
+    warn(f"cannot save failing cases under {home}: {exc.strerror} (see --home)")
 
 
 @dataclass(frozen=True)

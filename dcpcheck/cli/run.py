@@ -24,6 +24,7 @@ from dcpcheck.cli.common import (
     ds_mla_scale_option,
     ds_mla_scale_rule,
     fail_fast_option,
+    given_options,
     json_option,
     junit_option,
     kernel_files,
@@ -33,10 +34,12 @@ from dcpcheck.cli.common import (
     open_backend,
     oracle_option,
     parse_dcp_sizes,
+    refuse_options,
     scenario_dir_option,
     scenario_option,
     seed_option,
     stop_reason,
+    warn,
 )
 from dcpcheck.cli.kernel_process import (
     case_timeout_for,
@@ -277,7 +280,7 @@ def run_command(
     paths = (json_path, junit_path)
     loading = kernel_under_test(kernel_name, adapter, backend, timeout, sanitize)
     with _reported_if_stopped(loading, config, backend, paths) as kernel:
-        session = Session(kernel, config, backend, home, on_warning=_warn)
+        session = Session(kernel, config, backend, home, on_warning=warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
             outcome = run_session(
                 session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
@@ -319,10 +322,6 @@ def _reported_if_stopped(loading, config, backend, paths) -> Iterator[KernelUnde
     with contextlib.ExitStack() as stack:
         stack.push(loading)
         yield kernel
-
-
-def _warn(text: str) -> None:
-    err.print(f"dcpcheck: warning: {text}", markup=False, soft_wrap=True)
 
 
 def _kept_reports(json_path: Path | None, junit_path: Path | None) -> str:
@@ -369,16 +368,9 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
     sizes = [n for n in (dcp_sizes or ()) if n != 1]
     if len(sizes) != 1:
         raise InputError("--launcher torchrun: --dcp must name one size N > 1 (and maybe 1)")
-    given = {
-        name
-        for name, value in ctx.params.items()
-        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
-        and value not in (None, False, ())
-    }
-    unsupported = given - set(RANK_OPTIONS) - {"launcher", "rank_timeout"}
-    if unsupported:
-        names = ", ".join(sorted(f"--{n.replace('_', '-')}" for n in unsupported))
-        raise InputError(f"--launcher torchrun does not support {names}")
+    allowed = {*RANK_OPTIONS, "launcher", "rank_timeout"}
+    refuse_options(ctx, allowed, "--launcher torchrun does not support")
+    given = given_options(ctx)
     argv = ["run"]
     for command_param in ctx.command.params:
         name = command_param.name

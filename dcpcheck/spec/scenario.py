@@ -56,7 +56,7 @@ import fnmatch
 import math
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -475,32 +475,39 @@ def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[S
     looks scenarios up by name: so here the two must agree, or a replay line would select
     another file (or none), and two files naming one scenario would shadow each other.
     """
+    return load_named(scenario_files(patterns, root), load_scenario)
+
+
+def scenario_files(patterns: Sequence[str], root: Path, kind: str = "scenario") -> list[Path]:
+    """The ``*.toml`` files under ``root`` whose stems match any of ``patterns`` (all with
+    none), sorted by stem; a pattern matching none is a ``ScenarioError`` naming ``kind``."""
     paths = {path.stem: path for path in Path(root).glob("*.toml")}
     chosen: set[str] = set()
     for pattern in patterns:
         matches = fnmatch.filter(paths, pattern)
         if not matches:
             raise ScenarioError(
-                f"{_display(Path(root))}: no scenario matches {pattern!r} "
+                f"{_display(Path(root))}: no {kind} matches {pattern!r} "
                 f"(known: {known(paths) or 'none'})"
             )
         chosen.update(matches)
-    names = sorted(chosen if patterns else paths)
-    return [_load_named(paths[name]) for name in names]
+    return [paths[name] for name in sorted(chosen if patterns else paths)]
 
 
-def _load_named(path: Path) -> Scenario:
-    """``load_scenario`` of a file in a scenario directory, whose ``name`` must be its stem
-    (``load_scenarios`` says why)."""
-    scenario = load_scenario(path)
-    if scenario.name != path.stem:
-        raise scenario.error(
-            "name",
-            f"{scenario.name!r} does not match the file name (expected {path.stem!r}: in a "
-            f"scenario directory --scenario selects files by name; `dcpcheck repro FILE` "
-            f"replays a file of any name)",
-        )
-    return scenario
+def load_named(paths: Sequence[Path], load: Callable[[Path], Any]) -> list[Any]:
+    """``load`` (a scenario reader of any op) of every file of ``paths``, each in a scenario
+    directory, so its ``name`` must be its stem (``load_scenarios`` says why)."""
+    scenarios = []
+    for path in paths:
+        scenario = load(path)
+        if scenario.name != path.stem:
+            raise ScenarioError(
+                f"{_display(path)}: key 'name': {scenario.name!r} does not match the file "
+                f"name (expected {path.stem!r}: in a scenario directory --scenario selects "
+                f"files by name; `dcpcheck repro FILE` replays a file of any name)"
+            )
+        scenarios.append(scenario)
+    return scenarios
 
 
 # ---------------------------------------------------------------------------------------

@@ -45,19 +45,24 @@ def expected_slots(inputs: SlotMappingInputs, max_num_tokens: int) -> torch.Tens
     )
 
 
-def _ownership(case: SlotMappingCase, rank: int, group: int, row: int) -> str:
-    if not owned_rows(case)[row]:
-        return "padding"
-    mine = expected_slots(case.ranks[rank], case.max_num_tokens)[group, row] >= 0
-    return "owned" if bool(mine) else "foreign"
-
-
 def _finding(
-    case: SlotMappingCase, group: int, rank: int | None, bad: torch.Tensor, detail: str
+    case: SlotMappingCase,
+    group: int,
+    rank: int | None,
+    bad: torch.Tensor,
+    detail: str,
+    expected: torch.Tensor | None = None,
 ) -> Finding:
+    """A finding over the rows ``bad`` marks; the first one's ownership on ``rank``:
+    padding, else owned or foreign by ``expected`` (the rank's oracle mapping, which a
+    finding on a row that is not padding comes with)."""
     rows = bad.nonzero().flatten().tolist()
     first = rows[0]
-    ownership = None if rank is None else _ownership(case, rank, group, first)
+    ownership = None
+    if rank is not None:
+        ownership = "padding"
+        if owned_rows(case)[first]:
+            ownership = "owned" if int(expected[group, first]) >= 0 else "foreign"
     return Finding(
         field=f"slot_mapping[{group}]",
         rank=rank,
@@ -80,7 +85,8 @@ def check_slots(case: SlotMappingCase) -> CheckResult:
             if bad.any():
                 unwritten = bool((got[group][bad] == POISON).all())
                 detail = "never written" if unwritten else "differ from the oracle's"
-                findings.append(_finding(case, group, rank, bad, "{count} row(s) " + detail))
+                detail = "{count} row(s) " + detail
+                findings.append(_finding(case, group, rank, bad, detail, expected))
     return CheckResult("slots", tuple(findings))
 
 

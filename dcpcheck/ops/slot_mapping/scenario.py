@@ -22,7 +22,6 @@ File format (``scenario_to_toml`` writes exactly this)::
 
 from __future__ import annotations
 
-import fnmatch
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,13 @@ from typing import Any
 
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.spec import limits
-from dcpcheck.spec.scenario import NAME_PATTERN, SCENARIO_DIR, ScenarioError
+from dcpcheck.spec.scenario import (
+    NAME_PATTERN,
+    SCENARIO_DIR,
+    ScenarioError,
+    load_named,
+    scenario_files,
+)
 from dcpcheck.spec.toml_tables import (
     Key,
     boolean,
@@ -193,25 +198,8 @@ def load_scenario(path: Path) -> SlotMappingScenario:
 
 def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[SlotMappingScenario]:
     """The op's scenarios under ``root`` whose names match a pattern (all without one),
-    sorted by name; a pattern matching none is an error, and a file's name must be its
-    stem (as ``dcpcheck.spec.scenario.load_scenarios`` says why)."""
-    paths = {path.stem: path for path in Path(root).glob("*.toml")}
-    chosen: set[str] = set()
-    for pattern in patterns:
-        matches = fnmatch.filter(paths, pattern)
-        if not matches:
-            raise ScenarioError(
-                f"{root}: no {OP} scenario matches {pattern!r} (known: "
-                f"{', '.join(sorted(paths)) or 'none'})"
-            )
-        chosen.update(matches)
-    scenarios = [load_scenario(paths[name]) for name in sorted(chosen if patterns else paths)]
-    for scenario in scenarios:
-        if scenario.name != scenario.source.stem:
-            raise ScenarioError(
-                f"{scenario.source}: key 'name': {scenario.name!r} does not match the file name"
-            )
-    return scenarios
+    sorted by name, as ``dcpcheck.spec.scenario.load_scenarios`` selects the fused op's."""
+    return load_named(scenario_files(patterns, root, f"{OP} scenario"), load_scenario)
 
 
 def scenario_to_toml(scenario: SlotMappingScenario) -> str:

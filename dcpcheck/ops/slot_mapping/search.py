@@ -94,7 +94,6 @@ def search(
         max_examples=examples,
         deadline=None,
         database=None,
-        derandomize=False,
         phases=(Phase.generate, Phase.shrink),
         suppress_health_check=list(HealthCheck),
     )
