@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU acceptance runs: kernel/oracle/adapter/release and harness tests, the release
-# matrix with and without the oracle, the release bisect, the default run, the property
-# search on releases, the selftest, and compute-sanitizer (tests, slowdown, and every
-# shipped scenario under each tool: sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
+# matrix with and without the oracle, the slot-mapping op's release matrix, the release
+# bisect, the default run, the property search on releases, the selftest, and
+# compute-sanitizer (tests, slowdown, and every shipped scenario under each tool:
+# sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
 set -u
 OUT=${OUT:-out}
@@ -25,7 +26,8 @@ for job in $JOBS; do
           tests/test_distributed.py tests/test_seeded.py tests/test_pytest_plugin.py \
           tests/test_new_cache_formats.py tests/test_reference_new_formats.py \
           tests/test_fused_checks.py tests/test_cost.py tests/test_hash_cli.py \
-          tests/test_compile_ahead.py \
+          tests/test_compile_ahead.py tests/test_slot_mapping.py \
+          tests/test_slot_mapping_releases.py tests/test_interpreter_masks.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
@@ -48,6 +50,9 @@ for job in $JOBS; do
         for k in default regress/pre-54908; do
           timed python3 -m dcpcheck run --dcp 4 --kernel $k > "$OUT/run_${k//\//-}.log" 2>&1
         done ) & ;;
+    slot-mapping)  # vLLM's slot-mapping kernel in every release that has it
+      ( timed python3 benchmarks/slot_mapping_matrix.py --out "$OUT/slot-mapping" \
+          > "$OUT/slot_mapping_matrix.md" 2>&1 ) & ;;
     property)
       for v in 0.30.0 0.31.0 0.32.0 0.33.0; do
         ( timed python3 -m dcpcheck run --kernel vllm==$v --dcp 1 --property-only \

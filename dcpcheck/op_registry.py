@@ -1,13 +1,37 @@
 """Every op dcpcheck judges, by the name ``--op``, scenario files (``op = "..."``) and
-reports use. A scenario file without an ``op`` key is the fused op's."""
+reports use, and the files of a vLLM wheel each op judges. A scenario file without an
+``op`` key is the fused op's."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 FUSED_NORM_ROPE = "fused-norm-rope"
 SLOT_MAPPING = "slot-mapping"
 
-OPS: dict[str, str] = {
-    FUSED_NORM_ROPE: "fused MLA norm + RoPE + cache write (docs/fused-norm-rope.md)",
-    SLOT_MAPPING: "per-rank slot mappings of every cache group (docs/dcp-contract.md)",
+
+@dataclass(frozen=True)
+class Op:
+    """What ``dcpcheck list ops`` says of an op, and the files its released kernels come
+    from: their paths in a vLLM wheel, which one download of a release keeps for every op
+    (``dcpcheck.kernels.releases``)."""
+
+    description: str
+    wheel_members: tuple[str, ...]
+    function: str  # the function of the first member a release is judged by
+
+
+OPS: dict[str, Op] = {
+    FUSED_NORM_ROPE: Op(
+        "fused MLA norm + RoPE + cache write (docs/fused-norm-rope.md)",
+        ("vllm/models/deepseek_v32/common/kernels.py",),
+        "fused_norm_rope",
+    ),
+    SLOT_MAPPING: Op(
+        "per-rank slot mappings of every cache group (docs/dcp-contract.md)",
+        # the GPU model runner's kernel, and its caller, which says how it sizes the rows
+        ("vllm/v1/worker/gpu/block_table.py", "vllm/v1/worker/gpu/model_runner.py"),
+        "_compute_slot_mappings_kernel",
+    ),
 }
-"""Name -> what the op is, as ``dcpcheck list ops`` prints it."""
+"""Name -> the op (``Op``)."""

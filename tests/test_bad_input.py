@@ -194,11 +194,6 @@ BAD_INPUTS: dict[str, BadInput] = {
         2,
         "--dcp: DCP size must be >= 1, got 0",
     ),
-    "bisect of the slot-mapping op's releases": BadInput(
-        ("bisect", "--releases", "0.28.0,0.29.0", "--op", "slot-mapping"),
-        2,
-        "vLLM's releases of the slot-mapping op cannot be loaded yet",
-    ),
     "home that is a file": BadInput(
         ("run", "--home", "{tmp}/home", "--scenario", NAME, "--no-tokens"),
         2,

@@ -45,6 +45,7 @@ from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
 from dcpcheck.kernels import releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
+from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 
@@ -102,9 +103,15 @@ def _record_line(member: str, data: bytes) -> str:
     return f"{member},sha256={digest},{len(data)}\n"
 
 
-def _fake_download(member_bytes: bytes | None, calls: list[str], recorded: bytes | None = None):
+def _fake_download(
+    member_bytes: bytes | None,
+    calls: list[str],
+    recorded: bytes | None = None,
+    others: tuple[str, ...] = (),
+):
     """A stand-in for pip: writes a wheel holding the kernel file (or not) and a RECORD
-    giving the SHA256 of ``recorded`` for it (default: of the file itself)."""
+    giving the SHA256 of ``recorded`` for it (default: of the file itself), and the
+    members ``others`` (another op's files) with their own."""
 
     def download(version: str, into: Path) -> Path:
         calls.append(version)
@@ -116,6 +123,9 @@ def _fake_download(member_bytes: bytes | None, calls: list[str], recorded: bytes
                 archive.writestr(releases.KERNEL_MEMBER, member_bytes)
                 stated = member_bytes if recorded is None else recorded
                 record += _record_line(releases.KERNEL_MEMBER, stated)
+            for other in others:
+                archive.writestr(other, f"# {other}\n")
+                record += _record_line(other, f"# {other}\n".encode())
             archive.writestr(f"vllm-{version}.dist-info/RECORD", record)
         return wheel
 
@@ -340,12 +350,32 @@ def test_an_uncached_release_without_the_registry_is_a_one_line_load_error(cache
     assert not releases.release_dir("0.29.0").exists()
 
 
-def test_a_wheel_without_the_kernel_file_is_refused(cache_dir, monkeypatch):
+def test_a_wheel_without_any_judged_file_is_refused_and_leaves_nothing(cache_dir, monkeypatch):
     monkeypatch.setattr(releases, "_download_wheel", _fake_download(None, []))
-    with pytest.raises(releases.ReleaseError, match="its wheel has no vllm/models/deepseek_v32"):
+    with pytest.raises(releases.ReleaseError, match="its wheel has none of the files dcpcheck"):
         releases.fetch("0.27.0")
     assert not list(cache_dir.rglob("*.whl"))
     assert not releases.release_dir("0.27.0").exists()
+
+
+def test_a_release_without_one_ops_file_keeps_the_others_and_is_not_fetched_twice(
+    cache_dir, monkeypatch
+):
+    """One download keeps every op's files the wheel has; asking for a file it lacks is
+    told from the record, not by downloading the wheel again."""
+    calls: list[str] = []
+    block_table, runner = OPS[SLOT_MAPPING].wheel_members
+    others = (block_table, runner)
+    monkeypatch.setattr(releases, "_download_wheel", _fake_download(None, calls, others=others))
+    assert releases.fetch("0.20.0", block_table).path.read_text() == f"# {block_table}\n"
+    for _ in range(2):
+        with pytest.raises(releases.ReleaseError, match="its wheel has no vllm/models/deepseek"):
+            releases.fetch("0.20.0")
+    assert [kept.path.name for kept in releases.fetch_all("0.20.0")] == [
+        "block_table.py",
+        "model_runner.py",
+    ]
+    assert calls == ["0.20.0"]
 
 
 def test_reports_name_each_judged_file_and_its_sha256(cached_release, tmp_path):

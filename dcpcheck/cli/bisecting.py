@@ -33,9 +33,9 @@ from dcpcheck.workflows import bisection
 @click.option(
     "--function",
     "function",
-    default="fused_norm_rope",
-    show_default=True,
-    help="The kernel function in that file.",
+    default=None,
+    help="The kernel function in that file (default: the op's, fused_norm_rope for "
+    "fused-norm-rope, _compute_slot_mappings_kernel for slot-mapping).",
 )
 @click.option("--good", default=None, help="A revision where the kernel passes.")
 @click.option("--bad", default="HEAD", show_default=True, help="A revision where it fails.")
@@ -120,6 +120,7 @@ def bisect_command(
         timeout_s=timeout_s,
         op=op,
     )
+    function = function or OPS[op].function
     try:
         if releases_text is not None:
             if kernel_spec is not None or rel_file is not None or good is not None:

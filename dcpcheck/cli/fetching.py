@@ -33,18 +33,20 @@ def _version(word: str) -> str:
 )
 def fetch_command(names: tuple[str, ...], refresh: bool) -> None:
     """Fetch released vLLM kernel files into the release cache ($DCPCHECK_CACHE, else
-    ~/.cache/dcpcheck): each file checked against the SHA256 its wheel's RECORD gives,
-    the wheel deleted. Prints each file and its SHA256. Exit 2 for a version the package
+    ~/.cache/dcpcheck): every op's files the wheel has (dcpcheck list ops), each checked
+    against the SHA256 its wheel's RECORD gives, the wheel deleted. Prints each file and
+    its SHA256. Exit 2 for a version the package
     index does not publish or a cache that cannot be used, 125 when a wheel cannot be had."""
     versions = list(dict.fromkeys(_version(name) for name in names))
     for version in versions:
         try:
-            kept = releases.fetch(version, refresh=refresh)
+            kept = releases.fetch_all(version, refresh=refresh)
         except (releases.CacheFault, releases.UnknownRelease) as exc:
             raise InputError(str(exc)) from None
         except releases.ReleaseError as exc:
             raise KernelLoadFailure(str(exc)) from None
-        out.print(
-            f"{releases.PACKAGE}=={version}  sha256 {kept.sha256}  {escape(str(kept.path))}",
-            soft_wrap=True,
-        )
+        for file in kept:
+            out.print(
+                f"{releases.PACKAGE}=={version}  sha256 {file.sha256}  {escape(str(file.path))}",
+                soft_wrap=True,
+            )

@@ -48,8 +48,8 @@ def list_command(what: str) -> None:
     rope_dim 64, the shape of every preset, ``auto`` in bf16 or fp16; then the indexer
     cache's formats, index head 128), or the ops dcpcheck judges (``--op``)."""
     if what == "ops":
-        for name, description in OPS.items():
-            out.print(f"{name:18} {description}")
+        for name, op in OPS.items():
+            out.print(f"{name:18} {op.description}")
         return
     if what == "layouts":
         for layout in CacheLayout:

@@ -65,10 +65,19 @@ def refuse_other_options(ctx: click.Context, allowed: set[str]) -> None:
 
 
 def _kernel(name: str):
+    """The kernel ``name`` names, and the files its code comes from (for the reports)."""
     from dcpcheck.ops.slot_mapping import kernels  # defines its Triton kernel: backend first
 
     with kernel_errors():
-        return kernels.load(name)
+        return kernels.load(name), kernels.judged_files(name)
+
+
+def canonical_kernel(name: str) -> str:
+    """``name`` as the reports and replays spell it (a release's version normalised)."""
+    from dcpcheck.ops.slot_mapping.kernels import canonical
+
+    with kernel_errors():
+        return canonical(name)
 
 
 def _warn_unsaved(home: Path, exc: OSError) -> None:
@@ -89,11 +98,11 @@ def _search(kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
     from dcpcheck.ops.slot_mapping import search as op_search
     from dcpcheck.ops.slot_mapping.runner import run_scenario
 
-    outcome = op_search.search(
-        kernel, kernel_name, search.examples, device, dcp_sizes, search.seed
-    )
+    outcome = op_search.search(kernel, kernel_name, search.examples, device, dcp_sizes, search.seed)
     if outcome.passed:
-        out.print(f"property: pass ({outcome.examples_run} examples)")
+        judged = outcome.examples_run - outcome.not_applicable
+        unasked = f", {outcome.not_applicable} not applicable" if outcome.not_applicable else ""
+        out.print(f"property: pass ({judged} examples judged{unasked})")
         return None
     path = None
     if home is not None:
@@ -129,7 +138,8 @@ def run_cases(
     from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
 
     backend = open_backend(device)
-    kernel = _kernel(kernel_name)
+    kernel_name = canonical_kernel(kernel_name)
+    kernel, kernel_files = _kernel(kernel_name)
     results: list[CaseResult] = []
     saved: dict[tuple[str, int], Path] = {}
     stopped = None
@@ -157,7 +167,10 @@ def run_cases(
     config = RunConfig(kernel_name, dcp_sizes)
     try:
         partial = stopped is not None
-        write_reports(results, config, backend, *paths, partial=partial, op=SLOT_MAPPING)
+        write_reports(
+            results, config, backend, *paths, partial=partial, kernel_files=kernel_files,
+            op=SLOT_MAPPING,
+        )  # fmt: skip
     except ReportNotWritten as exc:
         raise InputError(str(exc)) from None
     if results:
@@ -186,8 +199,10 @@ def run_op(ctx: click.Context) -> int:
     root = params["scenario_dir"]
     root = op_scenario.SCENARIOS if Path(root) == SCENARIO_DIR else Path(root)
     try:
-        scenarios = [] if params["property_only"] else (
-            op_scenario.load_scenarios(list(params["patterns"]), root)
+        scenarios = (
+            []
+            if params["property_only"]
+            else (op_scenario.load_scenarios(list(params["patterns"]), root))
         )
     except ScenarioError as exc:
         raise InputError(str(exc)) from None

@@ -104,7 +104,9 @@ def _read_source(path: Path) -> ast.Module:
         raise KernelLoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
 
 
-def _load_file(path: Path) -> ModuleType:
+def load_file(path: Path) -> ModuleType:
+    """The module of the Python file at ``path``, its host project's imports answered by
+    the stand-ins where that project is not installed (module docstring)."""
     tree = _read_source(path)
     module_name = _module_name(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -245,12 +247,13 @@ def canonical_spec(spec: str) -> str:
     return f"{release.name}:{release.function}"
 
 
-def fetch_release(version: str) -> releases.KeptFile:
-    """Release ``version``'s kernel file from the cache (fetched on first use) and checked
-    against its wheel's RECORD: a cache fault or an unknown version is bad input
-    (:class:`KernelSpecError`), a release that cannot be downloaded a load error."""
+def fetch_release(version: str, member: str = releases.KERNEL_MEMBER) -> releases.KeptFile:
+    """Release ``version``'s ``member`` (by default the fused kernel's file) from the cache
+    (fetched on first use) and checked against its wheel's RECORD: a cache fault or an
+    unknown version is bad input (:class:`KernelSpecError`), a release that cannot be
+    downloaded, or has no such file, a load error."""
     try:
-        return releases.fetch(version)
+        return releases.fetch(version, member)
     except (releases.CacheFault, releases.UnknownRelease) as exc:
         raise KernelSpecError(str(exc)) from None
     except releases.ReleaseError as exc:
@@ -263,7 +266,7 @@ def load_callable(spec: str, registry: list[str]) -> object:
     a spec without ``:`` is taken to misspell. :class:`KernelLoadError` (or its
     :class:`KernelSpecError`) with one line otherwise."""
     where, function = _split_spec(spec, registry)
-    module = _load_file(Path(where)) if where.endswith(".py") else _load_module(where)
+    module = load_file(Path(where)) if where.endswith(".py") else _load_module(where)
     target = getattr(module, function, None)
     if target is None:
         raise KernelLoadError(f"{where}: has no function {function!r}")
@@ -278,7 +281,7 @@ def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:
     if adapter not in ("auto", "vllm"):
         raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
     path = fetch_release(release.version).path
-    target = getattr(_load_file(path), release.function, None)
+    target = getattr(load_file(path), release.function, None)
     if target is None or not callable(target):
         raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
     try:
@@ -296,7 +299,8 @@ class JudgedFile:
     sha256: str
 
 
-def _judged(path: Path) -> JudgedFile:
+def judged_file(path: Path) -> JudgedFile:
+    """``path`` and its SHA256 now, as a report names a judged file."""
     return JudgedFile(str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest())
 
 
@@ -306,14 +310,14 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     more), a ``file.py``, a module's file, or the project's kernel modules for a registry
     name (``registry.KERNEL_SOURCES``)."""
     if spec in KERNELS:
-        return tuple(_judged(path) for path in KERNEL_SOURCES)
+        return tuple(judged_file(path) for path in KERNEL_SOURCES)
     release = release_of(spec)
     if release is not None:
         kept = fetch_release(release.version)
         return (JudgedFile(str(kept.path), kept.sha256),)
     where = spec.rsplit(":", 1)[0]
     if where.endswith(".py"):
-        return (_judged(Path(where)),)
+        return (judged_file(Path(where)),)
     module = sys.modules.get(where)
     source = getattr(module, "__file__", None)
-    return () if source is None else (_judged(Path(source)),)
+    return () if source is None else (judged_file(Path(source)),)

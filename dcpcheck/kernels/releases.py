@@ -9,8 +9,9 @@ ever written into the repository. The cache lives in ``$DCPCHECK_CACHE`` or else
 ``~/.cache/dcpcheck`` (made absolute, so a command run elsewhere finds the same one)::
 
     <cache>/releases/vllm/0.29.0/vllm/models/deepseek_v32/common/kernels.py
-    <cache>/releases/vllm/0.29.0/source.json    the wheel's name, and each kept file's
-                                                 SHA256 as the wheel's own RECORD gives it
+    <cache>/releases/vllm/0.29.0/source.json    the wheel's name, each kept file's SHA256
+                                                 as the wheel's own RECORD gives it, and
+                                                 the members looked for
 
 Why a record: a cached file is code that dcpcheck imports and runs, and whose verdict it
 reports under the release's name. A cached file edited by hand (or by a stray tool) would
@@ -47,12 +48,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+
 PACKAGE = "vllm"
-KERNEL_MEMBER = "vllm/models/deepseek_v32/common/kernels.py"
+KERNEL_MEMBER = OPS[FUSED_NORM_ROPE].wheel_members[0]
 """Where every release from 0.28.0 on keeps ``fused_norm_rope`` in its wheel."""
 
-KEPT_MEMBERS = (KERNEL_MEMBER,)
-"""Every wheel member dcpcheck judges; a fetch keeps those the wheel has."""
+KEPT_MEMBERS = tuple(dict.fromkeys(m for op in OPS.values() for m in op.wheel_members))
+"""Every wheel member an op judges (``dcpcheck.op_registry``); a fetch keeps those the
+wheel has, and its record names them all, so a member a release lacks is known to be
+lacking without a second download."""
 
 DEFAULT_FUNCTION = "fused_norm_rope"
 
@@ -134,13 +139,14 @@ def normalise(version: str) -> str:
     return ".".join(numbers) + (match["suffix"] or "") + (match["post"] or "")
 
 
-def parse_spec(spec: str) -> ReleaseSpec | None:
-    """``spec`` as a release, or None when it does not name one; :class:`MalformedVersion`
-    when it names one by something that is not a version (``vllm==0.3O.0``)."""
+def parse_spec(spec: str, default_function: str = DEFAULT_FUNCTION) -> ReleaseSpec | None:
+    """``spec`` as a release (its function ``default_function`` unless it names one), or
+    None when it does not name one; :class:`MalformedVersion` when it names one by
+    something that is not a version (``vllm==0.3O.0``)."""
     match = RELEASE_SPEC.match(spec)
     if match is None:
         return None
-    return ReleaseSpec(normalise(match["version"]), match["function"] or DEFAULT_FUNCTION)
+    return ReleaseSpec(normalise(match["version"]), match["function"] or default_function)
 
 
 def version_key(version: str) -> tuple[tuple[int, ...], int, int, int]:
@@ -172,15 +178,28 @@ def refetch_command(version: str) -> str:
     return f"dcpcheck fetch --refresh {PACKAGE}=={version}"
 
 
-def _record_of(folder: Path, version: str) -> dict[str, str] | None:
-    """The ``files`` of ``folder``'s source record (member -> sha256), None without one."""
+@dataclass(frozen=True)
+class SourceRecord:
+    """What ``source.json`` says: each kept member's SHA256 from the wheel's RECORD, and
+    every member the fetch looked for (those not kept are not in the wheel)."""
+
+    files: dict[str, str]
+    looked_for: tuple[str, ...]
+
+
+def _record_of(folder: Path, version: str) -> SourceRecord | None:
+    """``folder``'s source record, None without one."""
     record = folder / SOURCE_RECORD
     if not record.exists():
         return None
     try:
-        files = json.loads(record.read_text(encoding="utf-8"))["files"]
+        content = json.loads(record.read_text(encoding="utf-8"))
+        files = content["files"]
         if not (isinstance(files, dict) and all(isinstance(v, str) for v in files.values())):
             raise TypeError("files is not a map of member to sha256")
+        looked_for = content.get("looked_for", [])
+        if not (isinstance(looked_for, list) and all(isinstance(m, str) for m in looked_for)):
+            raise TypeError("looked_for is not a list of members")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         why = (
             exc.strerror
@@ -188,7 +207,7 @@ def _record_of(folder: Path, version: str) -> dict[str, str] | None:
             else "gives no file's SHA256 from its wheel's RECORD"
         )
         raise CacheFault(f"{record}: {why}; fetch it afresh: {refetch_command(version)}") from None
-    return files
+    return SourceRecord(files, tuple(looked_for))
 
 
 def _sha256_of(path: Path) -> str:
@@ -200,25 +219,26 @@ def _sha256_of(path: Path) -> str:
 
 def cached(version: str, member: str = KERNEL_MEMBER) -> KeptFile | None:
     """``member`` of release ``version`` from the cache, checked against its record; None
-    when the release was never fetched. :class:`CacheFault` when the cache holds the
-    file without a record entry, the entry without the file, or a file whose SHA256
-    differs from the one its wheel's RECORD gave."""
+    when the release was never fetched (or not since ``member`` was kept).
+    :class:`CacheFault` when the cache holds the file without a record entry, the entry
+    without the file, or a file whose SHA256 differs from the one its wheel's RECORD
+    gave; :class:`ReleaseError` when the release's wheel has no such member."""
     folder = release_dir(version)
     path = folder / member
     if folder.exists() and not folder.is_dir():
         raise CacheFault(f"{folder}: not a folder; remove it, or set DCPCHECK_CACHE elsewhere")
-    files = _record_of(folder, version)
-    if files is None or member not in files:
+    record = _record_of(folder, version)
+    files = {} if record is None else record.files
+    if member not in files:
         stray = [p for p in (path, folder / Path(member).name) if p.is_file()]
         if stray:
             raise CacheFault(
                 f"{stray[0]}: cached without a record of its wheel's SHA256, so it cannot be "
                 f"trusted; fetch it afresh: {refetch_command(version)}"
             )
-        if files is None:
-            return None
-        if member not in files:
-            return None  # fetched before this member was kept: fetch() adds it
+        if record is not None and member in record.looked_for:
+            raise ReleaseError(f"{PACKAGE}=={version}: its wheel has no {member}")
+        return None  # never fetched, or fetched before this member was kept: fetch() adds it
     if not path.is_file():
         raise CacheFault(
             f"{path}: missing from the release cache; fetch it afresh: {refetch_command(version)}"
@@ -324,13 +344,16 @@ def record_sha256(archive: zipfile.ZipFile, member: str) -> str:
 
 def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
     """Write the KEPT_MEMBERS the wheel has under ``into``, each checked against its RECORD,
-    and the source record; member -> sha256."""
+    and the source record; member -> sha256. A wheel with none of them is refused."""
     kept: dict[str, str] = {}
     try:
         with zipfile.ZipFile(wheel) as archive:
             names = set(archive.namelist())
-            if KERNEL_MEMBER not in names:
-                raise ReleaseError(f"{PACKAGE}=={version}: its wheel has no {KERNEL_MEMBER}")
+            if not names & set(KEPT_MEMBERS):
+                raise ReleaseError(
+                    f"{PACKAGE}=={version}: its wheel has none of the files dcpcheck judges "
+                    f"({', '.join(KEPT_MEMBERS)})"
+                )
             for member in KEPT_MEMBERS:
                 if member not in names:
                     continue
@@ -344,7 +367,13 @@ def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
                 kept[member] = recorded
     except zipfile.BadZipFile as exc:
         raise ReleaseError(f"{PACKAGE}=={version}: {wheel.name}: {exc}") from None
-    record = {"package": PACKAGE, "version": version, "wheel": wheel.name, "files": kept}
+    record = {
+        "package": PACKAGE,
+        "version": version,
+        "wheel": wheel.name,
+        "files": kept,
+        "looked_for": list(KEPT_MEMBERS),
+    }
     (into / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return kept
 
@@ -410,3 +439,22 @@ def _renamed(source: Path, target: Path) -> bool:
             raise
         return False
     return True
+
+
+def fetch_all(version: str, *, refresh: bool = False) -> list[KeptFile]:
+    """Every member of KEPT_MEMBERS release ``version`` has, as :func:`fetch` gives each
+    (one download at most); :func:`fetch`'s errors."""
+    kept = []
+    for number, member in enumerate(KEPT_MEMBERS):
+        try:
+            kept.append(fetch(version, member, refresh=refresh and number == 0))
+        except ReleaseError as exc:
+            if isinstance(exc, CacheFault | UnknownRelease) or not _lacks(version, member):
+                raise
+    return kept
+
+
+def _lacks(version: str, member: str) -> bool:
+    """Whether the cached record of ``version`` says its wheel has no ``member``."""
+    record = _record_of(release_dir(version), version)
+    return record is not None and member in record.looked_for and member not in record.files

@@ -55,7 +55,7 @@ import dcpcheck
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.harness.checks import Finding, format_finding
 from dcpcheck.kernels import releases
-from dcpcheck.op_registry import FUSED_NORM_ROPE
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 
 """``dcpcheck run``'s exit codes (dcpcheck.cli), the interface this module reads."""
 
@@ -406,10 +406,11 @@ def check_release(version: str, function: str, options: RunOptions, workdir: Pat
     return _run_verdict(release, f"vllm=={version}:{function}", options, workdir)
 
 
-def check_versions(texts: Sequence[str]) -> list[str]:
+def check_versions(texts: Sequence[str], op: str = FUSED_NORM_ROPE) -> list[str]:
     """``--releases`` as normalised versions, checked before any run: each a version, none
-    twice, oldest first, and each known (cached, else published by the package index,
-    which is asked only then). :class:`BisectError`, one line, otherwise."""
+    twice, oldest first, and each known (its ``op`` file cached, else the version
+    published by the package index, which is asked only then; a cached release without
+    the op's file is refused). :class:`BisectError`, one line, otherwise."""
     versions = []
     for text in texts:
         try:
@@ -428,10 +429,11 @@ def check_versions(texts: Sequence[str]) -> list[str]:
             f"--releases: not oldest first ({versions[first]} before {versions[first + 1]}); "
             f"sorted: {','.join(ordered)}"
         )
+    member = OPS[op].wheel_members[0]
     try:
-        unknown = [v for v in versions if releases.cached(v) is None]
-    except releases.CacheFault as exc:
-        raise BisectError(str(exc)) from None
+        unknown = [v for v in versions if releases.cached(v, member) is None]
+    except releases.ReleaseError as exc:  # a cache fault, or a release without the file
+        raise BisectError(f"--releases: {exc}") from None
     if unknown:
         listed = releases.published_versions()
         if listed is None:
@@ -454,12 +456,7 @@ def bisect_releases(
     (``Find.FIRST_BAD``) or passes (``Find.FIRST_FIXED``). The newest is run first; the
     oldest is taken to be the other way round without a run, as ``git bisect`` takes its
     old end, unless the newest is not the new way round: then the oldest is run too."""
-    if run_options.op != FUSED_NORM_ROPE:
-        raise BisectError(
-            f"--releases: vLLM's releases of the {run_options.op} op cannot be loaded yet; "
-            "bisect a kernel file's history instead"
-        )
-    versions = check_versions(versions)
+    versions = check_versions(versions, run_options.op)
     history = [Commit(v, f"vllm {v}") for v in versions[1:]]
     new = Verdict.BAD if find is Find.FIRST_BAD else Verdict.GOOD
     steps: list[Step] = []

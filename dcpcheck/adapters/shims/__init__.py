@@ -42,6 +42,12 @@ STAND_INS: dict[str, dict[str, str]] = {
         # 0.33.0: the indexer cache's MX-packed scales
         "vllm.utils.deep_gemm": "mx_scales",
         "vllm.v1.attention.ops.common": "mx_scales",
+        # the GPU model runner's block tables (vllm/v1/worker/gpu/block_table.py), 0.12.0 on
+        "vllm.attention.backends.utils": "block_tables",
+        "vllm.v1.attention.backends.utils": "block_tables",
+        "vllm.utils.math_utils": "block_tables",
+        "vllm.v1.utils": "block_tables",
+        "vllm.v1.worker.gpu.buffer_utils": "block_tables",
     },
 }
 """Host package -> {host module: the module of ``dcpcheck.adapters.shims.<package>``

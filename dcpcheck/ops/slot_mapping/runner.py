@@ -18,7 +18,7 @@ import torch
 
 from dcpcheck.harness.runner import CaseResult
 from dcpcheck.op_registry import SLOT_MAPPING
-from dcpcheck.ops.slot_mapping.case import build_case, launch_all
+from dcpcheck.ops.slot_mapping.case import SlotMappingCase, build_case, launch_all
 from dcpcheck.ops.slot_mapping.checks import check_launched, snapshot
 from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
 from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, SlotMappingScenario, scenario_to_toml
@@ -51,6 +51,18 @@ def save_failed_case(
     return save_failure(case, stem, description, home / FAILURES_DIR, scenario_to_toml)
 
 
+def not_applicable(kernel: SlotMappingKernel, case: SlotMappingCase) -> str | None:
+    """Why ``kernel`` cannot be asked this case at all (an adapter's ``not_applicable``
+    of any rank's inputs: its API cannot say it, and its caller never asks it), or None.
+    Such a case is reported ``not_applicable`` with the reason: never launched, never a
+    pass."""
+    ask = getattr(kernel, "not_applicable", None)
+    if ask is None:
+        return None
+    reasons = [ask(inputs) for inputs in case.ranks]
+    return next((reason for reason in reasons if reason is not None), None)
+
+
 def run_scenario(
     kernel: SlotMappingKernel,
     kernel_name: str,
@@ -64,6 +76,12 @@ def run_scenario(
         replay = replay_command(scenario, size, kernel_name)
         started = time.perf_counter()
         case = build_case(scenario.batch, size, device)
+        reason = not_applicable(kernel, case)
+        if reason is not None:
+            results.append(
+                CaseResult(scenario.name, size, "not_applicable", error=reason, replay=replay)
+            )
+            continue
         before = snapshot(case)
         try:
             launched = launch_all(kernel, case)

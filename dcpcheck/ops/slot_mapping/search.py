@@ -37,17 +37,26 @@ DEFAULT_SEED = 0
 
 
 @st.composite
-def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[SlotMappingBatch, int]:
-    """A batch of the op and the DCP size it runs at (module docstring)."""
+def batches(
+    draw: Callable,
+    dcp_sizes: tuple[int, ...] = DCP_SIZES,
+    replicated: bool = True,
+    without_blocks: bool = True,
+) -> tuple[SlotMappingBatch, int]:
+    """A batch of the op and the DCP size it runs at (module docstring); ``replicated``
+    and ``without_blocks`` say whether replicated groups and requests that own no blocks
+    may be drawn."""
     dcp_size = draw(st.sampled_from(dcp_sizes))
     interleave = draw(st.sampled_from(INTERLEAVES))
     groups = draw(st.integers(1, 3))
     block_sizes = tuple(interleave * draw(st.sampled_from(BLOCK_MULTIPLES)) for _ in range(groups))
-    sharded = tuple(not draw(st.booleans()) for _ in range(groups))  # shrinks to sharded
+    # shrinks to sharded
+    sharded = tuple(not (replicated and draw(st.booleans())) for _ in range(groups))
     requests = tuple(
         draw(st.lists(st.tuples(st.integers(0, 2048), st.integers(1, 64)), min_size=1, max_size=6))
     )
-    without = draw(st.lists(st.integers(0, len(requests) - 1), max_size=2, unique=True))
+    most = 2 if without_blocks else 0
+    without = draw(st.lists(st.integers(0, len(requests) - 1), max_size=most, unique=True))
     return (
         SlotMappingBatch(
             requests=requests,
@@ -64,10 +73,12 @@ def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[Slo
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    """What a search did: examples run (shrinking included), the first that failed, and
-    the shrunk failure (None when every example passed)."""
+    """What a search did: examples run (shrinking included), how many of them the kernel
+    could not be asked (``not_applicable``: never a pass), the first that failed, and the
+    shrunk failure (None when no example failed)."""
 
     examples_run: int
+    not_applicable: int = 0  # examples the kernel cannot be asked (an adapter's reason)
     first_failure: int | None = None
     failure: SlotMappingScenario | None = None
     result: CaseResult | None = None  # the shrunk failure's case
@@ -75,6 +86,18 @@ class SearchOutcome:
     @property
     def passed(self) -> bool:
         return self.failure is None
+
+
+def _drawn_for(kernel: SlotMappingKernel, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
+    """The batches to draw for ``kernel``: all of them, or for a kernel that says what it
+    can be asked (an adapter's ``askable``: a release's API) only those, so that the
+    examples judge it rather than go not applicable. Sizes it cannot run stay out unless
+    they are all that was asked for; then every example is not applicable, and counted so."""
+    askable = getattr(kernel, "askable", None)
+    if askable is None:
+        return batches(dcp_sizes)
+    sizes = dcp_sizes if askable.dcp else tuple(s for s in dcp_sizes if s == 1) or dcp_sizes
+    return batches(sizes, askable.replicated, askable.without_blocks)
 
 
 def search(
@@ -87,7 +110,7 @@ def search(
 ) -> SearchOutcome:
     """Run ``examples`` drawn batches through every check (module docstring); the smallest
     failing one, as a scenario of the op, when any fails."""
-    ran = 0
+    ran = skipped = 0
     failing: list[tuple[int, SlotMappingScenario, CaseResult]] = []
 
     @settings(
@@ -97,15 +120,16 @@ def search(
         phases=(Phase.generate, Phase.shrink),
         suppress_health_check=list(HealthCheck),
     )
-    @given(batches(dcp_sizes or DCP_SIZES))
+    @given(_drawn_for(kernel, dcp_sizes or DCP_SIZES))
     def property_holds(drawn: tuple[SlotMappingBatch, int]) -> None:
-        nonlocal ran
+        nonlocal ran, skipped
         ran += 1
         batch, size = drawn
         scenario = SlotMappingScenario(
             "drawn", "a batch drawn by the property search", batch, (size,)
         )
         [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
+        skipped += result.status == "not_applicable"
         if result.failed:
             failing.append((ran, scenario, result))
             raise AssertionError(result.status)
@@ -114,8 +138,8 @@ def search(
         hypothesis_seed(DEFAULT_SEED if seed is None else seed)(property_holds)()
     except AssertionError:
         _, scenario, result = failing[-1]  # Hypothesis replays the shrunk failure last
-        return SearchOutcome(ran, failing[0][0], scenario, result)
-    return SearchOutcome(ran)
+        return SearchOutcome(ran, skipped, failing[0][0], scenario, result)
+    return SearchOutcome(ran, skipped)
 
 
 def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:

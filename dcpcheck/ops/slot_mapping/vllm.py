@@ -1,0 +1,269 @@
+"""vLLM's slot-mapping kernel as a kernel of the op: ``_compute_slot_mappings_kernel`` of the
+GPU model runner (``vllm/v1/worker/gpu/block_table.py``, every release from 0.12.0),
+launched as ``BlockTables.compute_slot_mappings`` launches it.
+
+The kernel's parameters changed over the releases; the adapter reads them from the
+signature and gives each the value the release's caller gives it:
+
+* ``num_tokens`` (0.12.0 - 0.17.1): the rows of ``positions`` the caller passes, from which
+  the kernel pads. How many that is the signature does not say, so it is read from the
+  caller, ``vllm/v1/worker/gpu/model_runner.py`` (:func:`rows_the_caller_passes`): the
+  scheduled tokens (``positions[:num_tokens]``) or every row after CUDA-graph padding
+  (``positions[:num_tokens_after_padding]``);
+* ``cu_num_tokens`` / ``query_start_loc``, ``pos``, ``idx_mapping`` (0.15.0 on): the batch;
+  before ``idx_mapping`` the kernel reads block-table row ``i`` for request ``i``, as the
+  caller hands it the tables gathered by request (``input_block_tables``);
+* ``block_table_ptrs``, ``block_table_strides``: one table per cache group, by address;
+* ``page_sizes`` / ``block_sizes``, ``kernel_block_sizes`` (0.29.0 - 0.31.0): the groups'
+  block sizes, the kernel's the same as the cache's (the attention backend takes the
+  cache's block size; a smaller kernel block is not drawn);
+* ``slot_mapping_enabled`` (0.29.0 on): every group writes the cache (a group that does
+  not, a recurrent state's, has no slots to judge);
+* ``dcp_sharded`` (0.31.0 on): the op's sharded flags;
+* ``cp_rank``, ``CP_SIZE``, ``CP_INTERLEAVE`` (0.17.0 on): the rank, DCP size, interleave.
+
+What a release's API cannot be asked is ``not_applicable`` with the reason
+(:meth:`VllmSlotMappings.not_applicable`), each one a thing that release's caller never
+passes: DCP before the kernel took a rank, a replicated group before it took a sharded
+flag, a request without blocks before it read one.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
+
+MEMBER, CALLER_MEMBER = OPS[SLOT_MAPPING].wheel_members
+FUNCTION = OPS[SLOT_MAPPING].function
+
+CALLER_BLOCK = 1024
+"""The rows per step every release's caller launches the kernel with."""
+
+KNOWN = {
+    "num_tokens",
+    "max_num_tokens",
+    "cu_num_tokens",
+    "query_start_loc",
+    "idx_mapping",
+    "pos",
+    "block_table_ptrs",
+    "block_table_strides",
+    "page_sizes",
+    "block_sizes",
+    "kernel_block_sizes",
+    "slot_mapping_enabled",
+    "dcp_sharded",
+    "slot_mappings_ptr",
+    "slot_mappings_stride",
+    "cp_rank",
+    "CP_SIZE",
+    "CP_INTERLEAVE",
+    "PAD_ID",
+    "BLOCK_SIZE",
+    "TRITON_BLOCK_SIZE",
+}
+"""Every parameter a release's kernel has had (module docstring)."""
+
+PADDED_NAMES = ("padding", "padded")
+"""Words by which the caller names a row count that includes CUDA-graph padding."""
+
+
+@dataclass(frozen=True)
+class CallerRows:
+    """How many rows of ``positions`` the caller passes: all of them after CUDA-graph
+    padding (``padded``) or the scheduled tokens only; ``evidence`` quotes the lines."""
+
+    padded: bool
+    evidence: str
+
+
+def _slice_bound(node: ast.AST) -> str | None:
+    """``x[:n]`` -> the source of ``n``; None for anything else."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+        upper = node.slice.upper
+        if node.slice.lower is None and upper is not None:
+            return ast.unparse(upper)
+    return None
+
+
+def rows_the_caller_passes(source: str, where: str) -> CallerRows:
+    """Read from the model runner's source how many rows of ``positions`` its
+    ``compute_slot_mappings`` call passes (module docstring): the slice bound of the
+    ``positions`` argument, or of the ``positions=`` the batch is built with when the call
+    passes ``input_batch.positions``; padded when that bound, or what it was assigned,
+    says padding. ``AdapterError`` when the source does not say."""
+    tree = ast.parse(source)
+    calls = sorted(
+        (
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "compute_slot_mappings"
+        ),
+        key=lambda node: node.lineno,
+    )
+    if not calls:
+        raise AdapterError(f"{where}: no compute_slot_mappings call to read the rows from")
+    call = calls[0]
+    rows = [arg for arg in call.args if "positions" in ast.unparse(arg)]
+    if len(rows) != 1:
+        raise AdapterError(f"{where}:{call.lineno}: cannot tell which argument is positions")
+    evidence = [f"{where}:{call.lineno}: {ast.unparse(rows[0])}"]
+    bound = _slice_bound(rows[0])
+    if bound is None:
+        built = [
+            keyword
+            for keyword in ast.walk(tree)
+            if isinstance(keyword, ast.keyword)
+            and keyword.arg == "positions"
+            and _slice_bound(keyword.value) is not None
+        ]
+        if not built:
+            raise AdapterError(f"{where}:{call.lineno}: cannot tell how many rows it passes")
+        bound = _slice_bound(built[0].value)
+        evidence.append(f"{where}:{built[0].value.lineno}: positions={ast.unparse(built[0].value)}")
+    assert bound is not None
+    said = bound
+    enclosing = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and node.lineno <= call.lineno <= (node.end_lineno or node.lineno)
+    ]
+    scope = max(enclosing, key=lambda node: node.lineno) if enclosing else tree
+    assigned = [
+        node
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Assign)
+        and node.lineno < call.lineno
+        and any(ast.unparse(target) == bound for target in node.targets)
+    ]
+    if assigned:
+        last = max(assigned, key=lambda node: node.lineno)
+        said += " " + ast.unparse(last.value)
+        evidence.append(f"{where}:{last.lineno}: {ast.unparse(last)}")
+    padded = any(word in said for word in PADDED_NAMES)
+    return CallerRows(padded, "; ".join(evidence))
+
+
+@dataclass(frozen=True)
+class Askable:
+    """Which of the op's inputs a release's kernel can be asked at all."""
+
+    dcp: bool  # DCP sizes above 1
+    replicated: bool  # replicated cache groups under DCP
+    without_blocks: bool  # requests that own no blocks
+
+
+class VllmSlotMappings:
+    """A release's ``_compute_slot_mappings_kernel`` under the op's protocol (module
+    docstring); ``name`` is what reports call it."""
+
+    def __init__(self, kernel: object, name: str, caller_file: Path | None) -> None:
+        function = getattr(kernel, "fn", None)
+        if function is None or not callable(kernel.__getitem__):  # type: ignore[attr-defined]
+            raise AdapterError(f"{name}: {FUNCTION} is not a Triton kernel")
+        self.parameters = tuple(inspect.signature(function).parameters)
+        unknown = [p for p in self.parameters if p not in KNOWN]
+        if unknown:
+            raise AdapterError(
+                f"{name}: {FUNCTION} takes {', '.join(unknown)}, which the slot-mapping "
+                "adapter does not know how its caller fills"
+            )
+        self.caller: CallerRows | None = None
+        if "num_tokens" in self.parameters:
+            if caller_file is None or not caller_file.is_file():
+                raise AdapterError(
+                    f"{name}: {FUNCTION} takes num_tokens, and how many rows its caller "
+                    f"passes is read from the caller ({CALLER_MEMBER}), which is not there"
+                )
+            source = caller_file.read_text(encoding="utf-8")
+            self.caller = rows_the_caller_passes(source, caller_file.name)
+        self.kernel = kernel
+        self.name = name
+
+    @property
+    def askable(self) -> Askable:
+        """What the property search may draw for this release (``not_applicable``)."""
+        return Askable(
+            dcp="cp_rank" in self.parameters,
+            replicated="dcp_sharded" in self.parameters,
+            without_blocks="dcp_sharded" in self.parameters,
+        )
+
+    def not_applicable(self, inputs: SlotMappingInputs) -> str | None:
+        """What the release's kernel cannot be asked for these inputs, because its caller
+        never asks it (module docstring); None when it can run them."""
+        if inputs.dcp_size > 1 and "cp_rank" not in self.parameters:
+            return (
+                f"{FUNCTION} of this release takes no DCP rank: its GPU model runner has no "
+                "context parallelism"
+            )
+        if inputs.dcp_size > 1 and not all(inputs.sharded) and "dcp_sharded" not in self.parameters:
+            return (
+                f"{FUNCTION} of this release has no per-group sharded flag: its runner "
+                "shards every cache group under DCP (a replicated one, a DCP1 draft's, "
+                "first reaches the kernel in 0.31.0)"
+            )
+        if bool((inputs.idx_mapping < 0).any()) and "dcp_sharded" not in self.parameters:
+            return (
+                f"{FUNCTION} of this release reads every request's block-table row: its "
+                "runner gives every request one (a request without blocks, idx_mapping -1, "
+                "first reaches the kernel in 0.31.0)"
+            )
+        return None
+
+    def __call__(self, inputs: SlotMappingInputs, slot_mappings: torch.Tensor) -> None:
+        groups, max_num_tokens = slot_mappings.shape
+        device = slot_mappings.device
+        tables = inputs.block_tables
+        if "idx_mapping" not in self.parameters:
+            # the caller hands the tables gathered by request: row i is request i's
+            tables = tables[:, inputs.idx_mapping.long()].contiguous()
+        per_group = [tables[group] for group in range(groups)]
+        scheduled = int(inputs.query_start_loc[-1])
+        assert self.caller is not None or "num_tokens" not in self.parameters
+        values = {
+            "num_tokens": max_num_tokens if self.caller and self.caller.padded else scheduled,
+            "max_num_tokens": max_num_tokens,
+            "cu_num_tokens": inputs.query_start_loc,
+            "query_start_loc": inputs.query_start_loc,
+            "idx_mapping": inputs.idx_mapping,
+            "pos": inputs.positions,
+            "block_table_ptrs": torch.tensor(
+                [t.data_ptr() for t in per_group], dtype=torch.uint64, device=device
+            ),
+            "block_table_strides": torch.tensor(
+                [t.stride(0) for t in per_group], dtype=torch.int64, device=device
+            ),
+            "page_sizes": torch.tensor(inputs.block_sizes, dtype=torch.int32, device=device),
+            "slot_mapping_enabled": torch.ones(groups, dtype=torch.bool, device=device),
+            "dcp_sharded": torch.tensor(inputs.sharded, dtype=torch.bool, device=device),
+            "slot_mappings_ptr": slot_mappings,
+            "slot_mappings_stride": slot_mappings.stride(0),
+            "cp_rank": inputs.dcp_rank,
+            "CP_SIZE": inputs.dcp_size,
+            "CP_INTERLEAVE": inputs.interleave,
+            "PAD_ID": PAD_SLOT,
+            "BLOCK_SIZE": CALLER_BLOCK,
+            "TRITON_BLOCK_SIZE": CALLER_BLOCK,
+        }
+        values["block_sizes"] = values["kernel_block_sizes"] = values["page_sizes"]
+        arguments = [values[name] for name in self.parameters]
+        self.kernel[(groups, inputs.num_requests + 1)](*arguments)  # type: ignore[index]
+        # the tables stay alive until here: the kernel reads them by address
+        del per_group, tables
+
+
+def beside(kernel_file: Path) -> Path:
+    """Where a vLLM checkout keeps the caller of the kernel in ``kernel_file``."""
+    return kernel_file.with_name(Path(CALLER_MEMBER).name)

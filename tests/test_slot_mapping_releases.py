@@ -1,0 +1,258 @@
+"""vLLM's slot-mapping kernel (``_compute_slot_mappings_kernel`` of the GPU model runner),
+judged in the releases where its API shape or its verdict changes, as ``dcpcheck run --op
+slot-mapping --kernel vllm==X`` judges them (``dcpcheck.ops.slot_mapping.vllm``).
+
+The releases, one per shape: 0.12.0 (no request mapping, no DCP), 0.15.0 (request mapping),
+0.17.0 (DCP; pads from the rows its caller passes, which are padded: the finding), 0.18.0
+(pads from the scheduled tokens: fixed), 0.29.0 (kernel block sizes, groups without slots),
+0.31.0 (sharded flags, requests without blocks), 0.33.0 (kernel block sizes gone). They
+are fetched as ``--kernel vllm==X`` fetches them (pip, then the cache outside the checkout)
+and skipped only where the registry is unreachable and the release is not cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.harness.runner import CaseResult
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.slot_mapping import kernels, search
+from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
+from dcpcheck.ops.slot_mapping.runner import run_scenario
+from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
+from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes
+from tests.conftest import BACKEND
+
+RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.18.0", "0.29.0", "0.31.0", "0.33.0")
+WITH_DCP = ("0.17.0", "0.18.0", "0.29.0", "0.31.0", "0.33.0")
+FIXED = ("0.18.0", "0.29.0", "0.31.0", "0.33.0")
+
+
+@functools.cache
+def _registry_problem() -> str | None:
+    """Why the package registry cannot be asked about vllm, or None when it can."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode == 0:
+        return None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"pip index exited {done.returncode}"
+
+
+@functools.cache
+def release(version: str) -> VllmSlotMappings:
+    """Release ``version``'s kernel as ``--kernel vllm==X`` loads it."""
+    try:
+        kernel = kernels.load(f"vllm=={version}")
+    except KernelLoadError as exc:
+        problem = _registry_problem()
+        if problem is not None:
+            pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
+        raise AssertionError(
+            f"the registry answers, yet vllm=={version} did not load: {exc}"
+        ) from exc
+    assert isinstance(kernel, VllmSlotMappings)
+    return kernel
+
+
+def judge(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
+    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    kernel = release(version)
+    [result] = run_scenario(kernel, f"vllm=={version}", scenario, (dcp_size,), BACKEND.device)
+    return result
+
+
+def shipped(name: str) -> SlotMappingScenario:
+    [scenario] = load_scenarios([name])
+    return scenario
+
+
+def failed(result: CaseResult) -> set[tuple[str, str, str | None]]:
+    """(check, field, ownership of the first bad row) of every failing check."""
+    return {(c.check, f.field, f.ownership) for c in result.failed_checks for f in c.findings}
+
+
+SHARDED = SlotMappingBatch(((37, 1), (100, 40), (3, 2)), (16, 64), (True, True), 1)
+"""Requests that own blocks, sharded groups, no padding: what every release's caller passes."""
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_release_passes_at_dcp1_without_padding_rows(version):
+    assert judge(version, SHARDED, 1).status == "pass"
+
+
+@pytest.mark.parametrize("version", WITH_DCP)
+@pytest.mark.parametrize(("dcp_size", "interleave"), [(2, 1), (4, 1), (4, 16), (8, 2)])
+def test_every_release_with_dcp_shards_its_callers_groups(version, dcp_size, interleave):
+    batch = SlotMappingBatch(
+        ((1000, 33), (3, 70), (0, 5)), (16 * interleave, 64), (True, True), interleave, seed=2
+    )
+    result = judge(version, batch, dcp_size)
+    assert result.status == "pass", failed(result)
+
+
+@pytest.mark.parametrize("version", FIXED)
+def test_the_fixed_releases_pad_every_row_after_the_scheduled_tokens(version):
+    scenario = shipped("interleaved-prefix")  # two CUDA-graph padding rows
+    for size in (1, 4):
+        assert judge(version, scenario.batch, size).status == "pass"
+
+
+@pytest.mark.parametrize("version", ["0.17.0"])
+@pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
+def test_0_17_leaves_exactly_the_padding_rows_unwritten(version, dcp_size):
+    """Its caller passes the rows after CUDA-graph padding and its kernel pads from there,
+    so the rows between the scheduled tokens and the padded count keep what they held
+    (the previous step's slots, on the GPU): the finding, on every rank, padding only."""
+    scenario = shipped("interleaved-prefix")
+    result = judge(version, scenario.batch, dcp_size)
+    assert result.status == "fail"
+    assert failed(result) == {
+        ("slots", "slot_mapping[0]", "padding"),
+        ("slots", "slot_mapping[1]", "padding"),
+        ("padding", "slot_mapping[0]", "padding"),
+        ("padding", "slot_mapping[1]", "padding"),
+    }
+    rows = {row for c in result.failed_checks for f in c.findings for row in f.tokens}
+    scheduled = sum(new for _, new in scenario.batch.requests)
+    assert rows == set(range(scheduled, scheduled + scenario.batch.padding))
+
+
+@pytest.mark.parametrize("version", ["0.31.0", "0.33.0"])
+def test_releases_with_sharded_flags_keep_replicated_groups_and_skip_requests_without_blocks(
+    version,
+):
+    scenario = shipped("mixed-groups-padded")
+    for size in scenario.dcp_sizes:
+        result = judge(version, scenario.batch, size)
+        assert result.status == "pass", (size, failed(result))
+
+
+@pytest.mark.parametrize(
+    ("version", "batch", "dcp_size", "words"),
+    [
+        ("0.15.0", SHARDED, 2, "takes no DCP rank"),
+        ("0.12.0", SHARDED, 4, "takes no DCP rank"),
+        ("0.29.0", SlotMappingBatch(((5, 3),), (16, 16), (True, False)), 2, "sharded flag"),
+        ("0.18.0", SlotMappingBatch(((5, 3), (9, 1)), (16,), (True,), without_blocks=(1,)), 1,
+         "without blocks"),
+    ],
+)  # fmt: skip
+def test_what_a_releases_caller_never_asks_is_not_applicable_with_the_reason(
+    version, batch, dcp_size, words
+):
+    result = judge(version, batch, dcp_size)
+    assert result.status == "not_applicable"
+    assert words in result.error
+    assert not result.checks
+
+
+@pytest.mark.parametrize(
+    ("version", "padded"), [("0.12.0", False), ("0.15.0", False), ("0.17.0", True)]
+)
+def test_the_rows_a_caller_passes_are_read_from_its_source(version, padded):
+    kernel = release(version)
+    assert kernel.caller is not None
+    assert kernel.caller.padded is padded
+    assert "model_runner.py:" in kernel.caller.evidence
+
+
+def test_releases_whose_kernel_takes_no_row_count_need_no_caller():
+    assert release("0.18.0").caller is None
+
+
+CALLER_SCHEDULED = """
+class Runner:
+    def prepare_inputs(self, scheduler_output, num_tokens_after_padding):
+        num_tokens = scheduler_output.total_num_scheduled_tokens
+        slot_mappings = self.block_tables.compute_slot_mappings(
+            query_start_loc, self.input_buffers.positions[:num_tokens]
+        )
+"""
+
+CALLER_PADDED = """
+class Runner:
+    def prepare_inputs(self, scheduler_output, num_tokens_after_padding):
+        num_tokens = scheduler_output.total_num_scheduled_tokens
+        input_batch = InputBatch(positions=self.input_buffers.positions[:num_tokens_after_padding])
+
+    def prepare_attn(self, input_batch):
+        return self.block_tables.compute_slot_mappings(
+            input_batch.idx_mapping, input_batch.query_start_loc, input_batch.positions
+        )
+"""
+
+
+@pytest.mark.parametrize(("source", "padded"), [(CALLER_SCHEDULED, False), (CALLER_PADDED, True)])
+def test_the_caller_reading_tells_scheduled_rows_from_padded_ones(source, padded):
+    rows = rows_the_caller_passes(source, "model_runner.py")
+    assert rows.padded is padded
+    assert rows.evidence.startswith("model_runner.py:")
+
+
+def test_a_caller_that_does_not_say_is_refused():
+    with pytest.raises(AdapterError, match="no compute_slot_mappings call"):
+        rows_the_caller_passes("x = 1\n", "model_runner.py")
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.33.0"])
+def test_a_file_by_path_is_judged_as_its_release(version):
+    """A checkout's file (its caller beside it) is the release's kernel by another name."""
+    kernel = release(version)
+    path = Path(kernel.kernel.fn.__code__.co_filename)  # the cached file
+    by_path = kernels.load(f"{path}:_compute_slot_mappings_kernel")
+    scenario = shipped("interleaved-prefix")
+    [mine] = run_scenario(by_path, "path", scenario, (4,), BACKEND.device)
+    assert mine.status == judge(version, scenario.batch, 4).status
+
+
+def test_the_search_finds_and_shrinks_0_17s_unwritten_padding():
+    kernel = release("0.17.0")
+    outcome = search.search(kernel, "vllm==0.17.0", 60, BACKEND.device, (1, 2, 4), seed=1)
+    assert not outcome.passed
+    batch = outcome.failure.batch
+    assert batch.padding == 1 and len(batch.requests) == 1
+    assert {c.check for c in outcome.result.failed_checks} == {"slots", "padding"}
+
+
+@pytest.mark.parametrize("version", ["0.18.0", "0.33.0"])
+def test_the_search_passes_the_fixed_releases(version):
+    outcome = search.search(release(version), f"vllm=={version}", 40, BACKEND.device, seed=1)
+    assert outcome.passed
+    assert outcome.examples_run - outcome.not_applicable > 0
+
+
+@pytest.mark.parametrize(
+    ("find", "versions", "named"),
+    [("first-bad", RELEASES[0:3], "0.17.0"), ("first-fixed", RELEASES[2:5], "0.18.0")],
+)
+def test_bisecting_the_releases_names_the_one_that_broke_and_the_one_that_fixed(
+    tmp_path, find, versions, named
+):
+    """``dcpcheck bisect --op slot-mapping --releases ...``, as a user runs it."""
+    for version in versions:
+        release(version)  # cached (or skipped) before the bisection's subprocesses
+    command = [sys.executable, "-m", "dcpcheck", "bisect", "--op", "slot-mapping"]
+    command += ["--releases", ",".join(versions), "--find", find]
+    command += ["--scenario", "interleaved-prefix", "--dcp", "1"]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"vllm {named}" in done.stdout
