@@ -1,12 +1,14 @@
-"""Judge vLLM's slot-mapping kernel (``_compute_slot_mappings_kernel``) in every release that
-has it and print the verdict table.
+"""Judge vLLM's routines of the slot-mapping op in every release that has them and print
+the verdict table.
 
 For each release: ``python -m dcpcheck run --op slot-mapping --kernel vllm==X --dcp
-1,2,4,8`` over the op's shipped scenarios, then its property search (``--property-only
---examples N``); the JSON reports are kept under ``--out``. A row gives the kernel's
-parameters that changed (its API shape), what the adapter read from the caller, the cases
-passed, failed and not applicable (with the reasons), the failing findings, the property
-verdict and the wall time. Used for BENCHMARKS.md's slot-mapping table:
+1,2,4,8`` over the op's shipped scenarios (the GPU model runner's slot-mapping and
+local-length kernels), its property search (``--property-only --examples N``), and the
+same run of ``vllm==X:get_dcp_local_seq_lens``; the JSON reports are kept under ``--out``.
+A row gives the slot kernel's parameters that changed (its API shape), what the adapter
+read from the caller, the cases passed, failed and not applicable, the findings, why
+checks were skipped, the property verdict and the wall time. Used for BENCHMARKS.md's
+slot-mapping table:
 
     python3 benchmarks/slot_mapping_matrix.py --out out/slot-mapping
 
@@ -24,12 +26,13 @@ import time
 from pathlib import Path
 
 RELEASES = [
+    *("0.11.1", "0.11.2"),
     *("0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0"),
     *("0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2"),
     *("0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0"),
     *("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"),
 ]
-"""Every published release with a GPU model runner, oldest first."""
+"""Every published release with one of the op's routines, oldest first."""
 
 SHAPE_PARAMETERS = ("num_tokens", "idx_mapping", "cp_rank", "kernel_block_sizes", "dcp_sharded")
 """The parameters whose coming and going make the kernel's API shapes."""
@@ -46,7 +49,7 @@ def shape(version: str) -> str:
     probe = (
         "import sys; from dcpcheck.backend import select_backend; select_backend('cpu'); "
         "from dcpcheck.ops.slot_mapping.kernels import load; "
-        f"k = load('vllm=={version}'); "
+        f"k = load('vllm=={version}').slot_mappings; "
         f"print(' '.join(p for p in {SHAPE_PARAMETERS!r} if p in k.parameters) or '-'); "
         "print(('padded' if k.caller.padded else 'scheduled') + ' rows: ' + k.caller.evidence "
         "if k.caller else '')"
@@ -56,19 +59,32 @@ def shape(version: str) -> str:
     return " / ".join(line for line in lines if line)
 
 
-def judge(version: str, out: Path, examples: int) -> str:
-    report = out / f"vllm-{version}.json"
+def _short(reason: str) -> str:
+    """A skip reason's first clause, without the routine's name."""
+    return reason.split(": ", 1)[0].split(" of this release ", 1)[-1]
+
+
+def verdict(spec: str, out: Path) -> tuple[str, float]:
+    """``spec`` over the shipped scenarios at DCP 1, 2, 4, 8: passed / failed / not
+    applicable cases, the findings, and why checks were skipped; and the wall time."""
+    report = out / f"{spec.replace('==', '-').replace(':', '-')}.json"
     done, seconds = _dcpcheck(
-        "run", "--op", "slot-mapping", "--kernel", f"vllm=={version}", "--dcp", "1,2,4,8",
+        "run", "--op", "slot-mapping", "--kernel", spec, "--dcp", "1,2,4,8",
         "--json", str(report), "--home", str(out / "home"),
     )  # fmt: skip
     if not report.is_file():
-        raise SystemExit(f"vllm=={version}: no report (exit {done.returncode}): {done.stderr}")
+        said = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return f"not loaded (exit {done.returncode}): {said}", seconds
     cases = json.loads(report.read_text())["cases"]
-    counts = {s: sum(c["status"] == s for c in cases) for s in ("pass", "fail", "not_applicable")}
+    counts = [sum(c["status"] == s for c in cases) for s in ("pass", "fail", "not_applicable")]
     found: dict[str, dict[str, set]] = {}
+    skipped: set[str] = set()
     for case in cases:
-        for check in case["checks"] if case["status"] == "fail" else ():
+        if case["status"] == "not_applicable":
+            skipped.update(_short(why) for why in case["error"].split("; "))
+        for check in case["checks"]:
+            if check["skipped"]:
+                skipped.add(_short(check["skipped"]))
             for finding in check["findings"]:
                 seen = found.setdefault(case["scenario"], {"dcp": set(), "what": set()})
                 seen["dcp"].add(case["dcp"])
@@ -78,22 +94,30 @@ def judge(version: str, out: Path, examples: int) -> str:
         + ", ".join(sorted(seen["what"]))
         for name, seen in sorted(found.items())
     ]
-    unasked = [c for c in cases if c["status"] == "not_applicable"]
-    reasons = sorted({c["error"].split(": ", 1)[0] for c in unasked})
-    searched, search_seconds = _dcpcheck(
-        "run", "--op", "slot-mapping", "--kernel", f"vllm=={version}", "--property-only",
-        "--examples", str(examples), "--home", str(out / "home"),
-    )  # fmt: skip
-    property_line = next(
-        (line for line in searched.stdout.splitlines() if line.startswith("property:")),
-        f"(no property line, exit {searched.returncode})",
-    )
-    return (
-        f"| {version} | {shape(version)} | {counts['pass']} / {counts['fail']} / "
-        f"{counts['not_applicable']} | {'; '.join(failing) or '-'} | "
-        f"{'; '.join(reasons) or '-'} | {property_line.removeprefix('property: ')} | "
-        f"{seconds:.0f} + {search_seconds:.0f} |"
-    )
+    text = f"{counts[0]} / {counts[1]} / {counts[2]}"
+    text += f"; FAIL {'; '.join(failing)}" if failing else ""
+    text += f"; skipped: {'; '.join(sorted(skipped))}" if skipped else ""
+    return text, seconds
+
+
+def judge(version: str, out: Path, examples: int) -> str:
+    """One row of the table (module docstring)."""
+    runner, seconds = verdict(f"vllm=={version}", out)
+    function, function_seconds = verdict(f"vllm=={version}:get_dcp_local_seq_lens", out)
+    search_seconds = 0.0
+    property_line = "-"
+    if not runner.startswith("not loaded"):
+        searched, search_seconds = _dcpcheck(
+            "run", "--op", "slot-mapping", "--kernel", f"vllm=={version}", "--property-only",
+            "--examples", str(examples), "--home", str(out / "home"),
+        )  # fmt: skip
+        property_line = next(
+            (line for line in searched.stdout.splitlines() if line.startswith("property:")),
+            f"(no property line, exit {searched.returncode})",
+        ).removeprefix("property: ")
+    shaped = shape(version) if not runner.startswith("not loaded") else "-"
+    total = seconds + function_seconds + search_seconds
+    return f"| {version} | {shaped} | {runner} | {property_line} | {function} | {total:.0f} |"
 
 
 def main() -> None:
@@ -104,10 +128,10 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(
-        "| release | shape parameters / caller rows | pass / fail / N/A | findings "
-        "(scenario at DCP: check field (first bad row)) | N/A because | property search | s |"
+        "| release | slot kernel's shape parameters / caller rows | the GPU runner's routines: "
+        "cases pass / fail / N/A | their property search | get_dcp_local_seq_lens | s |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for version in args.versions:
         print(judge(version, args.out, args.examples), flush=True)
 

@@ -29,8 +29,14 @@ OPS: dict[str, Op] = {
     ),
     SLOT_MAPPING: Op(
         "per-rank slot mappings of every cache group (docs/dcp-contract.md)",
-        # the GPU model runner's kernel, and its caller, which says how it sizes the rows
-        ("vllm/v1/worker/gpu/block_table.py", "vllm/v1/worker/gpu/model_runner.py"),
+        # the GPU model runner's kernel and its caller, which says how it sizes the rows;
+        # the runner's local sequence lengths, and the attention backends' function
+        (
+            "vllm/v1/worker/gpu/block_table.py",
+            "vllm/v1/worker/gpu/model_runner.py",
+            "vllm/v1/worker/gpu/cp_utils.py",
+            "vllm/v1/attention/backends/utils.py",
+        ),
         "_compute_slot_mappings_kernel",
     ),
 }

@@ -85,11 +85,11 @@ def local_seq_lens(
     seq_lens: torch.Tensor, dcp_size: int, dcp_rank: int, interleave: int
 ) -> torch.Tensor:
     """How many of each sequence's positions ``0 .. len - 1`` rank ``dcp_rank`` stores in a
-    sharded group (int32): whole rounds of ``dcp_size * interleave`` positions give it
-    ``interleave`` each, and the last, partial round what reaches past its first
-    ``dcp_rank * interleave`` positions. Summed over the ranks, the sequence's length."""
+    sharded group (int32), counted: the owner of every position below the longest length
+    (:func:`owner_of`), and for each sequence the number of its positions that are this
+    rank's. Summed over the ranks, the sequence's length."""
     lengths = seq_lens.cpu().to(torch.int64)
-    round_ = dcp_size * interleave
-    whole = (lengths // round_) * interleave
-    partial = (lengths % round_ - dcp_rank * interleave).clamp(min=0, max=interleave)
-    return (whole + partial).to(torch.int32)
+    longest = int(lengths.max()) if lengths.numel() else 0
+    mine = (owner_of(torch.arange(longest), dcp_size, interleave) == dcp_rank).to(torch.int64)
+    below = torch.cat([torch.zeros(1, dtype=torch.int64), mine.cumsum(0)])  # owned in [0, n)
+    return below[lengths.clamp(min=0)].to(torch.int32)

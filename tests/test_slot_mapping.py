@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dcpcheck.harness.checks import format_finding
-from dcpcheck.ops.slot_mapping import mutants, search
+from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
-from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
+from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 from dcpcheck.ops.slot_mapping.scenario import (
     SCENARIOS,
     load_scenario,
@@ -258,6 +258,64 @@ def test_a_kernel_that_modifies_an_input_fails_the_guard():
     assert (finding.field, finding.detail) == ("positions", "an input was modified")
 
 
+# -- the local sequence lengths ---------------------------------------------------------
+
+
+def _length_verdicts(kernel, batch: SlotMappingBatch, dcp_size: int) -> dict[str, tuple]:
+    case = seq_lens.build_case(batch, dcp_size, BACKEND.device)
+    return {result.check: result.findings for result in seq_lens.judge(kernel, case)}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(0, 5000), min_size=1, max_size=8),
+    padded=st.integers(0, 200),
+    dcp_size=st.sampled_from([1, 2, 4, 8]),
+    interleave=st.sampled_from([1, 2, 8, 16, 64]),
+)
+def test_the_lengths_kernel_writes_the_oracles_lengths_and_zero_past_them(
+    lengths, padded, dcp_size, interleave
+):
+    """Beyond the shipped scenarios: up to 200 padded requests (more than one program)."""
+    batch = SlotMappingBatch(
+        tuple((n, 0) for n in lengths), (16 * interleave,), (True,), interleave, padding=padded
+    )
+    verdicts = _length_verdicts(compute_local_seq_lens, batch, dcp_size)
+    assert verdicts == dict.fromkeys(seq_lens.CHECKS, ())
+
+
+@pytest.mark.parametrize(
+    ("mutant", "failed"),
+    [
+        (mutants.seq_lens_interleave_ignored, {"local_seq_lens"}),  # still a partition
+        (mutants.seq_lens_padding_kept, {"seq_lens_padding"}),
+        (mutants.seq_lens_global, {"local_seq_lens", "seq_lens_sum"}),
+    ],
+)
+def test_each_lengths_mutant_fails_the_checks_its_bug_breaks(mutant, failed):
+    verdicts = _length_verdicts(mutant, MIXED, 4)
+    assert {check for check, findings in verdicts.items() if findings} == failed
+
+
+def test_a_lengths_kernel_writing_past_the_end_or_into_its_input_fails_the_guard():
+    def past_the_end(inputs, out):
+        compute_local_seq_lens(inputs, torch.as_strided(out, (out.shape[0] + 1,), (1,)))
+
+    def scribbles(inputs, out):
+        compute_local_seq_lens(inputs, out)
+        inputs.seq_lens.zero_()
+
+    [past] = _length_verdicts(past_the_end, MIXED, 2)["seq_lens_guard"][:1]
+    assert "written past the last request" in past.detail
+    fields = {f.field for f in _length_verdicts(scribbles, MIXED, 2)["seq_lens_guard"]}
+    assert fields == {"seq_lens"}
+
+
+def test_an_unwritten_length_is_told_apart():
+    [finding, *_] = _length_verdicts(lambda inputs, out: None, MIXED, 2)["local_seq_lens"]
+    assert "never written" in finding.detail and finding.token == 0
+
+
 # -- the command line ------------------------------------------------------------------
 
 
@@ -267,6 +325,44 @@ def invoke(*args: str):
     from dcpcheck.cli import cli
 
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_the_default_run_judges_every_op_and_one_report_tells_them_apart(tmp_path):
+    report = tmp_path / "r.json"
+    done = invoke(
+        "run", "--dcp", "4", "--no-tokens", "--json", str(report), "--home", str(tmp_path)
+    )
+    assert done.exit_code == 0, done.output
+    written = json.loads(report.read_text())
+    assert written["op"] == "fused-norm-rope,slot-mapping"
+    names = [case["scenario"] for case in written["cases"]]
+    ours = {f"slot-mapping/{path.stem}" for path in SCENARIOS.glob("*.toml")}
+    assert ours <= set(names) and len(names) > len(ours)  # the fused op's cases first
+    assert names[-len(ours) :] == sorted(ours)
+    assert any(f["path"].endswith("ops/slot_mapping/kernel.py") for f in written["kernel_files"])
+
+
+@pytest.mark.parametrize(
+    "narrowed", [("--op", "fused-norm-rope"), ("--scenario", "decode-single-dcp4")]
+)
+def test_a_run_that_names_the_fused_op_or_its_scenarios_judges_it_alone(tmp_path, narrowed):
+    report = tmp_path / "r.json"
+    args = ("run", "--dcp", "4", "--no-tokens", "--json", str(report), *narrowed)
+    assert invoke(*args, "--scenario", "decode-single-dcp4").exit_code == 0
+    written = json.loads(report.read_text())
+    assert written["op"] == "fused-norm-rope"
+    assert not [c for c in written["cases"] if c["scenario"].startswith("slot-mapping/")]
+
+
+def test_the_default_run_fails_when_another_ops_kernel_does(tmp_path, monkeypatch):
+    from dcpcheck.ops.slot_mapping import kernels
+
+    broken = kernels.KERNELS["mutant/padding-left-alone"]
+    monkeypatch.setitem(kernels.KERNELS, "default", broken)
+    done = invoke("run", "--dcp", "4", "--no-tokens", "--home", str(tmp_path))
+    assert done.exit_code == 1
+    assert "FAIL slot-mapping/mixed-groups-padded[dcp4] slots" in done.output
+    assert "replay: dcpcheck run --op slot-mapping --scenario mixed-groups-padded" in done.output
 
 
 def test_list_ops_names_both_ops():
@@ -285,6 +381,7 @@ def test_run_judges_every_shipped_scenario_of_the_op(tmp_path):
     }
     assert {check["check"] for check in written["cases"][0]["checks"]} == {
         "slots", "ownership", "padding", "guard",
+        "local_seq_lens", "seq_lens_sum", "seq_lens_padding", "seq_lens_guard",
     }  # fmt: skip
 
 
@@ -365,7 +462,8 @@ def test_the_selftest_catches_every_mutant_of_the_op_on_its_shipped_scenarios():
     report = selftest.run_selftest(BACKEND)
     assert report.passed
     assert [row.kernel for row in report.mutants] == [
-        f"mutant/{m.__name__.replace('_', '-')}" for m in mutants.MUTANTS
+        f"mutant/{m.__name__.replace('_', '-')}"
+        for m in (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS)
     ]
     assert {row.status.value for row in report.mutants} == {"caught"}
 
@@ -373,7 +471,7 @@ def test_the_selftest_catches_every_mutant_of_the_op_on_its_shipped_scenarios():
 def test_a_mutant_no_scenario_catches_fails_the_selftest(monkeypatch):
     from dcpcheck.ops.slot_mapping import kernels, selftest
 
-    harmless = {**kernels.KERNELS, "mutant/harmless": compute_slot_mappings}
+    harmless = {**kernels.KERNELS, "mutant/harmless": kernels.KERNELS["default"]}
     monkeypatch.setattr(selftest, "KERNELS", harmless)
     report = selftest.run_selftest(BACKEND)
     [missed] = [row for row in report.mutants if row.status.value == "missed"]
@@ -383,7 +481,7 @@ def test_a_mutant_no_scenario_catches_fails_the_selftest(monkeypatch):
 def test_selftest_of_the_op_from_the_command_line():
     done = invoke("selftest", "--op", "slot-mapping")
     assert done.exit_code == 0, done.output
-    assert "6 of 6 mutants caught" in done.output
+    assert "9 of 9 mutants caught" in done.output
     refused = invoke("selftest", "--op", "slot-mapping", "--mutant", "mutant/pre-54908")
     assert refused.exit_code == 2
 
@@ -391,23 +489,29 @@ def test_selftest_of_the_op_from_the_command_line():
 # -- the property search -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "mutant", (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS), ids=lambda m: m.__name__
+)
 def test_the_search_finds_and_shrinks_each_mutant(mutant):
+    from dcpcheck.ops.slot_mapping.kernels import KERNELS
     from dcpcheck.ops.slot_mapping.runner import run_scenario
 
-    outcome = search.search(mutant, mutant.__name__, 100, BACKEND.device)
+    name = f"mutant/{mutant.__name__.replace('_', '-')}"
+    outcome = search.search(KERNELS[name], name, 100, BACKEND.device)
     assert not outcome.passed
     shrunk = outcome.failure
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows <= 4
     assert len(shrunk.batch.block_sizes) <= 2
     [replayed] = run_scenario(
-        compute_slot_mappings, "default", shrunk, shrunk.dcp_sizes, BACKEND.device
+        KERNELS["default"], "default", shrunk, shrunk.dcp_sizes, BACKEND.device
     )
     assert replayed.status == "pass"  # the failure is the mutant's, not the harness's
 
 
 def test_the_search_passes_the_projects_kernel():
-    outcome = search.search(compute_slot_mappings, "default", 60, BACKEND.device)
+    from dcpcheck.ops.slot_mapping.kernels import KERNELS
+
+    outcome = search.search(KERNELS["default"], "default", 60, BACKEND.device)
     assert outcome.passed and outcome.examples_run == 60
 
 

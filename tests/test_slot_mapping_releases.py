@@ -12,6 +12,7 @@ and skipped only where the registry is unreachable and the release is not cached
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -25,9 +26,12 @@ from dcpcheck.harness.runner import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.ops.slot_mapping import kernels, search
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
+from dcpcheck.ops.slot_mapping.checks import CHECKS as SLOT_CHECKS
+from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.runner import run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
-from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes
+from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
+from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes, torch_function
 from tests.conftest import BACKEND
 
 RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.18.0", "0.29.0", "0.31.0", "0.33.0")
@@ -51,8 +55,8 @@ def _registry_problem() -> str | None:
 
 
 @functools.cache
-def release(version: str) -> VllmSlotMappings:
-    """Release ``version``'s kernel as ``--kernel vllm==X`` loads it."""
+def release(version: str) -> Routines:
+    """Release ``version``'s routines as ``--kernel vllm==X`` loads them."""
     try:
         kernel = kernels.load(f"vllm=={version}")
     except KernelLoadError as exc:
@@ -62,7 +66,7 @@ def release(version: str) -> VllmSlotMappings:
         raise AssertionError(
             f"the registry answers, yet vllm=={version} did not load: {exc}"
         ) from exc
-    assert isinstance(kernel, VllmSlotMappings)
+    assert isinstance(kernel.slot_mappings, VllmSlotMappings)
     return kernel
 
 
@@ -149,27 +153,32 @@ def test_releases_with_sharded_flags_keep_replicated_groups_and_skip_requests_wi
          "without blocks"),
     ],
 )  # fmt: skip
-def test_what_a_releases_caller_never_asks_is_not_applicable_with_the_reason(
+def test_what_a_releases_caller_never_asks_is_skipped_with_the_reason(
     version, batch, dcp_size, words
 ):
+    """The slot-mapping checks are skipped, never passed; a case with nothing else to
+    judge is not applicable as a whole."""
     result = judge(version, batch, dcp_size)
-    assert result.status == "not_applicable"
-    assert words in result.error
-    assert not result.checks
+    slot_checks = [c for c in result.checks if c.check in SLOT_CHECKS]
+    if result.status == "not_applicable":
+        assert words in result.error
+    else:
+        assert len(slot_checks) == len(SLOT_CHECKS)
+    assert all(words in c.skipped for c in slot_checks)
 
 
 @pytest.mark.parametrize(
     ("version", "padded"), [("0.12.0", False), ("0.15.0", False), ("0.17.0", True)]
 )
 def test_the_rows_a_caller_passes_are_read_from_its_source(version, padded):
-    kernel = release(version)
-    assert kernel.caller is not None
-    assert kernel.caller.padded is padded
-    assert "model_runner.py:" in kernel.caller.evidence
+    slots = release(version).slot_mappings
+    assert slots.caller is not None
+    assert slots.caller.padded is padded
+    assert "model_runner.py:" in slots.caller.evidence
 
 
 def test_releases_whose_kernel_takes_no_row_count_need_no_caller():
-    assert release("0.18.0").caller is None
+    assert release("0.18.0").slot_mappings.caller is None
 
 
 CALLER_SCHEDULED = """
@@ -210,7 +219,7 @@ def test_a_caller_that_does_not_say_is_refused():
 def test_a_file_by_path_is_judged_as_its_release(version):
     """A checkout's file (its caller beside it) is the release's kernel by another name."""
     kernel = release(version)
-    path = Path(kernel.kernel.fn.__code__.co_filename)  # the cached file
+    path = Path(kernel.slot_mappings.kernel.fn.__code__.co_filename)  # the cached file
     by_path = kernels.load(f"{path}:_compute_slot_mappings_kernel")
     scenario = shipped("interleaved-prefix")
     [mine] = run_scenario(by_path, "path", scenario, (4,), BACKEND.device)
@@ -256,3 +265,61 @@ def test_bisecting_the_releases_names_the_one_that_broke_and_the_one_that_fixed(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"vllm {named}" in done.stdout
+
+
+# -- the local sequence lengths ----------------------------------------------------------
+
+LONG = SlotMappingBatch(((1000, 33), (3, 70), (0, 5), (77, 1)), (64,), (True,), 1, padding=3)
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.18.0", "0.33.0"])
+@pytest.mark.parametrize(("dcp_size", "interleave"), [(2, 1), (4, 16), (8, 2)])
+def test_the_runners_lengths_kernel_counts_each_ranks_positions(version, dcp_size, interleave):
+    batch = dataclasses.replace(LONG, interleave=interleave, block_sizes=(16 * interleave,))
+    result = judge(version, batch, dcp_size)
+    lengths = {c.check: c for c in result.checks if c.check in LENGTH_CHECKS}
+    assert set(lengths) == set(LENGTH_CHECKS)
+    assert all(c.passed for c in lengths.values()), failed(result)
+
+
+def test_the_runners_lengths_kernel_is_not_asked_at_dcp1():
+    result = judge("0.33.0", LONG, 1)
+    assert result.status == "pass"  # the slot mappings are judged
+    skipped = [c.skipped for c in result.checks if c.check in LENGTH_CHECKS]
+    assert skipped and all("only under DCP" in why for why in skipped)
+
+
+def test_a_release_before_the_runners_lengths_kernel_says_where_to_judge_them():
+    result = judge("0.15.0", SHARDED, 1)
+    skipped = [c.skipped for c in result.checks if c.check in LENGTH_CHECKS]
+    assert all("vllm==0.15.0:get_dcp_local_seq_lens" in why for why in skipped)
+
+
+@functools.cache
+def backends_function(version: str) -> Routines:
+    release(version)  # fetched (or skipped) as the other tests fetch it
+    return kernels.load(f"vllm=={version}:get_dcp_local_seq_lens")
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.18.0", "0.33.0"])
+@pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 16), (8, 2)])
+def test_the_backends_lengths_function_counts_each_ranks_positions(version, dcp_size, interleave):
+    """Called as the runners call it; the padded requests are its callers', not its own."""
+    batch = dataclasses.replace(LONG, interleave=interleave, block_sizes=(16 * interleave,))
+    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    kernel = backends_function(version)
+    [result] = run_scenario(kernel, "f", scenario, (dcp_size,), BACKEND.device)
+    assert result.status == "pass", failed(result)
+    verdicts = {c.check: c for c in result.checks}
+    assert "callers fill the padded requests" in verdicts["seq_lens_padding"].skipped
+    assert all(verdicts[name].passed for name in LENGTH_CHECKS if name != "seq_lens_padding")
+    assert all("alone" in verdicts[name].skipped for name in SLOT_CHECKS)
+
+
+def test_a_function_that_needs_more_than_torch_is_refused(tmp_path):
+    source = tmp_path / "utils.py"
+    source.write_text(
+        "import torch\n\ndef get_dcp_local_seq_lens(x, n, r, i):\n    return cdiv(x)\n"
+    )
+    with pytest.raises(AdapterError, match="uses cdiv, not torch alone"):
+        torch_function(source, "get_dcp_local_seq_lens", "t")

@@ -11,6 +11,7 @@ fused op's harness and are refused with one line.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,3 +228,45 @@ def repro_op(file: Path, kernel_name: str, dcp_text: str | None, device: str, js
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text else None
     err.print(f"[bold]op:[/] {SLOT_MAPPING}")
     return run_cases([scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)
+
+
+@dataclass(frozen=True)
+class GateCases:
+    """The slot-mapping op's part of the default run: its cases (scenario names prefixed
+    with the op's, so one report tells the ops apart), where failures were saved, the
+    files its kernels come from, and the stop that cut it short (None if none)."""
+
+    results: list[CaseResult]
+    saved: dict[tuple[str, int], Path]
+    kernel_files: tuple
+    stopped: KeyboardInterrupt | None = None
+
+
+def gate_cases(
+    dcp_sizes: tuple[int, ...] | None, backend, home: Path | None, fail_fast: bool
+) -> GateCases:
+    """Every shipped scenario of the op on the project's kernels (``default``), as ``run
+    --op slot-mapping`` runs them; failures saved under ``home``."""
+    from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
+
+    kernel, kernel_files = _kernel("default")
+    results: list[CaseResult] = []
+    saved: dict[tuple[str, int], Path] = {}
+    try:
+        for scenario in op_scenario.load_scenarios([]):
+            sizes = dcp_sizes or scenario.dcp_sizes
+            for result in run_scenario(kernel, "default", scenario, sizes, backend.device):
+                named = dataclasses.replace(result, scenario=f"{SLOT_MAPPING}/{result.scenario}")
+                results.append(named)
+                if result.failed and home is not None:
+                    try:
+                        path = save_failed_case(scenario, result, "default", home)
+                        saved[(named.scenario, named.dcp_size)] = path
+                    except OSError as exc:
+                        _warn_unsaved(home, exc)
+                        home = None
+            if fail_fast and any(r.failed for r in results):
+                break
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
+        return GateCases(results, saved, kernel_files, stop)
+    return GateCases(results, saved, kernel_files)

@@ -104,9 +104,10 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 @click.option(
     "--op",
     type=click.Choice(list(OPS)),
-    default=FUSED_NORM_ROPE,
-    show_default=True,
-    help="The op to judge (`dcpcheck list ops`): its scenarios and its kernels.",
+    default=None,
+    help="The op to judge (`dcpcheck list ops`): its scenarios and its kernels. Without "
+    "it, the fused op; and the plain gate (the project's kernels, every shipped scenario) "
+    "judges every op.",
 )
 @dcp_option(
     "DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
@@ -225,8 +226,9 @@ def run_command(
 
     A failing named-scenario case is saved too, as a scenario file under HOME/failures/
     (its seed and DCP size baked in) that `dcpcheck repro` replays."""
-    if op != FUSED_NORM_ROPE:
+    if op not in (None, FUSED_NORM_ROPE):
         raise SystemExit(op_run.run_op(ctx))
+    every_op = op is None and _is_the_gate(ctx)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     if launcher == "torchrun":
         raise SystemExit(_launch_ranks(ctx, dcp_sizes, rank_timeout))
@@ -287,9 +289,23 @@ def run_command(
             )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
         judged = kernel_files(kernel_name)
-        _write_reports(outcome.reported, config, backend, paths, outcome.partial, searched, judged)
+        gate = None
+        stopped_early = fail_fast and outcome.exit_code != EXIT_OK
+        ran_whole = outcome.stopped is None and outcome.internal_error is None
+        if every_op and ran_whole and not stopped_early:
+            gate = op_run.gate_cases(dcp_sizes, backend, home, fail_fast)
+        reported, ops, partial = outcome.reported, FUSED_NORM_ROPE, outcome.partial
+        if gate is not None:
+            reported = [*reported, *gate.results]
+            ops, judged = f"{FUSED_NORM_ROPE},{SLOT_MAPPING}", (*judged, *gate.kernel_files)
+            partial = partial or gate.stopped is not None
+        _write_reports(reported, config, backend, paths, partial, searched, judged, ops)
     if scenarios:
-        print_results(outcome.results, session.saved)
+        shown = outcome.results if gate is None else [*outcome.results, *gate.results]
+        print_results(shown, {**session.saved, **(gate.saved if gate else {})})
+    if gate is not None and gate.stopped is not None:
+        how, code = stop_reason(gate.stopped)
+        raise Interrupted(f"{how} in the {SLOT_MAPPING} op's cases{_kept_reports(*paths)}", code)
     if outcome.internal_error is not None:
         raise _internal_failure(outcome, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
@@ -305,7 +321,21 @@ def run_command(
         print_search(outcome.searched, search_config)
     if stats:
         print_stats(outcome.results, outcome.named_seconds, outcome.searched)
+    if gate is not None and any(result.failed for result in gate.results):
+        raise SystemExit(EXIT_FAIL)
     raise SystemExit(outcome.exit_code)
+
+
+def _is_the_gate(ctx: click.Context) -> bool:
+    """Whether this run is the plain gate, which judges every op: the project's kernels
+    on every shipped scenario, in this process, with no option that picks the fused op's
+    scenarios, kernel or machinery (its property search may run too)."""
+    fused_only = (
+        "patterns", "scenario_dir", "property_only", "launcher", "sanitize", "report_dir",
+        "seed", "adapter", "ds_mla_scale", "isolate",
+    )  # fmt: skip
+    given = given_options(ctx)
+    return not any(name in given for name in fused_only) and ctx.params["kernel_name"] == "default"
 
 
 @contextlib.contextmanager
@@ -388,11 +418,14 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
     return launcher.launch(sizes[0], argv, rank_timeout or DEFAULT_RANK_TIMEOUT_S)
 
 
-def _write_reports(results, config, backend, paths, partial, searched, judged) -> None:
-    """Both reports (``report.write_reports``) at ``paths`` (JSON, JUnit). Their paths
-    were tried before any work, so failing now means the disk changed under the run (full,
-    unmounted): one line, exit 2."""
-    options = {"partial": partial, "searched": searched, "kernel_files": judged}
+def _write_reports(
+    results, config, backend, paths, partial, searched, judged, op=FUSED_NORM_ROPE
+) -> None:
+    """Both reports (``report.write_reports``) at ``paths`` (JSON, JUnit) of ``op`` (the
+    ops, comma-separated, of a run of several). Their paths were tried before any work,
+    so failing now means the disk changed under the run (full, unmounted): one line,
+    exit 2."""
+    options = {"partial": partial, "searched": searched, "kernel_files": judged, "op": op}
     try:
         write_reports(results, config, backend, *paths, **options)
     except ReportNotWritten as exc:

@@ -25,6 +25,9 @@ from dcpcheck.ops.slot_mapping.case import POISON, SlotMappingCase, launch_all, 
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs, SlotMappingKernel
 from reference import slot_mapping as oracle
 
+CHECKS = ("slots", "ownership", "padding", "guard")
+"""The checks of this module, in the order reports list them."""
+
 INPUT_TENSORS = ("query_start_loc", "positions", "idx_mapping", "block_tables")
 """The tensors of a rank's inputs, which a launch must leave as they were."""
 
@@ -170,3 +173,8 @@ def judge(kernel: SlotMappingKernel, case: SlotMappingCase) -> tuple[CheckResult
     """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
     before = snapshot(case)
     return check_launched(launch_all(kernel, case), before)
+
+
+def skipped(reason: str) -> tuple[CheckResult, ...]:
+    """Every check of this module, skipped for ``reason`` (reported, never passed)."""
+    return tuple(CheckResult(name, skipped=reason) for name in CHECKS)

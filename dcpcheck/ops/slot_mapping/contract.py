@@ -1,4 +1,8 @@
-"""The slot-mapping op's protocol: ``kernel(inputs, slot_mappings) -> None``.
+"""The slot-mapping op's protocols: the slot mappings, ``kernel(inputs, slot_mappings) ->
+None``, and the rank-local sequence lengths, ``kernel(inputs, local_seq_lens) -> None``; a
+kernel of the op (:class:`Routines`) is one of each, either of which may be absent.
+
+The slot mappings.
 
 The kernel writes ``slot_mappings`` (``[groups, max_num_tokens]`` int64, owned by the
 caller) and reads ``inputs``, which it must leave as they are. The batch layout is the one
@@ -15,6 +19,14 @@ vLLM's model runners build on the device, as one set of tensors per step:
   group stores every token on every rank, at its global slot).
 
 What every slot must be is ``reference.slot_mapping.slot_mappings``.
+
+The local sequence lengths. Under DCP a rank's attention reads only the positions it
+stores, so each request's length on a rank is what decode attention is told
+(``reference.slot_mapping.local_seq_lens``). The kernel reads ``seq_lens`` (int32,
+``[max_num_reqs]``: the requests' lengths, then the padded requests of a CUDA graph, whose
+entries it must not trust) and writes ``local_seq_lens`` (int32, ``[max_num_reqs]``): each
+request's local length, and 0 for every padded request, so a graph replay attends nothing
+there.
 """
 
 from __future__ import annotations
@@ -64,3 +76,33 @@ class SlotMappingInputs:
 
 SlotMappingKernel = Callable[[SlotMappingInputs, torch.Tensor], None]
 """``kernel(inputs, slot_mappings)``: writes every row of every group of ``slot_mappings``."""
+
+
+@dataclass(frozen=True)
+class LocalSeqLensInputs:
+    """One rank's inputs of the local sequence lengths (module docstring)."""
+
+    seq_lens: torch.Tensor
+    num_reqs: int
+    dcp_size: int
+    dcp_rank: int
+    interleave: int
+
+    @property
+    def max_num_reqs(self) -> int:
+        return self.seq_lens.shape[0]
+
+
+LocalSeqLensKernel = Callable[[LocalSeqLensInputs, torch.Tensor], None]
+"""``kernel(inputs, local_seq_lens)``: writes every entry of ``local_seq_lens``."""
+
+
+@dataclass(frozen=True)
+class Routines:
+    """A kernel of the op: the routine computing the slot mappings and the one computing
+    the local sequence lengths. Either may be absent (a release has only one, a spec names
+    one); its checks are then reported skipped with ``absent``'s reason, never passed."""
+
+    slot_mappings: SlotMappingKernel | None
+    local_seq_lens: LocalSeqLensKernel | None
+    absent: str = ""

@@ -1,5 +1,7 @@
-"""The project's slot-mapping kernel, in Triton: one program per (cache group, request),
-plus one per group for the padding rows.
+"""The project's kernels of the op, in Triton.
+
+The slot mappings: one program per (cache group, request), plus one per group for the
+padding rows.
 
 A request's program walks its rows ``BLOCK`` at a time: a sharded group under DCP splits
 each position into its virtual block (``block_size * DCP_SIZE`` positions, one physical
@@ -10,7 +12,15 @@ from the request's block-table row only for the rows kept (a request with no row
 reads nothing), so a foreign row costs no load. The last program of each group writes
 ``-1`` over every padding row, so a mapping never carries a slot from an earlier step.
 
-The definition it computes is ``reference.slot_mapping.slot_mappings``. Import this module
+The definition it computes is ``reference.slot_mapping.slot_mappings``.
+
+The local sequence lengths: one program per ``BLOCK_REQUESTS`` requests. A length splits
+into whole rounds of ``DCP_SIZE * INTERLEAVE`` positions, ``INTERLEAVE`` of each this
+rank's, and a last partial round, of which the rank gets what reaches past its first
+``dcp_rank * INTERLEAVE`` positions, at most ``INTERLEAVE``. Padded requests get 0, and
+their input is never read. The definition is ``reference.slot_mapping.local_seq_lens``.
+
+Import this module
 only once ``dcpcheck.backend.current_backend()`` has chosen between compiling and Triton's
 interpreter: Triton decides that when a kernel is defined.
 """
@@ -21,10 +31,13 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
 
 BLOCK_ROWS = 128
 """Rows a program handles per step: a decode request has one, a prefill chunk thousands."""
+
+BLOCK_REQUESTS = 128
+"""Requests a program of the local sequence lengths handles."""
 
 
 @triton.jit
@@ -111,4 +124,42 @@ def compute_slot_mappings(inputs: SlotMappingInputs, slot_mappings: torch.Tensor
         INTERLEAVE=inputs.interleave,
         PAD=PAD_SLOT,
         BLOCK=BLOCK_ROWS,
+    )
+
+
+@triton.jit
+def _local_seq_lens_kernel(
+    seq_lens_ptr,
+    out_ptr,
+    num_reqs,
+    max_num_reqs,
+    dcp_rank,
+    DCP_SIZE: tl.constexpr,
+    INTERLEAVE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    requests = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    real = requests < num_reqs
+    length = tl.load(seq_lens_ptr + requests, mask=real, other=0)
+    whole = (length // (DCP_SIZE * INTERLEAVE)) * INTERLEAVE
+    partial = length % (DCP_SIZE * INTERLEAVE) - dcp_rank * INTERLEAVE
+    partial = tl.minimum(tl.maximum(partial, 0), INTERLEAVE)
+    local = tl.where(real, whole + partial, 0)
+    tl.store(out_ptr + requests, local, mask=requests < max_num_reqs)
+
+
+def compute_local_seq_lens(inputs: LocalSeqLensInputs, local_seq_lens: torch.Tensor) -> None:
+    """The protocol's entry point (``contract.LocalSeqLensKernel``): rank
+    ``inputs.dcp_rank``'s length of every request into ``local_seq_lens``, 0 for padded
+    requests."""
+    max_num_reqs = local_seq_lens.shape[0]
+    _local_seq_lens_kernel[(triton.cdiv(max_num_reqs, BLOCK_REQUESTS),)](
+        inputs.seq_lens,
+        local_seq_lens,
+        inputs.num_reqs,
+        max_num_reqs,
+        inputs.dcp_rank,
+        DCP_SIZE=inputs.dcp_size,
+        INTERLEAVE=inputs.interleave,
+        BLOCK=BLOCK_REQUESTS,
     )

@@ -1,9 +1,18 @@
-"""The slot-mapping kernels dcpcheck can name: the project's (``default``), its mutants
-(``mutant/NAME``), a released vLLM kernel (``vllm==X.Y.Z``: its GPU model runner's, fetched
-and cached by ``dcpcheck.kernels.releases``), or any callable with the op's protocol
-(``package.module:function``, ``path/to/file.py:function``). A Triton kernel named by path
-(a vLLM checkout's ``block_table.py:_compute_slot_mappings_kernel``) is launched as vLLM's
-(``dcpcheck.ops.slot_mapping.vllm``). Import only once the backend is chosen (``kernel``)."""
+"""The kernels of the op dcpcheck can name (``Routines``: the slot mappings and the local
+sequence lengths):
+
+* ``default``: the project's two Triton kernels; ``mutant/NAME``: one of them with a bug;
+* ``vllm==X.Y.Z``: a released vLLM's GPU model runner, fetched and cached by
+  ``dcpcheck.kernels.releases``: its ``_compute_slot_mappings_kernel`` and
+  ``_dcp_local_seq_lens_kernel`` (``dcpcheck.ops.slot_mapping.vllm``); ``vllm==X.Y.Z:NAME``
+  one routine of it, ``get_dcp_local_seq_lens`` (the attention backends' torch function)
+  included;
+* ``package.module:function`` or ``path/to/file.py:function``: a callable with the
+  slot-mapping protocol, or a Triton kernel of vLLM's by its name there (a vLLM
+  checkout's ``block_table.py:_compute_slot_mappings_kernel``).
+
+Import only once the backend is chosen (it defines Triton kernels).
+"""
 
 from __future__ import annotations
 
@@ -14,57 +23,109 @@ from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
 from dcpcheck.ops.slot_mapping import mutants, vllm
-from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
-from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
-from dcpcheck.ops.slot_mapping.mutants import MUTANTS
+from dcpcheck.ops.slot_mapping.contract import Routines
+from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
-KERNELS: dict[str, SlotMappingKernel] = {
-    "default": compute_slot_mappings,
-    **{f"mutant/{m.__name__.replace('_', '-')}": m for m in MUTANTS},
+
+def _mutant_name(function: object) -> str:
+    return "mutant/" + function.__name__.replace("_", "-")  # type: ignore[attr-defined]
+
+
+KERNELS: dict[str, Routines] = {
+    "default": Routines(compute_slot_mappings, compute_local_seq_lens),
+    **{_mutant_name(m): Routines(m, compute_local_seq_lens) for m in mutants.MUTANTS},
+    **{_mutant_name(m): Routines(compute_slot_mappings, m) for m in mutants.SEQ_LENS_MUTANTS},
 }
 
 DESCRIPTIONS: dict[str, str] = {
-    "default": "the project's slot-mapping Triton kernel",
-    **{f"mutant/{m.__name__.replace('_', '-')}": m.__doc__.split("\n")[0] for m in MUTANTS},
+    "default": "the project's slot-mapping and local-sequence-length Triton kernels",
+    **{
+        _mutant_name(m): m.__doc__.split("\n")[0]  # type: ignore[union-attr]
+        for m in (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS)
+    },
 }
 """What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
 
+ONE_ROUTINE = "{spec} names the {this} routine alone"
+"""Why a spec naming one routine has the other's checks skipped."""
+
 
 def release_of(spec: str) -> releases.ReleaseSpec | None:
-    """``spec`` as a vLLM release of this op's kernel; ``KernelSpecError`` for a version
-    that is no version."""
+    """``spec`` as a vLLM release of this op (its function ``vllm.FUNCTION`` unless it
+    names one); ``KernelSpecError`` for a version that is no version."""
     try:
         return releases.parse_spec(spec, vllm.FUNCTION)
     except releases.MalformedVersion as exc:
         raise KernelSpecError(f"{spec}: {exc}") from None
 
 
-def _adapted(target: object, name: str, caller: Path | None) -> SlotMappingKernel:
-    """vLLM's kernel under the op's protocol; a signature or caller the adapter cannot
+def _adapted(build, *args) -> object:
+    """An adapter of ``dcpcheck.ops.slot_mapping.vllm``; a signature or caller it cannot
     read is a load error (exit 125): it is the revision's, which ``bisect`` skips."""
     try:
-        return vllm.VllmSlotMappings(target, name, caller)
+        return build(*args)
     except AdapterError as exc:
         raise KernelLoadError(str(exc)) from None
 
 
-def load(spec: str) -> SlotMappingKernel:
+def _kept(version: str, member: str) -> Path:
+    return loading.fetch_release(version, member).path
+
+
+def _function(path: Path, name: str, where: str) -> object:
+    target = getattr(loading.load_file(path), name, None)
+    if target is None:
+        raise KernelLoadError(f"{where}: {path} has no {name!r}")
+    return target
+
+
+def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
+    """A release's routines (module docstring); ``named``: the spec named one."""
+    version, name = release.version, release.name
+    if release.function == vllm.SEQ_LENS_FUNCTION:
+        path = _kept(version, vllm.SEQ_LENS_FUNCTION_MEMBER)
+        function = _adapted(vllm.torch_function, path, release.function, name)
+        why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
+        return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
+    if release.function == vllm.SEQ_LENS_KERNEL:
+        path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
+        target = _function(path, release.function, name)
+        why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
+        return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name), why)
+    target = _function(_kept(version, vllm.MEMBER), release.function, name)
+    caller = _kept(version, vllm.CALLER_MEMBER)
+    slots = _adapted(vllm.VllmSlotMappings, target, name, caller)
+    if named:
+        why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
+        return Routines(slots, None, why)
+    try:
+        path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
+    except KernelLoadError:  # a runner without DCP: no such file
+        why = (
+            f"{name}'s GPU model runner has no {vllm.SEQ_LENS_KERNEL} (judge the attention "
+            f"backends' function with --kernel {name}:{vllm.SEQ_LENS_FUNCTION})"
+        )
+        return Routines(slots, None, why)
+    target = _function(path, vllm.SEQ_LENS_KERNEL, name)
+    return Routines(slots, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name))
+
+
+def load(spec: str) -> Routines:
     """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""
     if spec in KERNELS:
         return KERNELS[spec]
     release = release_of(spec)
     if release is not None:
-        path = loading.fetch_release(release.version, vllm.MEMBER).path
-        caller = loading.fetch_release(release.version, vllm.CALLER_MEMBER).path
-        target = getattr(loading.load_file(path), release.function, None)
-        if target is None:
-            raise KernelLoadError(f"{release.name}: {path} has no {release.function!r}")
-        return _adapted(target, release.name, caller)
+        return _release(release, named=":" in spec)
     target = loading.load_callable(spec, list(KERNELS))
     if hasattr(target, "fn") and hasattr(target, "__getitem__"):  # a Triton kernel: vLLM's
         where = Path(spec.rsplit(":", 1)[0])
-        return _adapted(target, spec, vllm.beside(where) if where.suffix == ".py" else None)
-    return target  # type: ignore[return-value]
+        caller = vllm.beside(where) if where.suffix == ".py" else None
+        slots = _adapted(vllm.VllmSlotMappings, target, spec, caller)
+    else:
+        slots = target
+    why = ONE_ROUTINE.format(spec=spec, this="slot-mapping")
+    return Routines(slots, None, why)  # type: ignore[arg-type]
 
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
@@ -76,15 +137,21 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         return tuple(loading.judged_file(Path(source)) for source in sources)
     release = release_of(spec)
     if release is not None:
-        members = (vllm.MEMBER, vllm.CALLER_MEMBER)
-        kept = [loading.fetch_release(release.version, member) for member in members]
-        return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
-    judged = loading.judged_files(spec)
+        members = vllm.members_of(release.function, named=":" in spec)
+        judged = []
+        for member in members:
+            try:
+                kept = loading.fetch_release(release.version, member)
+            except KernelLoadError:  # a member the release lacks (its checks are skipped)
+                continue
+            judged.append(JudgedFile(str(kept.path), kept.sha256))
+        return tuple(judged)
+    judged_here = loading.judged_files(spec)
     where = Path(spec.rsplit(":", 1)[0])
     caller = vllm.beside(where)
-    if where.suffix == ".py" and caller.is_file() and release is None:
-        judged += (loading.judged_file(caller),)
-    return judged
+    if where.suffix == ".py" and caller.is_file():
+        judged_here += (loading.judged_file(caller),)
+    return judged_here
 
 
 def canonical(spec: str) -> str:
@@ -92,5 +159,4 @@ def canonical(spec: str) -> str:
     release = release_of(spec)
     if release is None:
         return spec
-    suffix = "" if release.function == vllm.FUNCTION else f":{release.function}"
-    return release.name + suffix
+    return release.name + (f":{release.function}" if ":" in spec else "")

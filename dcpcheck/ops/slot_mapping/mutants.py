@@ -1,5 +1,5 @@
-"""Wrong slot-mapping kernels, each the project's kernel with one bug that a DCP
-deployment has had or could have, for the checks to be shown catching (``checks``). Each
+"""Wrong kernels of the op, each one of the project's with one bug that a DCP deployment
+has had or could have, for the checks to be shown catching (``checks``, ``seq_lens``). Each
 wraps the kernel from outside (what it is asked, or what it leaves), so the kernel a
 reader studies holds no code that is not the kernel."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import torch
 
-from dcpcheck.ops.slot_mapping.contract import SlotMappingInputs
-from dcpcheck.ops.slot_mapping.kernel import compute_slot_mappings
+from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
 
 def dcp_ignored(inputs: SlotMappingInputs, out: torch.Tensor) -> None:
@@ -55,3 +55,21 @@ MUTANTS = (
     padding_left_alone,
     one_row_past_the_end,
 )
+
+
+def seq_lens_interleave_ignored(inputs: LocalSeqLensInputs, out: torch.Tensor) -> None:
+    """Local lengths counted one position per rank in turn whatever the interleave."""
+    compute_local_seq_lens(replace(inputs, interleave=1), out)
+
+
+def seq_lens_padding_kept(inputs: LocalSeqLensInputs, out: torch.Tensor) -> None:
+    """Padded requests' lengths computed from their stale input instead of set to 0."""
+    compute_local_seq_lens(replace(inputs, num_reqs=inputs.max_num_reqs), out)
+
+
+def seq_lens_global(inputs: LocalSeqLensInputs, out: torch.Tensor) -> None:
+    """Every rank told the whole length: attention reads positions it does not store."""
+    compute_local_seq_lens(replace(inputs, dcp_size=1, dcp_rank=0), out)
+
+
+SEQ_LENS_MUTANTS = (seq_lens_interleave_ignored, seq_lens_padding_kept, seq_lens_global)

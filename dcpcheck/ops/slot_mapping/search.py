@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from dcpcheck.harness.runner import CaseResult
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
-from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
+from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.runner import run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario
 
@@ -88,12 +88,12 @@ class SearchOutcome:
         return self.failure is None
 
 
-def _drawn_for(kernel: SlotMappingKernel, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
-    """The batches to draw for ``kernel``: all of them, or for a kernel that says what it
-    can be asked (an adapter's ``askable``: a release's API) only those, so that the
+def _drawn_for(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
+    """The batches to draw for ``kernel``: all of them, or for a slot-mapping routine that
+    says what it can be asked (an adapter's ``askable``: a release's API) only those, so that the
     examples judge it rather than go not applicable. Sizes it cannot run stay out unless
     they are all that was asked for; then every example is not applicable, and counted so."""
-    askable = getattr(kernel, "askable", None)
+    askable = getattr(kernel.slot_mappings, "askable", None)
     if askable is None:
         return batches(dcp_sizes)
     sizes = dcp_sizes if askable.dcp else tuple(s for s in dcp_sizes if s == 1) or dcp_sizes
@@ -101,7 +101,7 @@ def _drawn_for(kernel: SlotMappingKernel, dcp_sizes: tuple[int, ...]) -> st.Sear
 
 
 def search(
-    kernel: SlotMappingKernel,
+    kernel: Routines,
     kernel_name: str,
     examples: int,
     device: torch.device,

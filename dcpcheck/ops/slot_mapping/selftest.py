@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from dcpcheck.backend import Backend
-from dcpcheck.ops.slot_mapping.contract import SlotMappingKernel
+from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.kernels import DESCRIPTIONS, KERNELS
 from dcpcheck.ops.slot_mapping.runner import run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
@@ -22,7 +22,7 @@ PROFILE = "named scenarios"
 
 
 def _first_failure(
-    kernel: SlotMappingKernel, name: str, scenarios: list[SlotMappingScenario], backend: Backend
+    kernel: Routines, name: str, scenarios: list[SlotMappingScenario], backend: Backend
 ):
     """The first failing case of ``kernel`` over ``scenarios``, or None."""
     for scenario in scenarios:

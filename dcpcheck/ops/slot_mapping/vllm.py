@@ -1,6 +1,7 @@
-"""vLLM's slot-mapping kernel as a kernel of the op: ``_compute_slot_mappings_kernel`` of the
-GPU model runner (``vllm/v1/worker/gpu/block_table.py``, every release from 0.12.0),
-launched as ``BlockTables.compute_slot_mappings`` launches it.
+"""vLLM's routines as routines of the op: the slot mappings of the GPU model runner
+(``_compute_slot_mappings_kernel`` in ``vllm/v1/worker/gpu/block_table.py``, every release
+from 0.12.0), launched as ``BlockTables.compute_slot_mappings`` launches it, and the local
+sequence lengths (:class:`VllmLocalSeqLens`).
 
 The kernel's parameters changed over the releases; the adapter reads them from the
 signature and gives each the value the release's caller gives it:
@@ -26,23 +27,37 @@ What a release's API cannot be asked is ``not_applicable`` with the reason
 (:meth:`VllmSlotMappings.not_applicable`), each one a thing that release's caller never
 passes: DCP before the kernel took a rank, a replicated group before it took a sharded
 flag, a request without blocks before it read one.
+
+The local sequence lengths come in two routines: the GPU runner's Triton kernel
+(``_dcp_local_seq_lens_kernel`` in ``vllm/v1/worker/gpu/cp_utils.py``, 0.17.0 on), launched
+as ``prepare_dcp_local_seq_lens`` launches it, only under DCP; and the attention backends'
+torch function (``get_dcp_local_seq_lens`` in ``vllm/v1/attention/backends/utils.py``,
+0.11.1 on), called as the runners call it, on the CPU, for one rank. The function's module
+imports half of vLLM, so the function alone is taken from it (:func:`torch_function`): it
+uses torch and nothing else.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
-from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
 
-MEMBER, CALLER_MEMBER = OPS[SLOT_MAPPING].wheel_members
+MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
+    SLOT_MAPPING
+].wheel_members
 FUNCTION = OPS[SLOT_MAPPING].function
+SEQ_LENS_KERNEL = "_dcp_local_seq_lens_kernel"
+SEQ_LENS_FUNCTION = "get_dcp_local_seq_lens"
 
 CALLER_BLOCK = 1024
 """The rows per step every release's caller launches the kernel with."""
@@ -267,3 +282,112 @@ class VllmSlotMappings:
 def beside(kernel_file: Path) -> Path:
     """Where a vLLM checkout keeps the caller of the kernel in ``kernel_file``."""
     return kernel_file.with_name(Path(CALLER_MEMBER).name)
+
+
+SEQ_LENS_BLOCK = 128
+"""The requests per program ``prepare_dcp_local_seq_lens`` launches the kernel with."""
+
+SEQ_LENS_PARAMETERS = (
+    "out_ptr",
+    "seq_lens_ptr",
+    "dcp_size",
+    "dcp_rank",
+    "cp_interleave",
+    "num_reqs",
+    "max_num_reqs",
+    "BLOCK_SIZE",
+)
+"""``_dcp_local_seq_lens_kernel``'s parameters in every release that has it."""
+
+PADDING_BY_CALLER = (
+    f"{SEQ_LENS_FUNCTION} returns the requests' lengths only; its callers fill the padded "
+    "requests' entries themselves"
+)
+
+
+def torch_function(path: Path, name: str, where: str) -> Callable[..., torch.Tensor]:
+    """The function ``name`` of the file at ``path``, compiled alone with ``torch`` as its
+    only global (module docstring); ``AdapterError`` when the file has no such function or
+    it names anything else."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not found:
+        raise AdapterError(f"{where}: {path} has no function {name!r}")
+    [function] = found
+    names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
+    local = {a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
+    local |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+    used = {n.id for n in names if isinstance(n.ctx, ast.Load)}
+    foreign = sorted(used - local - {"torch"} - set(dir(builtins)))
+    if foreign:
+        raise AdapterError(f"{where}: {name} uses {', '.join(foreign)}, not torch alone")
+    module = ast.Module(body=[function], type_ignores=[])
+    namespace: dict[str, object] = {"torch": torch}
+    exec(compile(module, str(path), "exec"), namespace)
+    return namespace[name]  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class VllmLocalSeqLens:
+    """A release's local-sequence-length routine under the op's protocol (module
+    docstring): its Triton kernel (``of_kernel``) or its torch function (``of_function``).
+    ``skips``: checks that do not apply to it, with the reason."""
+
+    routine: object
+    name: str
+    is_kernel: bool
+    skips: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_kernel(cls, kernel: object, name: str) -> VllmLocalSeqLens:
+        function = getattr(kernel, "fn", None)
+        parameters = tuple(inspect.signature(function).parameters) if function else ()
+        if parameters != SEQ_LENS_PARAMETERS:
+            raise AdapterError(
+                f"{name}: {SEQ_LENS_KERNEL} takes ({', '.join(parameters)}), not the "
+                f"({', '.join(SEQ_LENS_PARAMETERS)}) the adapter knows how its caller fills"
+            )
+        return cls(kernel, name, True)
+
+    @classmethod
+    def of_function(cls, function: object, name: str) -> VllmLocalSeqLens:
+        return cls(function, name, False, {"seq_lens_padding": PADDING_BY_CALLER})
+
+    def not_applicable(self, inputs: LocalSeqLensInputs) -> str | None:
+        """The runner's kernel is launched only under DCP (its caller returns, or asserts,
+        at DCP1); the function is called at any size."""
+        if self.is_kernel and inputs.dcp_size == 1:
+            return (
+                f"{SEQ_LENS_KERNEL} runs only under DCP: its caller, "
+                "prepare_dcp_local_seq_lens, does not launch it at DCP1"
+            )
+        return None
+
+    def __call__(self, inputs: LocalSeqLensInputs, local_seq_lens: torch.Tensor) -> None:
+        if self.is_kernel:
+            max_num_reqs = local_seq_lens.shape[0]
+            grid = (-(-max_num_reqs // SEQ_LENS_BLOCK),)
+            self.routine[grid](  # type: ignore[index]
+                local_seq_lens,
+                inputs.seq_lens,
+                inputs.dcp_size,
+                inputs.dcp_rank,
+                inputs.interleave,
+                inputs.num_reqs,
+                max_num_reqs,
+                SEQ_LENS_BLOCK,
+            )
+            return
+        lengths = inputs.seq_lens[: inputs.num_reqs].cpu()  # the runners pass CPU lengths
+        call = self.routine  # positional, as the runners call it
+        computed = call(lengths, inputs.dcp_size, inputs.dcp_rank, inputs.interleave)  # type: ignore[operator]
+        local_seq_lens[: inputs.num_reqs] = computed.to(local_seq_lens.device)
+
+
+def members_of(function: str, named: bool) -> tuple[str, ...]:
+    """The wheel members a release spec of the op judges (``vllm==X`` or ``vllm==X:NAME``)."""
+    if function == SEQ_LENS_FUNCTION:
+        return (SEQ_LENS_FUNCTION_MEMBER,)
+    if function == SEQ_LENS_KERNEL:
+        return (SEQ_LENS_KERNEL_MEMBER,)
+    return (MEMBER, CALLER_MEMBER) if named else (MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER)
