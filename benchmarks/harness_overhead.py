@@ -30,12 +30,13 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
+from dcpcheck.cases.dcp import Batch, Request
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
 from dcpcheck.harness.case_checks import check_case
-from dcpcheck.harness.runner import RunConfig, launch_all, run_scenario
+from dcpcheck.harness.runner import launch_all, run_scenario
 from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.spec.dcp import Batch, Request
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 
 TEMPLATE = SCENARIO_DIR / "glm5-prefill-512.toml"
 CASES = (

@@ -49,7 +49,7 @@ KERNEL_MODULES = (
     "dcpcheck.kernels.fp8_codes",
     "dcpcheck.kernels.launch_checks",
     "dcpcheck.harness.tolerance_kernel",
-    "dcpcheck.spec.seeded_kernel",
+    "dcpcheck.cases.seeded_kernel",
     "dcpcheck.ops.slot_mapping.kernel",
 )
 """The project's kernel modules: once one is imported, its ``@triton.jit`` functions are

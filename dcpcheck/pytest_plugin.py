@@ -37,7 +37,7 @@ Options (each as for ``dcpcheck run``):
   worker starts with the first item that runs (not for ``--collect-only``) and is killed
   when pytest ends.
 
-Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.spec.scenario``)
+Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.cases.scenario``)
 in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
 
     [tool.pytest.ini_options]
@@ -50,7 +50,7 @@ is data: a repository adds a file, not a test function.
 Items run through the CLI's session API (``dcpcheck.workflows.session.Session``): the same
 cases, judged by the same function, and a failing case saved as ``dcpcheck run`` saves it.
 
-Outcomes. A case fails with the CLI's text: one ``checks.format_finding`` line per finding,
+Outcomes. A case fails with the CLI's text: one ``format_finding`` line per finding,
 then the replay command; a case whose checks never ran (any status but pass and fail:
 the kernel raised, its worker crashed or timed out) fails with that error and the replay.
 A skipped check is never counted as passed: a case none of whose checks applied is
@@ -80,12 +80,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from dcpcheck.cases.verdicts import format_finding
+
 # The harness (torch, Triton) is imported inside the functions that run only when
 # --dcpcheck-kernel is given, so an inert plugin costs nothing (module docstring).
 if TYPE_CHECKING:
     from dcpcheck.backend import Backend
-    from dcpcheck.harness.runner import CaseResult
-    from dcpcheck.spec.scenario import Scenario
+    from dcpcheck.cases.scenario import Scenario
+    from dcpcheck.cases.verdicts import CaseResult
 
 COLLECTOR_NAME = "dcpcheck"
 """Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
@@ -144,7 +146,6 @@ def verdict_of(result: CaseResult, kernel_name: str) -> Verdict:
         detail = result.error or "no detail recorded"
         headline = f"{label}: {result.status.upper()} on kernel {kernel_name}: {detail}"
         return Verdict("failed", f"{headline}\n{replay}")
-    from dcpcheck.harness.checks import format_finding
 
     failed = result.failed_checks
     if failed or result.status == "fail":
@@ -348,8 +349,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
     """``--dcpcheck-dcp``: ``"4"`` or ``"1,2,4"``."""
-    from dcpcheck.spec import dcp
-    from dcpcheck.spec.limits import DCP_SIZE_MAX
+    from dcpcheck.cases import dcp
+    from dcpcheck.cases.limits import DCP_SIZE_MAX
 
     try:
         return dcp.parse_dcp_sizes(text, DCP_SIZE_MAX)
@@ -363,7 +364,7 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
     A pattern must match in at least one root, and a name may be defined only once, so
     neither a typo nor a shadowed file goes unnoticed.
     """
-    from dcpcheck.spec.scenario import ScenarioError, load_scenarios
+    from dcpcheck.cases.scenario import ScenarioError, load_scenarios
 
     chosen: dict[str, Scenario] = {}
     unmatched = set(patterns)
@@ -397,11 +398,11 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 def _op_plan(config: pytest.Config, kernel_name: str) -> Plan:
     """The slot-mapping op's items: its scenarios (``--dcpcheck-scenario-dir``, else the
     shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
+    from dcpcheck.cases.scenario import ScenarioError
     from dcpcheck.kernels.loading import KernelLoadError
     from dcpcheck.ops.slot_mapping import kernels
     from dcpcheck.ops.slot_mapping import scenario as op_scenario
     from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
-    from dcpcheck.spec.scenario import ScenarioError
     from dcpcheck.workflows.search import default_home
 
     fused_only = {
@@ -448,10 +449,10 @@ def _op_plan(config: pytest.Config, kernel_name: str) -> Plan:
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     if config.getoption("dcpcheck_op") == "slot-mapping":
         return _op_plan(config, kernel_name)
-    from dcpcheck.harness.runner import RunConfig
+    from dcpcheck.cases import cost
+    from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError
+    from dcpcheck.cases.verdicts import RunConfig
     from dcpcheck.kernels.loading import KernelLoadError, canonical_spec, load_kernel
-    from dcpcheck.spec import cost
-    from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
     from dcpcheck.workflows.search import default_home
     from dcpcheck.workflows.session import Session
 

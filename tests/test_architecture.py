@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.op_registry",
     ),
     # what a case is: scenarios, DCP ownership, tolerances, seeded values
-    ("dcpcheck.spec",),
+    ("dcpcheck.cases",),
     # foreign signatures (vLLM) and the stand-ins their imports need
     ("dcpcheck.adapters",),
     # the project's kernel, its variants, and loading any --kernel

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from dcpcheck.cases.limits import BLOCK_SIZE_MAX, DCP_SIZE_MAX, PADDING_MAX, SEED_MAX
+from dcpcheck.cases.scenario import load_scenarios, scenario_to_toml
 from dcpcheck.cli import main
-from dcpcheck.spec.limits import BLOCK_SIZE_MAX, DCP_SIZE_MAX, PADDING_MAX, SEED_MAX
-from dcpcheck.spec.scenario import load_scenarios, scenario_to_toml
 
 REPO = Path(__file__).parents[1]
 NAME = "decode-single-dcp4"
@@ -98,7 +98,7 @@ BAD_INPUTS: dict[str, BadInput] = {
         f"key 'seed': must be <= {SEED_MAX}, got {SEED_MAX + 1}",
         {SCENARIO_FILE: scenario_with("seed = 0", f"seed = {SEED_MAX + 1}")},
     ),
-    # A scenario file gets the command line's limits (dcpcheck.spec.limits).
+    # A scenario file gets the command line's limits (dcpcheck.cases.limits).
     "scenario block size too large": BadInput(
         ("run", *IN_TMP_DIR),
         2,

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from dcpcheck.backend import current_backend
-from dcpcheck.harness.runner import CaseResult, RunConfig, run
-from dcpcheck.spec.scenario import load_scenario
+from dcpcheck.cases.scenario import load_scenario
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
+from dcpcheck.harness.runner import run
 from tests import kernels_under_test as k
 
 SCENARIO = """

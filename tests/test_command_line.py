@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 
+from dcpcheck.cases.scenario import SCENARIO_DIR
 from dcpcheck.cli import INJECTION_VARIABLES
 from dcpcheck.exit_codes import EXIT_OK, EXIT_USAGE
-from dcpcheck.spec.scenario import SCENARIO_DIR
 
 TEARDOWN = "TEARDOWN"
 

@@ -17,10 +17,11 @@ import triton
 import triton.language as tl
 from triton.runtime import autotuner, jit
 
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.harness import compile_ahead as ahead
-from dcpcheck.harness.runner import RunConfig, run
+from dcpcheck.harness.runner import run
 from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import oracle_kernel
 

@@ -1,4 +1,4 @@
-"""The up-front memory estimate (dcpcheck.spec.cost): it grows with what sizes a run, the
+"""The up-front memory estimate (dcpcheck.cases.cost): it grows with what sizes a run, the
 shipped scenarios fit in a small budget, a whole-context GLM-5 prefill does not fit in a
 24 GiB one and is refused on one line naming the file, the key, the estimate and the
 budget, and the estimate stays close to the buffers ``build_case`` really allocates.
@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dcpcheck.harness import case as harness_case
-from dcpcheck.harness.case import build_case
-from dcpcheck.spec import cost
-from dcpcheck.spec.dcp import Batch, Request
-from dcpcheck.spec.scenario import (
+from dcpcheck.cases import cost
+from dcpcheck.cases.dcp import Batch, Request
+from dcpcheck.cases.scenario import (
     SCENARIO_DIR,
     Scenario,
     ScenarioError,
@@ -29,6 +27,8 @@ from dcpcheck.spec.scenario import (
     load_scenarios,
     scenario_to_toml,
 )
+from dcpcheck.harness import case as harness_case
+from dcpcheck.harness.case import build_case
 
 GIB = 1 << 30
 

@@ -1,4 +1,4 @@
-"""DCP slot mappings (dcpcheck.spec.dcp) against docs/dcp-contract.md
+"""DCP slot mappings (dcpcheck.cases.dcp) against docs/dcp-contract.md
 
 The vectorized mapping is checked three independent ways: against slots written out by
 hand for a small case, against the ordinary (non-DCP) mapping at DCP size 1, and, for
@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcpcheck.spec.dcp import (
+from dcpcheck.cases.dcp import (
     FOREIGN,
     NO_SLOT,
     OWNED,

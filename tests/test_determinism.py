@@ -11,11 +11,12 @@ import torch
 from click.testing import CliRunner
 
 import tests.kernels_under_test as k
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.harness import determinism
 from dcpcheck.harness.case import build_case
-from dcpcheck.harness.runner import RunConfig, launch, run
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.harness.runner import launch, run
 from dcpcheck.workflows import search
 from tests.conftest import BACKEND
 

@@ -20,15 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenarios
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import COLLECTIVE_TIMEOUT_MARGIN_S, DistributedUsageError
 from dcpcheck.distributed.ranks import distributed_sizes
 from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from dcpcheck.harness.runner import RunConfig, run, token_stream_case
+from dcpcheck.harness.runner import run, token_stream_case
 from dcpcheck.kernels.loading import judged_files, load_kernel
 from dcpcheck.output import report
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenarios
 from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import NoFp4Here, oracle_kernel, overwrites_prefix
 

@@ -29,12 +29,19 @@ import triton.language as tl
 from click.testing import CliRunner
 
 import reference as ref
+from dcpcheck.cases.scenario import (
+    SCENARIO_DIR,
+    ScenarioError,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs
 from dcpcheck.harness.case import build_case
 from dcpcheck.harness.isolation import IsolatedKernel
 from dcpcheck.harness.runner import (
-    RunConfig,
     declared_ds_mla_scale,
     effective_ds_mla_scale,
     run_scenario,
@@ -43,13 +50,6 @@ from dcpcheck.harness.runner import (
 from dcpcheck.kernels.fused_norm_rope import _ds_mla_tile_scales
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.kernels.variants import MUTANTS
-from dcpcheck.spec.scenario import (
-    SCENARIO_DIR,
-    ScenarioError,
-    load_scenario,
-    load_scenarios,
-    scenario_to_toml,
-)
 from dcpcheck.workflows import search
 from dcpcheck.workflows.selftest import PROFILES as SELFTEST_PROFILES
 from dcpcheck.workflows.selftest import selftest_scenarios

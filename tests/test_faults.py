@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from dcpcheck.cases.scenario import load_scenario, load_scenarios
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import main
 from dcpcheck.harness.isolation import IsolatedKernel
-from dcpcheck.harness.runner import CaseResult, RunConfig, run, token_stream_case
-from dcpcheck.spec.scenario import load_scenario, load_scenarios
+from dcpcheck.harness.runner import run, token_stream_case
 from tests.conftest import BACKEND, requires_cuda
 from tests.fixtures import faulty_kernels
 

@@ -15,12 +15,12 @@ import dataclasses
 import pytest
 import torch
 
+from dcpcheck.cases.scenario import SCENARIO_DIR, Scenario, load_scenario
 from dcpcheck.harness import fused_checks
 from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
 from dcpcheck.harness.case_checks import check_case
 from dcpcheck.harness.runner import launch
 from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario, load_scenario
 from tests import kernels_under_test as k
 from tests.conftest import BACKEND
 

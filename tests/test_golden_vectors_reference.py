@@ -7,7 +7,7 @@ cache entry bytes, scales, RoPE pairing. The oracle is run on the same inputs, i
 by ``expected_caches`` from zero caches ``[3 blocks, 4, entry]`` with the case's slot
 mapping used for both the MLA and the indexer cache, and compared field by field.
 
-Tolerances are the team's per-field ones (``dcpcheck.spec.tolerances``): the GPU's fp32
+Tolerances are the team's per-field ones (``dcpcheck.cases.tolerances``): the GPU's fp32
 reductions run in another order than torch's, so a value can land one step across a
 rounding tie. Where docs/fused-norm-rope.md states a stricter observation about these vectors (NoPE
 fp8 bytes and bf16 RoPE bytes exact, ds_mla scales within 1e-7 relative, UE8M0 scales exact),
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import reference as ref
-from dcpcheck.spec.tolerances import (
+from dcpcheck.cases.tolerances import (
     BF16_ROPE_IN_CACHE,
     DS_MLA_SCALE,
     FP8_VALUE,

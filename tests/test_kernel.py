@@ -2,7 +2,7 @@
 
 What is compared with what: every output of ``dcpcheck.kernels.fused_norm_rope`` with
 ``reference.fused_norm_rope`` and every cache byte with ``reference.expected_caches``,
-within the per-field tolerances of ``dcpcheck.spec.tolerances`` (one step of the stored format
+within the per-field tolerances of ``dcpcheck.cases.tolerances`` (one step of the stored format
 for bf16/fp16 outputs and fp8 values, two fp32 ulps for ds_mla tile scales, UE8M0 scales
 exactly), and cache bytes outside the owned entries bitwise. Why those tolerances: the
 op rounds an fp32 pipeline once, and on the CPU Triton's interpreter truncates fp32 to
@@ -27,6 +27,11 @@ import triton
 import triton.language as tl
 
 import reference
+from dcpcheck.cases.tolerances import (
+    OUTPUT_TOLERANCES,
+    UE8M0_SCALE,
+    ulp_distance,
+)
 from dcpcheck.contract import (
     DS_MLA_ENTRY_BYTES,
     DS_MLA_NOPE_DIM,
@@ -57,11 +62,6 @@ from dcpcheck.kernels.launcher import fused_norm_rope
 from dcpcheck.kernels.loading import KernelLoadError, load_kernel
 from dcpcheck.kernels.registry import KERNELS
 from dcpcheck.kernels.variants import REGRESSIONS, VARIANTS, Mutation
-from dcpcheck.spec.tolerances import (
-    OUTPUT_TOLERANCES,
-    UE8M0_SCALE,
-    ulp_distance,
-)
 from tests.conftest import requires_cuda
 
 SMALL = PRESETS["small-neox"]

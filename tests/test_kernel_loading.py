@@ -15,9 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from dcpcheck.adapters.vllm import ApiShape, VllmFusedNormRope
+from dcpcheck.cases.scenario import load_scenarios
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.exit_codes import EXIT_KERNEL_LOAD, EXIT_USAGE
-from dcpcheck.harness.runner import RunConfig, run_scenario
+from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels.loading import (
     KernelLoadError,
     KernelSpecError,
@@ -25,7 +27,6 @@ from dcpcheck.kernels.loading import (
     import_root,
     load_kernel,
 )
-from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel
 

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from dcpcheck.cases.dcp import Batch, Request, slot_mappings
+from dcpcheck.cases.scenario import SCENARIO_DIR, Scenario, load_scenario
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.contract import DS_MLA_ENTRY_BYTES
-from dcpcheck.harness.runner import CaseResult, RunConfig, run
+from dcpcheck.harness.runner import run
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.kernels.registry import KERNELS
 from dcpcheck.kernels.variants import MUTANTS, REGRESSIONS, Mutation
-from dcpcheck.spec.dcp import Batch, Request, slot_mappings
-from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario, load_scenario
 from dcpcheck.workflows.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
 from tests.conftest import BACKEND, requires_cuda
 

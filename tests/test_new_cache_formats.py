@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import torch
 
+from dcpcheck.cases.scenario import load_scenarios
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.contract import NVFP4_DS_MLA_NUM_TILES, nvfp4_scale_position
 from dcpcheck.harness.checks import NAN_UNWRITTEN, NAN_WRITTEN_ENTRY
 from dcpcheck.harness.comparison import nvfp4_scale_slack
-from dcpcheck.harness.runner import RunConfig, run
+from dcpcheck.harness.runner import run
 from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.spec.scenario import load_scenarios
 from tests import kernels_under_test as k
 from tests.conftest import BACKEND
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from dcpcheck.harness.checks import CheckResult, Finding
-from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.cases.dcp import Batch, Request
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
+from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.output import ownership_map
 from dcpcheck.output.ownership_map import MapGeometry, write_report_dir
-from dcpcheck.spec.dcp import Batch, Request
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 from tests.conftest import BACKEND
 
 OWNED_RGB = (49, 120, 181)

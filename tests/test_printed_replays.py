@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from dcpcheck.cases.scenario import SCENARIO_DIR
 from dcpcheck.exit_codes import EXIT_FAIL
-from dcpcheck.spec.scenario import SCENARIO_DIR
 from dcpcheck.workflows.bisection import bisect, render
 from tests.fixtures import kernel_history
 from tests.test_bisect import DECODE_DCP4, KERNEL

@@ -18,12 +18,11 @@ import pytest
 import torch
 
 from dcpcheck import pytest_plugin
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
 from dcpcheck.harness import runner
-from dcpcheck.harness.checks import CheckResult, Finding
-from dcpcheck.harness.runner import CaseResult
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.pytest_plugin import verdict_of
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
 from dcpcheck.workflows import session
 from tests.conftest import BACKEND
 
@@ -66,7 +65,7 @@ def _triton_imported_once() -> None:
     here, before any in-process run, by running the project's kernel once."""
     scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
     kernel = load_kernel("default")
-    [result] = runner.run_scenario(kernel, scenario, runner.RunConfig("default", (1,)), BACKEND)
+    [result] = runner.run_scenario(kernel, scenario, RunConfig("default", (1,)), BACKEND)
     assert result.status == "pass"
 
 

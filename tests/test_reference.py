@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import reference as ref
 from dcpcheck import contract
-from dcpcheck.spec.tolerances import OUTPUT, ulp_distance
+from dcpcheck.cases.tolerances import OUTPUT, ulp_distance
 from reference.quant import FLT_MIN
 
 ROPE_DIM = 64

@@ -40,13 +40,14 @@ import torch
 from click.testing import CliRunner
 
 from dcpcheck.adapters.vllm import VllmFusedNormRope
+from dcpcheck.cases.scenario import load_scenarios
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.contract import DsMlaScale
-from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels import releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
-from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 
 

@@ -32,10 +32,11 @@ import pytest
 import torch
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import load_scenarios
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, KernelError, RunConfig
 from dcpcheck.harness import sanitizer
-from dcpcheck.harness.checks import CheckResult
 from dcpcheck.harness.isolation import IsolatedKernel
-from dcpcheck.harness.runner import CaseResult, KernelError, RunConfig, run
+from dcpcheck.harness.runner import run
 from dcpcheck.harness.sanitizer import (
     AFTER_LAST_CASE,
     LOST_DURING,
@@ -48,7 +49,6 @@ from dcpcheck.harness.sanitizer import (
     parse_report,
     split_by_markers,
 )
-from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND, requires_cuda
 from tests.fixtures.sanitizer import kernels
 from tests.test_faults import children_of, process_gone

@@ -1,5 +1,5 @@
-"""Scenario files (dcpcheck.spec.scenario): the shipped ones load and round-trip, every kind of
-mistake in a file (an oversized count included: dcpcheck.spec.limits) is an error that names
+"""Scenario files (dcpcheck.cases.scenario): the shipped ones load and round-trip, every kind of
+mistake in a file (an oversized count included: dcpcheck.cases.limits) is an error that names
 the file and the key, on one line, and a saved file replays whatever it is renamed to."""
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.cli import main
-from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, IndexFormat, IndexScale, ModelPreset
-from dcpcheck.spec import limits
-from dcpcheck.spec.dcp import Batch, Request
-from dcpcheck.spec.scenario import (
+from dcpcheck.cases import limits
+from dcpcheck.cases.dcp import Batch, Request
+from dcpcheck.cases.scenario import (
     SCENARIO_DIR,
     Scenario,
     ScenarioError,
@@ -22,6 +20,8 @@ from dcpcheck.spec.scenario import (
     load_scenarios,
     scenario_to_toml,
 )
+from dcpcheck.cli import main
+from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, IndexFormat, IndexScale, ModelPreset
 
 SHIPPED = sorted(SCENARIO_DIR.glob("*.toml"))
 
@@ -302,7 +302,7 @@ BAD_FILES = [
     ("unknown-values", "seed = 0", 'seed = 0\nvalues = "spiky"', "values", "known: exact-ties"),
     ("values-not-string", "seed = 0", "seed = 0\nvalues = 1", "values", "expected string"),
     ("empty-description", "a scenario for the loader's tests", " ", "description", "blank"),
-    # Counts past dcpcheck.spec.limits: refused before anything is sized by them.
+    # Counts past dcpcheck.cases.limits: refused before anything is sized by them.
     (
         "block-size-over-limit",
         "block_size = 16",
@@ -398,7 +398,7 @@ def test_the_oversized_probe_is_refused_by_the_reader(tmp_path: Path, key: str) 
         load_scenario(path)
     message = str(raised.value)
     assert message.startswith(f"{path}: key '{key}': "), message
-    assert "must be <= " in message and "dcpcheck/spec/limits.py" in message
+    assert "must be <= " in message and "dcpcheck/cases/limits.py" in message
     assert "\n" not in message
 
 

@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import configuration
 
+from dcpcheck.cases.scenario import load_scenario, load_scenarios, scenario_to_toml
 from dcpcheck.cli import cli
 from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
-from dcpcheck.spec.scenario import load_scenario, load_scenarios, scenario_to_toml
 from dcpcheck.workflows import search
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel, raises, shifts_q_out, skips_foreign_kv

@@ -1,11 +1,11 @@
-"""dcpcheck.spec.seeded: Gaussian values with the same bits on every device."""
+"""dcpcheck.cases.seeded: Gaussian values with the same bits on every device."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dcpcheck.spec import seeded
+from dcpcheck.cases import seeded
 
 CPU = torch.device("cpu")
 
@@ -59,7 +59,7 @@ def test_same_bits_on_the_gpu_as_on_the_cpu():
 def test_the_kernel_draws_the_torch_draws_bits(key, device):
     """``seeded_kernel`` against ``draw_by_torch``, through the interpreter on the CPU:
     keys at both ends of int32, so the counter wraps inside the draw."""
-    from dcpcheck.spec.seeded_kernel import normal_values
+    from dcpcheck.cases.seeded_kernel import normal_values
 
     count = 3000
     got = normal_values(key, count, seeded._quantiles(device), seeded.HASH_MULTIPLIERS)
@@ -70,7 +70,7 @@ def test_the_kernel_draws_the_torch_draws_bits(key, device):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_kernel_and_torch_agree_on_every_32_bit_word():
     """Every word ``i + key`` the hash can see, in sixteen draws of 2^28 values."""
-    from dcpcheck.spec.seeded_kernel import normal_values
+    from dcpcheck.cases.seeded_kernel import normal_values
 
     cuda = torch.device("cuda")
     table = seeded._quantiles(cuda)

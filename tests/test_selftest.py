@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario, load_scenarios
 from dcpcheck.kernels.variants import MUTANTS, KernelVariant
-from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario, load_scenarios
 from dcpcheck.workflows import search
 from dcpcheck.workflows.selftest import (
     GPU_SCALE_MUTATIONS,

@@ -13,9 +13,10 @@ import torch
 from click.testing import CliRunner
 
 from dcpcheck.backend import current_backend
+from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.e2e import token_streams
-from dcpcheck.harness import fused_checks, isolation, isolation_worker, runner
+from dcpcheck.harness import fused_checks, isolation, isolation_worker
 from dcpcheck.workflows import session
 
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
@@ -91,8 +92,8 @@ def test_a_failing_search_is_a_failure_in_both_reports(tmp_path):
 def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
     """``Session.case`` saves a failing case under HOME/failures/; a HOME that cannot be
     written costs one warning, and the verdict stands."""
+    from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
     from dcpcheck.kernels.loading import load_kernel
-    from dcpcheck.spec.scenario import SCENARIO_DIR, load_scenario
     from tests.conftest import BACKEND
 
     home = tmp_path / "home"
@@ -100,7 +101,7 @@ def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
         home.write_text("a file where HOME should be")
     warnings: list[str] = []
     kernel = load_kernel("regress/pre-54908")
-    config = runner.RunConfig("regress/pre-54908", None)
+    config = RunConfig("regress/pre-54908", None)
     run = session.Session(kernel, config, BACKEND, home, on_warning=warnings.append)
     scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
     first = run.case(scenario, 4)
@@ -150,10 +151,10 @@ def test_an_isolated_kernels_worker_builds_the_model_for_its_token_stream_job(mo
     device = "cpu" if current_backend().interpreted else "cuda"
     parent_writes.send(isolation.Setup("default", "auto", device, torch.get_num_threads()))
     assert isinstance(parent_reads.recv(), isolation.Ready)
-    parent_writes.send(isolation.TokenStreamJob(runner.RunConfig("default", (2,))))
+    parent_writes.send(isolation.TokenStreamJob(RunConfig("default", (2,))))
     result = parent_reads.recv()
     assert isinstance(parent_reads.recv(), isolation.JobDone)
     parent_writes.close()  # the worker's loop ends
     worker.join(60)
-    assert result.scenario == runner.TOKEN_STREAM_CASE and result.status == "pass", result
+    assert result.scenario == TOKEN_STREAM_CASE and result.status == "pass", result
     assert threads == [worker.name]

@@ -1,5 +1,5 @@
 """The slot-mapping op: its oracle (``reference.slot_mapping``) against the layout the fused
-op's cases are built from (``dcpcheck.spec.dcp``); the project's Triton kernel
+op's cases are built from (``dcpcheck.cases.dcp``); the project's Triton kernel
 (``dcpcheck.ops.slot_mapping.kernel``) against the oracle, slot for slot, on batches
 Hypothesis draws (several cache groups with their own block sizes, sharded and replicated,
 DCP 1 to 8, interleaves, prefixes, padding rows and requests that own no blocks); and each
@@ -17,7 +17,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dcpcheck.harness.checks import format_finding
+from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
+from dcpcheck.cases.scenario import ScenarioError
+from dcpcheck.cases.verdicts import format_finding
 from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
@@ -29,8 +31,6 @@ from dcpcheck.ops.slot_mapping.scenario import (
     load_scenarios,
     scenario_to_toml,
 )
-from dcpcheck.spec.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
-from dcpcheck.spec.scenario import ScenarioError
 from reference import slot_mapping as oracle
 from tests.conftest import BACKEND
 
@@ -441,7 +441,7 @@ def test_a_scenario_file_reads_back_as_it_was_written(tmp_path):
 def test_a_scenario_file_of_the_fused_op_may_name_it_and_one_of_another_op_is_sent_there(
     tmp_path,
 ):
-    from dcpcheck.spec import scenario as fused
+    from dcpcheck.cases import scenario as fused
 
     shipped = (fused.SCENARIO_DIR / "decode-single-dcp4.toml").read_text()
     named = tmp_path / "named.toml"

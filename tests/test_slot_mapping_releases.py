@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from dcpcheck.adapters.protocol import AdapterError
-from dcpcheck.harness.runner import CaseResult
+from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.ops.slot_mapping import kernels, search
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch

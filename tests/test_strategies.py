@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.strategies import SearchStrategy
 
 import reference
+from dcpcheck.cases.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
+from dcpcheck.cases.scenario import Scenario, load_scenario, scenario_to_toml
 from dcpcheck.contract import FP8_E4M3_MAX, CacheLayout, IndexFormat, IndexScale
 from dcpcheck.harness.case import make_activations, oracle_for, scenario_inputs
-from dcpcheck.spec.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
-from dcpcheck.spec.scenario import Scenario, load_scenario, scenario_to_toml
 from dcpcheck.workflows import strategies
 from dcpcheck.workflows.strategies import (
     FP8_SCALES,

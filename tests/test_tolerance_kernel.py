@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dcpcheck.cases import tolerances
 from dcpcheck.harness.tolerance_kernel import count_out_of_tolerance
-from dcpcheck.spec import tolerances
 
 INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 

@@ -37,15 +37,15 @@ from dcpcheck.adapters.vllm import (
     api_shape,
     tile_scale_rule,
 )
+from dcpcheck.cases.scenario import load_scenarios
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
 from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness.case import build_case
-from dcpcheck.harness.checks import CheckResult, Finding
 from dcpcheck.harness.input_snapshot import snapshot_inputs
 from dcpcheck.harness.limitations import apply_limitations
-from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.output import report
-from dcpcheck.spec.scenario import load_scenarios
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel
 

@@ -13,6 +13,9 @@ import torch
 
 from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, planned_device, select_backend
+from dcpcheck.cases import dcp
+from dcpcheck.cases.limits import DCP_SIZE_MAX, SEED_MAX
+from dcpcheck.cases.scenario import SCENARIO_DIR
 from dcpcheck.contract import DsMlaScale, Kernel
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
@@ -30,9 +33,6 @@ from dcpcheck.kernels.loading import (
     load_kernel,
 )
 from dcpcheck.output.console import err
-from dcpcheck.spec import dcp
-from dcpcheck.spec.limits import DCP_SIZE_MAX, SEED_MAX
-from dcpcheck.spec.scenario import SCENARIO_DIR
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 import torch
 
+from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.cli.common import InputError
 from dcpcheck.contract import (
     DS_MLA_NOPE_DIM,
@@ -19,7 +20,6 @@ from dcpcheck.contract import (
 )
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.output.console import out
-from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
 from dcpcheck.workflows import selftest
 
 INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim

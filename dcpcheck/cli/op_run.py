@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
@@ -29,12 +31,10 @@ from dcpcheck.cli.common import (
     warn,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.harness.runner import CaseResult, RunConfig
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import scenario as op_scenario
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.spec.scenario import SCENARIO_DIR, ScenarioError
 
 RUN_OPTIONS = {
     "op",

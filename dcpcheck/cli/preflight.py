@@ -12,11 +12,11 @@ from pathlib import Path
 import torch
 
 from dcpcheck import files
+from dcpcheck.cases import cost
+from dcpcheck.cases.scenario import Scenario, ScenarioError, load_scenarios
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
-from dcpcheck.harness.runner import RunConfig
-from dcpcheck.spec import cost
-from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenarios
 
 
 def check_sanitizer(sanitize: str | None, backend) -> None:

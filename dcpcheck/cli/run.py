@@ -11,6 +11,8 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from dcpcheck.cases.scenario import Scenario, ScenarioError, load_scenario
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import op_run, preflight
 from dcpcheck.cli.common import (
     HELP,
@@ -51,17 +53,12 @@ from dcpcheck.cli.kernel_process import (
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.harness.runner import (
-    CaseResult,
-    KernelUnderTest,
-    RunConfig,
-)
+from dcpcheck.harness.runner import KernelUnderTest
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.scenario import op_of
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.spec.scenario import Scenario, ScenarioError, load_scenario
 from dcpcheck.workflows import search
 from dcpcheck.workflows.session import RunOutcome, RunPlan, Session, run_session
 

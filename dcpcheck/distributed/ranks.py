@@ -12,16 +12,14 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import CaseResult, Finding, KernelError, RunConfig
 from dcpcheck.contract import Kernel
 from dcpcheck.distributed.group import DistributedUsageError, RankGroup
 from dcpcheck.distributed.streams import token_stream_case_on_ranks
 from dcpcheck.harness.case import Case, build_case, make_activations, oracle_for, scenario_inputs
-from dcpcheck.harness.checks import Finding
 from dcpcheck.harness.runner import (
-    CaseResult,
-    KernelError,
     Launched,
-    RunConfig,
     judge,
     launch,
     launch_all,
@@ -29,7 +27,6 @@ from dcpcheck.harness.runner import (
     run_again,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.spec.scenario import Scenario
 
 
 def distributed_sizes(requested: Sequence[int] | None, world_size: int) -> tuple[int, ...]:

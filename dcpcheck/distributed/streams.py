@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dcpcheck import __version__
+from dcpcheck.cases.verdicts import CaseResult, KernelError, RunConfig
 from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.e2e.attention import PartialAttention
 from dcpcheck.e2e.mla_model import InProcessExchange
@@ -36,7 +37,7 @@ from dcpcheck.e2e.token_streams import (
     generate_ranks,
     stream_config_for,
 )
-from dcpcheck.harness.runner import CaseResult, KernelError, RunConfig, token_stream_verdict
+from dcpcheck.harness.runner import token_stream_verdict
 from dcpcheck.kernels.loading import JudgedFile
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ with real ranks each process computes one and the partials travel by all-gather.
 
 Widths: the preset gives ``q_lora_rank``, ``kv_lora_rank`` and ``rope_dim``; the rest
 comes from :data:`WIDTHS_BY_PRESET`. Weights are drawn in fp32 on the model's device by
-``dcpcheck.spec.seeded`` (one stream per tensor), which gives the same bits on every
+``dcpcheck.cases.seeded`` (one stream per tensor), which gives the same bits on every
 device: a DeepSeek-width model is 1.7 GB of fp32, which the CPU generator took 1.7 s to
 draw and the copy to the GPU 0.4 s more (on the H200). Projections and
 attention run in fp32; only the kernel's inputs and outputs are in the activation dtype.
@@ -49,6 +49,8 @@ from typing import Protocol
 import torch
 
 import reference
+from dcpcheck.cases import seeded
+from dcpcheck.cases.dcp import Batch, BlockTables, DcpLayout, Request, SlotMappings, slot_mappings
 from dcpcheck.contract import (
     CacheLayout,
     FusedOpCaches,
@@ -59,8 +61,6 @@ from dcpcheck.contract import (
     mla_entry_bytes,
 )
 from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
-from dcpcheck.spec import seeded
-from dcpcheck.spec.dcp import Batch, BlockTables, DcpLayout, Request, SlotMappings, slot_mappings
 
 
 @dataclass(frozen=True)

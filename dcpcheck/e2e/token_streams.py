@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
 from dcpcheck.contract import PRESETS, CacheLayout, Kernel
 from dcpcheck.e2e.mla_model import (
     WIDTHS_BY_PRESET,
@@ -52,7 +53,6 @@ from dcpcheck.e2e.mla_model import (
     ShardExchange,
     plan_step,
 )
-from dcpcheck.spec.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
 
 BASELINE_DCP_SIZE = 1
 """Every run is compared with the DCP1 run (rank 0), which every correct setup reproduces."""

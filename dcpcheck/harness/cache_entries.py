@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 import reference
+from dcpcheck.cases import tolerances
 from dcpcheck.contract import (
     DS_MLA_ENTRY_BYTES,
     DS_MLA_ROPE_OFFSET,
@@ -31,7 +32,6 @@ from dcpcheck.contract import (
     IndexScale,
 )
 from dcpcheck.harness.case import Case, GuardedCache, RankLaunch
-from dcpcheck.spec import tolerances
 
 
 @dataclass(frozen=True)

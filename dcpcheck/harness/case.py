@@ -36,6 +36,9 @@ from functools import cache
 import torch
 
 import reference
+from dcpcheck.cases import seeded
+from dcpcheck.cases.dcp import SlotMappings, num_blocks, slot_mappings
+from dcpcheck.cases.scenario import Scenario
 from dcpcheck.contract import (
     DsMlaScale,
     FusedOpCaches,
@@ -52,9 +55,6 @@ from dcpcheck.harness.value_regimes import (
     tie_weight,
     zero_rows,
 )
-from dcpcheck.spec import seeded
-from dcpcheck.spec.dcp import SlotMappings, num_blocks, slot_mappings
-from dcpcheck.spec.scenario import Scenario
 
 GUARD_BLOCKS = 2
 """Guard blocks on each side of a cache: an off-by-one block index lands inside them."""
@@ -216,7 +216,7 @@ def _cos_sin(preset: ModelPreset, device: torch.device) -> torch.Tensor:
 
 
 def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Activations:
-    """Seeded token values with the same bits on every device (``dcpcheck.spec.seeded``).
+    """Seeded token values with the same bits on every device (``dcpcheck.cases.seeded``).
 
     The scenario's value regime (``Scenario.values``) then reshapes them:
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.harness import checks, entry_checks, fused_checks
 from dcpcheck.harness.case import Case
 
 
-def output_guard_findings(case: Case) -> list[checks.Finding]:
+def output_guard_findings(case: Case) -> list[Finding]:
     """Writes into the guard rows around each output (``case.GuardedOutput``), per rank."""
     findings = []
     for launch in case.ranks:
@@ -23,7 +24,7 @@ def output_guard_findings(case: Case) -> list[checks.Finding]:
             for w in output.guard_writes():
                 edge = "start" if w.side == "before" else "end"
                 findings.append(
-                    checks.Finding(
+                    Finding(
                         name,
                         launch.rank,
                         f"{w.bytes_changed} byte(s) written {w.side} the output's {edge} "
@@ -35,12 +36,12 @@ def output_guard_findings(case: Case) -> list[checks.Finding]:
     return findings
 
 
-def _with_output_guards(results: list[checks.CheckResult], case: Case) -> list[checks.CheckResult]:
+def _with_output_guards(results: list[CheckResult], case: Case) -> list[CheckResult]:
     """``stray_write_checks``' results, its ``guard_bands`` (caches) extended by the
     output guards: one check for every out-of-bounds write, whatever buffer it hit."""
     outputs = tuple(output_guard_findings(case))
     return [
-        checks.CheckResult(r.check, r.findings + outputs) if r.check == "guard_bands" else r
+        CheckResult(r.check, r.findings + outputs) if r.check == "guard_bands" else r
         for r in results
     ]
 
@@ -48,10 +49,10 @@ def _with_output_guards(results: list[checks.CheckResult], case: Case) -> list[c
 def check_case(
     case: Case,
     baseline: Case,
-    input_changes: list[checks.Finding],
+    input_changes: list[Finding],
     oracle: bool = True,
     fused: bool = True,
-) -> list[checks.CheckResult]:
+) -> list[CheckResult]:
     """Every contract check of docs/dcp-contract.md on one launched case.
 
     ``oracle=False`` (``--oracle off``) judges the kernel against its own DCP1 run alone,
@@ -70,10 +71,10 @@ def check_case(
         return suspect.get(name) is False
 
     def result(
-        name: str, detailed: Callable[[], checks.CheckResult], without_oracle: str | None = None
-    ) -> checks.CheckResult:
+        name: str, detailed: Callable[[], CheckResult], without_oracle: str | None = None
+    ) -> CheckResult:
         if clear(name):
-            return checks.CheckResult(name, without_oracle=None if oracle else without_oracle)
+            return CheckResult(name, without_oracle=None if oracle else without_oracle)
         return detailed()
 
     if clear(fused_checks.STRAY):

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 import torch
 
 import reference
+from dcpcheck.cases import tolerances
+from dcpcheck.cases.dcp import FOREIGN, OWNED, PADDING
+from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.harness.cache_entries import expected_index_rows, index_rows
 from dcpcheck.harness.case import POISON_BITS, TOPK_SENTINEL, Case, RankLaunch, holds_poison
 from dcpcheck.harness.comparison import (
@@ -41,40 +44,10 @@ from dcpcheck.harness.comparison import (
 )
 from dcpcheck.harness.input_snapshot import InputSnapshot
 from dcpcheck.harness.stray_writes import StrayWrite, collect_stray_writes
-from dcpcheck.spec import tolerances
-from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
 
 OWNERSHIP_NAMES = {OWNED: "owned", FOREIGN: "foreign", PADDING: "padding"}
 
 OUTPUT_FIELDS = ("q_out", "kv_out", "kpe_out", "index_k_out")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One way a check failed, located as precisely as the evidence allows."""
-
-    field: str
-    rank: int | None
-    detail: str
-    token: int | None = None
-    ownership: str | None = None  # of ``token`` on ``rank``: owned / foreign / padding
-    max_error: str | None = None  # in steps of the stored format, or "NaN (unwritten)"
-    count: int = 1  # how many rows/entries/bytes are bad
-    tokens: tuple[int, ...] = ()  # every bad token, where rows are tokens (ownership maps)
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    check: str
-    findings: tuple[Finding, ...] = ()
-    skipped: str | None = None  # reason; a skipped check is reported, never counted as passed
-    # Set by an oracle-free form (--oracle off): what it compared with instead of the
-    # oracle, so that a pass there never reads as a pass against the oracle.
-    without_oracle: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.skipped is None and not self.findings
 
 
 NAN_UNWRITTEN = "NaN (unwritten)"
@@ -493,11 +466,3 @@ def _reassemble(case, tokens, field, base_cache, base_slots, mappings, cache_of,
                 )
             )
     return findings
-
-
-def format_finding(check: str, f) -> str:
-    """One line a kernel engineer can act on."""
-    where = f"rank {f.rank}" if f.rank is not None else "all ranks"
-    token = f", first bad token {f.token} ({f.ownership})" if f.token is not None else ""
-    err = f", max error {f.max_error}" if f.max_error else ""
-    return f"{check}: {f.field} on {where}{token}{err}: {f.detail}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 import reference
+from dcpcheck.cases import tolerances
 from dcpcheck.contract import (
     E2M1_MAX,
     NVFP4_DS_MLA_NUM_TILES,
@@ -19,7 +20,6 @@ from dcpcheck.contract import (
     nvfp4_scale_position,
 )
 from dcpcheck.harness.cache_entries import EntryPart
-from dcpcheck.spec import tolerances
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -49,17 +49,17 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.contract import Kernel
 from dcpcheck.harness import fused_checks
 from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
 from dcpcheck.harness.runner import (
     CaseRunner,
     KernelUnderTest,
-    RunConfig,
     not_applicable_results,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.spec.scenario import Scenario
 
 COMPILE_THREADS = 8
 """Threads Triton compiles on (at most, and at most the CPUs): on the H200's 16 cores,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.harness.case import GUARD_BLOCKS, OUTPUT_GUARD_ROWS, Case, GuardedCache
-from dcpcheck.harness.checks import CheckResult, Finding
 from dcpcheck.harness.fused_checks import stacked
 
 CHECK = "deterministic"

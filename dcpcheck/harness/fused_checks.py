@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 import reference
+from dcpcheck.cases import tolerances
 from dcpcheck.harness import stray_writes
 from dcpcheck.harness.cache_entries import (
     expected_index_rows,
@@ -50,7 +51,6 @@ from dcpcheck.harness.case import (
 from dcpcheck.harness.checks import OUTPUT_FIELDS
 from dcpcheck.harness.comparison import part_element_violations
 from dcpcheck.harness.entry_checks import mla_part_slack
-from dcpcheck.spec import tolerances
 
 STRAY = "stray_writes"
 """The flag of ``checks.stray_write_checks`` and the output guard rows together: any byte

@@ -67,15 +67,11 @@ from multiprocessing.connection import Connection
 import torch
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, CaseResult, RunConfig
 from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness import sanitizer as sanitizing
-from dcpcheck.harness.runner import (
-    TOKEN_STREAM_CASE,
-    CaseResult,
-    RunConfig,
-)
 from dcpcheck.kernels.loading import KernelLoadError
-from dcpcheck.spec.scenario import Scenario
 
 DEFAULT_CASE_TIMEOUT_S = 300.0
 """Default ``--case-timeout``. Generous on purpose: the first case of a scenario includes its

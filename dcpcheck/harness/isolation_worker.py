@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from dcpcheck.backend import Backend, select_backend
+from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.contract import Kernel
 from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.harness.compile_ahead import compile_ahead
@@ -35,7 +36,6 @@ from dcpcheck.harness.isolation import (
 )
 from dcpcheck.harness.runner import (
     LAUNCH_WATCHER,
-    CaseResult,
     declared_ds_mla_scale,
     run_scenario,
     token_stream_case,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dcpcheck.adapters.protocol import Limitation
-from dcpcheck.harness.checks import CheckResult
+from dcpcheck.cases.verdicts import CheckResult
 
 
 def apply_limitations(

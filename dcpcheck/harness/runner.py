@@ -22,18 +22,25 @@ and its replay all use one rule.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from dcpcheck.adapters.protocol import kernel_limitations, kernel_not_applicable
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import (
+    TOKEN_STREAM_CASE,
+    CaseResult,
+    CheckResult,
+    Finding,
+    KernelError,
+    RunConfig,
+)
 from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.e2e.token_streams import (
     StreamComparison,
@@ -51,95 +58,6 @@ from dcpcheck.harness.case import (
 from dcpcheck.harness.case_checks import check_case
 from dcpcheck.harness.input_snapshot import snapshot_inputs
 from dcpcheck.harness.limitations import apply_limitations
-from dcpcheck.spec.scenario import SCENARIO_DIR, Scenario
-
-TOKEN_STREAM_DCP = 4
-"""DCP size of the token-stream check when the run names none (scenarios' own sizes)."""
-
-TOKEN_STREAM_CASE = "token-streams"
-"""The ``scenario`` name of the token-stream case in results and reports."""
-
-STATUSES = ("pass", "fail", "error", "crash", "timeout", "nondeterministic", "not_applicable")
-"""``CaseResult.status`` values. ``nondeterministic``: two runs of the same launch left
-different bytes (``dcpcheck.harness.determinism``), so no finding of the case can be
-pinned on DCP; ``error``: the kernel raised (its exception text);
-``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
-error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
-its worker was killed. The last two exist only under isolation (dcpcheck.harness.isolation).
-``not_applicable``: the kernel cannot run the case on this machine at all (an adapter's
-``not_applicable``, e.g. an instruction this GPU lacks); never launched, never a pass."""
-
-NOT_FAILED = ("pass", "not_applicable")
-"""Statuses that do not fail a run (``CaseResult.failed``)."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What one ``dcpcheck run`` was asked to do; enough to print a replay command."""
-
-    kernel_name: str
-    dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
-    seed: int | None = None  # None: each scenario's own seed
-    fail_fast: bool = False
-    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
-    oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
-    sanitize: str | None = None  # --sanitize TOOL: every case's kernel under compute-sanitizer
-    # Put before every printed replay command: what that command's environment needs (the
-    # pytest plugin's "PYTHONPATH=src " for a kernel imported from a directory a fresh
-    # process would not search).
-    replay_prefix: str = ""
-
-    @property
-    def oracle_flag(self) -> str:
-        """The ``--oracle`` option a replay needs ("" when on, the default)."""
-        return "" if self.oracle else " --oracle off"
-
-    @property
-    def kernel_options(self) -> str:
-        """``--kernel`` (shell-quoted: a file path may hold spaces) and every option that
-        changes what a case demands of it, as a replay must repeat them."""
-        options = f" --kernel {shlex.quote(self.kernel_name)}"
-        if self.ds_mla_scale is not None:
-            options += f" --ds-mla-scale {self.ds_mla_scale.value}"
-        options += self.oracle_flag
-        return options + (f" --sanitize {self.sanitize}" if self.sanitize else "")
-
-    @property
-    def token_stream_dcp(self) -> int:
-        """DCP size of the token-stream case: the largest requested, else TOKEN_STREAM_DCP."""
-        return max(self.dcp_sizes or (TOKEN_STREAM_DCP,))
-
-    def sizes_of(self, scenario: Scenario) -> tuple[int, ...]:
-        """The DCP sizes ``scenario`` runs at: one ``CaseResult`` each, in this order."""
-        return self.dcp_sizes or scenario.dcp_sizes
-
-    def token_stream_replay(self, dcp_size: int) -> str:
-        kernel = shlex.quote(self.kernel_name)
-        return f"{self.replay_prefix}dcpcheck hash --dcp 1,{dcp_size} --kernel {kernel}"
-
-    def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
-        """The command that runs this one case again, from where the run was started: a
-        shipped scenario by name, any other by its file (``dcpcheck repro``), with the seed,
-        DCP size and options the case ran with."""
-        seed = f" --seed {self.seed}" if self.seed is not None else ""
-        if scenario.source is not None and not is_shipped(scenario.source):
-            return (
-                f"{self.replay_prefix}dcpcheck repro {shlex.quote(str(scenario.source))} "
-                f"--dcp {dcp_size}{seed}{self.kernel_options}"
-            )
-        return (
-            f"{self.replay_prefix}dcpcheck run --scenario {scenario.name} --dcp {dcp_size}"
-            f"{self.kernel_options}{seed}"
-        )
-
-
-def is_shipped(source: Path) -> bool:
-    """Whether a scenario file is one of dcpcheck's shipped scenarios, which ``dcpcheck run
-    --scenario NAME`` finds wherever it is started."""
-    try:
-        return source.resolve().parent == SCENARIO_DIR.resolve()
-    except OSError:
-        return False
 
 
 def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
@@ -196,33 +114,6 @@ def with_effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: o
     return dataclasses.replace(scenario, ds_mla_scale=rule)
 
 
-@dataclass
-class CaseResult:
-    """The verdict of one scenario at one DCP size."""
-
-    scenario: str
-    dcp_size: int
-    status: str  # one of STATUSES
-    checks: list[checks.CheckResult] = field(default_factory=list)
-    error: str | None = None  # what went wrong (error, crash, timeout); why not applicable
-    replay: str = ""
-    seconds: float = 0.0  # wall time; reported on screen, never in JSON (determinism)
-    ownership: dict[str, int] = field(default_factory=dict)  # rank launches by mapping shape
-
-    @property
-    def failed(self) -> bool:
-        """Whether this case fails the run: any status but ``NOT_FAILED``."""
-        return self.status not in NOT_FAILED
-
-    @property
-    def failed_checks(self) -> list[checks.CheckResult]:
-        return [c for c in self.checks if not c.passed and c.skipped is None]
-
-
-class KernelError(RuntimeError):
-    """The kernel under test raised; the case fails with this text, the run goes on."""
-
-
 @runtime_checkable
 class CaseRunner(Protocol):
     """A kernel under test that runs whole cases elsewhere and returns their verdicts
@@ -273,7 +164,7 @@ outside (compute-sanitizer, in the isolated worker) learns which case and rank e
 reports belongs to."""
 
 
-def launch_all(kernel: Kernel, case: Case) -> list[checks.Finding]:
+def launch_all(kernel: Kernel, case: Case) -> list[Finding]:
     """Launch every rank in order; return the inputs any launch modified (then restored)."""
     changes = []
     watcher = LAUNCH_WATCHER.get()
@@ -319,10 +210,10 @@ class Launched:
     case was run again (:func:`run_again`), what differed from its first run."""
 
     case: Case
-    changes: list[checks.Finding]
+    changes: list[Finding]
     error: str | None
     seconds: float
-    moved: list[checks.Finding] = field(default_factory=list)
+    moved: list[Finding] = field(default_factory=list)
 
 
 CONFIRMING_RUNS = 3
@@ -342,12 +233,12 @@ def run_again(first: Launched, again: Callable[[], Launched], times: int = 1) ->
     if first.error is not None:
         return first
     seconds = first.seconds
-    moved: list[checks.Finding] = []
+    moved: list[Finding] = []
     for _ in range(times):
         rerun = again()
         seconds += rerun.seconds
         if rerun.error is not None:
-            moved = [checks.Finding("launch", None, f"a second run raised: {rerun.error}")]
+            moved = [Finding("launch", None, f"a second run raised: {rerun.error}")]
         else:
             moved = determinism.launch_differences(first.case, rerun.case)
         if moved:
@@ -515,12 +406,12 @@ def token_stream_verdict(
     else:
         if comparison is None:
             return None
-        findings: tuple[checks.Finding, ...] = ()
+        findings: tuple[Finding, ...] = ()
         if not comparison.identical:
             d = comparison.first_divergence
-            findings = (checks.Finding("tokens", d.rank, d.describe()),)
+            findings = (Finding("tokens", d.rank, d.describe()),)
             result.status = "fail"
-        result.checks = [checks.CheckResult("token_streams", findings)]
+        result.checks = [CheckResult("token_streams", findings)]
     result.seconds = time.perf_counter() - start
     return result
 

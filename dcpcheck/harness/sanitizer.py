@@ -51,8 +51,7 @@ from typing import BinaryIO
 import torch
 
 from dcpcheck.backend import Backend
-from dcpcheck.harness.checks import CheckResult, Finding
-from dcpcheck.harness.runner import CaseResult, KernelError
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, KernelError
 
 TOOLS = ("memcheck", "initcheck", "racecheck", "synccheck")
 """compute-sanitizer's tools, as ``--tool`` names them."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dcpcheck.harness.checks import OUTPUT_FIELDS, format_finding
-from dcpcheck.harness.runner import CaseResult
-from dcpcheck.spec.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING, slot_mappings
-from dcpcheck.spec.scenario import Scenario
+from dcpcheck.cases.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING, slot_mappings
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import CaseResult, format_finding
+from dcpcheck.harness.checks import OUTPUT_FIELDS
 
 MAP_ROWS = (*OUTPUT_FIELDS, "topk_indices", "mla_cache", "index_cache")
 """Field rows under each rank, in this order (``index_*`` rows only on indexer layers);

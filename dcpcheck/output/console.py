@@ -15,9 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dcpcheck.cases.verdicts import CaseResult, format_finding
 from dcpcheck.e2e.token_streams import StreamComparison
-from dcpcheck.harness.checks import format_finding
-from dcpcheck.harness.runner import CaseResult
 from dcpcheck.output import report
 from dcpcheck.workflows import search
 

@@ -7,7 +7,7 @@ its legend, table cells and CSS with them), so a map and the page around it alwa
 
 from __future__ import annotations
 
-from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
+from dcpcheck.cases.dcp import FOREIGN, OWNED, PADDING
 
 Rgb = tuple[int, int, int]
 

@@ -13,11 +13,10 @@ import base64
 import html
 from collections.abc import Sequence
 
-from dcpcheck.harness.checks import format_finding
-from dcpcheck.harness.runner import CaseResult
+from dcpcheck.cases.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING
+from dcpcheck.cases.verdicts import CaseResult, format_finding
 from dcpcheck.output.case_map import CaseMap, case_label, verdict_label
 from dcpcheck.output.map_colors import BAD_COLOR, OWNERSHIP_COLORS, TEXT_COLOR, Rgb
-from dcpcheck.spec.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING
 
 TOKEN_TABLE_MAX_TOKENS = 64
 """Cases up to this many tokens also get a per-token HTML table with tooltips."""

@@ -48,8 +48,10 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from dcpcheck.cases.dcp import FOREIGN, OWNED, PADDING
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.files import write_atomic
-from dcpcheck.harness.runner import CaseResult
 from dcpcheck.output.case_map import CaseMap, build_case_map, case_label, verdict_label
 from dcpcheck.output.map_colors import (
     BACKGROUND,
@@ -60,8 +62,6 @@ from dcpcheck.output.map_colors import (
     Rgb,
 )
 from dcpcheck.output.map_page import render_html
-from dcpcheck.spec.dcp import FOREIGN, OWNED, PADDING
-from dcpcheck.spec.scenario import Scenario
 
 REPORT_HTML = "index.html"
 """The report page inside the report directory."""

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from dcpcheck import __version__, files
 from dcpcheck.backend import Backend
-from dcpcheck.harness.checks import format_finding
-from dcpcheck.harness.runner import STATUSES, CaseResult, RunConfig
+from dcpcheck.cases.verdicts import STATUSES, CaseResult, RunConfig, format_finding
 from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.op_registry import FUSED_NORM_ROPE
 from dcpcheck.workflows import search

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dcpcheck
+from dcpcheck.cases.verdicts import Finding, format_finding
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
-from dcpcheck.harness.checks import Finding, format_finding
 from dcpcheck.kernels import releases
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 

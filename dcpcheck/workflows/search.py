@@ -55,9 +55,10 @@ from hypothesis.errors import Flaky
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import Scenario, load_scenario, scenario_to_toml
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.contract import PRESETS, DsMlaScale, Kernel
-from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario, with_effective_ds_mla_scale
-from dcpcheck.spec.scenario import Scenario, load_scenario, scenario_to_toml
+from dcpcheck.harness.runner import run_scenario, with_effective_ds_mla_scale
 from dcpcheck.workflows import strategies
 
 HOME_ENV = "DCPCHECK_HOME"

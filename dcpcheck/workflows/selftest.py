@@ -52,11 +52,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.dcp import Batch, BlockTables, Request
+from dcpcheck.cases.scenario import Scenario, load_scenarios
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.contract import DS_MLA_ENTRY_BYTES, CacheLayout, Kernel
-from dcpcheck.harness.runner import CaseResult, RunConfig, run_scenario
+from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels.variants import DEFAULT_VARIANT, MUTANTS, KernelVariant, Mutation
-from dcpcheck.spec.dcp import Batch, BlockTables, Request
-from dcpcheck.spec.scenario import Scenario, load_scenarios
 from dcpcheck.workflows import search
 
 GPU_SCALE_MUTATIONS = frozenset({Mutation.ADDRESS_ARITHMETIC_32BIT})

@@ -29,18 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario import Scenario
+from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.harness.compile_ahead import compile_ahead
 from dcpcheck.harness.runner import (
-    CaseResult,
     KernelUnderTest,
-    RunConfig,
     run,
     run_scenario,
     token_stream_case,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.spec.scenario import Scenario
 from dcpcheck.workflows import search
 
 INTERNAL_ERROR_CASE = "dcpcheck-internal-error"

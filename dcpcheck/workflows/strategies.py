@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
+from dcpcheck.cases.dcp import Batch, Request
+from dcpcheck.cases.scenario import BLOCK_TABLE_MODES, INDEXER_MODES, VALUE_REGIMES, Scenario
 from dcpcheck.contract import INDEX_SHUFFLE_TILE, PRESETS, CacheLayout, IndexFormat, IndexScale
-from dcpcheck.spec.dcp import Batch, Request
-from dcpcheck.spec.scenario import BLOCK_TABLE_MODES, INDEXER_MODES, VALUE_REGIMES, Scenario
 
 MAX_DCP_SIZE = 8
 """Largest DCP size drawn when ``--dcp`` does not fix them (docs/dcp-contract.md: n from 1 to 8)."""

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import torch
 
-from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.slot_mapping.case import POISON, SlotMappingCase, launch_all, owned_rows
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs, SlotMappingKernel
 from reference import slot_mapping as oracle

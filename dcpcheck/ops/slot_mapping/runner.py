@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from dcpcheck.harness.checks import CheckResult
-from dcpcheck.harness.runner import CaseResult, KernelError
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, KernelError
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import checks as checks_of_slots
 from dcpcheck.ops.slot_mapping import seq_lens

@@ -1,5 +1,5 @@
 """Named scenarios of the slot-mapping op: one TOML file each in ``scenarios/slot-mapping/``,
-read as strictly as the fused op's (``dcpcheck.spec.scenario``): an unknown key, a wrong
+read as strictly as the fused op's (``dcpcheck.cases.scenario``): an unknown key, a wrong
 type or a value out of range is one line naming the file and the key.
 
 File format (``scenario_to_toml`` writes exactly this)::
@@ -27,16 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
-from dcpcheck.spec import limits
-from dcpcheck.spec.scenario import (
+from dcpcheck.cases import limits
+from dcpcheck.cases.scenario import (
     NAME_PATTERN,
     SCENARIO_DIR,
     ScenarioError,
     load_named,
     scenario_files,
 )
-from dcpcheck.spec.toml_tables import (
+from dcpcheck.cases.toml_tables import (
     Key,
     boolean,
     integer,
@@ -46,6 +45,7 @@ from dcpcheck.spec.toml_tables import (
     table_array,
     toml_literal,
 )
+from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 
 OP = "slot-mapping"
 
@@ -97,7 +97,7 @@ class SlotMappingScenario:
 
 
 def _check(values: dict[str, Any], where: str) -> None:
-    """Every value within what the op and ``dcpcheck.spec.limits`` allow."""
+    """Every value within what the op and ``dcpcheck.cases.limits`` allow."""
 
     def fail(key: str, problem: str) -> None:
         raise ScenarioError(f"{where}: key '{key}': {problem}")
@@ -153,7 +153,7 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
     if total > limits.CONTEXT_TOKENS_MAX:
         raise ScenarioError(
             f"{where}: key 'requests': {total} cached tokens, over {limits.CONTEXT_TOKENS_MAX} "
-            "(CONTEXT_TOKENS_MAX, dcpcheck/spec/limits.py)"
+            "(CONTEXT_TOKENS_MAX, dcpcheck/cases/limits.py)"
         )
     return tuple(parsed)
 
@@ -198,7 +198,7 @@ def load_scenario(path: Path) -> SlotMappingScenario:
 
 def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[SlotMappingScenario]:
     """The op's scenarios under ``root`` whose names match a pattern (all without one),
-    sorted by name, as ``dcpcheck.spec.scenario.load_scenarios`` selects the fused op's."""
+    sorted by name, as ``dcpcheck.cases.scenario.load_scenarios`` selects the fused op's."""
     return load_named(scenario_files(patterns, root, f"{OP} scenario"), load_scenario)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from dcpcheck.harness.checks import CheckResult, Finding
+from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, LocalSeqLensKernel
 from reference import slot_mapping as oracle

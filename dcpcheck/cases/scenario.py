@@ -8,10 +8,10 @@ value is an error, reported on one line that names the file and the key.
 
 Parsing checks what each value *is* (types, per-request counts); ``Scenario`` itself
 checks that the values fit together (layouts, presets, positions) and stay within
-``dcpcheck.spec.limits``, so a scenario built or changed in code (``dataclasses.replace``
+``dcpcheck.cases.limits``, so a scenario built or changed in code (``dataclasses.replace``
 for a ``--dcp`` override or a shrunk failure) is held to the same rules as one read from a
 file. Whether a scenario within those limits fits in the memory at hand is
-``dcpcheck.spec.cost``'s question, asked once the device is known.
+``dcpcheck.cases.cost``'s question, asked once the device is known.
 
 A file's ``name`` is the scenario's name wherever the file lies, so a saved failure that
 was renamed or copied still replays (``load_scenario``). In a scenario directory, where
@@ -63,18 +63,8 @@ from typing import Any, NoReturn
 
 import torch
 
-from dcpcheck.contract import (
-    INDEX_SHUFFLE_TILE,
-    PRESETS,
-    CacheLayout,
-    DsMlaScale,
-    IndexFormat,
-    IndexScale,
-    ModelPreset,
-    mla_entry_bytes,
-)
-from dcpcheck.spec import limits
-from dcpcheck.spec.dcp import (
+from dcpcheck.cases import limits
+from dcpcheck.cases.dcp import (
     Batch,
     BatchError,
     BlockTables,
@@ -83,7 +73,7 @@ from dcpcheck.spec.dcp import (
     Request,
     build_block_tables,
 )
-from dcpcheck.spec.toml_tables import (
+from dcpcheck.cases.toml_tables import (
     Key,
     boolean,
     integer,
@@ -94,6 +84,16 @@ from dcpcheck.spec.toml_tables import (
     string,
     table_array,
     toml_literal,
+)
+from dcpcheck.contract import (
+    INDEX_SHUFFLE_TILE,
+    PRESETS,
+    CacheLayout,
+    DsMlaScale,
+    IndexFormat,
+    IndexScale,
+    ModelPreset,
+    mla_entry_bytes,
 )
 
 SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
@@ -234,7 +234,7 @@ class Scenario:
             )
 
     def _check_limits(self) -> None:
-        """Every count within ``dcpcheck.spec.limits`` (which says why each bound is what
+        """Every count within ``dcpcheck.cases.limits`` (which says why each bound is what
         it is), before anything is sized by it."""
         batch = self.batch
         counts = (  # (key, what the count is, the count, its limit's name in ``limits``)
@@ -255,7 +255,7 @@ class Scenario:
             limit = getattr(limits, name)
             if isinstance(count, int) and count > limit:  # a non-integer is refused below
                 self._fail(
-                    key, f"{what}must be <= {limit}, got {count} ({name}, dcpcheck/spec/limits.py)"
+                    key, f"{what}must be <= {limit}, got {count} ({name}, dcpcheck/cases/limits.py)"
                 )
 
     def _check_cache(self) -> None:

@@ -1,6 +1,6 @@
 """The memory a scenario's run holds at its peak, estimated before anything is allocated.
 
-``dcpcheck.spec.limits`` keeps every count of a scenario sane, but a scenario within them
+``dcpcheck.cases.limits`` keeps every count of a scenario sane, but a scenario within them
 can still need more memory than the machine has: a GLM-5.x prefill of 202,000 new tokens
 holds tens of GiB, and finding that out by running it ends minutes later in a traceback or
 an out-of-memory kill. :func:`check_cost` answers up front, from the scenario, the DCP
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import torch
 
+from dcpcheck.cases.dcp import DcpLayout, Request, blocks_needed
+from dcpcheck.cases.scenario import Scenario
 from dcpcheck.contract import ModelPreset, index_entry_bytes, mla_entry_bytes
-from dcpcheck.spec.dcp import DcpLayout, Request, blocks_needed
-from dcpcheck.spec.scenario import Scenario
 
 CACHE_GUARD_BLOCKS = 2
 """``harness.case.GUARD_BLOCKS``, restated: guard blocks on each side of every cache."""

@@ -99,7 +99,7 @@ def draw(key: int, count: int, device: torch.device) -> torch.Tensor:
     top 16 bits of ``_hash32(i + key)``. On a CUDA device one Triton kernel
     (``seeded_kernel``), elsewhere torch (:func:`draw_by_torch`): the same bits."""
     if device.type == "cuda":
-        from dcpcheck.spec.seeded_kernel import normal_values
+        from dcpcheck.cases.seeded_kernel import normal_values
 
         return normal_values(key, count, _quantiles(device), HASH_MULTIPLIERS)
     return draw_by_torch(key, count, device)
