@@ -4,7 +4,8 @@ the verdict table.
 For each release: ``python -m dcpcheck run --op slot-mapping --kernel vllm==X --dcp
 1,2,4,8`` over the op's shipped scenarios (the GPU model runner's slot-mapping and
 local-length kernels), its property search (``--property-only --examples N``), and the
-same run of ``vllm==X:get_dcp_local_seq_lens``; the JSON reports are kept under ``--out``.
+same run of ``vllm==X:get_dcp_local_seq_lens`` and of ``vllm==X:compute_slot_mapping``
+(the V1 runner's block table); the JSON reports are kept under ``--out``.
 A row gives the slot kernel's parameters that changed (its API shape), what the adapter
 read from the caller, the cases passed, failed and not applicable, the findings, why
 checks were skipped, the property verdict and the wall time. Used for BENCHMARKS.md's
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 RELEASES = [
-    *("0.11.1", "0.11.2"),
+    *("0.10.2", "0.11.0", "0.11.1", "0.11.2"),
     *("0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0"),
     *("0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2"),
     *("0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0"),
@@ -104,6 +105,7 @@ def judge(version: str, out: Path, examples: int) -> str:
     """One row of the table (module docstring)."""
     runner, seconds = verdict(f"vllm=={version}", out)
     function, function_seconds = verdict(f"vllm=={version}:get_dcp_local_seq_lens", out)
+    v1_table, v1_seconds = verdict(f"vllm=={version}:compute_slot_mapping", out)
     search_seconds = 0.0
     property_line = "-"
     if not runner.startswith("not loaded"):
@@ -116,8 +118,11 @@ def judge(version: str, out: Path, examples: int) -> str:
             f"(no property line, exit {searched.returncode})",
         ).removeprefix("property: ")
     shaped = shape(version) if not runner.startswith("not loaded") else "-"
-    total = seconds + function_seconds + search_seconds
-    return f"| {version} | {shaped} | {runner} | {property_line} | {function} | {total:.0f} |"
+    total = seconds + function_seconds + v1_seconds + search_seconds
+    return (
+        f"| {version} | {shaped} | {runner} | {property_line} | {function} | {v1_table} "
+        f"| {total:.0f} |"
+    )
 
 
 def main() -> None:
@@ -129,9 +134,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     print(
         "| release | slot kernel's shape parameters / caller rows | the GPU runner's routines: "
-        "cases pass / fail / N/A | their property search | get_dcp_local_seq_lens | s |"
+        "cases pass / fail / N/A | their property search | get_dcp_local_seq_lens | "
+        "the V1 runner's BlockTable.compute_slot_mapping | s |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for version in args.versions:
         print(judge(version, args.out, args.examples), flush=True)
 

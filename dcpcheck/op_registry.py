@@ -28,14 +28,17 @@ OPS: dict[str, Op] = {
         "fused_norm_rope",
     ),
     SLOT_MAPPING: Op(
-        "per-rank slot mappings of every cache group (docs/dcp-contract.md)",
+        "per-rank slot mappings of every cache group and local sequence lengths "
+        "(docs/dcp-contract.md)",
         # the GPU model runner's kernel and its caller, which says how it sizes the rows;
-        # the runner's local sequence lengths, and the attention backends' function
+        # the runner's local sequence lengths; the attention backends' function; the V1
+        # runner's block table
         (
             "vllm/v1/worker/gpu/block_table.py",
             "vllm/v1/worker/gpu/model_runner.py",
             "vllm/v1/worker/gpu/cp_utils.py",
             "vllm/v1/attention/backends/utils.py",
+            "vllm/v1/worker/block_table.py",
         ),
         "_compute_slot_mappings_kernel",
     ),

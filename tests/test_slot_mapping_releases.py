@@ -3,11 +3,14 @@ judged in the releases where its API shape or its verdict changes, as ``dcpcheck
 slot-mapping --kernel vllm==X`` judges them (``dcpcheck.ops.slot_mapping.vllm``).
 
 The releases, one per shape: 0.12.0 (no request mapping, no DCP), 0.15.0 (request mapping),
-0.17.0 (DCP; pads from the rows its caller passes, which are padded: the finding), 0.18.0
-(pads from the scheduled tokens: fixed), 0.29.0 (kernel block sizes, groups without slots),
-0.31.0 (sharded flags, requests without blocks), 0.33.0 (kernel block sizes gone). They
-are fetched as ``--kernel vllm==X`` fetches them (pip, then the cache outside the checkout)
-and skipped only where the registry is unreachable and the release is not cached.
+0.17.0 (DCP; pads from the rows its caller passes, which are padded: the finding), 0.28.0
+(pads from the scheduled tokens, as every release from 0.18.0: fixed), 0.29.0 (kernel block
+sizes, groups without slots), 0.31.0 (sharded flags, requests without blocks), 0.33.0
+(kernel block sizes gone); and for the V1 runner's block table 0.10.2 (numpy, no
+interleave), 0.12.0 - 0.17.0 (numpy, interleaved), 0.28.0 (Triton) and 0.29.0 (not
+loadable here). Eight wheels, fetched as ``--kernel vllm==X`` fetches them (pip, then the
+cache outside the checkout) and skipped only where the registry is unreachable and the
+release is not cached.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
 from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes, torch_function
 from tests.conftest import BACKEND
 
-RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.18.0", "0.29.0", "0.31.0", "0.33.0")
-WITH_DCP = ("0.17.0", "0.18.0", "0.29.0", "0.31.0", "0.33.0")
-FIXED = ("0.18.0", "0.29.0", "0.31.0", "0.33.0")
+RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
+WITH_DCP = ("0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
+FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
 
 
 @functools.cache
@@ -149,7 +152,7 @@ def test_releases_with_sharded_flags_keep_replicated_groups_and_skip_requests_wi
         ("0.15.0", SHARDED, 2, "takes no DCP rank"),
         ("0.12.0", SHARDED, 4, "takes no DCP rank"),
         ("0.29.0", SlotMappingBatch(((5, 3),), (16, 16), (True, False)), 2, "sharded flag"),
-        ("0.18.0", SlotMappingBatch(((5, 3), (9, 1)), (16,), (True,), without_blocks=(1,)), 1,
+        ("0.28.0", SlotMappingBatch(((5, 3), (9, 1)), (16,), (True,), without_blocks=(1,)), 1,
          "without blocks"),
     ],
 )  # fmt: skip
@@ -178,7 +181,7 @@ def test_the_rows_a_caller_passes_are_read_from_its_source(version, padded):
 
 
 def test_releases_whose_kernel_takes_no_row_count_need_no_caller():
-    assert release("0.18.0").slot_mappings.caller is None
+    assert release("0.28.0").slot_mappings.caller is None
 
 
 CALLER_SCHEDULED = """
@@ -235,7 +238,7 @@ def test_the_search_finds_and_shrinks_0_17s_unwritten_padding():
     assert {c.check for c in outcome.result.failed_checks} == {"slots", "padding"}
 
 
-@pytest.mark.parametrize("version", ["0.18.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
 def test_the_search_passes_the_fixed_releases(version):
     outcome = search.search(release(version), f"vllm=={version}", 40, BACKEND.device, seed=1)
     assert outcome.passed
@@ -244,7 +247,7 @@ def test_the_search_passes_the_fixed_releases(version):
 
 @pytest.mark.parametrize(
     ("find", "versions", "named"),
-    [("first-bad", RELEASES[0:3], "0.17.0"), ("first-fixed", RELEASES[2:5], "0.18.0")],
+    [("first-bad", RELEASES[0:3], "0.17.0"), ("first-fixed", RELEASES[2:5], "0.28.0")],
 )
 def test_bisecting_the_releases_names_the_one_that_broke_and_the_one_that_fixed(
     tmp_path, find, versions, named
@@ -272,7 +275,7 @@ def test_bisecting_the_releases_names_the_one_that_broke_and_the_one_that_fixed(
 LONG = SlotMappingBatch(((1000, 33), (3, 70), (0, 5), (77, 1)), (64,), (True,), 1, padding=3)
 
 
-@pytest.mark.parametrize("version", ["0.17.0", "0.18.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.17.0", "0.28.0", "0.33.0"])
 @pytest.mark.parametrize(("dcp_size", "interleave"), [(2, 1), (4, 16), (8, 2)])
 def test_the_runners_lengths_kernel_counts_each_ranks_positions(version, dcp_size, interleave):
     batch = dataclasses.replace(LONG, interleave=interleave, block_sizes=(16 * interleave,))
@@ -301,7 +304,7 @@ def backends_function(version: str) -> Routines:
     return kernels.load(f"vllm=={version}:get_dcp_local_seq_lens")
 
 
-@pytest.mark.parametrize("version", ["0.12.0", "0.18.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.12.0", "0.28.0", "0.33.0"])
 @pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 16), (8, 2)])
 def test_the_backends_lengths_function_counts_each_ranks_positions(version, dcp_size, interleave):
     """Called as the runners call it; the padded requests are its callers', not its own."""
@@ -323,3 +326,67 @@ def test_a_function_that_needs_more_than_torch_is_refused(tmp_path):
     )
     with pytest.raises(AdapterError, match="uses cdiv, not torch alone"):
         torch_function(source, "get_dcp_local_seq_lens", "t")
+
+
+# -- the V1 runner's block table ---------------------------------------------------------
+
+
+@functools.cache
+def v1_table(version: str) -> Routines:
+    try:
+        return kernels.load(f"vllm=={version}:compute_slot_mapping")
+    except KernelLoadError:
+        problem = _registry_problem()
+        if problem is not None:
+            pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
+        raise
+
+
+def judge_v1(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
+    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    kernel = v1_table(version)
+    [result] = run_scenario(kernel, "v1", scenario, (dcp_size,), BACKEND.device)
+    return result
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.12.0", "0.17.0", "0.28.0"])
+@pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 1), (8, 1), (4, 16)])
+def test_the_v1_block_table_maps_every_rank_as_its_runner_asks(version, dcp_size, interleave):
+    """From DCP's first release on; the rows after the scheduled tokens are the runner's."""
+    batch = SlotMappingBatch(
+        ((1000, 33), (3, 70), (0, 5)), (16 * interleave, 64), (True, True), interleave, padding=3
+    )
+    result = judge_v1(version, batch, dcp_size)
+    if version == "0.10.2" and interleave > 1:
+        assert result.status == "not_applicable" and "no interleave setting" in result.error
+        return
+    assert result.status == "pass", failed(result)
+    verdicts = {c.check: c for c in result.checks}
+    assert all(verdicts[name].passed for name in ("slots", "ownership"))
+    assert "fills the rows after them with -1" in verdicts["padding"].skipped
+    assert "a buffer of its own" in verdicts["guard"].skipped
+
+
+@pytest.mark.parametrize(
+    ("batch", "words"),
+    [
+        (SlotMappingBatch(((5, 3), (9, 1)), (16,), (True,), without_blocks=(1,)), "row i"),
+        (SlotMappingBatch(((5, 3),), (16, 16), (True, False)), "no replicated group"),
+    ],
+)
+def test_what_the_v1_runner_never_asks_its_table_is_not_applicable(batch, words):
+    result = judge_v1("0.28.0", batch, 2)
+    assert result.status == "not_applicable" and words in result.error
+
+
+def test_the_v1_table_of_0_29_on_is_a_one_line_load_error():
+    release("0.29.0")  # fetched (or skipped) as the other tests fetch it
+    with pytest.raises(KernelLoadError, match=r"needs vllm\.model_executor"):
+        kernels.load("vllm==0.29.0:compute_slot_mapping")
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.28.0"])
+def test_the_search_passes_the_v1_table_drawing_only_what_it_can_be_asked(version):
+    kernel = v1_table(version)
+    outcome = search.search(kernel, f"vllm=={version}", 40, BACKEND.device, seed=1)
+    assert outcome.passed and outcome.not_applicable == 0

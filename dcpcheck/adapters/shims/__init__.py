@@ -46,8 +46,13 @@ STAND_INS: dict[str, dict[str, str]] = {
         "vllm.attention.backends.utils": "block_tables",
         "vllm.v1.attention.backends.utils": "block_tables",
         "vllm.utils.math_utils": "block_tables",
-        "vllm.v1.utils": "block_tables",
         "vllm.v1.worker.gpu.buffer_utils": "block_tables",
+        # the V1 runner's block table (vllm/v1/worker/block_table.py), 0.10.2 on
+        "vllm.distributed": "v1_runner",
+        "vllm.logger": "v1_runner",
+        "vllm.utils": "v1_runner",
+        "vllm.v1.utils": "v1_runner",
+        "vllm.v1.worker.cp_utils": "v1_runner",
     },
 }
 """Host package -> {host module: the module of ``dcpcheck.adapters.shims.<package>``

@@ -5,8 +5,9 @@ sequence lengths):
 * ``vllm==X.Y.Z``: a released vLLM's GPU model runner, fetched and cached by
   ``dcpcheck.kernels.releases``: its ``_compute_slot_mappings_kernel`` and
   ``_dcp_local_seq_lens_kernel`` (``dcpcheck.ops.slot_mapping.vllm``); ``vllm==X.Y.Z:NAME``
-  one routine of it, ``get_dcp_local_seq_lens`` (the attention backends' torch function)
-  included;
+  one routine of it, or ``get_dcp_local_seq_lens`` (the attention backends' torch
+  function), or ``compute_slot_mapping`` (the V1 runner's ``BlockTable``,
+  ``dcpcheck.ops.slot_mapping.vllm_v1``);
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the
   slot-mapping protocol, or a Triton kernel of vLLM's by its name there (a vLLM
   checkout's ``block_table.py:_compute_slot_mappings_kernel``).
@@ -22,7 +23,7 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
-from dcpcheck.ops.slot_mapping import mutants, vllm
+from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_v1
 from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
@@ -87,6 +88,11 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
         function = _adapted(vllm.torch_function, path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
+    if release.function == vllm_v1.FUNCTION:
+        path = _kept(version, vllm_v1.MEMBER)
+        table_class = _function(path, "BlockTable", name)
+        why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
+        return Routines(_adapted(vllm_v1.VllmV1SlotMappings, table_class, name), None, why)
     if release.function == vllm.SEQ_LENS_KERNEL:
         path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
         target = _function(path, release.function, name)

@@ -90,18 +90,25 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
         checks = list(checks_of_slots.skipped(reason))
     else:
         assert kernel.slot_mappings is not None
-        checks = list(checks_of_slots.judge(_raising(kernel.slot_mappings), slot_case))
+        judged = checks_of_slots.judge(_raising(kernel.slot_mappings), slot_case)
+        checks = _with_skips(judged, kernel.slot_mappings)
     lengths_case = seq_lens.build_case(batch, size, device)
     reason = kernel.absent if kernel.local_seq_lens is None else None
     reason = reason or not_applicable(kernel.local_seq_lens, lengths_case.ranks)
     if reason:
         return checks + list(seq_lens.skipped(reason))
     assert kernel.local_seq_lens is not None
-    limits: dict[str, str] = getattr(kernel.local_seq_lens, "skips", {})
-    for result in seq_lens.judge(_raising(kernel.local_seq_lens), lengths_case):
-        why = limits.get(result.check)
-        checks.append(CheckResult(result.check, skipped=why) if why else result)
-    return checks
+    judged = seq_lens.judge(_raising(kernel.local_seq_lens), lengths_case)
+    return checks + _with_skips(judged, kernel.local_seq_lens)
+
+
+def _with_skips(results: Sequence[CheckResult], routine: object) -> list[CheckResult]:
+    """``results`` with the checks ``routine`` declares do not apply to it (an adapter's
+    ``skips``: check -> reason) reported skipped, never passed."""
+    limits: dict[str, str] = getattr(routine, "skips", {})
+    return [
+        CheckResult(r.check, skipped=limits[r.check]) if r.check in limits else r for r in results
+    ]
 
 
 def run_scenario(

@@ -42,12 +42,13 @@ def batches(
     dcp_sizes: tuple[int, ...] = DCP_SIZES,
     replicated: bool = True,
     without_blocks: bool = True,
+    interleaved: bool = True,
 ) -> tuple[SlotMappingBatch, int]:
-    """A batch of the op and the DCP size it runs at (module docstring); ``replicated``
-    and ``without_blocks`` say whether replicated groups and requests that own no blocks
-    may be drawn."""
+    """A batch of the op and the DCP size it runs at (module docstring); ``replicated``,
+    ``without_blocks`` and ``interleaved`` say whether replicated groups, requests that own
+    no blocks and interleaves above 1 may be drawn."""
     dcp_size = draw(st.sampled_from(dcp_sizes))
-    interleave = draw(st.sampled_from(INTERLEAVES))
+    interleave = draw(st.sampled_from(INTERLEAVES if interleaved else (1,)))
     groups = draw(st.integers(1, 3))
     block_sizes = tuple(interleave * draw(st.sampled_from(BLOCK_MULTIPLES)) for _ in range(groups))
     # shrinks to sharded
@@ -97,7 +98,7 @@ def _drawn_for(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrateg
     if askable is None:
         return batches(dcp_sizes)
     sizes = dcp_sizes if askable.dcp else tuple(s for s in dcp_sizes if s == 1) or dcp_sizes
-    return batches(sizes, askable.replicated, askable.without_blocks)
+    return batches(sizes, askable.replicated, askable.without_blocks, askable.interleave)
 
 
 def search(

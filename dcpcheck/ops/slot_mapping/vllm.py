@@ -54,9 +54,11 @@ from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, Slo
 
 MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
     SLOT_MAPPING
-].wheel_members
+].wheel_members[:4]
 FUNCTION = OPS[SLOT_MAPPING].function
 SEQ_LENS_KERNEL = "_dcp_local_seq_lens_kernel"
+V1_FUNCTION = "compute_slot_mapping"
+V1_MEMBER = OPS[SLOT_MAPPING].wheel_members[4]
 SEQ_LENS_FUNCTION = "get_dcp_local_seq_lens"
 
 CALLER_BLOCK = 1024
@@ -177,6 +179,7 @@ class Askable:
     dcp: bool  # DCP sizes above 1
     replicated: bool  # replicated cache groups under DCP
     without_blocks: bool  # requests that own no blocks
+    interleave: bool = True  # interleaves above 1
 
 
 class VllmSlotMappings:
@@ -390,4 +393,6 @@ def members_of(function: str, named: bool) -> tuple[str, ...]:
         return (SEQ_LENS_FUNCTION_MEMBER,)
     if function == SEQ_LENS_KERNEL:
         return (SEQ_LENS_KERNEL_MEMBER,)
+    if function == V1_FUNCTION:
+        return (V1_MEMBER,)
     return (MEMBER, CALLER_MEMBER) if named else (MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER)

@@ -38,10 +38,6 @@ class _NotBuilt:
         )
 
 
-class CpuGpuBuffer(_NotBuilt):
-    """``vllm.v1.utils.CpuGpuBuffer``."""
-
-
 class StagedWriteTensor(_NotBuilt):
     """``vllm.v1.worker.gpu.buffer_utils.StagedWriteTensor``."""
 
