@@ -19,6 +19,7 @@ class Op:
     description: str
     wheel_members: tuple[str, ...]
     function: str  # the function of the first member a release is judged by
+    package: str | None = None  # its package under dcpcheck/ops/ (None: the fused op's harness)
 
 
 OPS: dict[str, Op] = {
@@ -41,6 +42,7 @@ OPS: dict[str, Op] = {
             "vllm/v1/worker/block_table.py",
         ),
         "_compute_slot_mappings_kernel",
+        "dcpcheck.ops.slot_mapping",
     ),
 }
 """Name -> the op (``Op``)."""

@@ -395,15 +395,15 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
     return [chosen[name] for name in sorted(chosen)]
 
 
-def _op_plan(config: pytest.Config, kernel_name: str) -> Plan:
-    """The slot-mapping op's items: its scenarios (``--dcpcheck-scenario-dir``, else the
-    shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
+def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
+    """An op package's items (``dcpcheck.ops``): its scenarios (``--dcpcheck-scenario-dir``,
+    else the shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
     from dcpcheck.cases.scenario import ScenarioError
     from dcpcheck.kernels.loading import KernelLoadError
-    from dcpcheck.ops.slot_mapping import kernels
-    from dcpcheck.ops.slot_mapping import scenario as op_scenario
-    from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
+    from dcpcheck.ops import package
     from dcpcheck.workflows.search import default_home
+
+    op = package(op_name)
 
     fused_only = {
         "--dcpcheck-oracle": config.getoption("dcpcheck_oracle") != "on",
@@ -413,27 +413,27 @@ def _op_plan(config: pytest.Config, kernel_name: str) -> Plan:
     }
     refused = [name for name, given in fused_only.items() if given]
     if refused:
-        raise pytest.UsageError(f"--dcpcheck-op slot-mapping does not take {', '.join(refused)}")
+        raise pytest.UsageError(f"--dcpcheck-op {op_name} does not take {', '.join(refused)}")
     dcp_text = config.getoption("dcpcheck_dcp")
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    root = config.getoption("dcpcheck_scenario_dir") or op_scenario.SCENARIOS
+    root = config.getoption("dcpcheck_scenario_dir") or op.scenarios
     try:
-        scenarios = op_scenario.load_scenarios(config.getoption("dcpcheck_scenario"), Path(root))
+        scenarios = op.load_scenarios(config.getoption("dcpcheck_scenario"), Path(root))
     except ScenarioError as exc:
         raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
     backend = _fix_backend(config.getoption("dcpcheck_device"))
     try:
-        kernel = kernels.load(kernel_name)
+        kernel = op.kernel(kernel_name)
     except KernelLoadError as exc:
         raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
     home = config.getoption("dcpcheck_home")
     home = Path(home) if home is not None else default_home()
 
     def run(scenario, size: int) -> CaseResult:
-        [result] = run_scenario(kernel, kernel_name, scenario, (size,), backend.device)
+        [result] = op.run_scenario(kernel, kernel_name, scenario, (size,), backend.device)
         if result.failed:
             try:
-                save_failed_case(scenario, result, kernel_name, home)
+                op.save_failed_case(scenario, result, kernel_name, home)
             except OSError as exc:
                 warnings.warn(f"dcpcheck: cannot save under {home}: {exc.strerror}", stacklevel=1)
         return result
@@ -447,8 +447,10 @@ def _op_plan(config: pytest.Config, kernel_name: str) -> Plan:
 
 
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
-    if config.getoption("dcpcheck_op") == "slot-mapping":
-        return _op_plan(config, kernel_name)
+    from dcpcheck.ops import packaged
+
+    if config.getoption("dcpcheck_op") in packaged():
+        return _op_plan(config, kernel_name, config.getoption("dcpcheck_op"))
     from dcpcheck.cases import cost
     from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError
     from dcpcheck.cases.verdicts import RunConfig

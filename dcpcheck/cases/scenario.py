@@ -548,3 +548,14 @@ def scenario_to_toml(scenario: Scenario) -> str:
     for request in s.batch.requests:
         lines += ["", "[[requests]]", f"prefix = {request.prefix}", f"new = {request.new}"]
     return "\n".join(lines) + "\n"
+
+
+def op_of(path: Path) -> str | None:
+    """The ``op`` a scenario file names (None: none, the fused op's files), or None when it
+    cannot be read: the loader of the file's op then says why."""
+    try:
+        with Path(path).open("rb") as file:
+            op = tomllib.load(file).get("op")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return op if isinstance(op, str) else None

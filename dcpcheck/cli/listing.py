@@ -18,7 +18,8 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck.op_registry import OPS
+from dcpcheck.ops import package, packaged
 from dcpcheck.output.console import out
 from dcpcheck.workflows import selftest
 
@@ -26,14 +27,12 @@ INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
 """Every preset's indexer head: 128 fp8 values per token."""
 
 
-def _slot_mapping_kernels() -> list[tuple[str, str]]:
-    """The slot-mapping op's kernels by name, with what each is."""
+def _op_kernels(op: str) -> list[tuple[str, str]]:
+    """An op package's kernels by name, with what each is."""
     from dcpcheck.backend import current_backend
 
     current_backend()  # its kernels are Triton: the backend is chosen before they are defined
-    from dcpcheck.ops.slot_mapping.kernels import DESCRIPTIONS
-
-    return list(DESCRIPTIONS.items())
+    return list(package(op).kernels().items())
 
 
 @click.command("list")
@@ -73,9 +72,10 @@ def list_command(what: str) -> None:
 
         for entry in KERNELS.values():
             out.print(f"{entry.name:24} {entry.description}")
-        out.print(f"\n--op {SLOT_MAPPING}:")
-        for name, description in _slot_mapping_kernels():
-            out.print(f"{name:30} {description}")
+        for op in packaged():
+            out.print(f"\n--op {op}:")
+            for name, description in _op_kernels(op):
+                out.print(f"{name:34} {description}")
         return
     try:
         scenarios = load_scenarios([], SCENARIO_DIR)

@@ -1,12 +1,12 @@
-"""``dcpcheck run --op slot-mapping`` and ``dcpcheck repro`` of a slot-mapping scenario
-file: the op's cases (``dcpcheck.ops.slot_mapping.runner``) through the console, the
-reports, the saved failures and the exit codes every run shares.
+"""``dcpcheck run --op OP`` and ``dcpcheck repro`` of a scenario file of an op package
+(``dcpcheck.ops``: every op but the fused one): the op's cases through the console, the
+reports, the saved failures and the exit codes every run shares. The op is reached only
+through its ``OpPackage``, so this module serves every op package alike.
 
 The options it takes are the named-scenario options of ``run`` and the property search's
-``--property-only``, ``--examples`` and ``--seed`` (the op's own search,
-``dcpcheck.ops.slot_mapping.search``); the others (profiles, token streams, the oracle
-switch, isolation, real ranks, the sanitizer, the fused op's encodings) belong to the
-fused op's harness and are refused with one line.
+``--property-only``, ``--examples`` and ``--seed`` (the op's own search); the others
+(profiles, token streams, the oracle switch, isolation, real ranks, the sanitizer, the
+fused op's encodings) belong to the fused op's harness and are refused with one line.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,8 +32,7 @@ from dcpcheck.cli.common import (
     warn,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.op_registry import SLOT_MAPPING
-from dcpcheck.ops.slot_mapping import scenario as op_scenario
+from dcpcheck.ops import OpPackage, package
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
 
@@ -51,34 +51,24 @@ RUN_OPTIONS = {
     "home",
     "fail_fast",
 }
-"""The ``run`` options the op's runs take (module docstring)."""
+"""The ``run`` options an op package's runs take (module docstring)."""
 
 SEARCH_EXAMPLES = 100
 """Examples of the op's property search when ``--property-only`` names no count."""
 
 REPRO_OPTIONS = {"file", "kernel_name", "dcp_text", "device", "json_path"}
-"""The ``repro`` options a replay of the op's scenario file takes."""
+"""The ``repro`` options a replay of an op package's scenario file takes."""
 
 
-def refuse_other_options(ctx: click.Context, allowed: set[str]) -> None:
-    """Exit 2 naming every option given on the command line that the op does not take."""
-    refuse_options(ctx, allowed, f"--op {SLOT_MAPPING} does not take")
+def refuse_other_options(ctx: click.Context, op: str, allowed: set[str]) -> None:
+    """Exit 2 naming every option given on the command line that ``op`` does not take."""
+    refuse_options(ctx, allowed, f"--op {op} does not take")
 
 
-def _kernel(name: str):
+def _kernel(op: OpPackage, name: str) -> tuple[Any, tuple]:
     """The kernel ``name`` names, and the files its code comes from (for the reports)."""
-    from dcpcheck.ops.slot_mapping import kernels  # defines its Triton kernel: backend first
-
     with kernel_errors():
-        return kernels.load(name), kernels.judged_files(name)
-
-
-def canonical_kernel(name: str) -> str:
-    """``name`` as the reports and replays spell it (a release's version normalised)."""
-    from dcpcheck.ops.slot_mapping.kernels import canonical
-
-    with kernel_errors():
-        return canonical(name)
+        return op.kernel(name), op.judged_files(name)
 
 
 def _warn_unsaved(home: Path, exc: OSError) -> None:
@@ -93,13 +83,10 @@ class Search:
     seed: int | None
 
 
-def _search(kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
+def _search(op: OpPackage, kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
     """The op's property search; the shrunk failure's case (saved, then replayed from its
     file, so the report names the file) or None; one line on the console either way."""
-    from dcpcheck.ops.slot_mapping import search as op_search
-    from dcpcheck.ops.slot_mapping.runner import run_scenario
-
-    outcome = op_search.search(kernel, kernel_name, search.examples, device, dcp_sizes, search.seed)
+    outcome = op.search(kernel, kernel_name, search.examples, device, dcp_sizes, search.seed)
     if outcome.passed:
         judged = outcome.examples_run - outcome.not_applicable
         unasked = f", {outcome.not_applicable} not applicable" if outcome.not_applicable else ""
@@ -108,11 +95,11 @@ def _search(kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
     path = None
     if home is not None:
         try:
-            path = op_search.save_outcome(outcome, kernel_name, home)
+            path = op.save_search(outcome, kernel_name, home)
         except OSError as exc:
             _warn_unsaved(home, exc)
-    shrunk = outcome.failure if path is None else op_scenario.load_scenario(path)
-    [result] = run_scenario(kernel, kernel_name, shrunk, shrunk.dcp_sizes, device)
+    shrunk = outcome.failure if path is None else op.load_scenario(path)
+    [result] = op.run_scenario(kernel, kernel_name, shrunk, shrunk.dcp_sizes, device)
     batch = shrunk.batch
     out.print(
         f"property: FAIL at example {outcome.first_failure}, shrunk to "
@@ -124,7 +111,60 @@ def _search(kernel, kernel_name, search, dcp_sizes, device, home: Path | None):
     return result
 
 
+@dataclass
+class OpCases:
+    """What an op package's cases left: their results (scenario names prefixed with the
+    op's when they join another op's in one report), where failures were saved, the files
+    its kernels come from, and the stop that cut it short (None if none)."""
+
+    results: list[CaseResult]
+    saved: dict[tuple[str, int], Path]
+    kernel_files: tuple
+    stopped: KeyboardInterrupt | None = None
+
+
+def judge_cases(
+    op: OpPackage,
+    scenarios: list,
+    kernel_name: str,
+    dcp_sizes: tuple[int, ...] | None,
+    device,
+    home: Path | None,
+    fail_fast: bool,
+    search: Search | None = None,
+    prefixed: bool = False,
+) -> OpCases:
+    """``scenarios`` of ``op`` on ``kernel_name``, then its property search if asked;
+    failures saved under ``home``. A Ctrl-C or SIGTERM keeps what ran (``stopped``)."""
+    kernel, kernel_files = _kernel(op, kernel_name)
+    cases = OpCases([], {}, kernel_files)
+    try:
+        for scenario in scenarios:
+            sizes = dcp_sizes or scenario.dcp_sizes
+            for result in op.run_scenario(kernel, kernel_name, scenario, sizes, device):
+                if prefixed:
+                    result = dataclasses.replace(result, scenario=f"{op.name}/{result.scenario}")
+                cases.results.append(result)
+                if result.failed and home is not None:
+                    try:
+                        path = op.save_failed_case(scenario, result, kernel_name, home)
+                        cases.saved[(result.scenario, result.dcp_size)] = path
+                    except OSError as exc:  # as the fused op's runs: one warning, no more
+                        _warn_unsaved(home, exc)
+                        home = None
+            if fail_fast and any(r.failed for r in cases.results):
+                return cases
+        if search is not None:
+            shrunk = _search(op, kernel, kernel_name, search, dcp_sizes, device, home)
+            if shrunk is not None:
+                cases.results.append(shrunk)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
+        cases.stopped = stop
+    return cases
+
+
 def run_cases(
+    op: OpPackage,
     scenarios: list,
     kernel_name: str,
     dcp_sizes: tuple[int, ...] | None,
@@ -134,58 +174,36 @@ def run_cases(
     fail_fast: bool,
     search: Search | None = None,
 ) -> int:
-    """Run the op's cases of ``scenarios``, then its property search if asked, then report
+    """Run ``op``'s cases of ``scenarios``, then its property search if asked, then report
     them; the exit code."""
-    from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
-
     backend = open_backend(device)
-    kernel_name = canonical_kernel(kernel_name)
-    kernel, kernel_files = _kernel(kernel_name)
-    results: list[CaseResult] = []
-    saved: dict[tuple[str, int], Path] = {}
-    stopped = None
-    try:
-        for scenario in scenarios:
-            sizes = dcp_sizes or scenario.dcp_sizes
-            for result in run_scenario(kernel, kernel_name, scenario, sizes, backend.device):
-                results.append(result)
-                if result.failed and home is not None:
-                    try:
-                        saved[(result.scenario, result.dcp_size)] = save_failed_case(
-                            scenario, result, kernel_name, home
-                        )
-                    except OSError as exc:  # as the fused op's runs: one warning, no more
-                        _warn_unsaved(home, exc)
-                        home = None
-            if fail_fast and any(r.failed for r in results):
-                break
-        if search is not None and not (fail_fast and any(r.failed for r in results)):
-            shrunk = _search(kernel, kernel_name, search, dcp_sizes, backend.device, home)
-            if shrunk is not None:
-                results.append(shrunk)
-    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
-        stopped = stop
+    with kernel_errors():
+        kernel_name = op.canonical(kernel_name)
+    cases = judge_cases(
+        op, scenarios, kernel_name, dcp_sizes, backend.device, home, fail_fast, search
+    )
     config = RunConfig(kernel_name, dcp_sizes)
     try:
-        partial = stopped is not None
+        partial = cases.stopped is not None
         write_reports(
-            results, config, backend, *paths, partial=partial, kernel_files=kernel_files,
-            op=SLOT_MAPPING,
+            cases.results, config, backend, *paths, partial=partial,
+            kernel_files=cases.kernel_files, op=op.name,
         )  # fmt: skip
     except ReportNotWritten as exc:
         raise InputError(str(exc)) from None
-    if results:
-        print_results(results, saved)
-    if stopped is not None:
-        how, code = stop_reason(stopped)
-        raise Interrupted(f"{how} after {len(results)} case(s)", code)
-    return EXIT_FAIL if any(r.failed for r in results) else EXIT_OK
+    if cases.results:
+        print_results(cases.results, cases.saved)
+    if cases.stopped is not None:
+        how, code = stop_reason(cases.stopped)
+        raise Interrupted(f"{how} after {len(cases.results)} case(s)", code)
+    return EXIT_FAIL if any(r.failed for r in cases.results) else EXIT_OK
 
 
 def run_op(ctx: click.Context) -> int:
-    """``dcpcheck run --op slot-mapping`` (module docstring)."""
+    """``dcpcheck run --op OP`` of an op package (module docstring)."""
     params = ctx.params
-    refuse_other_options(ctx, RUN_OPTIONS)
+    op = package(params["op"])
+    refuse_other_options(ctx, op.name, RUN_OPTIONS)
     dcp_sizes = parse_dcp_sizes(params["dcp_text"]) if params["dcp_text"] else None
     if params["property_only"] and params["patterns"]:
         raise InputError("--scenario and --property-only exclude each other")
@@ -194,17 +212,15 @@ def run_op(ctx: click.Context) -> int:
         search = Search(params["examples"] or SEARCH_EXAMPLES, params["seed"])
     elif params["seed"] is not None:
         raise InputError(
-            f"--seed: with --op {SLOT_MAPPING} it seeds the property search; give "
+            f"--seed: with --op {op.name} it seeds the property search; give "
             "--property-only or --examples N"
         )
     root = params["scenario_dir"]
-    root = op_scenario.SCENARIOS if Path(root) == SCENARIO_DIR else Path(root)
+    root = op.scenarios if Path(root) == SCENARIO_DIR else Path(root)
     try:
-        scenarios = (
-            []
-            if params["property_only"]
-            else (op_scenario.load_scenarios(list(params["patterns"]), root))
-        )
+        scenarios = [] if params["property_only"] else (
+            op.load_scenarios(list(params["patterns"]), root)
+        )  # fmt: skip
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     paths = (params["json_path"], params["junit_path"])
@@ -213,60 +229,35 @@ def run_op(ctx: click.Context) -> int:
     if ctx.get_parameter_source("home") is not click.core.ParameterSource.DEFAULT:
         preflight.check_home(home)
     return run_cases(
-        scenarios, params["kernel_name"], dcp_sizes, params["device"], paths, home,
+        op, scenarios, params["kernel_name"], dcp_sizes, params["device"], paths, home,
         params["fail_fast"], search,
     )  # fmt: skip
 
 
-def repro_op(file: Path, kernel_name: str, dcp_text: str | None, device: str, json_path) -> int:
-    """``dcpcheck repro FILE`` of a slot-mapping scenario file: its cases, nothing saved."""
+def repro_op(
+    op_name: str, file: Path, kernel_name: str, dcp_text: str | None, device: str, json_path
+) -> int:
+    """``dcpcheck repro FILE`` of a scenario file of an op package: its cases, nothing
+    saved."""
+    op = package(op_name)
     try:
-        scenario = op_scenario.load_scenario(file)
+        scenario = op.load_scenario(file)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     preflight.check_report_paths(json_path)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text else None
-    err.print(f"[bold]op:[/] {SLOT_MAPPING}")
-    return run_cases([scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)
+    err.print(f"[bold]op:[/] {op.name}")
+    return run_cases(op, [scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)
 
 
-@dataclass(frozen=True)
-class GateCases:
-    """The slot-mapping op's part of the default run: its cases (scenario names prefixed
-    with the op's, so one report tells the ops apart), where failures were saved, the
-    files its kernels come from, and the stop that cut it short (None if none)."""
-
-    results: list[CaseResult]
-    saved: dict[tuple[str, int], Path]
-    kernel_files: tuple
-    stopped: KeyboardInterrupt | None = None
-
-
-def gate_cases(
-    dcp_sizes: tuple[int, ...] | None, backend, home: Path | None, fail_fast: bool
-) -> GateCases:
-    """Every shipped scenario of the op on the project's kernels (``default``), as ``run
-    --op slot-mapping`` runs them; failures saved under ``home``."""
-    from dcpcheck.ops.slot_mapping.runner import run_scenario, save_failed_case
-
-    kernel, kernel_files = _kernel("default")
-    results: list[CaseResult] = []
-    saved: dict[tuple[str, int], Path] = {}
+def gate_cases(op_name: str, dcp_sizes, backend, home: Path | None, fail_fast: bool) -> OpCases:
+    """``op_name``'s part of the default run: every shipped scenario on the project's
+    kernels (``default``), as ``run --op OP`` runs them, named ``OP/scenario``."""
+    op = package(op_name)
     try:
-        for scenario in op_scenario.load_scenarios([]):
-            sizes = dcp_sizes or scenario.dcp_sizes
-            for result in run_scenario(kernel, "default", scenario, sizes, backend.device):
-                named = dataclasses.replace(result, scenario=f"{SLOT_MAPPING}/{result.scenario}")
-                results.append(named)
-                if result.failed and home is not None:
-                    try:
-                        path = save_failed_case(scenario, result, "default", home)
-                        saved[(named.scenario, named.dcp_size)] = path
-                    except OSError as exc:
-                        _warn_unsaved(home, exc)
-                        home = None
-            if fail_fast and any(r.failed for r in results):
-                break
-    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
-        return GateCases(results, saved, kernel_files, stop)
-    return GateCases(results, saved, kernel_files)
+        scenarios = op.load_scenarios([], op.scenarios)
+    except ScenarioError as exc:
+        raise InputError(str(exc)) from None
+    return judge_cases(
+        op, scenarios, "default", dcp_sizes, backend.device, home, fail_fast, prefixed=True
+    )

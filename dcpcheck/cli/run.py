@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck.cases.scenario import Scenario, ScenarioError, load_scenario
+from dcpcheck.cases.scenario import Scenario, ScenarioError, load_scenario, op_of
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import op_run, preflight
 from dcpcheck.cli.common import (
@@ -54,8 +54,8 @@ from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.harness.runner import KernelUnderTest
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
-from dcpcheck.ops.slot_mapping.scenario import op_of
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.ops import packaged
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
@@ -286,23 +286,24 @@ def run_command(
             )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
         judged = kernel_files(kernel_name)
-        gate = None
-        stopped_early = fail_fast and outcome.exit_code != EXIT_OK
-        ran_whole = outcome.stopped is None and outcome.internal_error is None
-        if every_op and ran_whole and not stopped_early:
-            gate = op_run.gate_cases(dcp_sizes, backend, home, fail_fast)
-        reported, ops, partial = outcome.reported, FUSED_NORM_ROPE, outcome.partial
-        if gate is not None:
-            reported = [*reported, *gate.results]
-            ops, judged = f"{FUSED_NORM_ROPE},{SLOT_MAPPING}", (*judged, *gate.kernel_files)
-            partial = partial or gate.stopped is not None
+        others = _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast)
+        reported, partial = [*outcome.reported], outcome.partial
+        for cases in others.values():
+            reported += cases.results
+            judged = (*judged, *cases.kernel_files)
+            partial = partial or cases.stopped is not None
+        ops = ",".join([FUSED_NORM_ROPE, *others])
         _write_reports(reported, config, backend, paths, partial, searched, judged, ops)
     if scenarios:
-        shown = outcome.results if gate is None else [*outcome.results, *gate.results]
-        print_results(shown, {**session.saved, **(gate.saved if gate else {})})
-    if gate is not None and gate.stopped is not None:
-        how, code = stop_reason(gate.stopped)
-        raise Interrupted(f"{how} in the {SLOT_MAPPING} op's cases{_kept_reports(*paths)}", code)
+        shown = [*outcome.results, *(r for cases in others.values() for r in cases.results)]
+        saved = dict(session.saved)
+        for cases in others.values():
+            saved.update(cases.saved)
+        print_results(shown, saved)
+    for op_name, cases in others.items():
+        if cases.stopped is not None:
+            how, code = stop_reason(cases.stopped)
+            raise Interrupted(f"{how} in the {op_name} op's cases{_kept_reports(*paths)}", code)
     if outcome.internal_error is not None:
         raise _internal_failure(outcome, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
@@ -318,9 +319,28 @@ def run_command(
         print_search(outcome.searched, search_config)
     if stats:
         print_stats(outcome.results, outcome.named_seconds, outcome.searched)
-    if gate is not None and any(result.failed for result in gate.results):
+    if any(result.failed for cases in others.values() for result in cases.results):
         raise SystemExit(EXIT_FAIL)
     raise SystemExit(outcome.exit_code)
+
+
+def _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast) -> dict:
+    """After the fused op's session of the plain gate, every op package's shipped
+    scenarios on its project kernels (``op_run.gate_cases``), op by op; none when the run
+    is not the gate, broke, was stopped or, with ``-x``, has failed already."""
+    others: dict[str, op_run.OpCases] = {}
+    if not every_op or outcome.stopped is not None or outcome.internal_error is not None:
+        return others
+    for op_name in packaged():
+        failed = outcome.exit_code != EXIT_OK or any(
+            r.failed for cases in others.values() for r in cases.results
+        )
+        if fail_fast and failed:
+            break
+        others[op_name] = op_run.gate_cases(op_name, dcp_sizes, backend, home, fail_fast)
+        if others[op_name].stopped is not None:
+            break
+    return others
 
 
 def _is_the_gate(ctx: click.Context) -> bool:
@@ -471,9 +491,10 @@ def repro_command(
     """Replay one scenario FILE, such as a failure saved under .dcpcheck/failures/ (by the
     property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
     if it passes."""
-    if op_of(file) == SLOT_MAPPING:
-        op_run.refuse_other_options(ctx, op_run.REPRO_OPTIONS)
-        raise SystemExit(op_run.repro_op(file, kernel_name, dcp_text, device, json_path))
+    named = op_of(file)
+    if named in packaged():
+        op_run.refuse_other_options(ctx, named, op_run.REPRO_OPTIONS)
+        raise SystemExit(op_run.repro_op(named, file, kernel_name, dcp_text, device, json_path))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
     try:

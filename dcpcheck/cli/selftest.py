@@ -8,7 +8,8 @@ import click
 from dcpcheck.cli import op_run
 from dcpcheck.cli.common import InputError, device_option, open_backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS, SLOT_MAPPING
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.ops import package, packaged
 from dcpcheck.output.console import err, out
 from dcpcheck.workflows import selftest
 
@@ -47,18 +48,17 @@ def selftest_command(
     """Run dcpcheck against every mutant of the project's kernels, every op's: exit 0 only
     when each correct kernel passes and every mutant is caught. The slot-mapping op's are
     judged on its shipped scenarios (`--profile` and `--mutant` are the fused op's)."""
-    if op == SLOT_MAPPING:
-        op_run.refuse_other_options(ctx, {"op", "device"})
+    if op is not None and op != FUSED_NORM_ROPE:
+        op_run.refuse_other_options(ctx, op, {"op", "device"})
     backend = open_backend(device)
     reports = []
     if op in (None, FUSED_NORM_ROPE):
         reports.append(_fused(profile_name, mutant_names, backend))
-    if op in (None, SLOT_MAPPING):
-        from dcpcheck.ops.slot_mapping import selftest as op_selftest  # backend first
-
-        with err.status("selftest") as status:
-            reports.append(op_selftest.run_selftest(backend, on_row=_progress(status)))
-        out.print(selftest.selftest_table(reports[-1], op=SLOT_MAPPING))
+    for name in packaged():
+        if op in (None, name):
+            with err.status("selftest") as status:
+                reports.append(package(name).selftest(backend, _progress(status)))
+            out.print(selftest.selftest_table(reports[-1], op=name))
     raise SystemExit(EXIT_OK if all(r.passed for r in reports) else EXIT_FAIL)
 
 

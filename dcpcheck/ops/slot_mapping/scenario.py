@@ -158,17 +158,6 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
     return tuple(parsed)
 
 
-def op_of(path: Path) -> str | None:
-    """The ``op`` a scenario file names (None: none, the fused op's files), or None when it
-    cannot be read: the loader of the file's op then says why."""
-    try:
-        with Path(path).open("rb") as file:
-            op = tomllib.load(file).get("op")
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return None
-    return op if isinstance(op, str) else None
-
-
 def load_scenario(path: Path) -> SlotMappingScenario:
     """Read and check one scenario file of the op, wherever it lies."""
     path = Path(path)
