@@ -1,13 +1,14 @@
-"""vLLM's slot-mapping kernel (``_compute_slot_mappings_kernel`` of the GPU model runner),
-judged in the releases where its API shape or its verdict changes, as ``dcpcheck run --op
-slot-mapping --kernel vllm==X`` judges them (``dcpcheck.ops.slot_mapping.vllm``).
+"""vLLM's slot-mapping routines judged in the releases where their API shape or their
+verdict changes, as ``dcpcheck run --op slot-mapping --kernel vllm==X[:NAME]`` judges them
+(``dcpcheck.ops.slot_mapping.vllm``, ``vllm_v1``).
 
-The releases, one per shape: 0.12.0 (no request mapping, no DCP), 0.15.0 (request mapping),
-0.17.0 (DCP; pads from the rows its caller passes, which are padded: the finding), 0.28.0
-(pads from the scheduled tokens, as every release from 0.18.0: fixed), 0.29.0 (kernel block
-sizes, groups without slots), 0.31.0 (sharded flags, requests without blocks), 0.33.0
-(kernel block sizes gone); and for the V1 runner's block table 0.10.2 (numpy, no
-interleave), 0.12.0 - 0.17.0 (numpy, interleaved), 0.28.0 (Triton) and 0.29.0 (not
+The GPU runner's kernel, one release per shape: 0.12.0 (no request mapping, no DCP),
+0.15.0 (request mapping), 0.17.0 (DCP; pads from the rows its caller passes, which are
+padded: the finding), 0.28.0 (pads from the scheduled tokens, as every release from 0.18.0:
+fixed), 0.29.0 (kernel block sizes, groups without slots), 0.31.0 (sharded flags, requests
+without blocks), 0.33.0 (kernel block sizes gone). The V1 runner's block table: 0.10.2
+(numpy, no interleave), 0.12.0 - 0.17.0 (numpy, interleaved), 0.28.0 (Triton), 0.29.0
+(Triton in a JIT warm-up class) and 0.31.0 (launched by vLLM's kernel launcher: not
 loadable here). Eight wheels, fetched as ``--kernel vllm==X`` fetches them (pip, then the
 cache outside the checkout) and skipped only where the registry is unreachable and the
 release is not cached.
@@ -349,7 +350,7 @@ def judge_v1(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult
     return result
 
 
-@pytest.mark.parametrize("version", ["0.10.2", "0.12.0", "0.17.0", "0.28.0"])
+@pytest.mark.parametrize("version", ["0.10.2", "0.12.0", "0.17.0", "0.28.0", "0.29.0"])
 @pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 1), (8, 1), (4, 16)])
 def test_the_v1_block_table_maps_every_rank_as_its_runner_asks(version, dcp_size, interleave):
     """From DCP's first release on; the rows after the scheduled tokens are the runner's."""
@@ -379,10 +380,11 @@ def test_what_the_v1_runner_never_asks_its_table_is_not_applicable(batch, words)
     assert result.status == "not_applicable" and words in result.error
 
 
-def test_the_v1_table_of_0_29_on_is_a_one_line_load_error():
-    release("0.29.0")  # fetched (or skipped) as the other tests fetch it
-    with pytest.raises(KernelLoadError, match=r"needs vllm\.model_executor"):
-        kernels.load("vllm==0.29.0:compute_slot_mapping")
+def test_the_v1_table_launched_through_vllms_kernel_launcher_is_a_one_line_load_error():
+    release("0.31.0")  # fetched (or skipped) as the other tests fetch it
+    with pytest.raises(KernelLoadError, match="needs kernel_launcher from vllm") as raised:
+        kernels.load("vllm==0.31.0:compute_slot_mapping")
+    assert "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize("version", ["0.10.2", "0.28.0"])

@@ -53,6 +53,9 @@ STAND_INS: dict[str, dict[str, str]] = {
         "vllm.utils": "v1_runner",
         "vllm.v1.utils": "v1_runner",
         "vllm.v1.worker.cp_utils": "v1_runner",
+        # 0.29.0: the V1 block table's kernel class derives from this
+        "vllm.model_executor.warmup.jit_warmup": "jit_warmup",
+        "vllm.model_executor.warmup.jit_warmup_triton_helper": "jit_warmup",
     },
 }
 """Host package -> {host module: the module of ``dcpcheck.adapters.shims.<package>``

@@ -24,8 +24,9 @@ What the V1 routine is not asked, by its release's runner, is skipped with the r
   group), an interleave above 1 before 0.11.1 (no such setting): the case is not
   applicable.
 
-0.29.0 on build the kernel through vLLM's JIT warm-up machinery, which has no stand-in:
-their load is a one-line error naming it.
+0.29.0's kernel class derives from vLLM's JIT warm-up base (a stand-in: the launch is the
+file's own); from 0.30.0 the launch goes through vLLM's ``kernel_launcher``, whose code is
+not in the file and has no stand-in: their load is a one-line error naming it.
 """
 
 from __future__ import annotations
