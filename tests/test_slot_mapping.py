@@ -420,6 +420,11 @@ def test_options_of_the_fused_ops_harness_are_refused():
         ("sharded = [true, false]", "sharded = [true]", "one flag per group (2), got 1"),
         ("padding = 5", "paddding = 5", "key 'paddding': unknown key"),
         ("without_blocks = [3]", "without_blocks = [9]", "must index the 5 requests"),
+        (
+            "interleave = 1",
+            "interleave = 1\nkernel_block_sizes = [12, 64]",
+            "key 'kernel_block_sizes': kernel block sizes (12, 64) must divide",
+        ),
     ],
 )
 def test_a_bad_scenario_file_is_one_line_naming_the_key(tmp_path, old, new, words):

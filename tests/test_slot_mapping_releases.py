@@ -392,3 +392,34 @@ def test_the_search_passes_the_v1_table_drawing_only_what_it_can_be_asked(versio
     kernel = v1_table(version)
     outcome = search.search(kernel, f"vllm=={version}", 40, BACKEND.device, seed=1)
     assert outcome.passed and outcome.not_applicable == 0
+
+
+# -- kernel blocks smaller than the cache's ------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["0.29.0", "0.31.0"])
+@pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
+def test_the_gpu_runners_that_take_kernel_blocks_map_through_them(version, dcp_size):
+    """The table in kernel blocks, as their runner writes it; the slots the cache's."""
+    result = judge(version, shipped("kernel-blocks").batch, dcp_size)
+    slot_checks = {c.check: c for c in result.checks if c.check in SLOT_CHECKS}
+    assert result.status == "pass", failed(result)
+    assert all(check.passed for check in slot_checks.values())
+
+
+def test_a_gpu_runner_without_kernel_blocks_is_not_asked_them():
+    result = judge("0.33.0", shipped("kernel-blocks").batch, 4)
+    slot_checks = [c for c in result.checks if c.check in SLOT_CHECKS]
+    assert slot_checks and all("takes no kernel block size" in c.skipped for c in slot_checks)
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.28.0", "0.29.0"])
+@pytest.mark.parametrize("dcp_size", [1, 4, 8])
+def test_the_v1_table_maps_each_cache_block_to_its_kernel_blocks_itself(version, dcp_size):
+    result = judge_v1(version, shipped("kernel-blocks").batch, dcp_size)
+    assert result.status == "pass", failed(result)
+
+
+def test_the_first_v1_table_has_no_kernel_blocks_to_be_asked():
+    result = judge_v1("0.10.2", shipped("kernel-blocks").batch, 1)
+    assert result.status == "not_applicable" and "no kernel block size" in result.error

@@ -43,6 +43,7 @@ class SlotMappingBatch:
     padding: int = 0
     without_blocks: tuple[int, ...] = ()  # requests that own no blocks
     seed: int = 0
+    kernel_block_sizes: tuple[int, ...] = ()  # per cache group; () for the block sizes
 
     @property
     def num_rows(self) -> int:
@@ -100,6 +101,7 @@ def build_case(batch: SlotMappingBatch, dcp_size: int, device: torch.device) -> 
         dcp_size=dcp_size,
         dcp_rank=0,
         interleave=batch.interleave,
+        kernel_block_sizes=batch.kernel_block_sizes,
     )
     ranks = tuple(replace(shared, dcp_rank=rank) for rank in range(dcp_size))
     return SlotMappingCase(batch, dcp_size, ranks)

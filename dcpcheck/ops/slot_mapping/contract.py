@@ -16,7 +16,13 @@ vLLM's model runners build on the device, as one set of tensors per step:
   for a request that owns no blocks (its rows are padding);
 * ``block_tables`` (int32, ``[groups, table rows, max blocks]``): one table per cache
   group, each group with its own ``block_sizes`` entry and ``sharded`` flag (a replicated
-  group stores every token on every rank, at its global slot).
+  group stores every token on every rank, at its global slot);
+* ``kernel_block_sizes``: per group, the block size the attention kernel addresses the
+  cache in, which divides the group's block size and is a multiple of the interleave. A
+  kernel that takes it addresses the table in kernel blocks, cache block ``b`` being
+  kernel blocks ``b * k .. b * k + k - 1`` (``k`` = block size / kernel block size, as
+  vLLM's runners expand their tables); the slots are the same either way, a cache block
+  being the same bytes as its kernel blocks, so a kernel may also ignore it.
 
 What every slot must be is ``reference.slot_mapping.slot_mappings``.
 
@@ -53,8 +59,10 @@ class SlotMappingInputs:
     dcp_size: int
     dcp_rank: int
     interleave: int
+    kernel_block_sizes: tuple[int, ...] = ()  # per group; () for the block sizes themselves
 
     def __post_init__(self) -> None:
+        check_kernel_block_sizes(self.block_sizes, self.kernel_blocks, self.interleave)
         groups = self.block_tables.shape[0]
         if not len(self.block_sizes) == len(self.sharded) == groups:
             raise ValueError(
@@ -72,6 +80,26 @@ class SlotMappingInputs:
     @property
     def num_requests(self) -> int:
         return self.idx_mapping.shape[0]
+
+    @property
+    def kernel_blocks(self) -> tuple[int, ...]:
+        """Each group's kernel block size (its block size where none is given)."""
+        return self.kernel_block_sizes or self.block_sizes
+
+
+def check_kernel_block_sizes(
+    block_sizes: tuple[int, ...], kernel_block_sizes: tuple[int, ...], interleave: int
+) -> None:
+    """``ValueError`` unless there is one kernel block size per group, each dividing its
+    group's block size and a multiple of the interleave (module docstring)."""
+    if len(kernel_block_sizes) != len(block_sizes) or any(
+        size % kernel or kernel % interleave
+        for size, kernel in zip(block_sizes, kernel_block_sizes, strict=False)
+    ):
+        raise ValueError(
+            f"kernel block sizes {kernel_block_sizes} must divide the block sizes "
+            f"{block_sizes}, one per group, and be multiples of the interleave {interleave}"
+        )
 
 
 SlotMappingKernel = Callable[[SlotMappingInputs, torch.Tensor], None]

@@ -10,6 +10,8 @@ File format (``scenario_to_toml`` writes exactly this)::
     block_sizes = [16, 64]                # one per cache group
     sharded = [true, false]               # per group: sharded across ranks, or replicated
     interleave = 1                        # optional, default 1; divides every block size
+    kernel_block_sizes = [16, 16]         # optional, default the block sizes; each divides
+                                          # its block size and is a multiple of interleave
     dcp = [1, 2, 4, 8]                    # DCP sizes to run
     seed = 0                              # shuffles the block tables
     padding = 0                           # optional: CUDA-graph padding rows
@@ -46,6 +48,7 @@ from dcpcheck.cases.toml_tables import (
     toml_literal,
 )
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
+from dcpcheck.ops.slot_mapping.contract import check_kernel_block_sizes
 
 OP = "slot-mapping"
 
@@ -68,6 +71,7 @@ _KEYS: dict[str, Key] = {
     "block_sizes": Key("array of integers", integer_array),
     "sharded": Key("array of booleans", _booleans),
     "interleave": Key("integer", integer, 1),
+    "kernel_block_sizes": Key("array of integers", integer_array, []),
     "dcp": Key("array of integers", integer_array),
     "seed": Key("integer", integer),
     "padding": Key("integer", integer, 0),
@@ -122,6 +126,12 @@ def _check(values: dict[str, Any], where: str) -> None:
                 f"each must be in 1..{limits.BLOCK_SIZE_MAX} and a multiple of the "
                 f"interleave {interleave}, got {sizes}",
             )
+    kernel = values["kernel_block_sizes"]
+    if kernel:
+        try:
+            check_kernel_block_sizes(tuple(sizes), tuple(kernel), interleave)
+        except ValueError as error:
+            fail("kernel_block_sizes", str(error))
     if not values["dcp"] or any(not 1 <= n <= limits.DCP_SIZE_MAX for n in values["dcp"]):
         fail("dcp", f"must name DCP sizes in 1..{limits.DCP_SIZE_MAX}, got {values['dcp']}")
     if not 0 <= values["seed"] <= limits.SEED_MAX:
@@ -176,6 +186,7 @@ def load_scenario(path: Path) -> SlotMappingScenario:
         block_sizes=tuple(values["block_sizes"]),
         sharded=tuple(values["sharded"]),
         interleave=values["interleave"],
+        kernel_block_sizes=tuple(values["kernel_block_sizes"]),
         padding=values["padding"],
         without_blocks=tuple(values["without_blocks"]),
         seed=values["seed"],
@@ -201,6 +212,7 @@ def scenario_to_toml(scenario: SlotMappingScenario) -> str:
         ("block_sizes", list(b.block_sizes)),
         ("sharded", list(b.sharded)),
         ("interleave", b.interleave),
+        ("kernel_block_sizes", list(b.kernel_block_sizes)),
         ("dcp", list(scenario.dcp_sizes)),
         ("seed", b.seed),
         ("padding", b.padding),

@@ -43,14 +43,22 @@ def batches(
     replicated: bool = True,
     without_blocks: bool = True,
     interleaved: bool = True,
+    kernel_blocks: bool = True,
 ) -> tuple[SlotMappingBatch, int]:
     """A batch of the op and the DCP size it runs at (module docstring); ``replicated``,
-    ``without_blocks`` and ``interleaved`` say whether replicated groups, requests that own
-    no blocks and interleaves above 1 may be drawn."""
+    ``without_blocks``, ``interleaved`` and ``kernel_blocks`` say whether replicated groups,
+    requests that own no blocks, interleaves above 1 and kernel blocks smaller than the
+    cache's may be drawn."""
     dcp_size = draw(st.sampled_from(dcp_sizes))
     interleave = draw(st.sampled_from(INTERLEAVES if interleaved else (1,)))
     groups = draw(st.integers(1, 3))
     block_sizes = tuple(interleave * draw(st.sampled_from(BLOCK_MULTIPLES)) for _ in range(groups))
+    # each group's kernel block: a divisor of its block size, a multiple of the interleave
+    # (shrinks to the block size itself)
+    kernel_block_sizes = tuple(
+        draw(st.sampled_from([k for k in range(size, 0, -interleave) if size % k == 0]))
+        for size in block_sizes
+    )
     # shrinks to sharded
     sharded = tuple(not (replicated and draw(st.booleans())) for _ in range(groups))
     requests = tuple(
@@ -64,6 +72,9 @@ def batches(
             block_sizes=block_sizes,
             sharded=sharded,
             interleave=interleave,
+            kernel_block_sizes=(
+                kernel_block_sizes if kernel_blocks and kernel_block_sizes != block_sizes else ()
+            ),
             padding=draw(st.integers(0, 8)),
             without_blocks=tuple(sorted(without)),
             seed=draw(st.integers(0, 2**16)),
@@ -98,7 +109,9 @@ def _drawn_for(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrateg
     if askable is None:
         return batches(dcp_sizes)
     sizes = dcp_sizes if askable.dcp else tuple(s for s in dcp_sizes if s == 1) or dcp_sizes
-    return batches(sizes, askable.replicated, askable.without_blocks, askable.interleave)
+    return batches(
+        sizes, askable.replicated, askable.without_blocks, askable.interleave, askable.kernel_blocks
+    )
 
 
 def search(

@@ -16,8 +16,9 @@ signature and gives each the value the release's caller gives it:
   caller hands it the tables gathered by request (``input_block_tables``);
 * ``block_table_ptrs``, ``block_table_strides``: one table per cache group, by address;
 * ``page_sizes`` / ``block_sizes``, ``kernel_block_sizes`` (0.29.0 - 0.31.0): the groups'
-  block sizes, the kernel's the same as the cache's (the attention backend takes the
-  cache's block size; a smaller kernel block is not drawn);
+  block sizes and their kernel block sizes, the tables then in kernel blocks as the runner
+  writes them (:func:`in_kernel_blocks`); a release without ``kernel_block_sizes`` is not
+  asked a kernel block smaller than the cache's;
 * ``slot_mapping_enabled`` (0.29.0 on): every group writes the cache (a group that does
   not, a recurrent state's, has no slots to judge);
 * ``dcp_sharded`` (0.31.0 on): the op's sharded flags;
@@ -180,6 +181,19 @@ class Askable:
     replicated: bool  # replicated cache groups under DCP
     without_blocks: bool  # requests that own no blocks
     interleave: bool = True  # interleaves above 1
+    kernel_blocks: bool = True  # kernel blocks smaller than the cache's
+
+
+def in_kernel_blocks(table: torch.Tensor, per_block: int) -> torch.Tensor:
+    """``table`` (``[rows, blocks]``) in kernel blocks, as the GPU runner writes it
+    (``BlockTables.append_block_ids``: cache block ``b`` is kernel blocks ``b * per_block +
+    k``, ``k`` in ``0 .. per_block - 1``); the table itself when a kernel block is a
+    cache block."""
+    if per_block == 1:
+        return table
+    steps = torch.arange(per_block, dtype=table.dtype, device=table.device)
+    expanded = table.unsqueeze(-1) * per_block + steps
+    return expanded.reshape(table.shape[0], -1).contiguous()
 
 
 class VllmSlotMappings:
@@ -216,6 +230,7 @@ class VllmSlotMappings:
             dcp="cp_rank" in self.parameters,
             replicated="dcp_sharded" in self.parameters,
             without_blocks="dcp_sharded" in self.parameters,
+            kernel_blocks="kernel_block_sizes" in self.parameters,
         )
 
     def not_applicable(self, inputs: SlotMappingInputs) -> str | None:
@@ -232,6 +247,12 @@ class VllmSlotMappings:
                 "shards every cache group under DCP (a replicated one, a DCP1 draft's, "
                 "first reaches the kernel in 0.31.0)"
             )
+        smaller = inputs.kernel_blocks != inputs.block_sizes
+        if smaller and "kernel_block_sizes" not in self.parameters:
+            return (
+                f"{FUNCTION} of this release takes no kernel block size: its runner passes "
+                "tables in cache blocks"
+            )
         if bool((inputs.idx_mapping < 0).any()) and "dcp_sharded" not in self.parameters:
             return (
                 f"{FUNCTION} of this release reads every request's block-table row: its "
@@ -247,7 +268,12 @@ class VllmSlotMappings:
         if "idx_mapping" not in self.parameters:
             # the caller hands the tables gathered by request: row i is request i's
             tables = tables[:, inputs.idx_mapping.long()].contiguous()
-        per_group = [tables[group] for group in range(groups)]
+        per_group = [
+            in_kernel_blocks(tables[group], size // kernel)
+            for group, (size, kernel) in enumerate(
+                zip(inputs.block_sizes, inputs.kernel_blocks, strict=True)
+            )
+        ]
         scheduled = int(inputs.query_start_loc[-1])
         assert self.caller is not None or "num_tokens" not in self.parameters
         values = {
@@ -275,7 +301,10 @@ class VllmSlotMappings:
             "BLOCK_SIZE": CALLER_BLOCK,
             "TRITON_BLOCK_SIZE": CALLER_BLOCK,
         }
-        values["block_sizes"] = values["kernel_block_sizes"] = values["page_sizes"]
+        values["block_sizes"] = values["page_sizes"]
+        values["kernel_block_sizes"] = torch.tensor(
+            inputs.kernel_blocks, dtype=torch.int32, device=device
+        )
         arguments = [values[name] for name in self.parameters]
         self.kernel[(groups, inputs.num_requests + 1)](*arguments)  # type: ignore[index]
         # the tables stay alive until here: the kernel reads them by address

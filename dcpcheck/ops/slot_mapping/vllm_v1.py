@@ -5,9 +5,10 @@ built and asked as the runner builds and asks it (``--kernel vllm==X:compute_slo
 The V1 runner keeps one ``BlockTable`` per cache group and rank. Its constructor asks the
 DCP group for the rank (the stand-in answers with the rank being built,
 ``dcpcheck.adapters.shims.vllm.v1_runner``) and takes the group's block size, the table's
-sizes and, from 0.11.1, the kernel block size (the adapter passes the cache's) and the
-interleave; every request's block ids go in with ``add_row``, at the request's row of
-the persistent batch, and ``compute_slot_mapping`` is called as the runner calls it:
+sizes and, from 0.11.1, the group's kernel block size (the table then maps each cache block
+to its kernel blocks itself) and the interleave; every request's block ids go in with
+``add_row``, at the request's row of the persistent batch, and ``compute_slot_mapping`` is
+called as the runner calls it:
 ``(req_indices, positions)`` as numpy arrays up to 0.18.1, ``(num_reqs, query_start_loc,
 positions)`` from 0.19.0, where it is a Triton kernel reading the table's device copy
 (``commit_block_table`` first, as the runner does). The slots are read from the table's
@@ -21,8 +22,8 @@ What the V1 routine is not asked, by its release's runner, is skipped with the r
 * ``guard``: the table owns its slot buffer, so a write past the rows is not seen;
 * a request that owns no blocks, or rows not in batch order (the persistent batch keeps
   request ``i`` at row ``i``), a replicated group under DCP (the V1 table shards every
-  group), an interleave above 1 before 0.11.1 (no such setting): the case is not
-  applicable.
+  group), an interleave above 1 or a kernel block smaller than the cache's before 0.11.1
+  (no such setting): the case is not applicable.
 
 0.29.0's kernel class derives from vLLM's JIT warm-up base (a stand-in: the launch is the
 file's own); from 0.30.0 the launch goes through vLLM's ``kernel_launcher``, whose code is
@@ -100,6 +101,7 @@ class VllmV1SlotMappings:
             replicated=False,
             without_blocks=False,
             interleave=bool(self.interleave_parameter),
+            kernel_blocks="kernel_block_size" in self.init_parameters,
         )
 
     def not_applicable(self, inputs: SlotMappingInputs) -> str | None:
@@ -112,6 +114,11 @@ class VllmV1SlotMappings:
             )
         if inputs.dcp_size > 1 and not all(inputs.sharded):
             return "the V1 block table shards every cache group under DCP (no replicated group)"
+        if (
+            inputs.kernel_blocks != inputs.block_sizes
+            and "kernel_block_size" not in self.init_parameters
+        ):
+            return "this release's V1 block table has no kernel block size (the cache's only)"
         if inputs.interleave > 1 and self.interleave_parameter is None:
             return "this release's V1 block table has no interleave setting (1 only)"
         return None
@@ -128,7 +135,7 @@ class VllmV1SlotMappings:
             "max_num_batched_tokens": max_num_tokens,
             "pin_memory": False,
             "device": inputs.positions.device,
-            "kernel_block_size": block_size,
+            "kernel_block_size": inputs.kernel_blocks[group],
         }
         if self.interleave_parameter is not None:
             arguments[self.interleave_parameter] = inputs.interleave
