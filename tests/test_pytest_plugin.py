@@ -457,9 +457,9 @@ def test_the_slot_mapping_op_as_test_items(pytester):
     home = pytester.path / "home"
     op = ("--dcpcheck-op=slot-mapping", f"--dcpcheck-home={home}")
     passing = run(pytester, "--dcpcheck-kernel=default", *op)
-    passing.assert_outcomes(passed=12)
+    passing.assert_outcomes(passed=16)  # 4 scenarios at DCP 1, 2, 4, 8
     mutant = run(pytester, "--dcpcheck-kernel=mutant/interleave-ignored", *op, "-k", "dcp4")
-    mutant.assert_outcomes(passed=2, failed=1)
+    mutant.assert_outcomes(passed=2, failed=2)  # the two interleaved scenarios fail
     mutant.stdout.fnmatch_lines(["*interleaved-prefix[[]dcp4]: FAIL on kernel*: slots*"])
     [saved] = (home / "failures").glob("interleaved-prefix-*-dcp4-*.toml")
     assert saved.read_text().startswith('op = "slot-mapping"')
