@@ -3,7 +3,9 @@ dcpcheck.backend): CUDA when present, else Triton's interpreter on the CPU."""
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -44,3 +46,19 @@ def device() -> torch.device:
 
 def pytest_report_header(config):
     return f"dcpcheck backend: {BACKEND.describe()}"
+
+
+@functools.cache
+def registry_problem() -> str | None:
+    """Why the package registry cannot be asked about vllm, or None when it can: the
+    release tests skip a release only when it is not cached and this says why."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode == 0:
+        return None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"pip index exited {done.returncode}"

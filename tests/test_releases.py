@@ -48,7 +48,7 @@ from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels import releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, registry_problem
 
 
 def invoke(*args: str):
@@ -406,28 +406,13 @@ RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 
 
 @functools.cache
-def _registry_problem() -> str | None:
-    """Why the package registry cannot be asked about vllm, or None when it can."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if done.returncode == 0:
-        return None
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    return lines[-1] if lines else f"pip index exited {done.returncode}"
-
-
-@functools.cache
 def release_kernel(version: str) -> VllmFusedNormRope:
     """Release ``version`` as ``--kernel vllm==X`` loads it; skips only where the registry
     is unreachable and the release is not cached."""
     try:
         kernel = load_kernel(f"vllm=={version}")
     except KernelLoadError as exc:
-        problem = _registry_problem()
+        problem = registry_problem()
         if problem is not None:
             pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
         raise AssertionError(

@@ -36,26 +36,11 @@ from dcpcheck.ops.slot_mapping.runner import run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
 from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
 from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes, torch_function
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, registry_problem
 
 RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
 WITH_DCP = ("0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
 FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
-
-
-@functools.cache
-def _registry_problem() -> str | None:
-    """Why the package registry cannot be asked about vllm, or None when it can."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if done.returncode == 0:
-        return None
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    return lines[-1] if lines else f"pip index exited {done.returncode}"
 
 
 @functools.cache
@@ -64,7 +49,7 @@ def release(version: str) -> Routines:
     try:
         kernel = kernels.load(f"vllm=={version}")
     except KernelLoadError as exc:
-        problem = _registry_problem()
+        problem = registry_problem()
         if problem is not None:
             pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
         raise AssertionError(
@@ -337,7 +322,7 @@ def v1_table(version: str) -> Routines:
     try:
         return kernels.load(f"vllm=={version}:compute_slot_mapping")
     except KernelLoadError:
-        problem = _registry_problem()
+        problem = registry_problem()
         if problem is not None:
             pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
         raise

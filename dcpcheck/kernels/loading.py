@@ -227,11 +227,14 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
         raise KernelLoadError(f"{spec}: {exc}") from exc
 
 
-def release_of(spec: str) -> releases.ReleaseSpec | None:
-    """``spec`` as a vLLM release (``vllm==X``, its version normalised), None when it names
-    none; :class:`KernelSpecError` when its version is not a version."""
+def release_of(
+    spec: str, default_function: str = releases.DEFAULT_FUNCTION
+) -> releases.ReleaseSpec | None:
+    """``spec`` as a vLLM release (``vllm==X``, its version normalised, its function
+    ``default_function`` unless it names one), None when it names none;
+    :class:`KernelSpecError` when its version is not a version."""
     try:
-        return releases.parse_spec(spec)
+        return releases.parse_spec(spec, default_function)
     except releases.MalformedVersion as exc:
         raise KernelSpecError(f"{spec}: {exc}") from None
 

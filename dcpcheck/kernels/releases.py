@@ -449,12 +449,13 @@ def fetch_all(version: str, *, refresh: bool = False) -> list[KeptFile]:
         try:
             kept.append(fetch(version, member, refresh=refresh and number == 0))
         except ReleaseError as exc:
-            if isinstance(exc, CacheFault | UnknownRelease) or not _lacks(version, member):
+            if isinstance(exc, CacheFault | UnknownRelease) or not lacks(version, member):
                 raise
     return kept
 
 
-def _lacks(version: str, member: str) -> bool:
-    """Whether the cached record of ``version`` says its wheel has no ``member``."""
+def lacks(version: str, member: str) -> bool:
+    """Whether the cached record of ``version`` says its wheel has no ``member`` (False
+    for a release never fetched: only a fetch can tell)."""
     record = _record_of(release_dir(version), version)
     return record is not None and member in record.looked_for and member not in record.files

@@ -45,12 +45,12 @@ STAND_INS: dict[str, dict[str, str]] = {
         # the GPU model runner's block tables (vllm/v1/worker/gpu/block_table.py), 0.12.0 on
         "vllm.attention.backends.utils": "block_tables",
         "vllm.v1.attention.backends.utils": "block_tables",
-        "vllm.utils.math_utils": "block_tables",
         "vllm.v1.worker.gpu.buffer_utils": "block_tables",
         # the V1 runner's block table (vllm/v1/worker/block_table.py), 0.10.2 on
         "vllm.distributed": "v1_runner",
         "vllm.logger": "v1_runner",
         "vllm.utils": "v1_runner",
+        "vllm.utils.math_utils": "v1_runner",
         "vllm.v1.utils": "v1_runner",
         "vllm.v1.worker.cp_utils": "v1_runner",
         # 0.29.0: the V1 block table's kernel class derives from this

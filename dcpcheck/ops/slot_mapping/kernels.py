@@ -21,7 +21,7 @@ from pathlib import Path
 
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
-from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
+from dcpcheck.kernels.loading import JudgedFile, KernelLoadError
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
 from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_v1
 from dcpcheck.ops.slot_mapping.contract import Routines
@@ -54,10 +54,7 @@ ONE_ROUTINE = "{spec} names the {this} routine alone"
 def release_of(spec: str) -> releases.ReleaseSpec | None:
     """``spec`` as a vLLM release of this op (its function ``vllm.FUNCTION`` unless it
     names one); ``KernelSpecError`` for a version that is no version."""
-    try:
-        return releases.parse_spec(spec, vllm.FUNCTION)
-    except releases.MalformedVersion as exc:
-        raise KernelSpecError(f"{spec}: {exc}") from None
+    return loading.release_of(spec, vllm.FUNCTION)
 
 
 def _adapted(build, *args) -> object:
@@ -84,17 +81,17 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     """A release's routines (module docstring); ``named``: the spec named one."""
     version, name = release.version, release.name
     if release.function == vllm.SEQ_LENS_FUNCTION:
-        path = _kept(version, vllm.SEQ_LENS_FUNCTION_MEMBER)
+        path = _kept(version, vllm.ALONE[release.function])
         function = _adapted(vllm.torch_function, path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
-    if release.function == vllm_v1.FUNCTION:
-        path = _kept(version, vllm_v1.MEMBER)
+    if release.function == vllm.V1_FUNCTION:
+        path = _kept(version, vllm.ALONE[release.function])
         table_class = _function(path, "BlockTable", name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
         return Routines(_adapted(vllm_v1.VllmV1SlotMappings, table_class, name), None, why)
     if release.function == vllm.SEQ_LENS_KERNEL:
-        path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
+        path = _kept(version, vllm.ALONE[release.function])
         target = _function(path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name), why)
@@ -104,14 +101,13 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     if named:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
         return Routines(slots, None, why)
-    try:
-        path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
-    except KernelLoadError:  # a runner without DCP: no such file
+    if releases.lacks(version, vllm.SEQ_LENS_KERNEL_MEMBER):  # a runner without DCP
         why = (
             f"{name}'s GPU model runner has no {vllm.SEQ_LENS_KERNEL} (judge the attention "
             f"backends' function with --kernel {name}:{vllm.SEQ_LENS_FUNCTION})"
         )
         return Routines(slots, None, why)
+    path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
     target = _function(path, vllm.SEQ_LENS_KERNEL, name)
     return Routines(slots, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name))
 
@@ -144,14 +140,9 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     release = release_of(spec)
     if release is not None:
         members = vllm.members_of(release.function, named=":" in spec)
-        judged = []
-        for member in members:
-            try:
-                kept = loading.fetch_release(release.version, member)
-            except KernelLoadError:  # a member the release lacks (its checks are skipped)
-                continue
-            judged.append(JudgedFile(str(kept.path), kept.sha256))
-        return tuple(judged)
+        present = [m for m in members if not releases.lacks(release.version, m)]
+        kept = [loading.fetch_release(release.version, member) for member in present]
+        return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
     judged_here = loading.judged_files(spec)
     where = Path(spec.rsplit(":", 1)[0])
     caller = vllm.beside(where)

@@ -416,12 +416,16 @@ class VllmLocalSeqLens:
         local_seq_lens[: inputs.num_reqs] = computed.to(local_seq_lens.device)
 
 
+ALONE = {
+    SEQ_LENS_FUNCTION: SEQ_LENS_FUNCTION_MEMBER,
+    SEQ_LENS_KERNEL: SEQ_LENS_KERNEL_MEMBER,
+    V1_FUNCTION: V1_MEMBER,
+}
+"""The routines a spec names alone (``vllm==X:NAME``), by the wheel member each is in."""
+
+
 def members_of(function: str, named: bool) -> tuple[str, ...]:
     """The wheel members a release spec of the op judges (``vllm==X`` or ``vllm==X:NAME``)."""
-    if function == SEQ_LENS_FUNCTION:
-        return (SEQ_LENS_FUNCTION_MEMBER,)
-    if function == SEQ_LENS_KERNEL:
-        return (SEQ_LENS_KERNEL_MEMBER,)
-    if function == V1_FUNCTION:
-        return (V1_MEMBER,)
+    if function in ALONE:
+        return (ALONE[function],)
     return (MEMBER, CALLER_MEMBER) if named else (MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER)

@@ -41,10 +41,7 @@ import torch
 
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
-from dcpcheck.ops.slot_mapping.vllm import V1_FUNCTION, V1_MEMBER, Askable
-
-MEMBER, FUNCTION = V1_MEMBER, V1_FUNCTION
-"""The V1 table's file, and the spec's name for its routine (``vllm==X:compute_slot_mapping``)."""
+from dcpcheck.ops.slot_mapping.vllm import V1_FUNCTION, Askable
 
 INTERLEAVE_PARAMETERS = ("dcp_kv_cache_interleave_size", "cp_kv_cache_interleave_size")
 
@@ -74,17 +71,17 @@ class VllmV1SlotMappings:
     skips: dict[str, str] = field(default_factory=lambda: dict(SKIPS))
 
     def __post_init__(self) -> None:
-        if not inspect.isclass(self.table_class) or not hasattr(self.table_class, FUNCTION):
-            raise AdapterError(f"{self.name}: BlockTable has no {FUNCTION}")
+        if not inspect.isclass(self.table_class) or not hasattr(self.table_class, V1_FUNCTION):
+            raise AdapterError(f"{self.name}: BlockTable has no {V1_FUNCTION}")
         self.init_parameters = tuple(inspect.signature(self.table_class.__init__).parameters)
-        method = getattr(self.table_class, FUNCTION)
+        method = getattr(self.table_class, V1_FUNCTION)
         self.call_parameters = tuple(inspect.signature(method).parameters)[1:]
         if self.call_parameters not in (
             ("req_indices", "positions"),
             ("num_reqs", "query_start_loc", "positions"),
         ):
             raise AdapterError(
-                f"{self.name}: BlockTable.{FUNCTION}({', '.join(self.call_parameters)}) is "
+                f"{self.name}: BlockTable.{V1_FUNCTION}({', '.join(self.call_parameters)}) is "
                 "not a signature the adapter knows how the V1 runner calls"
             )
 

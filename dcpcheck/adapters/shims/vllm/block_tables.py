@@ -1,5 +1,5 @@
 """Stand-in for what vLLM's GPU block-table module (``vllm/v1/worker/gpu/block_table.py``)
-imports: the padding slot id, a ceiling division, the buffer classes of its
+imports: the padding slot id, the buffer classes of its
 ``BlockTables``, and, from vLLM 0.24.0 on, the pointer loader its slot-mapping kernel
 calls (before that the file defines its own).
 
@@ -21,11 +21,6 @@ import triton.language as tl
 
 PAD_SLOT_ID = -1
 """vLLM's slot of a row with no cache entry (``vllm.v1.attention.backends.utils``)."""
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division, as ``vllm.utils.math_utils.cdiv``."""
-    return -(-a // b)
 
 
 class _NotBuilt:

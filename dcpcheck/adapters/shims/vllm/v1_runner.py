@@ -61,7 +61,8 @@ def init_logger(name: str) -> logging.Logger:
 
 
 def cdiv(a: int, b: int) -> int:
-    """Ceiling division, as ``vllm.utils.cdiv``."""
+    """Ceiling division, as ``vllm.utils.cdiv`` (``vllm.utils.math_utils.cdiv`` from
+    0.11.1)."""
     return -(-a // b)
 
 
