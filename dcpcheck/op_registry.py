@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 FUSED_NORM_ROPE = "fused-norm-rope"
 SLOT_MAPPING = "slot-mapping"
+LSE_COMBINE = "lse-combine"
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class Op:
     (``dcpcheck.kernels.releases``)."""
 
     description: str
-    wheel_members: tuple[str, ...]
+    wheel_members: tuple[str, ...]  # () for an op that loads no release
     function: str  # the function of the first member a release is judged by
     package: str | None = None  # its package under dcpcheck/ops/ (None: the fused op's harness)
 
@@ -43,6 +44,12 @@ OPS: dict[str, Op] = {
         ),
         "_compute_slot_mappings_kernel",
         "dcpcheck.ops.slot_mapping",
+    ),
+    LSE_COMBINE: Op(
+        "the merge of the ranks' partial attentions by their LSE (docs/lse-combine.md)",
+        (),
+        "",
+        "dcpcheck.ops.lse_combine",
     ),
 }
 """Name -> the op (``Op``)."""

@@ -334,7 +334,7 @@ def test_the_default_run_judges_every_op_and_one_report_tells_them_apart(tmp_pat
     )
     assert done.exit_code == 0, done.output
     written = json.loads(report.read_text())
-    assert written["op"] == "fused-norm-rope,slot-mapping"
+    assert written["op"] == "fused-norm-rope,slot-mapping,lse-combine"
     names = [case["scenario"] for case in written["cases"]]
     ours = {f"slot-mapping/{path.stem}" for path in SCENARIOS.glob("*.toml")}
     assert ours <= set(names) and len(names) > len(ours)  # the fused op's cases first

@@ -429,6 +429,8 @@ def check_versions(texts: Sequence[str], op: str = FUSED_NORM_ROPE) -> list[str]
             f"--releases: not oldest first ({versions[first]} before {versions[first + 1]}); "
             f"sorted: {','.join(ordered)}"
         )
+    if not OPS[op].wheel_members:
+        raise BisectError(f"--releases: the {op} op loads no vLLM release")
     member = OPS[op].wheel_members[0]
     try:
         unknown = [v for v in versions if releases.cached(v, member) is None]

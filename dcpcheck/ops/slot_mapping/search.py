@@ -11,18 +11,17 @@ owning blocks, and DCP2, the smallest DCP size at which a rank owns nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from dcpcheck.cases.verdicts import CaseResult
+from dcpcheck.ops import op_cases
+from dcpcheck.ops.op_cases import SearchOutcome
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.contract import Routines
-from dcpcheck.ops.slot_mapping.runner import run_scenario
+from dcpcheck.ops.slot_mapping.runner import OP_CASES, run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario
 
 DCP_SIZES = (2, 4, 8, 1)
@@ -32,8 +31,6 @@ INTERLEAVES = (1, 2, 4, 8, 16)
 BLOCK_MULTIPLES = (16, 1, 2, 4, 8)
 """A group's block size is the interleave times one of these (16 first: block size 16 at
 interleave 1, the usual cache)."""
-
-DEFAULT_SEED = 0
 
 
 @st.composite
@@ -83,23 +80,6 @@ def batches(
     )
 
 
-@dataclass(frozen=True)
-class SearchOutcome:
-    """What a search did: examples run (shrinking included), how many of them the kernel
-    could not be asked (``not_applicable``: never a pass), the first that failed, and the
-    shrunk failure (None when no example failed)."""
-
-    examples_run: int
-    not_applicable: int = 0  # examples the kernel cannot be asked (an adapter's reason)
-    first_failure: int | None = None
-    failure: SlotMappingScenario | None = None
-    result: CaseResult | None = None  # the shrunk failure's case
-
-    @property
-    def passed(self) -> bool:
-        return self.failure is None
-
-
 def _drawn_for(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
     """The batches to draw for ``kernel``: all of them, or for a slot-mapping routine that
     says what it can be asked (an adapter's ``askable``: a release's API) only those, so that the
@@ -124,49 +104,18 @@ def search(
 ) -> SearchOutcome:
     """Run ``examples`` drawn batches through every check (module docstring); the smallest
     failing one, as a scenario of the op, when any fails."""
-    ran = skipped = 0
-    failing: list[tuple[int, SlotMappingScenario, CaseResult]] = []
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        phases=(Phase.generate, Phase.shrink),
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(_drawn_for(kernel, dcp_sizes or DCP_SIZES))
-    def property_holds(drawn: tuple[SlotMappingBatch, int]) -> None:
-        nonlocal ran, skipped
-        ran += 1
-        batch, size = drawn
-        scenario = SlotMappingScenario(
-            "drawn", "a batch drawn by the property search", batch, (size,)
-        )
+    def run(scenario: SlotMappingScenario, size: int) -> CaseResult:
         [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
-        skipped += result.status == "not_applicable"
-        if result.failed:
-            failing.append((ran, scenario, result))
-            raise AssertionError(result.status)
+        return result
 
-    try:
-        hypothesis_seed(DEFAULT_SEED if seed is None else seed)(property_holds)()
-    except AssertionError:
-        _, scenario, result = failing[-1]  # Hypothesis replays the shrunk failure last
-        return SearchOutcome(ran, skipped, failing[0][0], scenario, result)
-    return SearchOutcome(ran, skipped)
+    def scenario_of(batch: SlotMappingBatch, size: int) -> SlotMappingScenario:
+        return SlotMappingScenario("drawn", "a batch drawn by the property search", batch, (size,))
+
+    drawn = _drawn_for(kernel, dcp_sizes or DCP_SIZES)
+    return op_cases.search(run, drawn, scenario_of, examples, seed)
 
 
 def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
     """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
-    if outcome.failure is None:
-        return None
-    from dcpcheck.ops.slot_mapping.scenario import scenario_to_toml
-    from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
-
-    failed = ", ".join(c.check for c in outcome.result.failed_checks) or outcome.result.status
-    description = (
-        f"Shrunk by dcpcheck's property search: kernel {kernel_name} fails {failed}. "
-        f"Replay: dcpcheck repro <this file> --kernel {kernel_name}"
-    )
-    stem = f"shrunk-slot-mapping-{kernel_slug(kernel_name)}"
-    return save_failure(outcome.failure, stem, description, home / FAILURES_DIR, scenario_to_toml)
+    return op_cases.save_search(OP_CASES, outcome, kernel_name, home)

@@ -1,0 +1,56 @@
+"""The lse-combine op: the merge of the DCP ranks' partial attentions by their
+log-sum-exps into what one rank attending over the whole context computes. ``contract``
+holds its protocol, ``collectives`` a DCP group simulated in one process, ``case`` a batch
+of decode rows and every rank's partials, ``checks`` its contract and tolerances,
+``kernel`` the project's merge (a Triton correction), ``mutants`` it with one bug each;
+``reference.lse_combine`` is its oracle. ``PACKAGE`` is what the command line asks of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dcpcheck.op_registry import LSE_COMBINE
+from dcpcheck.ops import OpPackage
+from dcpcheck.ops.lse_combine import scenario
+
+
+def _kernels():  # defines Triton kernels: only once the backend is chosen
+    from dcpcheck.ops.lse_combine import kernels
+
+    return kernels
+
+
+def _runner():
+    from dcpcheck.ops.lse_combine import runner
+
+    return runner
+
+
+def _search():
+    from dcpcheck.ops.lse_combine import search
+
+    return search
+
+
+def _selftest(backend: Any, on_row: Any = None) -> Any:
+    from dcpcheck.ops.lse_combine import selftest
+
+    return selftest.run_selftest(backend, on_row)
+
+
+PACKAGE = OpPackage(
+    name=LSE_COMBINE,
+    scenarios=scenario.SCENARIOS,
+    load_scenarios=scenario.load_scenarios,
+    load_scenario=scenario.load_scenario,
+    kernel=lambda spec: _kernels().load(spec),
+    judged_files=lambda spec: _kernels().judged_files(spec),
+    canonical=lambda spec: _kernels().canonical(spec),
+    kernels=lambda: dict(_kernels().DESCRIPTIONS),
+    run_scenario=lambda *args: _runner().run_scenario(*args),
+    save_failed_case=lambda *args: _runner().save_failed_case(*args),
+    search=lambda *args: _search().search(*args),
+    save_search=lambda *args: _search().save_outcome(*args),
+    selftest=_selftest,
+)

@@ -1,0 +1,191 @@
+"""One case of the lse-combine op: a batch of decode rows at one DCP size, every rank's
+partial attention over its shard, and every rank's merge of them.
+
+The partials are the oracle's (``reference.lse_combine``): each rank's attention over the
+positions it stores, computed in fp64 from the values rounded to the case's dtype, then
+rounded to the dtype (the output) and to the LSE's dtype (in the declared base). So a case
+judges the merge alone: what a decode kernel adds is the producer's, judged apart.
+
+A rank that stores none of a row's positions holds what the case's ``empty`` encoding
+says a decode kernel leaves for an empty shard (``EMPTY_SHARDS``). Padding rows, past the
+last request, hold random partials on every rank, as a CUDA graph's buffers do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from dcpcheck.ops.lse_combine.collectives import run_ranks
+from dcpcheck.ops.lse_combine.contract import CombineInputs, CombineKernel, Merged
+from reference import lse_combine as oracle
+
+DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+}
+"""The dtypes a case's partial outputs (``dtype``) and LSEs (``lse_dtype``) may have."""
+
+EMPTY_SHARDS: dict[str, tuple[float, float | None]] = {
+    "neg-inf-zeros": (-math.inf, 0.0),
+    "neg-inf-nan": (-math.inf, math.nan),
+    "pos-inf-zeros": (math.inf, 0.0),
+    "nan-nan": (math.nan, math.nan),
+    "zero-zeros": (0.0, 0.0),
+    "zero-garbage": (0.0, None),
+}
+"""What an empty shard's row may hold, as (LSE, output; None: random values). ``-inf``
+with zeros is the empty sum itself; a Triton decode kernel that divides by the empty sum
+leaves NaN; FlashMLA-style kernels mark an empty split with ``+inf``; a kernel that never
+ran for the row leaves 0 or whatever the buffer held. The finite ones (an LSE of 0) look
+like a real shard and can be told apart only by the lengths (``NEEDS_LENGTHS``)."""
+
+NEEDS_LENGTHS = frozenset(name for name, (lse, _) in EMPTY_SHARDS.items() if math.isfinite(lse))
+"""Encodings a merge can give no weight only if its caller passes the local lengths."""
+
+
+@dataclass(frozen=True)
+class CombineBatch:
+    """What a case of the op is drawn from (module docstring)."""
+
+    requests: tuple[tuple[int, int], ...]  # (context length, query rows)
+    heads: int  # every head of the layer: the query was all-gathered by heads
+    head_dim: int  # of the output (and of the values)
+    dtype: str = "bfloat16"
+    lse_dtype: str = "float32"
+    base_e: bool = True
+    return_lse: bool = False
+    masked: bool = True  # the caller passes the local lengths
+    empty: str = "neg-inf-zeros"
+    interleave: int = 1
+    padding: int = 0
+    sink_logit: float = 0.0  # added to position 0's logits: an attention sink
+    logit_shift: float = 0.0  # added to every logit: moves every LSE, no output
+    seed: int = 0
+
+    @property
+    def num_rows(self) -> int:
+        return sum(queries for _, queries in self.requests) + self.padding
+
+
+@dataclass(frozen=True)
+class CombineCase:
+    """A batch at one DCP size: every rank's inputs (without the group) and what the
+    oracle says the merge is."""
+
+    batch: CombineBatch
+    dcp_size: int
+    partial_out: tuple[torch.Tensor, ...]  # per rank [B, H, D], the batch's dtype
+    partial_lse: tuple[torch.Tensor, ...]  # per rank [B, H], lse_dtype, declared base
+    seq_lens: tuple[torch.Tensor, ...]  # per rank [requests] int32: local lengths
+    query_start_loc: torch.Tensor  # [requests + 1] int32
+    expected_out: torch.Tensor  # [B, H, D] fp64, CPU; padding rows 0
+    expected_lse: torch.Tensor  # [B, H] fp64, declared base, CPU
+    partial_max: torch.Tensor  # [B, H, D] fp64: the largest |partial| of each element
+    lse_max: torch.Tensor  # [B] fp64: the largest finite |partial LSE| of a row
+    empty_rank: torch.Tensor  # [B] bool: a rank stores none of the row's positions
+    real: torch.Tensor  # [B] bool: a request's row, not padding
+
+    @property
+    def heads_per_rank(self) -> int:
+        return self.batch.heads // self.dcp_size
+
+
+def _rounded(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return values.to(dtype).to(torch.float64)
+
+
+def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> CombineCase:
+    """Every rank's partials of ``batch`` at ``dcp_size`` (module docstring)."""
+    dtype, lse_dtype = DTYPES[batch.dtype], DTYPES[batch.lse_dtype]
+    generator = torch.Generator().manual_seed(batch.seed)
+    rows, heads, dim = batch.num_rows, batch.heads, batch.head_dim
+    scale = 1.0 / math.sqrt(dim)
+
+    def normal(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    out = normal(dcp_size, rows, heads, dim)  # padding rows keep these values
+    lse = normal(dcp_size, rows, heads)
+    expected_out = torch.zeros(rows, heads, dim, dtype=torch.float64)
+    expected_lse = torch.zeros(rows, heads, dtype=torch.float64)
+    partial_max = torch.zeros(rows, heads, dim, dtype=torch.float64)
+    lse_max = torch.zeros(rows, dtype=torch.float64)
+    empty_rank = torch.zeros(rows, dtype=torch.bool)
+    real = torch.zeros(rows, dtype=torch.bool)
+    seq_lens = torch.zeros(dcp_size, len(batch.requests), dtype=torch.int32)
+    empty_lse, empty_out = EMPTY_SHARDS[batch.empty]
+    row = 0
+    for index, (context, queries) in enumerate(batch.requests):
+        k = _rounded(normal(context, dim), dtype)
+        v = _rounded(normal(context, dim), dtype)
+        bias = torch.full((context,), batch.logit_shift, dtype=torch.float64)
+        bias[0] += batch.sink_logit
+        owners = oracle.owner_of(torch.arange(context), dcp_size, batch.interleave)
+        seq_lens[:, index] = torch.bincount(owners, minlength=dcp_size).to(torch.int32)
+        for query in range(queries):
+            q = _rounded(normal(heads, dim), dtype)
+            seen = oracle.visible(context, queries, query)
+            whole, whole_lse = oracle.attention(q, k[:seen], v[:seen], bias[:seen], scale)
+            expected_out[row], expected_lse[row] = whole, oracle.to_base(whole_lse, batch.base_e)
+            real[row] = True
+            for rank in range(dcp_size):
+                part, part_lse = oracle.shard_attention(
+                    q, k, v, bias, scale, seen, dcp_size, rank, batch.interleave
+                )
+                if torch.isneginf(part_lse).all():
+                    empty_rank[row] = True
+                    lse[rank, row] = empty_lse
+                    if empty_out is not None:
+                        out[rank, row] = empty_out
+                    continue
+                out[rank, row] = part
+                rounded = _rounded(part, dtype).abs()
+                partial_max[row] = torch.maximum(
+                    partial_max[row], torch.maximum(part.abs(), rounded)
+                )
+                lse[rank, row] = oracle.to_base(part_lse, batch.base_e)
+                lse_max[row] = max(float(lse_max[row]), float(lse[rank, row].abs().max()))
+            row += 1
+    starts = [0]
+    for _, queries in batch.requests:
+        starts.append(starts[-1] + queries)
+    return CombineCase(
+        batch,
+        dcp_size,
+        tuple(out[r].to(dtype).to(device) for r in range(dcp_size)),
+        tuple(lse[r].to(lse_dtype).to(device) for r in range(dcp_size)),
+        tuple(seq_lens[r].to(device) for r in range(dcp_size)),
+        torch.tensor(starts, dtype=torch.int32, device=device),
+        expected_out,
+        expected_lse,
+        partial_max,
+        lse_max,
+        empty_rank,
+        real,
+    )
+
+
+def launch_all(kernel: CombineKernel, case: CombineCase) -> list[Merged]:
+    """Every rank's merge of ``case``, the ranks meeting in a simulated group; each rank
+    gets its own copies of its inputs."""
+
+    def merge(group) -> Merged:
+        rank = group.rank_in_group
+        masked = case.batch.masked
+        return kernel(
+            CombineInputs(
+                partial_out=case.partial_out[rank].clone(),
+                partial_lse=case.partial_lse[rank].clone(),
+                group=group,
+                base_e=case.batch.base_e,
+                return_lse=case.batch.return_lse,
+                seq_lens=case.seq_lens[rank].clone() if masked else None,
+                query_start_loc=case.query_start_loc.clone() if masked else None,
+            )
+        )
+
+    return run_ranks(case.dcp_size, merge)

@@ -1,0 +1,91 @@
+"""The lse-combine op's protocol: ``kernel(inputs) -> Merged``, called once on every rank
+of a DCP group at the same time (the ranks meet in the group's collectives).
+
+Under DCP the query is all-gathered by heads, so every rank attends with all ``H`` heads
+over the positions it stores and holds a partial output and its log-sum-exp. The merge
+turns the ``N`` ranks' partials into what one rank attending over the whole context
+computes, and leaves rank ``r`` heads ``r * H / N .. (r + 1) * H / N - 1`` of it (the
+reduce-scatter by heads that undoes the all-gather of the query).
+
+A rank's inputs:
+
+* ``partial_out`` (``[B, H, D]``, the attention's dtype) and ``partial_lse`` (``[B, H]``,
+  the LSE's dtype, in the base ``base_e`` declares: natural, or base 2): the rank's
+  attention over its shard for every query row. A row whose shard is empty on this rank
+  holds what the decode kernel leaves there (``scenario.EMPTY_SHARDS``: an LSE of
+  ``-inf``, ``+inf``, NaN or 0, an output of zeros, NaN or garbage); the merge must give
+  it no weight whatever it holds.
+* ``seq_lens`` (int32 ``[requests]``, each request's length on this rank) and
+  ``query_start_loc`` (int32 ``[requests + 1]``): passed by callers that let the merge
+  mask empty shards, ``None`` by those that do not. Rows from ``query_start_loc[-1]`` on
+  are CUDA-graph padding: what the merge leaves there is never read.
+* ``group``: the DCP group (``Group``), its rank and size, its collectives.
+* ``return_lse``: return the merged LSE of the rank's heads (in the declared base) too.
+
+What every row must become is ``reference.lse_combine.merge`` of the partials, which is
+the whole context's attention (``reference.lse_combine.attention``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+class Group(Protocol):
+    """The collectives a merge may use, as vLLM's ``GroupCoordinator`` names them. Every
+    rank of the group must make the same calls in the same order."""
+
+    world_size: int
+    rank_in_group: int
+
+    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        """Every rank's ``tensor`` concatenated along ``dim``, in rank order."""
+        ...
+
+    def reduce_scatter(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        """The ranks' ``tensor`` summed, and this rank's ``1 / world_size`` slice of it
+        along ``dim``."""
+        ...
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The ranks' ``tensor`` summed."""
+        ...
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Slice ``s`` of dim 0 of every rank's ``tensor`` to rank ``s``: the result's
+        slice ``r`` is what rank ``r`` sent this rank."""
+        ...
+
+
+@dataclass(frozen=True)
+class CombineInputs:
+    """One rank's call of the merge (module docstring)."""
+
+    partial_out: torch.Tensor
+    partial_lse: torch.Tensor
+    group: Group
+    base_e: bool
+    return_lse: bool
+    seq_lens: torch.Tensor | None
+    query_start_loc: torch.Tensor | None
+
+    @property
+    def heads_per_rank(self) -> int:
+        return self.partial_out.shape[1] // self.group.world_size
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What the merge returns on a rank: the rank's heads of the merged output
+    (``[B, H / N, D]``) and, when asked for, of the merged LSE (``[B, H / N]``)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor | None = None
+
+
+CombineKernel = Callable[[CombineInputs], Merged]
+"""``kernel(inputs) -> Merged``: one rank's merge (module docstring)."""

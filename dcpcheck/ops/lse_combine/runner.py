@@ -1,0 +1,49 @@
+"""The lse-combine op's cases, one per scenario and DCP size, as ``CaseResult`` s
+(``op_cases.run_scenario``): every rank's partials built, every rank's merge run in a
+simulated group, the checks run over what the ranks returned. A kernel that cannot be
+asked a case (an adapter's ``not_applicable``), or a DCP size that does not divide the
+heads (a ``--dcp`` over a scenario's own sizes), has its checks skipped with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import torch
+
+from dcpcheck.cases.verdicts import CaseResult, CheckResult
+from dcpcheck.op_registry import LSE_COMBINE
+from dcpcheck.ops import op_cases
+from dcpcheck.ops.lse_combine import checks
+from dcpcheck.ops.lse_combine.case import CombineBatch, build_case, launch_all
+from dcpcheck.ops.lse_combine.contract import CombineKernel
+from dcpcheck.ops.lse_combine.scenario import SCENARIOS, CombineScenario, scenario_to_toml
+
+
+def _judged(kernel: CombineKernel, batch: CombineBatch, size: int, device) -> list[CheckResult]:
+    """Every check of the op on one case; the kernel's exception propagates as a
+    ``KernelError`` (the case's error)."""
+    reason = op_cases.not_applicable(kernel, [(batch, size)])
+    if batch.heads % size:
+        reason = f"{size} ranks cannot share the {batch.heads} heads the query is gathered into"
+    if reason:
+        return list(checks.skipped(reason))
+    case = build_case(batch, size, device)
+    merged = launch_all(op_cases.raising(kernel), case)
+    return op_cases.with_skips(checks.judge(case, merged), kernel)
+
+
+OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, _judged)
+
+save_failed_case = partial(op_cases.save_failed_case, OP_CASES)
+
+
+def run_scenario(
+    kernel: CombineKernel,
+    kernel_name: str,
+    scenario: CombineScenario,
+    dcp_sizes: Sequence[int],
+    device: torch.device,
+) -> list[CaseResult]:
+    """One ``CaseResult`` per DCP size of ``dcp_sizes`` (``op_cases.run_scenario``)."""
+    return op_cases.run_scenario(OP_CASES, kernel, kernel_name, scenario, dcp_sizes, device)

@@ -1,0 +1,245 @@
+"""Named scenarios of the lse-combine op: one TOML file each in ``scenarios/lse-combine/``,
+read as strictly as the other ops' (``dcpcheck.cases.scenario``): an unknown key, a wrong
+type or a value out of range is one line naming the file and the key.
+
+File format (``scenario_to_toml`` writes exactly this)::
+
+    op = "lse-combine"
+    name = "sink-and-empty-shards"     # the file stem, in a scenario directory
+    description = "what it catches"
+    heads = 16                         # every head of the layer; each DCP size divides it
+    head_dim = 64                      # of the values and the output
+    dtype = "bfloat16"                 # the partial outputs': bfloat16, float16, float32
+    lse_dtype = "float32"              # optional: the partial LSEs' dtype
+    base = "e"                         # optional: the LSEs' base, "e" or "2"
+    return_lse = false                 # optional: the caller asks for the merged LSE
+    masked = true                      # optional: the caller passes the local lengths
+    empty = "neg-inf-zeros"            # optional: what an empty shard holds (case.EMPTY_SHARDS)
+    interleave = 1                     # optional: positions dealt to ranks in runs of it
+    padding = 0                        # optional: CUDA-graph padding rows
+    sink_logit = 0.0                   # optional: added to position 0's logits
+    logit_shift = 0.0                  # optional: added to every logit
+    dcp = [1, 2, 4, 8]
+    seed = 0
+
+    [[requests]]                       # one or more
+    context = 37                       # cached tokens, this step's included
+    queries = 1                        # optional: query rows (1 + speculative tokens)
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dcpcheck.cases import limits
+from dcpcheck.cases.scenario import (
+    NAME_PATTERN,
+    SCENARIO_DIR,
+    ScenarioError,
+    load_named,
+    scenario_files,
+)
+from dcpcheck.cases.toml_tables import (
+    Key,
+    boolean,
+    integer,
+    integer_array,
+    known,
+    number,
+    read_table,
+    string,
+    table_array,
+    toml_literal,
+)
+from dcpcheck.op_registry import LSE_COMBINE
+from dcpcheck.ops.lse_combine.case import DTYPES, EMPTY_SHARDS, NEEDS_LENGTHS, CombineBatch
+
+SCENARIOS = SCENARIO_DIR / LSE_COMBINE
+"""The op's shipped scenarios."""
+
+HEADS_MAX = 256
+HEAD_DIM_MAX = 1024
+CONTEXT_MAX = 131_072
+"""A request's context: 128K, the longest the LSE-precision study reaches."""
+ROWS_MAX = 1024
+LOGIT_MAX = 1e4
+"""``|sink_logit|`` and ``|logit_shift|``: far past where fp32 ``exp`` overflows (88.7)."""
+
+BASES = {"e": True, "2": False}
+
+_KEYS: dict[str, Key] = {
+    "op": Key("string", string),
+    "name": Key("string", string),
+    "description": Key("string", string),
+    "heads": Key("integer", integer),
+    "head_dim": Key("integer", integer),
+    "dtype": Key("string", string),
+    "lse_dtype": Key("string", string, "float32"),
+    "base": Key("string", string, "e"),
+    "return_lse": Key("boolean", boolean, False),
+    "masked": Key("boolean", boolean, True),
+    "empty": Key("string", string, "neg-inf-zeros"),
+    "interleave": Key("integer", integer, 1),
+    "padding": Key("integer", integer, 0),
+    "sink_logit": Key("number", number, 0.0),
+    "logit_shift": Key("number", number, 0.0),
+    "dcp": Key("array of integers", integer_array),
+    "seed": Key("integer", integer),
+    "requests": Key("array of tables ([[requests]])", table_array),
+}
+
+_REQUEST_KEYS: dict[str, Key] = {
+    "context": Key("integer", integer),
+    "queries": Key("integer", integer, 1),
+}
+
+
+@dataclass(frozen=True)
+class CombineScenario:
+    """One named, replayable batch of the op and the DCP sizes it runs at."""
+
+    name: str
+    description: str
+    batch: CombineBatch
+    dcp_sizes: tuple[int, ...]
+    source: Path | None = field(default=None, compare=False)
+
+    @property
+    def seed(self) -> int:
+        return self.batch.seed
+
+
+def _check(values: dict[str, Any], where: str) -> None:
+    """Every value within what the op and ``dcpcheck.cases.limits`` allow."""
+
+    def fail(key: str, problem: str) -> None:
+        raise ScenarioError(f"{where}: key '{key}': {problem}")
+
+    if values["op"] != LSE_COMBINE:
+        fail("op", f"expected {LSE_COMBINE!r} in a {LSE_COMBINE} scenario, got {values['op']!r}")
+    if NAME_PATTERN.fullmatch(values["name"]) is None:
+        fail("name", f"{values['name']!r} is not a valid name ({NAME_PATTERN.pattern})")
+    if not values["description"].strip():
+        fail("description", "must say what the scenario catches, got a blank string")
+    for key, most in (("heads", HEADS_MAX), ("head_dim", HEAD_DIM_MAX)):
+        if not 1 <= values[key] <= most:
+            fail(key, f"must be in 1..{most}, got {values[key]}")
+    for key in ("dtype", "lse_dtype"):
+        if values[key] not in DTYPES:
+            fail(key, f"must be one of {known(DTYPES)}, got {values[key]!r}")
+    if values["base"] not in BASES:
+        fail("base", f"must be one of {known(BASES)}, got {values['base']!r}")
+    if values["empty"] not in EMPTY_SHARDS:
+        fail("empty", f"must be one of {known(EMPTY_SHARDS)}, got {values['empty']!r}")
+    if values["empty"] in NEEDS_LENGTHS and not values["masked"]:
+        fail(
+            "empty",
+            f"{values['empty']!r} looks like a real shard: no merge can tell it apart unless "
+            "its caller passes the lengths (masked = true)",
+        )
+    if not 1 <= values["interleave"] <= limits.BLOCK_SIZE_MAX:
+        fail("interleave", f"must be in 1..{limits.BLOCK_SIZE_MAX}, got {values['interleave']}")
+    if not 0 <= values["padding"] <= limits.PADDING_MAX:
+        fail("padding", f"must be in 0..{limits.PADDING_MAX}, got {values['padding']}")
+    for key in ("sink_logit", "logit_shift"):
+        if not (math.isfinite(values[key]) and abs(values[key]) <= LOGIT_MAX):
+            fail(key, f"must be finite and at most {LOGIT_MAX:g} in size, got {values[key]}")
+    sizes = values["dcp"]
+    if not sizes or any(not 1 <= n <= limits.DCP_SIZE_MAX for n in sizes):
+        fail("dcp", f"must name DCP sizes in 1..{limits.DCP_SIZE_MAX}, got {sizes}")
+    if any(values["heads"] % n for n in sizes):
+        fail("dcp", f"every DCP size must divide the {values['heads']} heads, got {sizes}")
+    if not 0 <= values["seed"] <= limits.SEED_MAX:
+        fail("seed", f"must be in 0..{limits.SEED_MAX}, got {values['seed']}")
+    if not 1 <= len(values["requests"]) <= limits.REQUESTS_MAX:
+        fail("requests", f"must hold 1 to {limits.REQUESTS_MAX} requests")
+
+
+def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int], ...]:
+    parsed = []
+    for index, table in enumerate(tables):
+        prefix = f"requests[{index}]."
+        values = read_table(table, _REQUEST_KEYS, where, ScenarioError, prefix)
+        context, queries = values["context"], values["queries"]
+        if not 1 <= queries <= context <= CONTEXT_MAX:
+            raise ScenarioError(
+                f"{where}: key '{prefix}context': a request needs 1 <= queries <= context <= "
+                f"{CONTEXT_MAX}, got context {context}, queries {queries}"
+            )
+        parsed.append((context, queries))
+    rows = sum(queries for _, queries in parsed)
+    if rows > ROWS_MAX:
+        raise ScenarioError(f"{where}: key 'requests': {rows} query rows, over {ROWS_MAX}")
+    return tuple(parsed)
+
+
+def load_scenario(path: Path) -> CombineScenario:
+    """Read and check one scenario file of the op, wherever it lies."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise ScenarioError(f"{where}: no such scenario file")
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
+    values = read_table(table, _KEYS, where, ScenarioError)
+    _check(values, where)
+    batch = CombineBatch(
+        requests=_requests(values["requests"], where),
+        heads=values["heads"],
+        head_dim=values["head_dim"],
+        dtype=values["dtype"],
+        lse_dtype=values["lse_dtype"],
+        base_e=BASES[values["base"]],
+        return_lse=values["return_lse"],
+        masked=values["masked"],
+        empty=values["empty"],
+        interleave=values["interleave"],
+        padding=values["padding"],
+        sink_logit=float(values["sink_logit"]),
+        logit_shift=float(values["logit_shift"]),
+        seed=values["seed"],
+    )
+    return CombineScenario(
+        values["name"], values["description"], batch, tuple(values["dcp"]), source=path
+    )
+
+
+def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[CombineScenario]:
+    """The op's scenarios under ``root`` whose names match a pattern (all without one),
+    sorted by name."""
+    return load_named(scenario_files(patterns, root, f"{LSE_COMBINE} scenario"), load_scenario)
+
+
+def scenario_to_toml(scenario: CombineScenario) -> str:
+    """The TOML text of ``scenario``, every key spelled out (module docstring)."""
+    b = scenario.batch
+    top: list[tuple[str, object]] = [
+        ("op", LSE_COMBINE),
+        ("name", scenario.name),
+        ("description", scenario.description),
+        ("heads", b.heads),
+        ("head_dim", b.head_dim),
+        ("dtype", b.dtype),
+        ("lse_dtype", b.lse_dtype),
+        ("base", "e" if b.base_e else "2"),
+        ("return_lse", b.return_lse),
+        ("masked", b.masked),
+        ("empty", b.empty),
+        ("interleave", b.interleave),
+        ("padding", b.padding),
+        ("sink_logit", b.sink_logit),
+        ("logit_shift", b.logit_shift),
+        ("dcp", list(scenario.dcp_sizes)),
+        ("seed", b.seed),
+    ]
+    lines = [f"{key} = {toml_literal(value)}" for key, value in top]
+    for context, queries in b.requests:
+        lines += ["", "[[requests]]", f"context = {context}", f"queries = {queries}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""The lse-combine op's property search: Hypothesis draws batches (context lengths that
+leave ranks empty, query rows, heads and dims, dtypes, LSE bases, what an empty shard
+holds, attention sinks and shifted logits, padding) and a DCP size; a failure is shrunk
+to its smallest batch and saved as a scenario file of the op, which ``dcpcheck repro``
+replays.
+
+Shrinking goes toward one request of one token and one query row, 2 heads of dim 16 in
+bf16, a natural LSE, no sink or shift, no padding, and DCP2, where a one-token request
+already leaves a rank empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from hypothesis import strategies as st
+
+from dcpcheck.cases.verdicts import CaseResult
+from dcpcheck.ops import op_cases
+from dcpcheck.ops.lse_combine.case import EMPTY_SHARDS, NEEDS_LENGTHS, CombineBatch
+from dcpcheck.ops.lse_combine.contract import CombineKernel
+from dcpcheck.ops.lse_combine.runner import OP_CASES, run_scenario
+from dcpcheck.ops.lse_combine.scenario import CombineScenario
+from dcpcheck.ops.op_cases import SearchOutcome
+
+DCP_SIZES = (2, 4, 8, 1)
+"""Drawn DCP sizes, the first the one shrinking settles on."""
+
+HEADS_PER_RANK = (1, 2, 4)
+HEAD_DIMS = (16, 32, 64, 128)
+DTYPES = ("bfloat16", "float16", "float32")
+LOGITS = (0.0, 20.0, 100.0, -100.0, 1000.0)
+"""Sink logits and shifts: none, a sink that takes most of the weight, LSEs past where
+fp32 ``exp`` overflows (88.7) or underflows, one far past both."""
+
+
+@st.composite
+def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[CombineBatch, int]:
+    """A batch of the op and the DCP size it runs at (module docstring)."""
+    dcp_size = draw(st.sampled_from(dcp_sizes))
+    most = max(dcp_sizes)
+    heads = most * draw(st.sampled_from(HEADS_PER_RANK))  # every drawn size divides it
+    requests = draw(
+        st.lists(
+            st.integers(1, 300).flatmap(
+                lambda context: st.tuples(st.just(context), st.integers(1, min(context, 3)))
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    masked = not draw(st.booleans())  # shrinks to masked
+    encodings = (
+        list(EMPTY_SHARDS) if masked else [e for e in EMPTY_SHARDS if e not in NEEDS_LENGTHS]
+    )
+    batch = CombineBatch(
+        requests=tuple(requests),
+        heads=heads,
+        head_dim=draw(st.sampled_from(HEAD_DIMS)),
+        dtype=draw(st.sampled_from(DTYPES)),
+        base_e=not draw(st.booleans()),
+        return_lse=draw(st.booleans()),
+        masked=masked,
+        empty=draw(st.sampled_from(encodings)),
+        interleave=draw(st.sampled_from((1, 2, 4, 16))),
+        padding=draw(st.integers(0, 4)),
+        sink_logit=draw(st.sampled_from(LOGITS)),
+        logit_shift=draw(st.sampled_from(LOGITS)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+    return batch, dcp_size
+
+
+def search(
+    kernel: CombineKernel,
+    kernel_name: str,
+    examples: int,
+    device: torch.device,
+    dcp_sizes: tuple[int, ...] | None = None,
+    seed: int | None = None,
+) -> SearchOutcome:
+    """Run ``examples`` drawn batches through every check (module docstring); the smallest
+    failing one, as a scenario of the op, when any fails."""
+
+    def run(scenario: CombineScenario, size: int) -> CaseResult:
+        [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
+        return result
+
+    def scenario_of(batch: CombineBatch, size: int) -> CombineScenario:
+        return CombineScenario("drawn", "a batch drawn by the property search", batch, (size,))
+
+    drawn = batches(dcp_sizes or DCP_SIZES)
+    return op_cases.search(run, drawn, scenario_of, examples, seed)
+
+
+def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
+    """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
+    return op_cases.save_search(OP_CASES, outcome, kernel_name, home)

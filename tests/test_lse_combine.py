@@ -1,0 +1,307 @@
+"""The lse-combine op: its oracle, its simulated collectives, every check failing on a
+merge that breaks it, the project's merge passing, the property search shrinking a
+mutant, scenario files, and the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dcpcheck.cases.scenario import ScenarioError
+from dcpcheck.ops.lse_combine import checks, mutants
+from dcpcheck.ops.lse_combine.case import EMPTY_SHARDS, CombineBatch, build_case, launch_all
+from dcpcheck.ops.lse_combine.collectives import CollectiveError, run_ranks
+from dcpcheck.ops.lse_combine.contract import Merged
+from dcpcheck.ops.lse_combine.kernel import combine
+from dcpcheck.ops.lse_combine.scenario import (
+    SCENARIOS,
+    CombineScenario,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
+from reference import lse_combine as oracle
+from tests.conftest import BACKEND
+
+DEVICE = BACKEND.device
+
+BATCH = CombineBatch(
+    requests=((1, 1), (6, 2), (40, 1)),
+    heads=8,
+    head_dim=16,
+    return_lse=True,
+    empty="neg-inf-nan",
+    interleave=2,
+    padding=2,
+    sink_logit=1.0,
+    seed=3,
+)
+
+
+def judged(kernel, batch: CombineBatch = BATCH, size: int = 4) -> dict[str, checks.CheckResult]:
+    case = build_case(batch, size, DEVICE)
+    return {result.check: result for result in checks.judge(case, launch_all(kernel, case))}
+
+
+# -- the oracle --------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    context=st.integers(1, 60),
+    dcp_size=st.sampled_from((1, 2, 3, 4, 8)),
+    interleave=st.sampled_from((1, 2, 5)),
+    seed=st.integers(0, 1000),
+)
+def test_the_merge_of_the_shards_is_the_whole_context(context, dcp_size, interleave, seed):
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(*s, generator=generator) for s in ((3, 8), (context, 8), (context, 4)))
+    bias = torch.randn(context, generator=generator) * 5
+    whole, whole_lse = oracle.attention(q, k, v, bias, 0.3)
+    parts = [
+        oracle.shard_attention(q, k, v, bias, 0.3, context, dcp_size, rank, interleave)
+        for rank in range(dcp_size)
+    ]
+    merged, lse = oracle.merge(
+        torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    )
+    torch.testing.assert_close(merged, whole, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, whole_lse, rtol=1e-12, atol=1e-12)
+
+
+def test_an_empty_shard_is_the_empty_sum_and_weighs_nothing_whatever_it_holds():
+    out, lse = oracle.attention(
+        torch.ones(2, 4), torch.ones(0, 4), torch.ones(0, 3), torch.ones(0), 1.0
+    )
+    assert out.eq(0).all() and torch.isneginf(lse).all()
+    outputs = torch.tensor([[[1.0, 2.0]], [[math.nan, math.nan]]])
+    merged, merged_lse = oracle.merge(outputs, torch.tensor([[0.5], [-math.inf]]))
+    assert merged.tolist() == [[1.0, 2.0]] and merged_lse.tolist() == [0.5]
+    assert oracle.to_base(torch.tensor([math.log(8.0)]), False).item() == pytest.approx(3.0)
+
+
+# -- the simulated collectives -----------------------------------------------------------
+
+
+def test_the_collectives_meet_every_rank_in_rank_order():
+    def work(group):
+        rank = group.rank_in_group
+        mine = torch.full((2, 6), float(rank))
+        gathered = group.all_gather(mine[:1], dim=0)
+        scattered = group.reduce_scatter(mine, dim=1)
+        exchanged = group.all_to_all(torch.arange(3) + 10 * rank)
+        return gathered, scattered, exchanged, group.all_reduce(torch.tensor([rank]))
+
+    for rank, (gathered, scattered, exchanged, total) in enumerate(run_ranks(3, work)):
+        assert gathered[:, 0].tolist() == [0.0, 1.0, 2.0]
+        assert scattered.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+        assert exchanged.tolist() == [rank, 10 + rank, 20 + rank]
+        assert total.tolist() == [3]
+
+
+def test_reduce_scatter_sums_and_gives_each_rank_its_slice():
+    results = run_ranks(2, lambda g: g.reduce_scatter(torch.arange(4.0) * (g.rank_in_group + 1), 0))
+    assert [r.tolist() for r in results] == [[0.0, 3.0], [6.0, 9.0]]
+
+
+def test_ranks_that_call_different_collectives_are_an_error_not_a_hang():
+    def mismatched(group):
+        if group.rank_in_group == 0:
+            return group.all_gather(torch.ones(1), dim=0)
+        return group.all_reduce(torch.ones(1))
+
+    with pytest.raises(CollectiveError, match="rank 1 called all_reduce"):
+        run_ranks(2, mismatched)
+
+    def one_rank_leaves(group):
+        if group.rank_in_group == 1:
+            return None
+        return group.all_gather(torch.ones(1), dim=0)
+
+    with pytest.raises(CollectiveError, match="rank 1 finished without joining it"):
+        run_ranks(2, one_rank_leaves)
+
+
+def test_a_rank_that_raises_raises_in_the_caller_with_its_own_error():
+    def broken(group):
+        if group.rank_in_group == 1:
+            raise ValueError("kernel bug")
+        return group.all_gather(torch.ones(1), dim=0)
+
+    with pytest.raises(ValueError, match="kernel bug"):
+        run_ranks(2, broken)
+
+
+# -- the checks, each failing on a merge that breaks it ---------------------------------
+
+
+def test_the_projects_merge_passes_every_encoding_of_an_empty_shard_and_both_bases():
+    for empty in EMPTY_SHARDS:
+        for base_e in (True, False):
+            batch = dataclasses.replace(BATCH, empty=empty, base_e=base_e)
+            for size in (1, 2, 8):
+                results = judged(combine, batch, size)
+                assert not any(r.findings for r in results.values()), (empty, base_e, size)
+
+
+def test_merged_out_fails_on_a_partial_weighed_by_another_ranks_lse():
+    results = judged(mutants.own_lse_of_next_rank)
+    assert results["merged_out"].findings
+    assert results["merged_out"].findings[0].field == "out"
+
+
+def test_empty_shards_fails_when_an_lse_of_zero_is_given_weight():
+    batch = dataclasses.replace(BATCH, empty="zero-garbage")
+    results = judged(mutants.lengths_ignored, batch)
+    assert results["empty_shards"].findings and not results["merged_out"].findings
+    assert results["empty_shards"].findings[0].ownership == "a rank holds none of it"
+
+
+def test_merged_lse_fails_on_the_wrong_heads_and_on_no_lse_at_all():
+    assert judged(mutants.lse_of_first_heads)["merged_lse"].findings
+
+    def without_lse(inputs):
+        return Merged(combine(inputs).out)
+
+    [finding] = judged(without_lse, size=1)["merged_lse"].findings
+    assert "no LSE returned" in finding.detail
+
+
+def test_a_merge_that_keeps_every_head_fails_on_its_shape():
+    finding = judged(mutants.all_reduced)["merged_out"].findings[0]
+    assert "shape (6, 8, 16) where (6, 2, 16)" in finding.detail
+
+
+def test_base_2_lses_merged_as_natural_ones_fail():
+    results = judged(mutants.base_ignored, dataclasses.replace(BATCH, base_e=False))
+    assert results["merged_out"].findings and results["merged_lse"].findings
+
+
+def test_lses_rounded_to_bf16_break_the_fp32_bound_once_they_are_large():
+    batch = dataclasses.replace(BATCH, logit_shift=100.0, sink_logit=0.0, empty="neg-inf-zeros")
+    assert judged(mutants.lse_in_output_dtype, batch)["merged_out"].findings
+    assert not judged(combine, batch)["merged_out"].findings
+
+
+def test_checks_not_asked_are_skipped_with_the_reason():
+    results = judged(combine, dataclasses.replace(BATCH, return_lse=False), size=1)
+    assert results["merged_lse"].skipped == "the caller does not ask for the LSE"
+    assert results["empty_shards"].skipped == "every rank holds part of every row"
+
+
+# -- scenarios, selftest, search ---------------------------------------------------------
+
+
+def test_shipped_scenarios_round_trip_through_their_toml(tmp_path):
+    for scenario in load_scenarios([]):
+        path = tmp_path / f"{scenario.name}.toml"
+        path.write_text(scenario_to_toml(scenario))
+        assert load_scenario(path) == scenario
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("heads = 8", "key 'dcp': every DCP size must divide the 6 heads"),
+        ('empty = "pos-inf-zeros"', "key 'empty': must be one of"),
+        ('base = "2"', "key 'base': must be one of 2, e"),
+        ("padding = 0", "unknown key"),
+    ],
+)
+def test_a_bad_scenario_is_one_line_naming_the_key(tmp_path, edit, message):
+    text = (SCENARIOS / "base2-sink-speculative.toml").read_text()
+    bad = {
+        "heads = 8": text.replace("heads = 8", "heads = 6"),
+        'empty = "pos-inf-zeros"': text.replace('"pos-inf-zeros"', '"zeros"'),
+        'base = "2"': text.replace('base = "2"', 'base = "10"'),
+        "padding = 0": text.replace("padding = 2", "padding = 2\npadd = 1"),
+    }[edit]
+    path = tmp_path / "bad.toml"
+    path.write_text(bad)
+    with pytest.raises(ScenarioError, match=message) as error:
+        load_scenario(path)
+    assert "\n" not in str(error.value)
+
+
+def test_an_lse_of_zero_without_lengths_is_refused_as_no_merge_can_meet_it(tmp_path):
+    text = (SCENARIOS / "empty-lse-zero.toml").read_text()
+    path = tmp_path / "unmaskable.toml"
+    path.write_text(
+        text.replace('empty = "zero-garbage"', 'empty = "zero-garbage"\nmasked = false')
+    )
+    with pytest.raises(ScenarioError, match="unless its caller passes the lengths"):
+        load_scenario(path)
+
+
+def test_the_selftest_passes_the_merge_and_catches_every_mutant():
+    from dcpcheck.ops.lse_combine.selftest import run_selftest
+
+    report = run_selftest(BACKEND)
+    assert report.default.status.value == "passed"
+    assert len(report.mutants) == len(mutants.MUTANTS)
+    assert all(row.status.value == "caught" for row in report.mutants), [
+        (row.kernel, row.status) for row in report.mutants
+    ]
+
+
+def test_the_search_finds_and_shrinks_a_mutant_no_example_is_given():
+    from dcpcheck.ops.lse_combine import search
+
+    outcome = search.search(mutants.base_ignored, "mutant/base-ignored", 60, DEVICE)
+    assert not outcome.passed
+    shrunk = outcome.failure
+    assert isinstance(shrunk, CombineScenario) and not shrunk.batch.base_e
+    assert shrunk.batch.requests == ((1, 1),) or len(shrunk.batch.requests) == 1
+
+
+def test_the_search_passes_the_projects_merge():
+    from dcpcheck.ops.lse_combine import search
+
+    outcome = search.search(combine, "default", 30, DEVICE)
+    assert outcome.passed and outcome.examples_run == 30
+
+
+# -- the command line --------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_run_replays_a_saved_failure_and_refuses_a_release(tmp_path, monkeypatch):
+    monkeypatch.setenv("DCPCHECK_HOME", str(tmp_path))
+    done = invoke("run", "--op", "lse-combine", "--scenario", "empty-lse-zero", "--dcp", "2")
+    assert done.exit_code == 0, done.output
+    done = invoke(
+        "run",
+        "--op",
+        "lse-combine",
+        "--scenario",
+        "empty-lse-zero",
+        "--dcp",
+        "2",
+        "--kernel",
+        "mutant/lengths-ignored",
+    )
+    assert done.exit_code == 1 and "empty_shards" in done.output
+    [saved] = (tmp_path / "failures").glob("*.toml")
+    replay = invoke("repro", str(saved), "--kernel", "mutant/lengths-ignored")
+    assert replay.exit_code == 1
+    refused = invoke("run", "--op", "lse-combine", "--kernel", "vllm==0.33.0")
+    assert refused.exit_code == 2
+    assert "does not load vLLM releases yet" in refused.output
+
+
+def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_with_the_reason():
+    done = invoke("run", "--op", "lse-combine", "--scenario", "unmasked-nan", "--dcp", "8")
+    assert done.exit_code == 0, done.output
+    assert "8 ranks cannot share the 4 heads" in done.output
