@@ -54,7 +54,7 @@ for job in $JOBS; do
       ( timed python3 benchmarks/slot_mapping_matrix.py --out "$OUT/slot-mapping" \
           > "$OUT/slot_mapping_matrix.md" 2>&1 ) & ;;
     property)
-      for v in 0.30.0 0.31.0 0.32.0 0.33.0; do
+      for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do
         ( timed python3 -m dcpcheck run --kernel vllm==$v --dcp 1 --property-only \
             --examples 300 --profile thorough --stats --home "$OUT/home-$v" \
             > "$OUT/property_$v.log" 2>&1 ) &

@@ -38,10 +38,14 @@ EMPTY_SHARDS: dict[str, tuple[float, float | None]] = {
     "zero-garbage": (0.0, None),
 }
 """What an empty shard's row may hold, as (LSE, output; None: random values). ``-inf``
-with zeros is the empty sum itself; a Triton decode kernel that divides by the empty sum
-leaves NaN; FlashMLA-style kernels mark an empty split with ``+inf``; a kernel that never
-ran for the row leaves 0 or whatever the buffer held. The finite ones (an LSE of 0) look
-like a real shard and can be told apart only by the lengths (``NEEDS_LENGTHS``)."""
+with zeros is the empty sum itself; ``-inf`` with NaN is what vLLM's Triton decode
+attention leaves (its second stage divides the empty sum by itself: ``acc / e_sum`` and
+``e_max + log(e_sum)`` with ``e_sum = 0``, ``e_max = -inf``; read in 0.34.0's
+``triton_decode_attention.py``). The others are drawn because a merge must survive them,
+not yet traced to a release's kernel: ``+inf`` (an empty split marked so, which vLLM's
+merges turn into ``-inf``), NaN, and an LSE of 0 with zeros or whatever the buffer held (a
+kernel that never ran for the row). The finite ones look like a real shard and can be told
+apart only by the lengths (``NEEDS_LENGTHS``)."""
 
 NEEDS_LENGTHS = frozenset(name for name, (lse, _) in EMPTY_SHARDS.items() if math.isfinite(lse))
 """Encodings a merge can give no weight only if its caller passes the local lengths."""
