@@ -20,11 +20,13 @@ package registry reachable.)
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from op_matrix import dcpcheck, property_verdict, verdict
+
+OP = "slot-mapping"
 
 RELEASES = [
     *("0.10.2", "0.11.0", "0.11.1", "0.11.2"),
@@ -37,12 +39,6 @@ RELEASES = [
 
 SHAPE_PARAMETERS = ("num_tokens", "idx_mapping", "cp_rank", "kernel_block_sizes", "dcp_sharded")
 """The parameters whose coming and going make the kernel's API shapes."""
-
-
-def _dcpcheck(*args: str) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "dcpcheck", *args], capture_output=True, text=True)
-    return done, time.perf_counter() - start
 
 
 def shape(version: str) -> str:
@@ -60,63 +56,19 @@ def shape(version: str) -> str:
     return " / ".join(line for line in lines if line)
 
 
-def _short(reason: str) -> str:
-    """A skip reason's first clause, without the routine's name."""
-    return reason.split(": ", 1)[0].split(" of this release ", 1)[-1]
-
-
-def verdict(spec: str, out: Path) -> tuple[str, float]:
-    """``spec`` over the shipped scenarios at DCP 1, 2, 4, 8: passed / failed / not
-    applicable cases, the findings, and why checks were skipped; and the wall time."""
-    report = out / f"{spec.replace('==', '-').replace(':', '-')}.json"
-    done, seconds = _dcpcheck(
-        "run", "--op", "slot-mapping", "--kernel", spec, "--dcp", "1,2,4,8",
-        "--json", str(report), "--home", str(out / "home"),
-    )  # fmt: skip
-    if not report.is_file():
-        said = (done.stderr.strip().splitlines() or ["?"])[-1]
-        return f"not loaded (exit {done.returncode}): {said}", seconds
-    cases = json.loads(report.read_text())["cases"]
-    counts = [sum(c["status"] == s for c in cases) for s in ("pass", "fail", "not_applicable")]
-    found: dict[str, dict[str, set]] = {}
-    skipped: set[str] = set()
-    for case in cases:
-        if case["status"] == "not_applicable":
-            skipped.update(_short(why) for why in case["error"].split("; "))
-        for check in case["checks"]:
-            if check["skipped"]:
-                skipped.add(_short(check["skipped"]))
-            for finding in check["findings"]:
-                seen = found.setdefault(case["scenario"], {"dcp": set(), "what": set()})
-                seen["dcp"].add(case["dcp"])
-                seen["what"].add(f"{check['check']} {finding['field']} ({finding['ownership']})")
-    failing = [
-        f"{name} at DCP {','.join(map(str, sorted(seen['dcp'])))}: "
-        + ", ".join(sorted(seen["what"]))
-        for name, seen in sorted(found.items())
-    ]
-    text = f"{counts[0]} / {counts[1]} / {counts[2]}"
-    text += f"; FAIL {'; '.join(failing)}" if failing else ""
-    text += f"; skipped: {'; '.join(sorted(skipped))}" if skipped else ""
-    return text, seconds
-
-
 def judge(version: str, out: Path, examples: int) -> str:
     """One row of the table (module docstring)."""
-    runner, seconds = verdict(f"vllm=={version}", out)
-    function, function_seconds = verdict(f"vllm=={version}:get_dcp_local_seq_lens", out)
-    v1_table, v1_seconds = verdict(f"vllm=={version}:compute_slot_mapping", out)
+    runner, seconds = verdict(OP, f"vllm=={version}", out)
+    function, function_seconds = verdict(OP, f"vllm=={version}:get_dcp_local_seq_lens", out)
+    v1_table, v1_seconds = verdict(OP, f"vllm=={version}:compute_slot_mapping", out)
     search_seconds = 0.0
     property_line = "-"
     if not runner.startswith("not loaded"):
-        searched, search_seconds = _dcpcheck(
-            "run", "--op", "slot-mapping", "--kernel", f"vllm=={version}", "--property-only",
+        searched, search_seconds = dcpcheck(
+            "run", "--op", OP, "--kernel", f"vllm=={version}", "--property-only",
             "--examples", str(examples), "--home", str(out / "home"),
         )  # fmt: skip
-        property_line = next(
-            (line for line in searched.stdout.splitlines() if line.startswith("property:")),
-            f"(no property line, exit {searched.returncode})",
-        ).removeprefix("property: ")
+        property_line = property_verdict(searched)
     shaped = shape(version) if not runner.startswith("not loaded") else "-"
     total = seconds + function_seconds + v1_seconds + search_seconds
     return (

@@ -91,7 +91,10 @@ def select_backend(device: str = "auto") -> Backend:
         from dcpcheck.interpreter_calls import install_language_patch_once
         from dcpcheck.interpreter_dtypes import install_dtype_fast_paths
         from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
+        from dcpcheck.interpreter_jit import install_constexprs
         from dcpcheck.interpreter_masks import install_boolean_masks
+
+        install_constexprs()
 
         chosen = replace(
             chosen,

@@ -18,7 +18,7 @@ class Op:
     (``dcpcheck.kernels.releases``)."""
 
     description: str
-    wheel_members: tuple[str, ...]  # () for an op that loads no release
+    wheel_members: tuple[str, ...]
     function: str  # the function of the first member a release is judged by
     package: str | None = None  # its package under dcpcheck/ops/ (None: the fused op's harness)
 
@@ -47,8 +47,13 @@ OPS: dict[str, Op] = {
     ),
     LSE_COMBINE: Op(
         "the merge of the ranks' partial attentions by their LSE (docs/lse-combine.md)",
-        (),
-        "",
+        # where cp_lse_ag_out_rs lived, oldest first
+        (
+            "vllm/attention/ops/common.py",
+            "vllm/v1/attention/ops/common.py",
+            "vllm/v1/attention/ops/dcp.py",
+        ),
+        "cp_lse_ag_out_rs",
         "dcpcheck.ops.lse_combine",
     ),
 }

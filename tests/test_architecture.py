@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.interpreter_calls",
         "dcpcheck.interpreter_dtypes",
         "dcpcheck.interpreter_masks",
+        "dcpcheck.interpreter_jit",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
         "dcpcheck.op_registry",

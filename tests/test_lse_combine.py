@@ -277,7 +277,9 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def test_run_replays_a_saved_failure_and_refuses_a_release(tmp_path, monkeypatch):
+def test_run_replays_a_saved_failure_and_refuses_a_function_it_does_not_judge(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("DCPCHECK_HOME", str(tmp_path))
     done = invoke("run", "--op", "lse-combine", "--scenario", "empty-lse-zero", "--dcp", "2")
     assert done.exit_code == 0, done.output
@@ -296,12 +298,12 @@ def test_run_replays_a_saved_failure_and_refuses_a_release(tmp_path, monkeypatch
     [saved] = (tmp_path / "failures").glob("*.toml")
     replay = invoke("repro", str(saved), "--kernel", "mutant/lengths-ignored")
     assert replay.exit_code == 1
-    refused = invoke("run", "--op", "lse-combine", "--kernel", "vllm==0.33.0")
+    refused = invoke("run", "--op", "lse-combine", "--kernel", "vllm==0.33.0:correct_attn_out")
     assert refused.exit_code == 2
-    assert "does not load vLLM releases yet" in refused.output
+    assert "judges cp_lse_ag_out_rs only" in refused.output
 
 
 def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_with_the_reason():
-    done = invoke("run", "--op", "lse-combine", "--scenario", "unmasked-nan", "--dcp", "8")
+    done = invoke("run", "--op", "lse-combine", "--scenario", "unmasked-nan", "--dcp", "3")
     assert done.exit_code == 0, done.output
-    assert "8 ranks cannot share the 4 heads" in done.output
+    assert "3 ranks cannot share the 8 heads" in done.output

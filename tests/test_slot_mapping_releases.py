@@ -8,10 +8,10 @@ padded: the finding), 0.28.0 (pads from the scheduled tokens, as every release f
 fixed), 0.29.0 (kernel block sizes, groups without slots), 0.31.0 (sharded flags, requests
 without blocks), 0.33.0 (kernel block sizes gone). The V1 runner's block table: 0.10.2
 (numpy, no interleave), 0.12.0 - 0.17.0 (numpy, interleaved), 0.28.0 (Triton), 0.29.0
-(Triton in a JIT warm-up class) and 0.31.0 (launched by vLLM's kernel launcher: not
-loadable here). Eight wheels, fetched as ``--kernel vllm==X`` fetches them (pip, then the
-cache outside the checkout) and skipped only where the registry is unreachable and the
-release is not cached.
+(Triton in a JIT warm-up class) and 0.31.0 (launched by vLLM's kernel launcher, which a
+stand-in does as vLLM's does). Eight wheels, fetched as ``--kernel vllm==X`` fetches them
+(pip, then the cache outside the checkout) and skipped only where the registry is
+unreachable and the release is not cached.
 """
 
 from __future__ import annotations
@@ -365,11 +365,15 @@ def test_what_the_v1_runner_never_asks_its_table_is_not_applicable(batch, words)
     assert result.status == "not_applicable" and words in result.error
 
 
-def test_the_v1_table_launched_through_vllms_kernel_launcher_is_a_one_line_load_error():
+@pytest.mark.parametrize("dcp_size", [1, 4])
+def test_the_v1_table_launched_through_vllms_kernel_launcher_maps_every_rank(dcp_size):
+    """0.31.0's class returns a launch specification; the launcher's stand-in runs it."""
     release("0.31.0")  # fetched (or skipped) as the other tests fetch it
-    with pytest.raises(KernelLoadError, match="needs kernel_launcher from vllm") as raised:
-        kernels.load("vllm==0.31.0:compute_slot_mapping")
-    assert "\n" not in str(raised.value)
+    batch = SlotMappingBatch(((1000, 33), (3, 70)), (32, 64), (True, True), 2, padding=3)
+    result = judge_v1("0.31.0", batch, dcp_size)
+    assert result.status == "pass", failed(result)
+    verdicts = {c.check: c for c in result.checks}
+    assert verdicts["slots"].passed and verdicts["ownership"].passed
 
 
 @pytest.mark.parametrize("version", ["0.10.2", "0.28.0"])

@@ -30,8 +30,10 @@ so every report says exactly what was judged.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
+import builtins
 import dataclasses
 import difflib
 import hashlib
@@ -261,6 +263,95 @@ def fetch_release(version: str, member: str = releases.KERNEL_MEMBER) -> release
         raise KernelSpecError(str(exc)) from None
     except releases.ReleaseError as exc:
         raise KernelLoadError(str(exc)) from None
+
+
+def _defined_by(node: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement binds."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign | ast.AugAssign):
+        targets = [node.target]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+def _free_names(node: ast.stmt) -> set[str]:
+    """The names a statement reads that it does not bind itself (its arguments, its
+    locals), builtins and annotations (never evaluated, see ``definitions_alone``)
+    excepted: what it needs from its module."""
+    annotations = [
+        a
+        for n in ast.walk(node)
+        for a in (
+            getattr(n, "annotation", None) if isinstance(n, ast.arg | ast.AnnAssign) else None,
+            n.returns if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) else None,
+        )
+        if a is not None
+    ]
+    in_annotations = {id(n) for a in annotations for n in ast.walk(a)}
+    names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in in_annotations]
+    local = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+    local |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+    local |= {
+        alias.asname or alias.name.split(".")[0]
+        for i in ast.walk(node)
+        if isinstance(i, ast.Import | ast.ImportFrom)
+        for alias in i.names
+    }
+    used = {n.id for n in names if isinstance(n.ctx, ast.Load)}
+    return used - local - set(dir(builtins)) - _defined_by(node)
+
+
+def definitions_alone(
+    path: Path, entry: str, provided: dict[str, object], where: str
+) -> dict[str, object]:
+    """``entry`` of the file at ``path`` and the top-level definitions of that file it
+    needs, compiled alone (annotations left unevaluated) with ``provided`` as their only
+    other globals: the file's own code, without the imports of the project it belongs to.
+    Returns the namespace they were defined in. ``AdapterError`` naming what is missing
+    when ``entry`` is not defined there or needs a name neither the file nor ``provided``
+    gives. Compiled at their own lines of ``path``, so Triton reads a kernel's source
+    where it lies."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    statements = {name: node for node in tree.body for name in _defined_by(node)}
+    if entry not in statements:
+        raise AdapterError(f"{where}: {path} has no {entry!r}")
+    needed: list[ast.stmt] = []
+    foreign: set[str] = set()
+    pending = [entry]
+    while pending:
+        node = statements[pending.pop()]
+        if node in needed:
+            continue
+        needed.append(node)
+        for name in sorted(_free_names(node)):
+            if name in statements:
+                pending.append(name)
+            elif name not in provided:
+                foreign.add(name)
+    if foreign:
+        given = ", ".join(provided)
+        raise AdapterError(f"{where}: {entry} uses {', '.join(sorted(foreign))}, not {given} alone")
+    code = compile(
+        ast.Module(body=sorted(needed, key=lambda n: n.lineno), type_ignores=[]),
+        str(path),
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
+    # a module of its own in sys.modules, as dataclasses and Triton look a class's or a
+    # kernel's module up there
+    name = f"dcpcheck_alone_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    module = ModuleType(name, f"{entry} of {path}, alone")
+    module.__dict__.update(provided)
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:  # the file's own code, run without its project
+        del sys.modules[name]
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise AdapterError(f"{where}: {entry} does not load alone from {path}: {first}") from exc
+    return module.__dict__
 
 
 def load_callable(spec: str, registry: list[str]) -> object:

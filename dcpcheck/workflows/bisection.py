@@ -429,12 +429,17 @@ def check_versions(texts: Sequence[str], op: str = FUSED_NORM_ROPE) -> list[str]
             f"--releases: not oldest first ({versions[first]} before {versions[first + 1]}); "
             f"sorted: {','.join(ordered)}"
         )
-    if not OPS[op].wheel_members:
-        raise BisectError(f"--releases: the {op} op loads no vLLM release")
-    member = OPS[op].wheel_members[0]
+    members = OPS[op].wheel_members
+
+    def cached(version: str) -> bool:  # any of the op's files: it moved between releases
+        return any(
+            not releases.lacks(version, m) and releases.cached(version, m) is not None
+            for m in members
+        )
+
     try:
-        unknown = [v for v in versions if releases.cached(v, member) is None]
-    except releases.ReleaseError as exc:  # a cache fault, or a release without the file
+        unknown = [v for v in versions if not cached(v)]
+    except releases.ReleaseError as exc:  # a cache fault
         raise BisectError(f"--releases: {exc}") from None
     if unknown:
         listed = releases.published_versions()

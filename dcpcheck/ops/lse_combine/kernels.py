@@ -1,11 +1,11 @@
 """The kernels of the op dcpcheck can name (``contract.CombineKernel``):
 
 * ``default``: the project's merge (``kernel``); ``mutant/NAME``: it with one bug;
+* ``vllm==X.Y.Z``: a released vLLM's ``cp_lse_ag_out_rs``, from whichever of its files
+  the release has (``dcpcheck.ops.lse_combine.vllm``), fetched and cached by
+  ``dcpcheck.kernels.releases``;
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the op's
   protocol.
-
-vLLM's released merges (``vllm==X``) are not loaded by this op yet: such a spec is refused
-with one line (exit 2), never judged as something else.
 
 Import only once the backend is chosen (it defines Triton kernels).
 """
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dcpcheck.kernels import loading
-from dcpcheck.kernels.loading import JudgedFile, KernelSpecError
+from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.kernels import loading, releases
+from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops.lse_combine import kernel as project_kernel
-from dcpcheck.ops.lse_combine import mutants
+from dcpcheck.ops.lse_combine import mutants, vllm
 from dcpcheck.ops.lse_combine.contract import CombineKernel
 
 
@@ -38,19 +39,43 @@ DESCRIPTIONS: dict[str, str] = {
 """What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
 
 
-def _refuse_release(spec: str) -> None:
-    if loading.release_of(spec) is not None:
-        raise KernelSpecError(
-            f"{spec}: the {LSE_COMBINE} op does not load vLLM releases yet; name the "
-            "project's kernels or a callable of the op's protocol (module:function)"
-        )
+def release_of(spec: str) -> releases.ReleaseSpec | None:
+    """``spec`` as a vLLM release of this op; ``KernelSpecError`` for a version that is
+    no version, or a function the op does not know."""
+    release = loading.release_of(spec, vllm.FUNCTION)
+    if release is not None and release.function != vllm.FUNCTION:
+        raise KernelSpecError(f"{spec}: the {LSE_COMBINE} op judges {vllm.FUNCTION} only")
+    return release
+
+
+def _release_file(version: str, name: str) -> JudgedFile:
+    """The file of release ``version`` that defines the routine: the newest of the op's
+    files it has that does (a moved routine can leave its old file behind)."""
+    for member in reversed(vllm.MEMBERS):
+        if releases.lacks(version, member):
+            continue
+        try:
+            kept = loading.fetch_release(version, member)
+        except KernelLoadError:
+            if releases.lacks(version, member):  # learnt by this fetch
+                continue
+            raise
+        if f"def {vllm.FUNCTION}(" in kept.path.read_text(encoding="utf-8"):
+            return JudgedFile(str(kept.path), kept.sha256)
+    raise KernelLoadError(f"{name}: none of {', '.join(vllm.MEMBERS)} defines {vllm.FUNCTION}")
 
 
 def load(spec: str) -> CombineKernel:
     """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""
     if spec in KERNELS:
         return KERNELS[spec]
-    _refuse_release(spec)
+    release = release_of(spec)
+    if release is not None:
+        path = Path(_release_file(release.version, release.name).path)
+        try:
+            return vllm.VllmMerge(vllm.routine_of(path, release.name), release.name)
+        except AdapterError as exc:  # the revision's: bisect skips it
+            raise KernelLoadError(str(exc)) from None
     return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
 
 
@@ -60,10 +85,13 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     if spec in KERNELS:
         sources = (project_kernel.__file__, mutants.__file__)
         return tuple(loading.judged_file(Path(source)) for source in sources)
-    _refuse_release(spec)
+    release = release_of(spec)
+    if release is not None:
+        return (_release_file(release.version, release.name),)
     return loading.judged_files(spec)
 
 
 def canonical(spec: str) -> str:
-    """``spec`` as reports and replays spell it."""
-    return spec
+    """``spec`` as reports and replays spell it: a release's version normalised."""
+    release = release_of(spec)
+    return spec if release is None else release.name

@@ -41,7 +41,6 @@ uses torch and nothing else.
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from pathlib import Path
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.kernels.loading import definitions_alone
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
 
@@ -339,24 +339,9 @@ PADDING_BY_CALLER = (
 
 def torch_function(path: Path, name: str, where: str) -> Callable[..., torch.Tensor]:
     """The function ``name`` of the file at ``path``, compiled alone with ``torch`` as its
-    only global (module docstring); ``AdapterError`` when the file has no such function or
-    it names anything else."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    if not found:
-        raise AdapterError(f"{where}: {path} has no function {name!r}")
-    [function] = found
-    names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
-    local = {a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
-    local |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
-    used = {n.id for n in names if isinstance(n.ctx, ast.Load)}
-    foreign = sorted(used - local - {"torch"} - set(dir(builtins)))
-    if foreign:
-        raise AdapterError(f"{where}: {name} uses {', '.join(foreign)}, not torch alone")
-    module = ast.Module(body=[function], type_ignores=[])
-    namespace: dict[str, object] = {"torch": torch}
-    exec(compile(module, str(path), "exec"), namespace)
-    return namespace[name]  # type: ignore[return-value]
+    only global (module docstring; ``loading.definitions_alone``); ``AdapterError`` when
+    the file has no such function or it needs anything else."""
+    return definitions_alone(path, name, {"torch": torch}, where)[name]  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ What the V1 routine is not asked, by its release's runner, is skipped with the r
   (no such setting): the case is not applicable.
 
 0.29.0's kernel class derives from vLLM's JIT warm-up base (a stand-in: the launch is the
-file's own); from 0.30.0 the launch goes through vLLM's ``kernel_launcher``, whose code is
-not in the file and has no stand-in: their load is a one-line error naming it.
+file's own); from 0.30.0 the class returns a launch specification that vLLM's
+``kernel_launcher`` runs, whose code is not in the file: its stand-in
+(``dcpcheck.adapters.shims.vllm.jit_warmup``) does what vLLM's does.
 """
 
 from __future__ import annotations

@@ -1,0 +1,116 @@
+"""vLLM's merge, ``cp_lse_ag_out_rs``, judged in the releases where its API shape or its
+verdict changes, as ``dcpcheck run --op lse-combine --kernel vllm==X`` judges it
+(``dcpcheck.ops.lse_combine.vllm``): 0.10.2 (no ``return_lse``, no base: a natural LSE
+only), 0.12.0 (``return_lse`` and the base; still no zeroing of an empty shard's output),
+0.28.0 (the lengths' empty-shard mask and the zeroing: fixed), 0.29.0 (moved to
+``dcp.py``), 0.31.0 and 0.33.0 (a correction kernel class whose launch specification
+vLLM's kernel launcher runs, stood in for). The wheels are the slot-mapping tests' (one
+download keeps every op's files), skipped only where the registry is unreachable and the
+release is not cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+
+from dcpcheck.cases.verdicts import CaseResult
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.lse_combine import kernels
+from dcpcheck.ops.lse_combine.case import CombineBatch
+from dcpcheck.ops.lse_combine.runner import run_scenario
+from dcpcheck.ops.lse_combine.scenario import CombineScenario
+from dcpcheck.ops.lse_combine.vllm import DCP_ONLY, VllmMerge
+from tests.conftest import BACKEND, registry_problem
+
+LOADED = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
+UNMASKED = ("0.10.2", "0.12.0")
+FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
+
+
+@functools.cache
+def release(version: str) -> VllmMerge:
+    """Release ``version``'s merge as ``--kernel vllm==X`` loads it."""
+    try:
+        kernel = kernels.load(f"vllm=={version}")
+    except KernelLoadError as exc:
+        problem = registry_problem()
+        if problem is not None:
+            pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
+        raise AssertionError(
+            f"the registry answers, yet vllm=={version} did not load: {exc}"
+        ) from exc
+    assert isinstance(kernel, VllmMerge)
+    return kernel
+
+
+def judge(version: str, batch: CombineBatch, dcp_size: int) -> CaseResult:
+    scenario = CombineScenario("t", "a test batch", batch, (dcp_size,))
+    kernel = release(version)
+    [result] = run_scenario(kernel, f"vllm=={version}", scenario, (dcp_size,), BACKEND.device)
+    return result
+
+
+FULL = CombineBatch(requests=((40, 1), (90, 2)), heads=8, head_dim=32, sink_logit=2.0, seed=5)
+"""Requests every rank holds part of, at DCP 2 and 4: what every release merges right."""
+
+EMPTY_NAN = dataclasses.replace(FULL, requests=((2, 1), (40, 1)), empty="neg-inf-nan")
+"""A 2-token request: at DCP4 two ranks hold none of it and leave what vLLM's Triton decode
+attention leaves for an empty shard, NaN with an LSE of -inf."""
+
+
+@pytest.mark.parametrize("version", LOADED)
+def test_every_release_merges_full_shards_right(version):
+    for size in (2, 4):
+        result = judge(version, FULL, size)
+        assert result.status == "pass", [c.findings for c in result.failed_checks]
+
+
+@pytest.mark.parametrize("version", LOADED)
+def test_dcp1_is_not_applicable_as_no_caller_merges_without_dcp(version):
+    result = judge(version, FULL, 1)
+    assert result.status == "not_applicable" and result.error == DCP_ONLY
+
+
+@pytest.mark.parametrize("version", UNMASKED)
+def test_before_0_28_an_empty_shards_nan_output_poisons_the_merge(version):
+    result = judge(version, EMPTY_NAN, 4)
+    assert result.status == "fail"
+    [check] = result.failed_checks
+    assert check.check == "empty_shards"
+    assert all(f.max_error == "NaN or inf" for f in check.findings)
+    assert {f.rank for f in check.findings} == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("version", FIXED)
+def test_from_0_28_empty_shards_weigh_nothing_whatever_they_hold(version):
+    for empty in ("neg-inf-nan", "pos-inf-zeros", "nan-nan", "zero-garbage"):
+        result = judge(version, dataclasses.replace(EMPTY_NAN, empty=empty), 4)
+        assert result.status == "pass", (empty, [c.findings for c in result.failed_checks])
+
+
+def test_0_10_2_takes_no_base_so_a_base_2_lse_is_merged_as_natural():
+    base_2 = dataclasses.replace(FULL, base_e=False)
+    assert judge("0.10.2", base_2, 2).status == "fail"
+    assert judge("0.12.0", base_2, 2).status == "pass"
+
+
+def test_0_10_2_cannot_be_asked_the_merged_lse():
+    result = judge("0.10.2", dataclasses.replace(FULL, return_lse=True), 2)
+    assert result.status == "not_applicable" and "cannot return the merged LSE" in result.error
+    assert judge("0.12.0", dataclasses.replace(FULL, return_lse=True), 2).status == "pass"
+
+
+def test_a_merge_that_needs_more_than_its_file_and_the_stand_ins_is_refused(tmp_path):
+    from dcpcheck.adapters.protocol import AdapterError
+    from dcpcheck.ops.lse_combine.vllm import routine_of
+
+    source = tmp_path / "dcp.py"
+    source.write_text(
+        "def cp_lse_ag_out_rs(cp_attn_out, cp_attn_lse, cp_group):\n"
+        "    return get_dcp_group().all_reduce(cp_attn_out)\n"
+    )
+    with pytest.raises(AdapterError, match="uses get_dcp_group, not torch"):
+        routine_of(source, "t")
