@@ -1,12 +1,14 @@
-"""Judge vLLM's merge of the DCP ranks' partial attentions (``cp_lse_ag_out_rs``) in every
-release that has it and print the verdict table.
+"""Judge vLLM's merges of the DCP ranks' partial attentions in every release that has them
+and print the verdict table.
 
 For each release: ``python -m dcpcheck run --op lse-combine --kernel vllm==X --dcp
-1,2,4,8`` over the op's shipped scenarios, and its property search (``--property-only
---examples N``); the JSON reports are kept under ``--out``. A row gives the file the
-routine came from and the parameters it has (its API shape), the cases passed, failed and
-not applicable, the findings, why checks were skipped, the property verdict and the wall
-time. Used for BENCHMARKS.md's merge table:
+1,2,4,8`` over the op's shipped scenarios (``cp_lse_ag_out_rs``) and its property search
+(``--property-only --examples N``), and the same run of
+``vllm==X:dcp_a2a_lse_reduce`` (the all-to-all merge, where the release has it); the
+JSON reports are kept under ``--out``. A row gives the file each routine came from and
+the parameters it has (its API shape), the cases passed, failed and not applicable, the
+findings, why checks were skipped, the property verdict and the wall time. Used for
+BENCHMARKS.md's merge table:
 
     python3 benchmarks/lse_combine_matrix.py --out out/lse-combine
 
@@ -27,13 +29,13 @@ from slot_mapping_matrix import RELEASES
 OP = "lse-combine"
 
 
-def shape(version: str) -> str:
-    """The file the release's routine came from and the parameters it gained."""
+def shape(spec: str) -> str:
+    """The file ``spec``'s routine came from and the parameters it gained."""
     probe = (
         "from dcpcheck.backend import select_backend; select_backend('cpu'); "
         "from dcpcheck.ops.lse_combine import kernels, vllm; "
-        f"print(kernels._release_file('{version}', 'v').path.split('/vllm/', 2)[-1]); "
-        f"k = kernels.load('vllm=={version}'); "
+        f"print(kernels.judged_files('{spec}')[0].path.split('/vllm/', 2)[-1]); "
+        f"k = kernels.load('{spec}'); "
         "print(' '.join(p for p in vllm.OPTIONAL[1:] if p in k.parameters) or '-')"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -43,16 +45,23 @@ def shape(version: str) -> str:
 
 def judge(version: str, out: Path, examples: int) -> str:
     """One row of the table (module docstring)."""
-    merged, seconds = verdict(OP, f"vllm=={version}", out)
+    spec, a2a_spec = f"vllm=={version}", f"vllm=={version}:dcp_a2a_lse_reduce"
+    merged, seconds = verdict(OP, spec, out)
+    a2a, a2a_seconds = verdict(OP, a2a_spec, out)
     property_line, search_seconds = "-", 0.0
     if not merged.startswith("not loaded"):
         searched, search_seconds = dcpcheck(
-            "run", "--op", OP, "--kernel", f"vllm=={version}", "--property-only",
+            "run", "--op", OP, "--kernel", spec, "--property-only",
             "--examples", str(examples), "--home", str(out / "home"),
         )  # fmt: skip
         property_line = property_verdict(searched)
-    shaped = shape(version) if not merged.startswith("not loaded") else "-"
-    return f"| {version} | {shaped} | {merged} | {property_line} | {seconds + search_seconds:.0f} |"
+    shaped = shape(spec) if not merged.startswith("not loaded") else "-"
+    a2a_shaped = shape(a2a_spec) if not a2a.startswith("not loaded") else "-"
+    total = seconds + a2a_seconds + search_seconds
+    return (
+        f"| {version} | {shaped} | {merged} | {property_line} | {a2a_shaped} | {a2a} "
+        f"| {total:.0f} |"
+    )
 
 
 def main() -> None:
@@ -63,8 +72,9 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(
-        "| release | file / parameters | cases pass / fail / N/A | property search | s |\n"
-        "|---|---|---|---|---|"
+        "| release | cp_lse_ag_out_rs: file / parameters | cases pass / fail / N/A | "
+        "property search | dcp_a2a_lse_reduce: file / parameters | cases | s |\n"
+        "|---|---|---|---|---|---|---|"
     )
     for version in args.versions:
         print(judge(version, args.out, args.examples), flush=True)

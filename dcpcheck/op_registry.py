@@ -47,10 +47,11 @@ OPS: dict[str, Op] = {
     ),
     LSE_COMBINE: Op(
         "the merge of the ranks' partial attentions by their LSE (docs/lse-combine.md)",
-        # where cp_lse_ag_out_rs lived, oldest first
+        # where cp_lse_ag_out_rs and dcp_a2a_lse_reduce lived, oldest first
         (
             "vllm/attention/ops/common.py",
             "vllm/v1/attention/ops/common.py",
+            "vllm/v1/attention/ops/dcp_alltoall.py",
             "vllm/v1/attention/ops/dcp.py",
         ),
         "cp_lse_ag_out_rs",

@@ -300,10 +300,24 @@ def test_run_replays_a_saved_failure_and_refuses_a_function_it_does_not_judge(
     assert replay.exit_code == 1
     refused = invoke("run", "--op", "lse-combine", "--kernel", "vllm==0.33.0:correct_attn_out")
     assert refused.exit_code == 2
-    assert "judges cp_lse_ag_out_rs only" in refused.output
+    assert "judges cp_lse_ag_out_rs and dcp_a2a_lse_reduce only" in refused.output
 
 
 def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_with_the_reason():
     done = invoke("run", "--op", "lse-combine", "--scenario", "unmasked-nan", "--dcp", "3")
     assert done.exit_code == 0, done.output
     assert "3 ranks cannot share the 8 heads" in done.output
+
+
+def test_all_to_all_single_over_the_simulated_group_sends_slice_r_to_rank_r():
+    from dcpcheck.ops.lse_combine.collectives import TorchDistributed
+
+    def work(group):
+        sent = torch.arange(4.0) + 10 * group.rank_in_group
+        received = torch.empty(4)
+        TorchDistributed.all_to_all_single(
+            received, sent, group=group.device_group, async_op=True
+        ).wait()
+        return received.tolist()
+
+    assert run_ranks(2, work) == [[0.0, 1.0, 10.0, 11.0], [2.0, 3.0, 12.0, 13.0]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -113,4 +114,37 @@ def test_a_merge_that_needs_more_than_its_file_and_the_stand_ins_is_refused(tmp_
         "    return get_dcp_group().all_reduce(cp_attn_out)\n"
     )
     with pytest.raises(AdapterError, match="uses get_dcp_group, not torch"):
-        routine_of(source, "t")
+        routine_of(source, "cp_lse_ag_out_rs", "t")
+
+
+# -- the all-to-all merge ----------------------------------------------------------------
+
+
+@functools.cache
+def a2a(version: str) -> VllmMerge:
+    """Release ``version``'s all-to-all merge as ``--kernel vllm==X:dcp_a2a_lse_reduce``
+    loads it."""
+    release(version)  # fetched (or skipped) as the other tests fetch it
+    kernel = kernels.load(f"vllm=={version}:dcp_a2a_lse_reduce")
+    assert isinstance(kernel, VllmMerge)
+    return kernel
+
+
+@pytest.mark.parametrize("version", ("0.28.0", "0.29.0", "0.33.0"))
+def test_the_all_to_all_merge_agrees_with_the_oracle_whatever_empty_shards_hold(version):
+    """0.28.0's lives in dcp_alltoall.py and takes its empty-shard mask from common.py."""
+    kernel = a2a(version)
+    for batch in (FULL, EMPTY_NAN, dataclasses.replace(EMPTY_NAN, empty="zero-garbage")):
+        scenario = CombineScenario("t", "a test batch", batch, (4,))
+        [result] = run_scenario(kernel, "a2a", scenario, (4,), BACKEND.device)
+        assert result.status == "pass", [c.findings for c in result.failed_checks]
+    if version == "0.28.0":
+        files = [Path(f.path).name for f in kernels.judged_files("vllm==0.28.0:dcp_a2a_lse_reduce")]
+        assert files == ["dcp_alltoall.py", "common.py"]
+
+
+def test_a_release_without_the_all_to_all_merge_says_so_in_one_line():
+    release("0.12.0")
+    with pytest.raises(KernelLoadError, match="defines dcp_a2a_lse_reduce") as error:
+        kernels.load("vllm==0.12.0:dcp_a2a_lse_reduce")
+    assert "\n" not in str(error.value)

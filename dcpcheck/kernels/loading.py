@@ -302,17 +302,36 @@ def _free_names(node: ast.stmt) -> set[str]:
     return used - local - set(dir(builtins)) - _defined_by(node)
 
 
+def _imported_from(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """Each name a module's top-level ``from X import name [as alias]`` binds:
+    ``alias -> (X, name)``."""
+    return {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+        for alias in node.names
+    }
+
+
 def definitions_alone(
-    path: Path, entry: str, provided: dict[str, object], where: str
+    path: Path,
+    entry: str,
+    provided: dict[str, object],
+    where: str,
+    neighbours: dict[str, Path] | None = None,
 ) -> dict[str, object]:
     """``entry`` of the file at ``path`` and the top-level definitions of that file it
     needs, compiled alone (annotations left unevaluated) with ``provided`` as their only
     other globals: the file's own code, without the imports of the project it belongs to.
-    Returns the namespace they were defined in. ``AdapterError`` naming what is missing
-    when ``entry`` is not defined there or needs a name neither the file nor ``provided``
-    gives. Compiled at their own lines of ``path``, so Triton reads a kernel's source
-    where it lies."""
+    A name the file imports from one of ``neighbours`` (module name -> its file, files of
+    the same project at hand) is taken alone from there the same way. Returns the
+    namespace they were defined in. ``AdapterError`` naming what is missing when
+    ``entry`` is not defined there or needs a name neither the files nor ``provided``
+    give. Compiled at their own lines of ``path``, so Triton reads a kernel's source where
+    it lies."""
+    neighbours = neighbours or {}
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    imported = _imported_from(tree)
     statements = {name: node for node in tree.body for name in _defined_by(node)}
     if entry not in statements:
         raise AdapterError(f"{where}: {path} has no {entry!r}")
@@ -327,7 +346,13 @@ def definitions_alone(
         for name in sorted(_free_names(node)):
             if name in statements:
                 pending.append(name)
-            elif name not in provided:
+            elif name in provided:
+                continue
+            elif imported.get(name, ("", ""))[0] in neighbours:
+                module, original = imported[name]
+                found = definitions_alone(neighbours[module], original, provided, where, neighbours)
+                provided = {**provided, name: found[original]}
+            else:
                 foreign.add(name)
     if foreign:
         given = ", ".join(provided)

@@ -150,6 +150,39 @@ class SimulatedGroup:
     def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
         return self._meet("all_to_all", tensor, 0)
 
+    @property
+    def device_group(self) -> SimulatedGroup:
+        """What ``torch.distributed`` calls are given as their group (``TorchDistributed``)."""
+        return self
+
+
+class _Done:
+    """The handle of a collective that has completed (they all complete before returning)."""
+
+    def wait(self) -> None:
+        """Nothing left to wait for."""
+
+
+class TorchDistributed:
+    """The ``torch.distributed`` calls a merge makes on its group's ``device_group``, over
+    the simulated group: ``all_to_all_single`` with equal splits (what vLLM's all-to-all
+    merges call). Any other call raises ``AttributeError``, naming it."""
+
+    @staticmethod
+    def all_to_all_single(
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: object = None,
+        input_split_sizes: object = None,
+        group: SimulatedGroup | None = None,
+        async_op: bool = False,
+    ) -> _Done | None:
+        """Slice ``r`` of dim 0 of every rank's ``input`` to rank ``r``'s ``output``."""
+        if group is None or output_split_sizes is not None or input_split_sizes is not None:
+            raise CollectiveError("all_to_all_single: the simulated group takes equal splits only")
+        output.copy_(group.all_to_all(input))
+        return _Done() if async_op else None
+
 
 def run_ranks(world_size: int, work: Callable[[SimulatedGroup], T]) -> list[T]:
     """``work(group)`` on every rank of a simulated group of ``world_size`` (module

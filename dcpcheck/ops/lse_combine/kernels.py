@@ -3,7 +3,7 @@
 * ``default``: the project's merge (``kernel``); ``mutant/NAME``: it with one bug;
 * ``vllm==X.Y.Z``: a released vLLM's ``cp_lse_ag_out_rs``, from whichever of its files
   the release has (``dcpcheck.ops.lse_combine.vllm``), fetched and cached by
-  ``dcpcheck.kernels.releases``;
+  ``dcpcheck.kernels.releases``; ``vllm==X.Y.Z:dcp_a2a_lse_reduce`` its all-to-all merge;
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the op's
   protocol.
 
@@ -12,6 +12,7 @@ Import only once the backend is chosen (it defines Triton kernels).
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from dcpcheck.adapters.protocol import AdapterError
@@ -43,13 +44,15 @@ def release_of(spec: str) -> releases.ReleaseSpec | None:
     """``spec`` as a vLLM release of this op; ``KernelSpecError`` for a version that is
     no version, or a function the op does not know."""
     release = loading.release_of(spec, vllm.FUNCTION)
-    if release is not None and release.function != vllm.FUNCTION:
-        raise KernelSpecError(f"{spec}: the {LSE_COMBINE} op judges {vllm.FUNCTION} only")
+    if release is not None and release.function not in vllm.FUNCTIONS:
+        raise KernelSpecError(
+            f"{spec}: the {LSE_COMBINE} op judges {' and '.join(vllm.FUNCTIONS)} only"
+        )
     return release
 
 
-def _release_file(version: str, name: str) -> JudgedFile:
-    """The file of release ``version`` that defines the routine: the newest of the op's
+def _release_file(version: str, name: str, function: str = vllm.FUNCTION) -> JudgedFile:
+    """The file of release ``version`` that defines ``function``: the newest of the op's
     files it has that does (a moved routine can leave its old file behind)."""
     for member in reversed(vllm.MEMBERS):
         if releases.lacks(version, member):
@@ -60,9 +63,27 @@ def _release_file(version: str, name: str) -> JudgedFile:
             if releases.lacks(version, member):  # learnt by this fetch
                 continue
             raise
-        if f"def {vllm.FUNCTION}(" in kept.path.read_text(encoding="utf-8"):
+        if f"def {function}(" in kept.path.read_text(encoding="utf-8"):
             return JudgedFile(str(kept.path), kept.sha256)
-    raise KernelLoadError(f"{name}: none of {', '.join(vllm.MEMBERS)} defines {vllm.FUNCTION}")
+    raise KernelLoadError(f"{name}: none of {', '.join(vllm.MEMBERS)} defines {function}")
+
+
+def _neighbours(version: str) -> dict[str, Path]:
+    """The op's files release ``version`` has in the cache, by module name: what a
+    routine may import from its sibling files."""
+    kept = {
+        member.removesuffix(".py").replace("/", "."): releases.cached(version, member)
+        for member in vllm.MEMBERS
+        if not releases.lacks(version, member)
+    }
+    return {module: file.path for module, file in kept.items() if file is not None}
+
+
+def _imports(path: Path, neighbours: dict[str, Path]) -> list[Path]:
+    """The files of ``neighbours`` the file at ``path`` imports from."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+    return [file for module, file in neighbours.items() if module in modules]
 
 
 def load(spec: str) -> CombineKernel:
@@ -71,9 +92,12 @@ def load(spec: str) -> CombineKernel:
         return KERNELS[spec]
     release = release_of(spec)
     if release is not None:
-        path = Path(_release_file(release.version, release.name).path)
+        path = Path(_release_file(release.version, release.name, release.function).path)
         try:
-            return vllm.VllmMerge(vllm.routine_of(path, release.name), release.name)
+            routine = vllm.routine_of(
+                path, release.function, release.name, _neighbours(release.version)
+            )
+            return vllm.VllmMerge(routine, release.name, release.function)
         except AdapterError as exc:  # the revision's: bisect skips it
             raise KernelLoadError(str(exc)) from None
     return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
@@ -87,11 +111,15 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         return tuple(loading.judged_file(Path(source)) for source in sources)
     release = release_of(spec)
     if release is not None:
-        return (_release_file(release.version, release.name),)
+        judged = _release_file(release.version, release.name, release.function)
+        siblings = _imports(Path(judged.path), _neighbours(release.version))
+        return (judged, *(loading.judged_file(path) for path in siblings))
     return loading.judged_files(spec)
 
 
 def canonical(spec: str) -> str:
     """``spec`` as reports and replays spell it: a release's version normalised."""
     release = release_of(spec)
-    return spec if release is None else release.name
+    if release is None:
+        return spec
+    return release.name + (f":{release.function}" if ":" in spec else "")

@@ -1,7 +1,12 @@
-"""vLLM's merge of the DCP ranks' partial attentions, ``cp_lse_ag_out_rs``, release by
-release, under the op's protocol.
+"""vLLM's merges of the DCP ranks' partial attentions, release by release, under the op's
+protocol: ``cp_lse_ag_out_rs`` (an all-gather of the LSEs, a Triton correction, a
+reduce-scatter by heads; every release) and ``dcp_a2a_lse_reduce`` (an all-to-all of the
+partials and their LSEs, then a Triton merge of each rank's heads; from 0.18.0, in
+``vllm/v1/attention/ops/dcp_alltoall.py``, and with ``dcp.py`` from 0.29.0). The
+all-to-all calls ``torch.distributed.all_to_all_single`` on its group's
+``device_group``, which ``collectives.TorchDistributed`` answers over the simulated group.
 
-Its file moved: ``vllm/attention/ops/common.py`` (0.10.2 - 0.13.x),
+``cp_lse_ag_out_rs``'s file moved: ``vllm/attention/ops/common.py`` (0.10.2 - 0.13.x),
 ``vllm/v1/attention/ops/common.py`` (0.14.0 - 0.28.x), ``vllm/v1/attention/ops/dcp.py``
 (0.29.0 on). The later files import half of vLLM (its config, its environment, its
 symmetric-memory workspaces), so the routine is taken alone from its file with what it
@@ -13,7 +18,8 @@ vLLM's launcher does). A release whose merge needs anything else is refused with
 naming it.
 
 Its API grew: ``return_lse`` (0.11.1), ``is_lse_base_on_e`` (0.12.0), ``seq_lens`` and
-``query_start_loc`` (the empty-shard mask, 0.28.0). It is called as the MLA attention
+``query_start_loc`` (the empty-shard mask, 0.28.0); the all-to-all's, ``out`` (0.29.0),
+which its callers leave unset. Either is called as the MLA attention
 layer calls it (``vllm/v1/attention/backends/mla/common.py``, later
 ``vllm/model_executor/layers/attention/mla_attention.py``): the partial output and LSE
 and the DCP group, the base the case declares, the lengths when the caller passes them,
@@ -42,42 +48,59 @@ from dcpcheck.adapters.shims.vllm import jit_warmup
 from dcpcheck.kernels.loading import definitions_alone
 from dcpcheck.op_registry import LSE_COMBINE, OPS
 from dcpcheck.ops.lse_combine.case import CombineBatch
+from dcpcheck.ops.lse_combine.collectives import TorchDistributed
 from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
 
 MEMBERS = OPS[LSE_COMBINE].wheel_members
 """The files the routine lived in, oldest first; a release has one of them."""
 
 FUNCTION = OPS[LSE_COMBINE].function
+A2A_FUNCTION = "dcp_a2a_lse_reduce"
+FUNCTIONS = (FUNCTION, A2A_FUNCTION)
+"""The routines a spec may name (``vllm==X`` is the first)."""
 
 PARAMETERS = ("cp_attn_out", "cp_attn_lse", "cp_group")
 """The routine's first parameters in every release."""
 
-OPTIONAL = ("ctx", "return_lse", "is_lse_base_on_e", "seq_lens", "query_start_loc")
+OPTIONAL = ("ctx", "return_lse", "is_lse_base_on_e", "seq_lens", "query_start_loc", "out")
 """The parameters it gained; any other is an API the adapter does not know."""
 
 DCP_ONLY = "its callers merge only under DCP (dcp_world_size > 1); at DCP1 it returns its input"
 
 
-def routine_of(path: Path, where: str) -> Callable[..., object]:
-    """The release's ``cp_lse_ag_out_rs`` taken alone from ``path`` (module docstring)."""
+def routine_of(
+    path: Path, function: str, where: str, neighbours: dict[str, Path] | None = None
+) -> Callable[..., object]:
+    """The release's ``function`` taken alone from ``path`` (module docstring), with what
+    it imports from the release's other files of the op (``neighbours``: module name ->
+    file)."""
     warmup = {name: getattr(jit_warmup, name) for name in jit_warmup.STANDS_IN_FOR}
-    provided = {"torch": torch, "triton": triton, "tl": tl, "dataclass": dataclass, **warmup}
-    return definitions_alone(path, FUNCTION, provided, where)[FUNCTION]  # type: ignore[return-value]
+    provided = {
+        "torch": torch,
+        "triton": triton,
+        "tl": tl,
+        "dist": TorchDistributed,
+        "dataclass": dataclass,
+        **warmup,
+    }
+    found = definitions_alone(path, function, provided, where, neighbours)
+    return found[function]  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
 class VllmMerge:
-    """A release's ``cp_lse_ag_out_rs`` under the op's protocol (module docstring)."""
+    """A release's merge (``function``) under the op's protocol (module docstring)."""
 
     routine: Callable[..., object]
     name: str
+    function: str = FUNCTION
 
     def __post_init__(self) -> None:
         parameters = tuple(inspect.signature(self.routine).parameters)
         unknown = [p for p in parameters[len(PARAMETERS) :] if p not in OPTIONAL]
         if parameters[: len(PARAMETERS)] != PARAMETERS or unknown:
             raise AdapterError(
-                f"{self.name}: {FUNCTION} takes ({', '.join(parameters)}), not the "
+                f"{self.name}: {self.function} takes ({', '.join(parameters)}), not the "
                 f"({', '.join(PARAMETERS)}, ...) the adapter knows how its caller fills"
             )
 
@@ -91,7 +114,7 @@ class VllmMerge:
         if size == 1:
             return DCP_ONLY
         if batch.return_lse and "return_lse" not in self.parameters:
-            return f"{self.name}'s {FUNCTION} cannot return the merged LSE, and no caller asks"
+            return f"{self.name}'s {self.function} cannot return the merged LSE, and no caller asks"
         return None
 
     def __call__(self, inputs: CombineInputs) -> Merged:
