@@ -321,3 +321,15 @@ def test_all_to_all_single_over_the_simulated_group_sends_slice_r_to_rank_r():
         return received.tolist()
 
     assert run_ranks(2, work) == [[0.0, 1.0, 10.0, 11.0], [2.0, 3.0, 12.0, 13.0]]
+
+
+def test_the_property_search_from_the_command_line_shrinks_and_saves_a_replay(tmp_path):
+    done = invoke(
+        "run", "--op", "lse-combine", "--kernel", "mutant/base-ignored", "--property-only",
+        "--examples", "40", "--home", str(tmp_path),
+    )  # fmt: skip
+    assert done.exit_code == 1, done.output
+    assert "property: FAIL at example" in done.output
+    assert "shrunk to 1 request(s) of context" in done.output
+    [saved] = (tmp_path / "failures").glob("shrunk-lse-combine-*.toml")
+    assert invoke("repro", str(saved), "--kernel", "mutant/base-ignored").exit_code == 1

@@ -148,3 +148,18 @@ def test_a_release_without_the_all_to_all_merge_says_so_in_one_line():
     with pytest.raises(KernelLoadError, match="defines dcp_a2a_lse_reduce") as error:
         kernels.load("vllm==0.12.0:dcp_a2a_lse_reduce")
     assert "\n" not in str(error.value)
+
+
+def test_the_triton_mla_backends_bf16_lse_breaks_the_bound_whichever_merge_runs():
+    """The replay of the finding: the LSE the backend hands over is already off."""
+    from dcpcheck.ops.lse_combine.scenario import SCENARIOS, load_scenario
+
+    finding = load_scenario(SCENARIOS.parent / "findings" / "triton-mla-bf16-lse.toml")
+    fp32 = dataclasses.replace(finding.batch, lse_dtype="float32")
+    for kernel in (release("0.33.0"), kernels.load("default")):
+        for batch, status in ((finding.batch, "fail"), (fp32, "pass")):
+            scenario = CombineScenario("t", "a test batch", batch, (2,))
+            [result] = run_scenario(kernel, "k", scenario, (2,), BACKEND.device)
+            assert result.status == status
+            if status == "fail":
+                assert {c.check for c in result.failed_checks} == {"merged_out"}

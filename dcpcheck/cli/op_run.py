@@ -100,11 +100,9 @@ def _search(op: OpPackage, kernel, kernel_name, search, dcp_sizes, device, home:
             _warn_unsaved(home, exc)
     shrunk = outcome.failure if path is None else op.load_scenario(path)
     [result] = op.run_scenario(kernel, kernel_name, shrunk, shrunk.dcp_sizes, device)
-    batch = shrunk.batch
     out.print(
         f"property: FAIL at example {outcome.first_failure}, shrunk to "
-        f"{len(batch.requests)} request(s), {batch.num_rows} row(s), "
-        f"{len(batch.block_sizes)} group(s), DCP {shrunk.dcp_sizes[0]}"
+        f"{shrunk.batch.summary}, DCP {shrunk.dcp_sizes[0]}"
         + (f"\n  saved: {path}" if path is not None else ""),
         soft_wrap=True,
     )

@@ -74,6 +74,16 @@ class CombineBatch:
     def num_rows(self) -> int:
         return sum(queries for _, queries in self.requests) + self.padding
 
+    @property
+    def summary(self) -> str:
+        """The batch in a few words, as a shrunk failure is reported."""
+        contexts = ", ".join(str(context) for context, _ in self.requests)
+        base = "e" if self.base_e else "2"
+        return (
+            f"{len(self.requests)} request(s) of context {contexts}, {self.num_rows} row(s), "
+            f"{self.heads} heads, {self.dtype}, LSE base {base}, empty shards {self.empty}"
+        )
+
 
 @dataclass(frozen=True)
 class CombineCase:

@@ -49,6 +49,14 @@ class SlotMappingBatch:
     def num_rows(self) -> int:
         return sum(new for _, new in self.requests) + self.padding
 
+    @property
+    def summary(self) -> str:
+        """The batch in a few words, as a shrunk failure is reported."""
+        return (
+            f"{len(self.requests)} request(s), {self.num_rows} row(s), "
+            f"{len(self.block_sizes)} group(s)"
+        )
+
 
 @dataclass(frozen=True)
 class SlotMappingCase:
