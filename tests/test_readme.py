@@ -36,7 +36,9 @@ def test_the_tour_has_commands():
 
 def test_every_command_runs_as_written(tmp_path):
     """In order, in one directory: a ``repro`` line replays the file a run before it saved,
-    so the commands are one test (test workers would otherwise split them)."""
+    so the commands are one test (test workers would otherwise split them). The directory
+    sees the checkout's ``scenarios/``, as a user at the checkout's root does."""
+    (tmp_path / "scenarios").symlink_to(REPO / "scenarios")
     env = {k: v for k, v in os.environ.items() if k != "DCPCHECK_HOME"}
     env["PYTHONPATH"] = str(REPO)
     for command, code in COMMANDS:
