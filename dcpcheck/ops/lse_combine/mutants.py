@@ -4,10 +4,13 @@ or what it returns), so the kernel a reader studies holds no code that is not th
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import torch
+
 from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
-from dcpcheck.ops.lse_combine.kernel import combine
+from dcpcheck.ops.lse_combine.kernel import combine, empty_rows
 
 
 def base_ignored(inputs: CombineInputs) -> Merged:
@@ -64,6 +67,55 @@ def all_reduced(inputs: CombineInputs) -> Merged:
     return Merged(inputs.group.all_gather(merged.out, dim=1), merged.lse)
 
 
+def empty_lse_as_zero(inputs: CombineInputs) -> Merged:
+    """An empty shard's LSE (``-inf``, ``+inf`` or NaN) taken as 0: the empty shard weighs
+    ``exp(-lse)`` of the row."""
+    lse = inputs.partial_lse
+    return combine(replace(inputs, partial_lse=torch.where(lse.isfinite(), lse, 0.0)))
+
+
+def max_shift_dropped(inputs: CombineInputs) -> Merged:
+    """The weights as ``exp(lse_r) / sum exp(lse_s)`` without subtracting the largest LSE
+    first (in torch, fp32): past an LSE of 88.7 ``exp`` overflows and the row is NaN."""
+    group, lse = inputs.group, inputs.partial_lse.float()
+    lse = torch.where(lse.isnan() | (lse == float("inf")), float("-inf"), lse)
+    if inputs.seq_lens is not None and inputs.query_start_loc is not None:
+        rows = empty_rows(inputs.seq_lens, inputs.query_start_loc, lse.shape[0])
+        lse = lse.masked_fill(rows[:, None], float("-inf"))
+    if not inputs.base_e:
+        lse = lse * math.log(2.0)
+    lses = group.all_gather(lse.contiguous(), dim=0).reshape(group.world_size, *lse.shape)
+    weight = torch.exp(lse) / torch.exp(lses).sum(dim=0)
+    corrected = torch.where(
+        weight[..., None] == 0, 0.0, inputs.partial_out.float() * weight[..., None]
+    )
+    merged = group.reduce_scatter(corrected.to(inputs.partial_out.dtype), dim=1)
+    if not inputs.return_lse:
+        return Merged(merged)
+    total = torch.log(torch.exp(lses).sum(dim=0))
+    total = total if inputs.base_e else total / math.log(2.0)
+    first = group.rank_in_group * inputs.heads_per_rank
+    return Merged(merged, total[:, first : first + inputs.heads_per_rank].contiguous())
+
+
+def heads_rolled(inputs: CombineInputs) -> Merged:
+    """Each head's partial weighed by the next head's LSE: a correction applied to another
+    head than its own."""
+    return combine(replace(inputs, partial_lse=inputs.partial_lse.roll(1, dims=1)))
+
+
+def scatter_off_by_one(inputs: CombineInputs) -> Merged:
+    """The reduce-scatter's slice one head late: rank ``r`` gets heads ``r * H / N + 1 ..``,
+    the last rank wrapping round to head 0."""
+    merged = combine(replace(inputs, return_lse=False))
+    every = inputs.group.all_gather(merged.out, dim=1)
+    share = inputs.heads_per_rank
+    first = inputs.group.rank_in_group * share + 1
+    heads = [(first + h) % every.shape[1] for h in range(share)]
+    out = every[:, heads].contiguous()
+    return Merged(out, combine(inputs).lse if inputs.return_lse else None)
+
+
 MUTANTS = (
     base_ignored,
     lengths_ignored,
@@ -71,4 +123,8 @@ MUTANTS = (
     lse_in_output_dtype,
     lse_of_first_heads,
     all_reduced,
+    empty_lse_as_zero,
+    max_shift_dropped,
+    heads_rolled,
+    scatter_off_by_one,
 )
