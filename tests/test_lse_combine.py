@@ -336,3 +336,40 @@ def test_the_property_search_from_the_command_line_shrinks_and_saves_a_replay(tm
     assert "shrunk to 1 request(s) of context" in done.output
     [saved] = (tmp_path / "failures").glob("shrunk-lse-combine-*.toml")
     assert invoke("repro", str(saved), "--kernel", "mutant/base-ignored").exit_code == 1
+
+
+# -- real ranks --------------------------------------------------------------------------
+
+REAL_JOBS = [
+    (kernel, SCENARIOS / f"{name}.toml")
+    for kernel in ("default", "mutant/heads-rolled", "mutant/lengths-ignored")
+    for name in ("decode-empty-ranks", "empty-lse-zero", "base2-sink-speculative")
+]
+
+
+def _verdicts(results) -> list[tuple[str, str, list[tuple[str, str, int | None]]]]:
+    return [
+        (
+            r.scenario,
+            r.status,
+            sorted((c.check, f.field, f.rank) for c in r.failed_checks for f in c.findings),
+        )
+        for r in results
+    ]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_real_ranks_over_gloo_give_the_simulated_groups_verdicts(world_size):
+    from dcpcheck.ops.lse_combine import PACKAGE
+    from dcpcheck.ops.lse_combine.real_ranks import run_on_real_ranks
+
+    real = run_on_real_ranks(world_size, REAL_JOBS)
+    simulated = [
+        result
+        for spec, path in REAL_JOBS
+        for result in PACKAGE.run_scenario(
+            PACKAGE.kernel(spec), spec, load_scenario(path), (world_size,), DEVICE
+        )
+    ]
+    assert _verdicts(real) == _verdicts(simulated)
+    assert {r.status for r in real} == {"pass", "fail"}

@@ -183,23 +183,22 @@ def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> Comb
     )
 
 
+def rank_inputs(case: CombineCase, group) -> CombineInputs:
+    """What the rank ``group`` says it is gets of ``case``: its own copies of its
+    partials, the lengths where the caller passes them, and the group."""
+    rank = group.rank_in_group
+    masked = case.batch.masked
+    return CombineInputs(
+        partial_out=case.partial_out[rank].clone(),
+        partial_lse=case.partial_lse[rank].clone(),
+        group=group,
+        base_e=case.batch.base_e,
+        return_lse=case.batch.return_lse,
+        seq_lens=case.seq_lens[rank].clone() if masked else None,
+        query_start_loc=case.query_start_loc.clone() if masked else None,
+    )
+
+
 def launch_all(kernel: CombineKernel, case: CombineCase) -> list[Merged]:
-    """Every rank's merge of ``case``, the ranks meeting in a simulated group; each rank
-    gets its own copies of its inputs."""
-
-    def merge(group) -> Merged:
-        rank = group.rank_in_group
-        masked = case.batch.masked
-        return kernel(
-            CombineInputs(
-                partial_out=case.partial_out[rank].clone(),
-                partial_lse=case.partial_lse[rank].clone(),
-                group=group,
-                base_e=case.batch.base_e,
-                return_lse=case.batch.return_lse,
-                seq_lens=case.seq_lens[rank].clone() if masked else None,
-                query_start_loc=case.query_start_loc.clone() if masked else None,
-            )
-        )
-
-    return run_ranks(case.dcp_size, merge)
+    """Every rank's merge of ``case``, the ranks meeting in a simulated group."""
+    return run_ranks(case.dcp_size, lambda group: kernel(rank_inputs(case, group)))

@@ -127,7 +127,7 @@ class _Meeting:
 class SimulatedGroup:
     """One rank's view of the group (``contract.Group``)."""
 
-    def __init__(self, meeting: _Meeting, rank: int) -> None:
+    def __init__(self, meeting: _Meeting, rank: int) -> None:  # one of ``run_ranks``
         self._meeting = meeting
         self._calls = 0
         self.world_size = meeting.world_size
@@ -165,8 +165,9 @@ class _Done:
 
 class TorchDistributed:
     """The ``torch.distributed`` calls a merge makes on its group's ``device_group``, over
-    the simulated group: ``all_to_all_single`` with equal splits (what vLLM's all-to-all
-    merges call). Any other call raises ``AttributeError``, naming it."""
+    the group the case runs in (simulated or real): ``all_to_all_single`` with equal
+    splits (what vLLM's all-to-all merges call). Any other call raises ``AttributeError``,
+    naming it."""
 
     @staticmethod
     def all_to_all_single(
@@ -174,7 +175,7 @@ class TorchDistributed:
         input: torch.Tensor,
         output_split_sizes: object = None,
         input_split_sizes: object = None,
-        group: SimulatedGroup | None = None,
+        group: SimulatedGroup | TorchGroup | None = None,
         async_op: bool = False,
     ) -> _Done | None:
         """Slice ``r`` of dim 0 of every rank's ``input`` to rank ``r``'s ``output``."""
@@ -182,6 +183,49 @@ class TorchDistributed:
             raise CollectiveError("all_to_all_single: the simulated group takes equal splits only")
         output.copy_(group.all_to_all(input))
         return _Done() if async_op else None
+
+
+class TorchGroup:
+    """``contract.Group`` over torch.distributed's default process group: one process per
+    rank (``real_ranks``), its collectives those of the transport (gloo on the CPU, NCCL
+    on GPUs), summed in the transport's own order."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.world_size = dist.get_world_size()
+        self.rank_in_group = dist.get_rank()
+
+    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        self._dist.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts, dim=dim)
+
+    def reduce_scatter(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        moved = tensor.movedim(dim, 0).contiguous()
+        if moved.shape[0] % self.world_size:
+            raise CollectiveError(
+                f"reduce_scatter of dim {dim} of size {moved.shape[0]} over {self.world_size} ranks"
+            )
+        out = moved.new_empty((moved.shape[0] // self.world_size, *moved.shape[1:]))
+        self._dist.reduce_scatter_tensor(out, moved)
+        return out.movedim(0, dim).contiguous()
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        total = tensor.clone()
+        self._dist.all_reduce(total)
+        return total
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(tensor)
+        self._dist.all_to_all_single(out, tensor.contiguous())
+        return out
+
+    @property
+    def device_group(self) -> TorchGroup:
+        """What ``torch.distributed`` calls are given as their group (``TorchDistributed``)."""
+        return self
 
 
 def run_ranks(world_size: int, work: Callable[[SimulatedGroup], T]) -> list[T]:

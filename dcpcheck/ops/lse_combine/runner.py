@@ -6,7 +6,7 @@ heads (a ``--dcp`` over a scenario's own sizes), has its checks skipped with the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
@@ -15,25 +15,31 @@ from dcpcheck.cases.verdicts import CaseResult, CheckResult
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.lse_combine import checks
-from dcpcheck.ops.lse_combine.case import CombineBatch, build_case, launch_all
-from dcpcheck.ops.lse_combine.contract import CombineKernel
+from dcpcheck.ops.lse_combine.case import CombineBatch, CombineCase, build_case, launch_all
+from dcpcheck.ops.lse_combine.contract import CombineKernel, Merged
 from dcpcheck.ops.lse_combine.scenario import SCENARIOS, CombineScenario, scenario_to_toml
 
+Launch = Callable[[CombineKernel, CombineCase], list[Merged]]
+"""Every rank's merge of a case: ``case.launch_all`` (simulated ranks) or a real group's
+(``real_ranks``)."""
 
-def _judged(kernel: CombineKernel, batch: CombineBatch, size: int, device) -> list[CheckResult]:
-    """Every check of the op on one case; the kernel's exception propagates as a
-    ``KernelError`` (the case's error)."""
+
+def judged(
+    kernel: CombineKernel, batch: CombineBatch, size: int, device, launch: Launch = launch_all
+) -> list[CheckResult]:
+    """Every check of the op on one case, its ranks' merges run by ``launch``; the
+    kernel's exception propagates as a ``KernelError`` (the case's error)."""
     reason = op_cases.not_applicable(kernel, [(batch, size)])
     if batch.heads % size:
         reason = f"{size} ranks cannot share the {batch.heads} heads the query is gathered into"
     if reason:
         return list(checks.skipped(reason))
     case = build_case(batch, size, device)
-    merged = launch_all(op_cases.raising(kernel), case)
+    merged = launch(op_cases.raising(kernel), case)
     return op_cases.with_skips(checks.judge(case, merged), kernel)
 
 
-OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, _judged)
+OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, judged)
 
 save_failed_case = partial(op_cases.save_failed_case, OP_CASES)
 
