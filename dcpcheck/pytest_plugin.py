@@ -17,10 +17,10 @@ Options (each as for ``dcpcheck run``):
 
 * ``--dcpcheck-kernel SPEC``: registry name, ``package.module:function`` or
   ``path/to/file.py:function``.
-* ``--dcpcheck-op fused-norm-rope|slot-mapping``: the op the kernel implements. The
-  slot-mapping op's items are its scenarios at their DCP sizes (``dcpcheck run --op
-  slot-mapping``), run in pytest's process; the options of the fused op's harness (the
-  oracle switch, the case timeout, the adapter, the ini's scenario directories) are refused.
+* ``--dcpcheck-op OP``: the op the kernel implements (``dcpcheck list ops``). Another op
+  than the fused one gives its scenarios at their DCP sizes as items (``dcpcheck run --op
+  OP``), run in pytest's process; the options of the fused op's harness (the oracle
+  switch, the case timeout, the adapter, the ini's scenario directories) are refused.
 * ``--dcpcheck-dcp N[,N...]``: DCP sizes (default: each scenario's own).
 * ``--dcpcheck-scenario NAME|GLOB``: repeatable; a pattern matching no scenario is an error.
 * ``--dcpcheck-scenario-dir DIR``: the scenario files (default: the ones shipped).
@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dcpcheck.cases.verdicts import format_finding
+from dcpcheck.op_registry import OPS
 
 # The harness (torch, Triton) is imported inside the functions that run only when
 # --dcpcheck-kernel is given, so an inert plugin costs nothing (module docstring).
@@ -250,7 +251,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dcpcheck-op",
         default="fused-norm-rope",
-        choices=("fused-norm-rope", "slot-mapping"),
+        choices=tuple(OPS),
         help="The op the kernel implements (default fused-norm-rope; as `dcpcheck run --op`).",
     )
     group.addoption(

@@ -465,6 +465,17 @@ def test_the_slot_mapping_op_as_test_items(pytester):
     assert saved.read_text().startswith('op = "slot-mapping"')
 
 
+def test_the_merge_op_as_test_items(pytester):
+    """Every op the registry names is an item source alike: the merge's scenarios at
+    their DCP sizes, a mutant failing the ones that catch it."""
+    op = ("--dcpcheck-op=lse-combine", f"--dcpcheck-home={pytester.path / 'home'}")
+    passing = run(pytester, "--dcpcheck-kernel=default", *op, "-k", "dcp2")
+    passing.assert_outcomes(passed=5)  # every shipped scenario of the op names DCP2
+    mutant = run(pytester, "--dcpcheck-kernel=mutant/lengths-ignored", *op, "-k", "dcp2")
+    mutant.assert_outcomes(passed=4, failed=1)
+    mutant.stdout.fnmatch_lines(["*empty-lse-zero[[]dcp2]: FAIL on kernel*: empty_shards*"])
+
+
 def test_the_fused_ops_options_are_refused_for_the_slot_mapping_op(pytester):
     result = run(
         pytester, "--dcpcheck-kernel=default", "--dcpcheck-op=slot-mapping",

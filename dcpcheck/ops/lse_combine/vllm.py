@@ -4,18 +4,19 @@ reduce-scatter by heads; every release) and ``dcp_a2a_lse_reduce`` (an all-to-al
 partials and their LSEs, then a Triton merge of each rank's heads; from 0.18.0, in
 ``vllm/v1/attention/ops/dcp_alltoall.py``, and with ``dcp.py`` from 0.29.0). The
 all-to-all calls ``torch.distributed.all_to_all_single`` on its group's
-``device_group``, which ``collectives.TorchDistributed`` answers over the simulated group.
+``device_group``, which ``collectives.TorchDistributed`` answers over the case's group.
 
 ``cp_lse_ag_out_rs``'s file moved: ``vllm/attention/ops/common.py`` (0.10.2 - 0.13.x),
 ``vllm/v1/attention/ops/common.py`` (0.14.0 - 0.28.x), ``vllm/v1/attention/ops/dcp.py``
 (0.29.0 on). The later files import half of vLLM (its config, its environment, its
 symmetric-memory workspaces), so the routine is taken alone from its file with what it
 needs of that file (``loading.definitions_alone``): its correction kernel, the context
-or the JIT warm-up class that launches it, the empty-shard mask. Its other globals are
-Triton, torch, ``dataclass``, and from 0.30.0 vLLM's warm-up base class and kernel
-launcher, stood in for by ``dcpcheck.adapters.shims.vllm.jit_warmup`` (which says what
-vLLM's launcher does). A release whose merge needs anything else is refused with one line
-naming it.
+or the JIT warm-up class that launches it, the empty-shard mask; what it imports from
+the op's other files of the release is taken alone from them the same way. Its other
+globals are Triton, torch, ``torch.distributed`` as ``dist`` (``TorchDistributed``),
+``dataclass``, and from 0.30.0 vLLM's warm-up base class and kernel launcher, stood in for
+by ``dcpcheck.adapters.shims.vllm.jit_warmup`` (which says what vLLM's launcher does). A
+release whose merge needs anything else is refused with one line naming it.
 
 Its API grew: ``return_lse`` (0.11.1), ``is_lse_base_on_e`` (0.12.0), ``seq_lens`` and
 ``query_start_loc`` (the empty-shard mask, 0.28.0); the all-to-all's, ``out`` (0.29.0),
