@@ -373,3 +373,15 @@ def test_real_ranks_over_gloo_give_the_simulated_groups_verdicts(world_size):
     ]
     assert _verdicts(real) == _verdicts(simulated)
     assert {r.status for r in real} == {"pass", "fail"}
+
+
+def test_a_speculative_row_empty_on_a_rank_that_holds_its_request_is_the_empty_sum():
+    """The lengths are per request: rank 1 holds position 1 of a 2-token request, so its
+    kernel ran, over no key for the row that sees position 0 alone; only a request the
+    rank holds nothing of can be left with an LSE of 0 (the property search's find)."""
+    batch = CombineBatch(requests=((2, 2),), heads=8, head_dim=16, empty="zero-zeros")
+    case = build_case(batch, 2, DEVICE)
+    assert case.empty_rank.tolist() == [True, False]
+    assert torch.isneginf(case.partial_lse[1][0]).all()
+    results = judged(combine, batch, 2)
+    assert not any(r.findings for r in results.values())

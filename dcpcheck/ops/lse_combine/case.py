@@ -45,7 +45,10 @@ attention leaves (its second stage divides the empty sum by itself: ``acc / e_su
 not yet traced to a release's kernel: ``+inf`` (an empty split marked so, which vLLM's
 merges turn into ``-inf``), NaN, and an LSE of 0 with zeros or whatever the buffer held (a
 kernel that never ran for the row). The finite ones look like a real shard and can be told
-apart only by the lengths (``NEEDS_LENGTHS``)."""
+apart only by the lengths (``NEEDS_LENGTHS``), so they stand only where no kernel ran: for
+a request the rank holds nothing of. A speculative row that sees none of the rank's
+positions while its request has some there was attended to, over no key: its LSE is the
+empty sum's ``-inf``, with the encoding's output."""
 
 NEEDS_LENGTHS = frozenset(name for name, (lse, _) in EMPTY_SHARDS.items() if math.isfinite(lse))
 """Encodings a merge can give no weight only if its caller passes the local lengths."""
@@ -152,7 +155,10 @@ def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> Comb
                 )
                 if torch.isneginf(part_lse).all():
                     empty_rank[row] = True
-                    lse[rank, row] = empty_lse
+                    # a row its rank's kernel ran for (the request has positions there)
+                    # gets the empty sum's -inf, whatever a kernel that never ran leaves
+                    ran = seq_lens[rank, index] > 0 and math.isfinite(empty_lse)
+                    lse[rank, row] = -math.inf if ran else empty_lse
                     if empty_out is not None:
                         out[rank, row] = empty_out
                     continue
