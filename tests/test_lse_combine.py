@@ -385,3 +385,37 @@ def test_a_speculative_row_empty_on_a_rank_that_holds_its_request_is_the_empty_s
     assert torch.isneginf(case.partial_lse[1][0]).all()
     results = judged(combine, batch, 2)
     assert not any(r.findings for r in results.values())
+
+
+# -- the chain: each rank's decode attention, then the merge ----------------------------
+
+
+def test_the_projects_decode_attention_over_a_rank_shard_is_the_oracles():
+    from dcpcheck.ops.lse_combine.chain import _rank_partials
+
+    batch = dataclasses.replace(BATCH, dtype="float32", sink_logit=0.0)
+    case = build_case(batch, 4, DEVICE)
+    for rank in range(4):
+        out, lse = _rank_partials(case, rank, DEVICE)
+        real = case.real
+        empty = torch.isneginf(lse[real]).all(dim=1)
+        torch.testing.assert_close(empty, torch.isneginf(case.partial_lse[rank][real]).all(dim=1))
+        assert (out[real][empty] == 0).all()  # the empty sum: zeros, never NaN
+        full = ~empty
+        torch.testing.assert_close(
+            out[real][full], case.partial_out[rank][real][full], rtol=1e-4, atol=1e-5
+        )
+        torch.testing.assert_close(
+            lse[real][full], case.partial_lse[rank][real][full], rtol=1e-5, atol=1e-5
+        )
+
+
+def test_chain_fails_on_a_merge_that_breaks_it_and_is_skipped_with_a_bias():
+    from dcpcheck.ops.lse_combine.chain import chain
+
+    unbiased = dataclasses.replace(BATCH, sink_logit=0.0)
+    case = build_case(unbiased, 4, DEVICE)
+    assert not chain(combine, case, DEVICE).findings
+    assert chain(mutants.heads_rolled, case, DEVICE).findings
+    biased = build_case(BATCH, 4, DEVICE)
+    assert chain(combine, biased, DEVICE).skipped == "a decode kernel takes no logit bias"

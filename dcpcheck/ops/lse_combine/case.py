@@ -105,6 +105,12 @@ class CombineCase:
     lse_max: torch.Tensor  # [B] fp64: the largest finite |partial LSE| of a row
     empty_rank: torch.Tensor  # [B] bool: a rank stores none of the row's positions
     real: torch.Tensor  # [B] bool: a request's row, not padding
+    queries: torch.Tensor  # [B, H, D] the batch's dtype, CPU: each row's query
+    keys: tuple[torch.Tensor, ...]  # per request [context, D], the batch's dtype, CPU
+    values: tuple[torch.Tensor, ...]  # per request, likewise
+    row_request: torch.Tensor  # [B] int64: each row's request, -1 for padding
+    row_seen: torch.Tensor  # [B] int64: how many positions each row sees
+    value_max: torch.Tensor  # [B] fp64: the largest |v| among the positions a row sees
 
     @property
     def heads_per_rank(self) -> int:
@@ -133,12 +139,19 @@ def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> Comb
     lse_max = torch.zeros(rows, dtype=torch.float64)
     empty_rank = torch.zeros(rows, dtype=torch.bool)
     real = torch.zeros(rows, dtype=torch.bool)
+    queries_of_rows = torch.zeros(rows, heads, dim, dtype=torch.float64)
+    keys, values = [], []
+    row_request = torch.full((rows,), -1, dtype=torch.int64)
+    row_seen = torch.zeros(rows, dtype=torch.int64)
+    value_max = torch.zeros(rows, dtype=torch.float64)
     seq_lens = torch.zeros(dcp_size, len(batch.requests), dtype=torch.int32)
     empty_lse, empty_out = EMPTY_SHARDS[batch.empty]
     row = 0
     for index, (context, queries) in enumerate(batch.requests):
         k = _rounded(normal(context, dim), dtype)
         v = _rounded(normal(context, dim), dtype)
+        keys.append(k.to(dtype))
+        values.append(v.to(dtype))
         bias = torch.full((context,), batch.logit_shift, dtype=torch.float64)
         bias[0] += batch.sink_logit
         owners = oracle.owner_of(torch.arange(context), dcp_size, batch.interleave)
@@ -146,6 +159,8 @@ def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> Comb
         for query in range(queries):
             q = _rounded(normal(heads, dim), dtype)
             seen = oracle.visible(context, queries, query)
+            queries_of_rows[row], row_request[row], row_seen[row] = q, index, seen
+            value_max[row] = v[:seen].abs().max()
             whole, whole_lse = oracle.attention(q, k[:seen], v[:seen], bias[:seen], scale)
             expected_out[row], expected_lse[row] = whole, oracle.to_base(whole_lse, batch.base_e)
             real[row] = True
@@ -170,6 +185,7 @@ def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> Comb
                 lse[rank, row] = oracle.to_base(part_lse, batch.base_e)
                 lse_max[row] = max(float(lse_max[row]), float(lse[rank, row].abs().max()))
             row += 1
+    queries_of_rows[~real] = normal(int((~real).sum()), heads, dim)  # padding rows' queries
     starts = [0]
     for _, queries in batch.requests:
         starts.append(starts[-1] + queries)
@@ -186,6 +202,12 @@ def build_case(batch: CombineBatch, dcp_size: int, device: torch.device) -> Comb
         lse_max,
         empty_rank,
         real,
+        queries_of_rows.to(dtype),
+        tuple(keys),
+        tuple(values),
+        row_request,
+        row_seen,
+        value_max,
     )
 
 

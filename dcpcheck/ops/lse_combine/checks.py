@@ -6,7 +6,9 @@ one case that returns a ``CheckResult``:
 * ``empty_shards``: the same on the rows that some rank holds none of: what that rank's
   empty shard holds (``case.EMPTY_SHARDS``) changes nothing;
 * ``merged_lse``: asked for it (``return_lse``), each rank returns its heads of the whole
-  context's LSE, in the base the caller declared.
+  context's LSE, in the base the caller declared;
+* ``chain`` (``chain.py``): the same merge of partials a real decode attention produced
+  over each rank's paged shard is the whole context's attention.
 
 Padding rows are not judged: nothing reads them.
 
@@ -34,7 +36,7 @@ from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.lse_combine.case import DTYPES, CombineCase
 from dcpcheck.ops.lse_combine.contract import Merged
 
-CHECKS = ("merged_out", "empty_shards", "merged_lse")
+CHECKS = ("merged_out", "empty_shards", "merged_lse", "chain")
 """The checks of this module, in the order reports list them."""
 
 FP32_EPS = torch.finfo(torch.float32).eps
@@ -58,7 +60,7 @@ def _shape_finding(field: str, rank: int, got: torch.Tensor, want: tuple[int, ..
     return Finding(field, rank, f"shape {tuple(got.shape)} where {want} was expected")
 
 
-def _compared(
+def compared(
     case: CombineCase,
     field: str,
     rank: int,
@@ -98,7 +100,16 @@ def _compared(
     )
 
 
-def _outputs(case: CombineCase, merged: list[Merged], rows: torch.Tensor, check: str):
+def outputs(
+    case: CombineCase,
+    merged: list[Merged],
+    rows: torch.Tensor,
+    check: str,
+    bound: torch.Tensor | None = None,
+) -> CheckResult:
+    """``check`` over each rank's heads of the merged output on ``rows``: its shape, then
+    its values against the oracle within ``bound`` (``output_tolerance`` by default)."""
+    bound = output_tolerance(case) if bound is None else bound
     share = case.heads_per_rank
     want_shape = (case.batch.num_rows, share, case.batch.head_dim)
     findings = []
@@ -107,8 +118,8 @@ def _outputs(case: CombineCase, merged: list[Merged], rows: torch.Tensor, check:
             findings.append(_shape_finding("out", rank, result.out, want_shape))
             continue
         heads = slice(rank * share, (rank + 1) * share)
-        bound = output_tolerance(case)[:, heads]
-        found = _compared(case, "out", rank, result.out, case.expected_out[:, heads], bound, rows)
+        want = case.expected_out[:, heads]
+        found = compared(case, "out", rank, result.out, want, bound[:, heads], rows)
         if found is not None:
             findings.append(found)
     return CheckResult(check, tuple(findings))
@@ -116,7 +127,7 @@ def _outputs(case: CombineCase, merged: list[Merged], rows: torch.Tensor, check:
 
 def merged_out(case: CombineCase, merged: list[Merged]) -> CheckResult:
     """``merged_out`` (module docstring)."""
-    return _outputs(case, merged, case.real & ~case.empty_rank, "merged_out")
+    return outputs(case, merged, case.real & ~case.empty_rank, "merged_out")
 
 
 def empty_shards(case: CombineCase, merged: list[Merged]) -> CheckResult:
@@ -124,7 +135,7 @@ def empty_shards(case: CombineCase, merged: list[Merged]) -> CheckResult:
     rows = case.real & case.empty_rank
     if not rows.any():
         return CheckResult("empty_shards", skipped="every rank holds part of every row")
-    return _outputs(case, merged, rows, "empty_shards")
+    return outputs(case, merged, rows, "empty_shards")
 
 
 def merged_lse(case: CombineCase, merged: list[Merged]) -> CheckResult:
@@ -143,7 +154,7 @@ def merged_lse(case: CombineCase, merged: list[Merged]) -> CheckResult:
             continue
         heads = slice(rank * share, (rank + 1) * share)
         bound = lse_tolerance(case)[:, heads]
-        found = _compared(
+        found = compared(
             case, "lse", rank, result.lse, case.expected_lse[:, heads], bound, case.real
         )
         if found is not None:
@@ -152,7 +163,8 @@ def merged_lse(case: CombineCase, merged: list[Merged]) -> CheckResult:
 
 
 def judge(case: CombineCase, merged: list[Merged]) -> list[CheckResult]:
-    """Every check of the op on one case's merges, in ``CHECKS`` order."""
+    """The checks of the op on one case's merges of the oracle's partials, in ``CHECKS``
+    order (the chain's, which launches more, is ``chain.chain``)."""
     return [merged_out(case, merged), empty_shards(case, merged), merged_lse(case, merged)]
 
 

@@ -16,6 +16,7 @@ from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.lse_combine import checks
 from dcpcheck.ops.lse_combine.case import CombineBatch, CombineCase, build_case, launch_all
+from dcpcheck.ops.lse_combine.chain import chain
 from dcpcheck.ops.lse_combine.contract import CombineKernel, Merged
 from dcpcheck.ops.lse_combine.scenario import SCENARIOS, CombineScenario, scenario_to_toml
 
@@ -36,7 +37,8 @@ def judged(
         return list(checks.skipped(reason))
     case = build_case(batch, size, device)
     merged = launch(op_cases.raising(kernel), case)
-    return op_cases.with_skips(checks.judge(case, merged), kernel)
+    judged_here = [*checks.judge(case, merged), chain(op_cases.raising(kernel), case, device)]
+    return op_cases.with_skips(judged_here, kernel)
 
 
 OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, judged)
