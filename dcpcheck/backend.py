@@ -51,6 +51,8 @@ KERNEL_MODULES = (
     "dcpcheck.harness.tolerance_kernel",
     "dcpcheck.cases.seeded_kernel",
     "dcpcheck.ops.slot_mapping.kernel",
+    "dcpcheck.ops.lse_combine.kernel",
+    "dcpcheck.ops.lse_combine.attention",
 )
 """The project's kernel modules: once one is imported, its ``@triton.jit`` functions are
 defined, compiled or interpreted for good (the registry and the loaders define none)."""

@@ -1,9 +1,12 @@
 """The lse-combine op: the merge of the DCP ranks' partial attentions by their
 log-sum-exps into what one rank attending over the whole context computes. ``contract``
-holds its protocol, ``collectives`` a DCP group simulated in one process, ``case`` a batch
-of decode rows and every rank's partials, ``checks`` its contract and tolerances,
-``kernel`` the project's merge (a Triton correction), ``mutants`` it with one bug each;
-``reference.lse_combine`` is its oracle. ``PACKAGE`` is what the command line asks of it.
+holds its protocol, ``collectives`` a DCP group simulated in one process (and one over
+torch.distributed, which ``real_ranks`` runs a process per rank with), ``case`` a batch of
+decode rows and every rank's partials, ``checks`` its contract and tolerances, ``chain``
+the merge of partials from a real decode attention (``attention``, the project's), ``kernel``
+the project's merge (a Triton correction), ``mutants`` it with one bug each, ``vllm`` the
+released merges; ``reference.lse_combine`` is its oracle. ``PACKAGE`` is what the command
+line asks of it.
 """
 
 from __future__ import annotations
