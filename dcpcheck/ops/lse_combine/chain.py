@@ -92,7 +92,9 @@ def chain(kernel: CombineKernel, case: CombineCase, device: torch.device) -> Che
         partial_lse=tuple(lse for _, lse in partials),
     )
     merged = launch_all(kernel, produced)
+    from dcpcheck.ops.lse_combine.attention import BLOCK_N
+
     fp32 = torch.finfo(torch.float32).eps
-    extra = fp32 * (32 + batch.head_dim + case.row_seen.to(torch.float64) / 32)
+    extra = fp32 * (32 + batch.head_dim + case.row_seen.to(torch.float64) / BLOCK_N)
     bound = checks.output_tolerance(case) + (case.value_max * extra)[:, None, None]
     return checks.outputs(case, merged, case.real, "chain", bound)

@@ -35,6 +35,7 @@ returns its input as it is).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class VllmMerge:
     function: str = FUNCTION
 
     def __post_init__(self) -> None:
-        parameters = tuple(inspect.signature(self.routine).parameters)
+        parameters = self.parameters
         unknown = [p for p in parameters[len(PARAMETERS) :] if p not in OPTIONAL]
         if parameters[: len(PARAMETERS)] != PARAMETERS or unknown:
             raise AdapterError(
@@ -105,8 +106,9 @@ class VllmMerge:
                 f"({', '.join(PARAMETERS)}, ...) the adapter knows how its caller fills"
             )
 
-    @property
+    @functools.cached_property
     def parameters(self) -> tuple[str, ...]:
+        """The routine's parameters, read once: every case asks them."""
         return tuple(inspect.signature(self.routine).parameters)
 
     def not_applicable(self, asked: tuple[CombineBatch, int]) -> str | None:
