@@ -28,7 +28,8 @@ import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import dcpcheck.cli as cli  # noqa: E402
-from dcpcheck.workflows import search, session  # noqa: E402
+from dcpcheck.ops.fused_norm_rope import search  # noqa: E402
+from dcpcheck.workflows import session  # noqa: E402
 
 
 def say(label: str, seconds: float | None = None) -> None:

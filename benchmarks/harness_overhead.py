@@ -31,12 +31,18 @@ from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
-from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
-from dcpcheck.harness.case_checks import check_case
-from dcpcheck.harness.runner import launch_all, run_scenario
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope.case import (
+    build_case,
+    make_activations,
+    oracle_for,
+    scenario_inputs,
+)
+from dcpcheck.ops.fused_norm_rope.case_checks import check_case
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import launch_all, run_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 
 TEMPLATE = SCENARIO_DIR / "glm5-prefill-512.toml"
 CASES = (

@@ -35,7 +35,8 @@ import triton
 
 import reference
 from dcpcheck.backend import select_backend
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.case import oracle_for
+from dcpcheck.ops.fused_norm_rope.contract import (
     PRESETS,
     CacheLayout,
     FusedOpCaches,
@@ -44,9 +45,8 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.harness.case import oracle_for
-from dcpcheck.kernels.launch_checks import check_launch
-from dcpcheck.kernels.launcher import GPU_NUM_WARPS, launch
+from dcpcheck.ops.fused_norm_rope.launch_checks import check_launch
+from dcpcheck.ops.fused_norm_rope.launcher import GPU_NUM_WARPS, launch
 
 H200_PEAK_TBPS = 4.8
 """HBM3e peak by NVIDIA's datasheet; a device-to-device copy reaches about 4.3 TB/s."""

@@ -52,8 +52,13 @@ def main() -> None:
     backend = select_backend("auto")
     from kernel_bandwidth import make_op
 
-    from dcpcheck.contract import CacheLayout, DsMlaScale, IndexFormat, IndexScale
-    from dcpcheck.kernels.launcher import fused_norm_rope
+    from dcpcheck.ops.fused_norm_rope.contract import (
+        CacheLayout,
+        DsMlaScale,
+        IndexFormat,
+        IndexScale,
+    )
+    from dcpcheck.ops.fused_norm_rope.launcher import fused_norm_rope
 
     device = backend.device
     plan = {} if args.q_apart is None else {"q_apart": bool(args.q_apart)}

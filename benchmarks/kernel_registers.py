@@ -2,7 +2,7 @@
 no GPU: Triton compiles the kernel for the target and ptxas reports what it allocated.
 
 Why per sub-task: a launch runs several sub-tasks (indexer K, top-k fill, KV + k_pe, Q;
-``dcpcheck/kernels/fused_norm_rope.py``) selected at run time by the program's index,
+``dcpcheck/ops/fused_norm_rope/kernel.py``) selected at run time by the program's index,
 so they live in one binary, and a binary has one register count: the largest any of its
 paths needs. That count caps how many programs fit on a multiprocessor, so the sub-task
 with the most live state sets the occupancy of every other one. The table gives the
@@ -46,16 +46,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from kernel_bandwidth import make_op
 from launch_keys import recorded_launches
 
-from dcpcheck.contract import CacheLayout
-from dcpcheck.kernels import launcher
-from dcpcheck.kernels.fused_norm_rope import (
+from dcpcheck.ops.fused_norm_rope import launcher
+from dcpcheck.ops.fused_norm_rope.contract import CacheLayout
+from dcpcheck.ops.fused_norm_rope.kernel import (
     TASK_INDEXER_K,
     TASK_KV,
     TASK_Q,
     TASK_TOPK_FILL,
     _fused_norm_rope_kernel,
 )
-from dcpcheck.kernels.launch_checks import check_launch
+from dcpcheck.ops.fused_norm_rope.launch_checks import check_launch
 
 SUB_TASKS = {TASK_INDEXER_K: "indexer K", TASK_TOPK_FILL: "top-k fill", TASK_KV: "KV + k_pe"}
 """The sub-tasks compiled alone besides Q, which the GPU's second launch compiles alone."""

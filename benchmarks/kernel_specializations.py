@@ -32,8 +32,8 @@ from launch_keys import Launch, recorded_launches  # noqa: E402
 
 from dcpcheck.cli import cli  # noqa: E402
 from dcpcheck.e2e import token_streams  # noqa: E402
-from dcpcheck.kernels import launcher  # noqa: E402
-from dcpcheck.kernels.fused_norm_rope import TASK_KV, TASK_Q  # noqa: E402
+from dcpcheck.ops.fused_norm_rope import launcher  # noqa: E402
+from dcpcheck.ops.fused_norm_rope.kernel import TASK_KV, TASK_Q  # noqa: E402
 
 
 def as_on_a_gpu(launches: Iterable[Launch]) -> Iterator[Launch]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dcpcheck.kernels import launcher
+from dcpcheck.ops.fused_norm_rope import launcher
 
 
 @dataclass(frozen=True)

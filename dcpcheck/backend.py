@@ -45,10 +45,10 @@ _selected: Backend | None = None
 
 
 KERNEL_MODULES = (
-    "dcpcheck.kernels.fused_norm_rope",
-    "dcpcheck.kernels.fp8_codes",
-    "dcpcheck.kernels.launch_checks",
-    "dcpcheck.harness.tolerance_kernel",
+    "dcpcheck.ops.fused_norm_rope.kernel",
+    "dcpcheck.ops.fused_norm_rope.fp8_codes",
+    "dcpcheck.ops.fused_norm_rope.launch_checks",
+    "dcpcheck.ops.fused_norm_rope.tolerance_kernel",
     "dcpcheck.cases.seeded_kernel",
     "dcpcheck.ops.slot_mapping.kernel",
     "dcpcheck.ops.lse_combine.kernel",

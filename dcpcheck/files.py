@@ -16,15 +16,43 @@ machine's null device into a regular file):
 
 The ``ensure_*`` checks turn an unwritable path into a one-line usage error before a run
 spends minutes on the kernel.
+
+A run's directory (``--home``, ``$DCPCHECK_HOME``) holds what outlives a run: failing cases
+saved as scenario files of their op (:func:`save_failure`) and Hypothesis's writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import hashlib
 import os
+import re
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+HOME_ENV = "DCPCHECK_HOME"
+"""Environment variable naming the run directory (default ``.dcpcheck`` in the cwd)."""
+
+DEFAULT_HOME = Path(".dcpcheck")
+
+FAILURES_DIR = "failures"
+"""Under home: shrunk failures, one scenario file each."""
+
+HYPOTHESIS_DIR = "hypothesis"
+"""Under home: all Hypothesis writes. Its example database, one directory per kernel, and
+its storage directory for the rest (a kernel's directory is its ``kernel_slug``, never one
+of Hypothesis's own names: a spec's slug has a ``-`` for its ``:``, and registry names are
+none of them)."""
+
+SLUG_MAX = 40
+"""Longest kernel slug in a failure's name (a file path as ``--kernel`` can be long)."""
+
+HASH_HEX_DIGITS = 8
+"""Hex digits of the hash that names a saved failure."""
 
 
 class ReportPathError(ValueError):
@@ -50,9 +78,7 @@ def written_in_place(path: Path) -> bool:
 
 def _written_in_place(mode: int | None) -> bool:
     """A device or FIFO: written into as it is, never renamed over (module docstring)."""
-    return mode is not None and (
-        stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode)
-    )
+    return mode is not None and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode))
 
 
 def ensure_writable(path: Path) -> None:
@@ -136,3 +162,37 @@ def write_atomic(path: Path, content: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def default_home() -> Path:
+    """``$DCPCHECK_HOME`` if set, else ``.dcpcheck`` relative to the working directory."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
+
+
+def kernel_slug(kernel_name: str) -> str:
+    """``regress/pre-54908`` -> ``regress-pre-54908``: a kernel name fit for a file name."""
+    slug = re.sub(r"[^A-Za-z0-9._]+", "-", kernel_name).strip("-.")
+    return slug[:SLUG_MAX].rstrip("-.") or "kernel"
+
+
+def save_failure(
+    scenario: Any,
+    stem: str,
+    description: str,
+    directory: Path,
+    to_toml: Callable[[Any], str],
+) -> Path:
+    """Write ``scenario`` as ``directory/<stem>-<hash>.toml`` (atomically), renamed and
+    described, so it loads as is and ``dcpcheck repro`` replays it; its path. ``to_toml``
+    writes the scenario's op's file format.
+
+    The hash is of the file's text under the name without the hash, so one failure always
+    gets one name and saving it twice overwrites one file.
+    """
+    unhashed = dataclasses.replace(scenario, name=stem, description=description, source=None)
+    digest = hashlib.sha256(to_toml(unhashed).encode()).hexdigest()[:HASH_HEX_DIGITS]
+    named = dataclasses.replace(unhashed, name=f"{stem}-{digest}")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{named.name}.toml"
+    write_atomic(path, to_toml(named))
+    return path

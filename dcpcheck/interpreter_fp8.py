@@ -17,7 +17,7 @@ Measured on triton 3.9.0 (the development venv): 111 of 4,096 N(0, 16) fp32 samp
 113 fp16 and 226 bf16 ones get a different byte. The GPU box has triton 3.6 but compiles
 there and never interprets, so only interpreter versions matter. It is a known upstream
 bug (an open Triton pull request rewrites the float downcast). The harness's own kernel
-avoids the cast (``dcpcheck/kernels/fp8_codes.py`` encodes with integer arithmetic), but
+avoids the cast (``dcpcheck/ops/fused_norm_rope/fp8_codes.py`` encodes with integer arithmetic), but
 vLLM's released kernels write their fp8 caches with ``.to(tl.float8e4nv)``, so on the CPU
 their caches would differ from the bytes the GPU writes.
 

@@ -20,7 +20,8 @@ class Op:
     description: str
     wheel_members: tuple[str, ...]
     function: str  # the function of the first member a release is judged by
-    package: str | None = None  # its package under dcpcheck/ops/ (None: the fused op's harness)
+    # the module of its OpPackage (None: the fused op, run by dcpcheck.workflows.session)
+    package: str | None = None
 
 
 OPS: dict[str, Op] = {

@@ -37,8 +37,9 @@ Options (each as for ``dcpcheck run``):
   worker starts with the first item that runs (not for ``--collect-only``) and is killed
   when pytest ends.
 
-Repository scenarios: list directories of scenario TOML files (format: ``dcpcheck.cases.scenario``)
-in the ini option ``dcpcheck_scenario_dirs``, paths relative to the ini file::
+Repository scenarios: list directories of scenario TOML files (format:
+``dcpcheck.ops.fused_norm_rope.scenario``) in the ini option ``dcpcheck_scenario_dirs``,
+paths relative to the ini file::
 
     [tool.pytest.ini_options]
     dcpcheck_scenario_dirs = ["tests/dcp_scenarios"]
@@ -87,8 +88,8 @@ from dcpcheck.op_registry import OPS
 # --dcpcheck-kernel is given, so an inert plugin costs nothing (module docstring).
 if TYPE_CHECKING:
     from dcpcheck.backend import Backend
-    from dcpcheck.cases.scenario import Scenario
     from dcpcheck.cases.verdicts import CaseResult
+    from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 COLLECTOR_NAME = "dcpcheck"
 """Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
@@ -365,7 +366,8 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
     A pattern must match in at least one root, and a name may be defined only once, so
     neither a typo nor a shadowed file goes unnoticed.
     """
-    from dcpcheck.cases.scenario import ScenarioError, load_scenarios
+    from dcpcheck.cases.scenario_files import ScenarioError
+    from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 
     chosen: dict[str, Scenario] = {}
     unmatched = set(patterns)
@@ -399,10 +401,10 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
     """An op package's items (``dcpcheck.ops``): its scenarios (``--dcpcheck-scenario-dir``,
     else the shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
-    from dcpcheck.cases.scenario import ScenarioError
+    from dcpcheck.cases.scenario_files import ScenarioError
+    from dcpcheck.files import default_home
     from dcpcheck.kernels.loading import KernelLoadError
     from dcpcheck.ops import package
-    from dcpcheck.workflows.search import default_home
 
     op = package(op_name)
 
@@ -452,11 +454,12 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
 
     if config.getoption("dcpcheck_op") in packaged():
         return _op_plan(config, kernel_name, config.getoption("dcpcheck_op"))
-    from dcpcheck.cases import cost
-    from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError
+    from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
     from dcpcheck.cases.verdicts import RunConfig
-    from dcpcheck.kernels.loading import KernelLoadError, canonical_spec, load_kernel
-    from dcpcheck.workflows.search import default_home
+    from dcpcheck.files import default_home
+    from dcpcheck.kernels.loading import KernelLoadError, canonical_spec
+    from dcpcheck.ops.fused_norm_rope import cost
+    from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
     from dcpcheck.workflows.session import Session
 
     dcp_text = config.getoption("dcpcheck_dcp")

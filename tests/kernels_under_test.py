@@ -12,7 +12,8 @@ import random
 import torch
 
 import reference
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.case import oracle_for
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_TILE,
     CacheLayout,
@@ -20,7 +21,6 @@ from dcpcheck.contract import (
     FusedOpInputs,
     FusedOpOutputs,
 )
-from dcpcheck.harness.case import oracle_for
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:

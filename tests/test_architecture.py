@@ -19,11 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
-    # the op's contract, the device, every exit code, every file the tool writes, the
-    # names of the ops
+    # the device, every exit code, every file the tool writes, the names of the ops
     (
         "dcpcheck",
-        "dcpcheck.contract",
         "dcpcheck.backend",
         "dcpcheck.interpreter_fp8",
         "dcpcheck.interpreter_calls",
@@ -34,21 +32,22 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.files",
         "dcpcheck.op_registry",
     ),
-    # what a case is: scenarios, DCP ownership, tolerances, seeded values
+    # what every op's cases share: DCP ownership, scenario files, seeded values, the run's
+    # data model (configuration, verdicts, findings)
     ("dcpcheck.cases",),
-    # foreign signatures (vLLM) and the stand-ins their imports need
+    # what every op's adapters share, and the stand-ins foreign kernel files' imports need
     ("dcpcheck.adapters",),
-    # the project's kernel, its variants, and loading any --kernel
+    # loading any --kernel: files, modules, released vLLM wheels
     ("dcpcheck.kernels",),
-    # the tiny MLA model and its token streams
-    ("dcpcheck.e2e",),
-    # one case, judged once (judge()), in this process or in an isolated worker
-    ("dcpcheck.harness",),
-    # a run's session, property search, selftest, bisect: many cases, through the harness
-    ("dcpcheck.workflows",),
-    # the other ops, one package each: protocol, scenarios, cases, checks, the project's
-    # kernel and its mutants, its runner, search and selftest
+    # the ops, one package each: contract, scenarios, cases, checks, the project's kernel
+    # and its mutants, adapters, runner, search and selftest
     ("dcpcheck.ops",),
+    # the tiny MLA model through the ops' kernels, and its token streams
+    ("dcpcheck.e2e",),
+    # where a case runs: in this process, a worker process, under compute-sanitizer
+    ("dcpcheck.harness",),
+    # a run's session and bisect: many cases of every op
+    ("dcpcheck.workflows",),
     # JSON/JUnit reports, ownership maps, the console
     ("dcpcheck.output",),
     # real ranks over torch.distributed, judged through the harness
@@ -225,7 +224,7 @@ def test_the_command_line_imports_no_triton_before_the_backend_is_chosen():
     import sys
 
     probe = (
-        "import sys, dcpcheck.cli, dcpcheck.adapters.vllm, dcpcheck.kernels.loading; "
+        "import sys, dcpcheck.cli, dcpcheck.ops.fused_norm_rope.vllm, dcpcheck.kernels.loading; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'triton'))"
     )
     out = subprocess.run(

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from dcpcheck.cases.limits import BLOCK_SIZE_MAX, DCP_SIZE_MAX, PADDING_MAX, SEED_MAX
-from dcpcheck.cases.scenario import load_scenarios, scenario_to_toml
 from dcpcheck.cli import main
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios, scenario_to_toml
 
 REPO = Path(__file__).parents[1]
 NAME = "decode-single-dcp4"

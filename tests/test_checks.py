@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from dcpcheck.backend import current_backend
-from dcpcheck.cases.scenario import load_scenario
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.harness.runner import run
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 from tests import kernels_under_test as k
 
 SCENARIO = """
@@ -268,9 +268,9 @@ def test_an_unwritten_row_is_reported_as_unwritten(tmp_path, oracle):
 def test_each_modified_input_is_named_and_restored_before_the_next_rank(tmp_path):
     """One snapshot holds every input (``input_snapshot``): inputs of other dtypes and
     odd byte counts are told apart, and each is put back before the next rank runs."""
-    from dcpcheck.harness.case import build_case
-    from dcpcheck.harness.input_snapshot import snapshot_inputs
-    from dcpcheck.harness.runner import launch_all
+    from dcpcheck.ops.fused_norm_rope.case import build_case
+    from dcpcheck.ops.fused_norm_rope.input_snapshot import snapshot_inputs
+    from dcpcheck.ops.fused_norm_rope.runner import launch_all
 
     scenario = make_scenario(tmp_path)
     case = build_case(scenario, 2, current_backend().device)

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from dcpcheck.cases.scenario import SCENARIO_DIR
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cli import INJECTION_VARIABLES
 from dcpcheck.exit_codes import EXIT_OK, EXIT_USAGE
 

@@ -1,6 +1,6 @@
-"""Compiling a run's Triton binaries ahead of its cases (``dcpcheck.harness.compile_ahead``):
-the dry pass compiles what the cases will launch, launches nothing, stays out of an
-autotuner's way, and leaves Triton as it found it.
+"""Compiling a run's Triton binaries ahead of its cases
+(``dcpcheck.ops.fused_norm_rope.compile_ahead``): the dry pass compiles what the cases will
+launch, launches nothing, stays out of an autotuner's way, and leaves Triton as it found it.
 
 The binaries themselves need a GPU; what the dry pass does around them is checked on the
 CPU too.
@@ -17,11 +17,12 @@ import triton
 import triton.language as tl
 from triton.runtime import autotuner, jit
 
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
-from dcpcheck.harness import compile_ahead as ahead
-from dcpcheck.harness.runner import run
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope import compile_ahead as ahead
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import oracle_kernel
 
@@ -72,7 +73,7 @@ def binaries(fn) -> int:
 
 @requires_cuda
 def test_the_dry_pass_compiles_what_the_cases_launch_and_launches_nothing():
-    from dcpcheck.harness.tolerance_kernel import _count_out_of_tolerance
+    from dcpcheck.ops.fused_norm_rope.tolerance_kernel import _count_out_of_tolerance
 
     kernel = MarksItsLaunches(_mark_first_row)
     assert binaries(_mark_first_row) == 0

@@ -1,7 +1,7 @@
-"""The up-front memory estimate (dcpcheck.cases.cost): it grows with what sizes a run, the
-shipped scenarios fit in a small budget, a whole-context GLM-5 prefill does not fit in a
-24 GiB one and is refused on one line naming the file, the key, the estimate and the
-budget, and the estimate stays close to the buffers ``build_case`` really allocates.
+"""The up-front memory estimate (dcpcheck.ops.fused_norm_rope.cost): it grows with what
+sizes a run, the shipped scenarios fit in a small budget, a whole-context GLM-5 prefill does
+not fit in a 24 GiB one and is refused on one line naming the file, the key, the estimate
+and the budget, and the estimate stays close to the buffers ``build_case`` really allocates.
 
 The estimate's transient ``work`` was calibrated against the peak resident memory of whole
 ``run_scenario`` runs on the CPU (VmHWM, kernels that write everything or nothing); that
@@ -17,18 +17,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from dcpcheck.cases import cost
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario import (
-    SCENARIO_DIR,
+from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.ops.fused_norm_rope import case as harness_case
+from dcpcheck.ops.fused_norm_rope import cost
+from dcpcheck.ops.fused_norm_rope.case import build_case
+from dcpcheck.ops.fused_norm_rope.scenario import (
     Scenario,
-    ScenarioError,
     load_scenario,
     load_scenarios,
     scenario_to_toml,
 )
-from dcpcheck.harness import case as harness_case
-from dcpcheck.harness.case import build_case
 
 GIB = 1 << 30
 

@@ -11,13 +11,13 @@ import torch
 from click.testing import CliRunner
 
 import tests.kernels_under_test as k
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
-from dcpcheck.harness import determinism
-from dcpcheck.harness.case import build_case
-from dcpcheck.harness.runner import launch, run
-from dcpcheck.workflows import search
+from dcpcheck.ops.fused_norm_rope import determinism, search
+from dcpcheck.ops.fused_norm_rope.case import build_case
+from dcpcheck.ops.fused_norm_rope.runner import launch, run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 from tests.conftest import BACKEND
 
 SCENARIO = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")

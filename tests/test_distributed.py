@@ -20,15 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenarios
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import COLLECTIVE_TIMEOUT_MARGIN_S, DistributedUsageError
 from dcpcheck.distributed.ranks import distributed_sizes
+from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
-from dcpcheck.harness.runner import run, token_stream_case
-from dcpcheck.kernels.loading import judged_files, load_kernel
+from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.output import report
 from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import NoFp4Here, oracle_kernel, overwrites_prefix

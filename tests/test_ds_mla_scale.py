@@ -29,30 +29,25 @@ import triton.language as tl
 from click.testing import CliRunner
 
 import reference as ref
-from dcpcheck.cases.scenario import (
-    SCENARIO_DIR,
-    ScenarioError,
-    load_scenario,
-    load_scenarios,
-    scenario_to_toml,
-)
+from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
-from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs
-from dcpcheck.harness.case import build_case
 from dcpcheck.harness.isolation import IsolatedKernel
-from dcpcheck.harness.runner import (
+from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.fused_norm_rope.case import build_case
+from dcpcheck.ops.fused_norm_rope.contract import CacheLayout, DsMlaScale, FusedOpInputs
+from dcpcheck.ops.fused_norm_rope.kernel import _ds_mla_tile_scales
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import (
     declared_ds_mla_scale,
     effective_ds_mla_scale,
     run_scenario,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.kernels.fused_norm_rope import _ds_mla_tile_scales
-from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.kernels.variants import MUTANTS
-from dcpcheck.workflows import search
-from dcpcheck.workflows.selftest import PROFILES as SELFTEST_PROFILES
-from dcpcheck.workflows.selftest import selftest_scenarios
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios, scenario_to_toml
+from dcpcheck.ops.fused_norm_rope.selftest import PROFILES as SELFTEST_PROFILES
+from dcpcheck.ops.fused_norm_rope.selftest import selftest_scenarios
+from dcpcheck.ops.fused_norm_rope.variants import MUTANTS
 from reference.quant import FLT_MIN
 from tests.conftest import BACKEND
 from tests.fixtures.declared_encoding import always_pow2, oracle_writing_pow2

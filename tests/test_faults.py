@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.cases.scenario import load_scenario, load_scenarios
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import main
+from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.harness.isolation import IsolatedKernel
-from dcpcheck.harness.runner import run, token_stream_case
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
 from tests.conftest import BACKEND, requires_cuda
 from tests.fixtures import faulty_kernels
 

@@ -1,6 +1,7 @@
-"""The kernel's two fp8 e4m3 encoders (``dcpcheck.kernels.fp8_codes``) write the same byte
-for every fp32 bit pattern: the integer encoding, which the interpreter runs, and the GPU's
-conversion instruction, which the compiled kernel runs where the GPU has one (sm_89+).
+"""The kernel's two fp8 e4m3 encoders (``dcpcheck.ops.fused_norm_rope.fp8_codes``) write the
+same byte for every fp32 bit pattern: the integer encoding, which the interpreter runs, and
+the GPU's conversion instruction, which the compiled kernel runs where the GPU has one
+(sm_89+).
 
 On a GPU the comparison is exhaustive: a kernel turns each program's indices into fp32 bit
 patterns, encodes them both ways and counts the disagreements, keeping the smallest
@@ -16,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck.kernels import fp8_codes
-from dcpcheck.kernels.fp8_codes import (
+from dcpcheck.ops.fused_norm_rope import fp8_codes
+from dcpcheck.ops.fused_norm_rope.fp8_codes import (
     fp8_e4m3_codes_by_arithmetic,
     fp8_e4m3_codes_by_instruction,
 )

@@ -1,4 +1,4 @@
-"""The fused verdicts (``dcpcheck.harness.fused_checks``) against the detailed checks.
+"""The fused verdicts (``dcpcheck.ops.fused_norm_rope.fused_checks``) against the detailed checks.
 
 A check the fused pass calls clear is never run in its detailed form, so the fused
 predicate must be the detailed one: for every broken kernel here and every case, each
@@ -15,12 +15,18 @@ import dataclasses
 import pytest
 import torch
 
-from dcpcheck.cases.scenario import SCENARIO_DIR, Scenario, load_scenario
-from dcpcheck.harness import fused_checks
-from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
-from dcpcheck.harness.case_checks import check_case
-from dcpcheck.harness.runner import launch
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
+from dcpcheck.ops.fused_norm_rope import fused_checks
+from dcpcheck.ops.fused_norm_rope.case import (
+    build_case,
+    make_activations,
+    oracle_for,
+    scenario_inputs,
+)
+from dcpcheck.ops.fused_norm_rope.case_checks import check_case
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import launch
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
 from tests import kernels_under_test as k
 from tests.conftest import BACKEND
 

@@ -7,10 +7,11 @@ interleaved indexer, bf16 + ``fp8`` (scale 0.3) + interleaved indexer, bf16 +
 arithmetic (entry bytes, tile scales, RoPE pairing, UE8M0 scales, the top-k fill), not
 for DCP: that kernel skips outputs of tokens without a local slot.
 
-Tolerances are those the harness uses against the oracle (``dcpcheck.cases.tolerances``), for
-the same reason: both sides round an fp32 pipeline once, and on the CPU Triton's
-interpreter truncates fp32 -> bf16 where the H200 rounded to nearest even, so about half
-of the bf16 values sit one step toward zero (fp16 and fp8 bytes agree exactly).
+Tolerances are those the harness uses against the oracle
+(``dcpcheck.ops.fused_norm_rope.tolerances``), for the same reason: both sides round an fp32
+pipeline once, and on the CPU Triton's interpreter truncates fp32 -> bf16 where the H200
+rounded to nearest even, so about half of the bf16 values sit one step toward zero (fp16 and
+fp8 bytes agree exactly).
 """
 
 from __future__ import annotations
@@ -21,15 +22,7 @@ import pytest
 import torch
 
 import reference
-from dcpcheck.cases.tolerances import (
-    DS_MLA_SCALE,
-    FP8_VALUE,
-    OUTPUT,
-    UE8M0_SCALE,
-    fp8_step_distance,
-    ulp_distance,
-)
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_NOPE_DIM,
     CacheLayout,
     FusedOpCaches,
@@ -38,7 +31,15 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.kernels.launcher import fused_norm_rope
+from dcpcheck.ops.fused_norm_rope.launcher import fused_norm_rope
+from dcpcheck.ops.fused_norm_rope.tolerances import (
+    DS_MLA_SCALE,
+    FP8_VALUE,
+    OUTPUT,
+    UE8M0_SCALE,
+    fp8_step_distance,
+    ulp_distance,
+)
 
 VECTORS = Path(__file__).parents[2] / "shared" / "vectors" / "fused_norm_rope_owned_h200.pt"
 

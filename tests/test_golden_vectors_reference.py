@@ -7,11 +7,11 @@ cache entry bytes, scales, RoPE pairing. The oracle is run on the same inputs, i
 by ``expected_caches`` from zero caches ``[3 blocks, 4, entry]`` with the case's slot
 mapping used for both the MLA and the indexer cache, and compared field by field.
 
-Tolerances are the team's per-field ones (``dcpcheck.cases.tolerances``): the GPU's fp32
-reductions run in another order than torch's, so a value can land one step across a
-rounding tie. Where docs/fused-norm-rope.md states a stricter observation about these vectors (NoPE
-fp8 bytes and bf16 RoPE bytes exact, ds_mla scales within 1e-7 relative, UE8M0 scales exact),
-that is asserted too, so that a drift in the oracle shows up here first.
+Tolerances are the team's per-field ones (``dcpcheck.ops.fused_norm_rope.tolerances``): the
+GPU's fp32 reductions run in another order than torch's, so a value can land one step across
+a rounding tie. Where docs/fused-norm-rope.md states a stricter observation about these
+vectors (NoPE fp8 bytes and bf16 RoPE bytes exact, ds_mla scales within 1e-7 relative, UE8M0
+scales exact), that is asserted too, so that a drift in the oracle shows up here first.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import reference as ref
-from dcpcheck.cases.tolerances import (
+from dcpcheck.ops.fused_norm_rope.tolerances import (
     BF16_ROPE_IN_CACHE,
     DS_MLA_SCALE,
     FP8_VALUE,

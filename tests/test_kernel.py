@@ -1,12 +1,13 @@
 """The project's Triton kernel against the oracle (``reference/``), field by field.
 
-What is compared with what: every output of ``dcpcheck.kernels.fused_norm_rope`` with
+What is compared with what: every output of ``dcpcheck.ops.fused_norm_rope.kernel`` with
 ``reference.fused_norm_rope`` and every cache byte with ``reference.expected_caches``,
-within the per-field tolerances of ``dcpcheck.cases.tolerances`` (one step of the stored format
-for bf16/fp16 outputs and fp8 values, two fp32 ulps for ds_mla tile scales, UE8M0 scales
-exactly), and cache bytes outside the owned entries bitwise. Why those tolerances: the
-op rounds an fp32 pipeline once, and on the CPU Triton's interpreter truncates fp32 to
-bf16 where the oracle rounds to nearest even (``shared/vectors/README.md``).
+within the per-field tolerances of ``dcpcheck.ops.fused_norm_rope.tolerances`` (one step of
+the stored format for bf16/fp16 outputs and fp8 values, two fp32 ulps for ds_mla tile
+scales, UE8M0 scales exactly), and cache bytes outside the owned entries bitwise. Why those
+tolerances: the op rounds an fp32 pipeline once, and on the CPU Triton's interpreter
+truncates fp32 to bf16 where the oracle rounds to nearest even
+(``shared/vectors/README.md``).
 
 The DCP cases are the point: outputs are poisoned with NaN and caches filled with seeded
 random bytes (with guard blocks on each side) before every launch, so an unwritten row
@@ -27,12 +28,11 @@ import triton
 import triton.language as tl
 
 import reference
-from dcpcheck.cases.tolerances import (
-    OUTPUT_TOLERANCES,
-    UE8M0_SCALE,
-    ulp_distance,
-)
-from dcpcheck.contract import (
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.fused_norm_rope.cache_entries import index_entry_parts, mla_entry_parts
+from dcpcheck.ops.fused_norm_rope.case import GUARD_BLOCKS, TOPK_SENTINEL, oracle_for
+from dcpcheck.ops.fused_norm_rope.comparison import part_violations, row_violations
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_ENTRY_BYTES,
     DS_MLA_NOPE_DIM,
     DS_MLA_ROPE_OFFSET,
@@ -48,20 +48,17 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.harness.cache_entries import index_entry_parts, mla_entry_parts
-from dcpcheck.harness.case import GUARD_BLOCKS, TOPK_SENTINEL, oracle_for
-from dcpcheck.harness.comparison import part_violations, row_violations
-from dcpcheck.harness.entry_checks import mla_part_slack
-from dcpcheck.kernels.fp8_codes import (
+from dcpcheck.ops.fused_norm_rope.entry_checks import mla_part_slack
+from dcpcheck.ops.fused_norm_rope.fp8_codes import (
     e2m1_codes,
     fp8_e4m3_codes,
     fp8_e4m3_values,
     ue8m0_scale,
 )
-from dcpcheck.kernels.launcher import fused_norm_rope
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
-from dcpcheck.kernels.registry import KERNELS
-from dcpcheck.kernels.variants import REGRESSIONS, VARIANTS, Mutation
+from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, load_kernel
+from dcpcheck.ops.fused_norm_rope.launcher import fused_norm_rope
+from dcpcheck.ops.fused_norm_rope.tolerances import OUTPUT_TOLERANCES, UE8M0_SCALE, ulp_distance
+from dcpcheck.ops.fused_norm_rope.variants import REGRESSIONS, VARIANTS, Mutation
 from tests.conftest import requires_cuda
 
 SMALL = PRESETS["small-neox"]
@@ -512,8 +509,8 @@ def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
     grid is 1-D, one program per sub-task and block of tokens (one block of the 3 tokens
     when interpreted, one token each on a GPU)."""
     from dcpcheck.backend import current_backend
-    from dcpcheck.kernels import launcher
-    from dcpcheck.kernels.fused_norm_rope import TASK_INDEXER_K, TASK_KV, TASK_Q
+    from dcpcheck.ops.fused_norm_rope import launcher
+    from dcpcheck.ops.fused_norm_rope.kernel import TASK_INDEXER_K, TASK_KV, TASK_Q
 
     kernel, ranges = launcher._fused_norm_rope_kernel, []
 

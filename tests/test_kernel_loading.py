@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dcpcheck.adapters.vllm import ApiShape, VllmFusedNormRope
-from dcpcheck.cases.scenario import load_scenarios
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.exit_codes import EXIT_KERNEL_LOAD, EXIT_USAGE
-from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels.loading import (
     KernelLoadError,
     KernelSpecError,
     UnknownKernelName,
     import_root,
-    load_kernel,
 )
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
+from dcpcheck.ops.fused_norm_rope.vllm import ApiShape, VllmFusedNormRope
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel
 

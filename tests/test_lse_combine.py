@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcpcheck.cases.scenario import ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.ops.lse_combine import checks, mutants
 from dcpcheck.ops.lse_combine.case import EMPTY_SHARDS, CombineBatch, build_case, launch_all
 from dcpcheck.ops.lse_combine.collectives import CollectiveError, run_ranks

@@ -1,4 +1,5 @@
-"""The mutant catalog (``dcpcheck.kernels.variants.MUTANTS``) against the harness's named scenarios.
+"""The mutant catalog (``dcpcheck.ops.fused_norm_rope.variants.MUTANTS``) against the
+harness's named scenarios.
 
 Each mutant is run through ``runner.run`` on the one scenario expected to expose it, and
 must fail there with the expected check on the expected field; the correct kernel must
@@ -22,14 +23,14 @@ from dataclasses import dataclass
 import pytest
 
 from dcpcheck.cases.dcp import Batch, Request, slot_mappings
-from dcpcheck.cases.scenario import SCENARIO_DIR, Scenario, load_scenario
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.contract import DS_MLA_ENTRY_BYTES
-from dcpcheck.harness.runner import run
-from dcpcheck.kernels.loading import load_kernel
-from dcpcheck.kernels.registry import KERNELS
-from dcpcheck.kernels.variants import MUTANTS, REGRESSIONS, Mutation
-from dcpcheck.workflows.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
+from dcpcheck.ops.fused_norm_rope.contract import DS_MLA_ENTRY_BYTES
+from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
+from dcpcheck.ops.fused_norm_rope.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
+from dcpcheck.ops.fused_norm_rope.variants import MUTANTS, REGRESSIONS, Mutation
 from tests.conftest import BACKEND, requires_cuda
 
 

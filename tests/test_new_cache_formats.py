@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from dcpcheck.cases.scenario import load_scenarios
 from dcpcheck.cases.verdicts import RunConfig
-from dcpcheck.contract import NVFP4_DS_MLA_NUM_TILES, nvfp4_scale_position
-from dcpcheck.harness.checks import NAN_UNWRITTEN, NAN_WRITTEN_ENTRY
-from dcpcheck.harness.comparison import nvfp4_scale_slack
-from dcpcheck.harness.runner import run
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope.checks import NAN_UNWRITTEN, NAN_WRITTEN_ENTRY
+from dcpcheck.ops.fused_norm_rope.comparison import nvfp4_scale_slack
+from dcpcheck.ops.fused_norm_rope.contract import NVFP4_DS_MLA_NUM_TILES, nvfp4_scale_position
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from tests import kernels_under_test as k
 from tests.conftest import BACKEND
 
@@ -95,8 +95,8 @@ def test_a_stray_write_into_a_shuffled_cache_is_found_at_its_slot():
 def test_a_vllm_file_is_read_for_its_nvfp4_path(tmp_path, monkeypatch):
     """The signature cannot say whether a file writes nvfp4_ds_mla; its source can. A
     conversion dcpcheck does not recognise is run and judged, never declared N/A."""
-    from dcpcheck.adapters.vllm import ApiShape, Nvfp4Path, VllmFusedNormRope, nvfp4_path
-    from dcpcheck.harness.case import build_case
+    from dcpcheck.ops.fused_norm_rope.case import build_case
+    from dcpcheck.ops.fused_norm_rope.vllm import ApiShape, Nvfp4Path, VllmFusedNormRope, nvfp4_path
 
     texts = {
         "absent": "def f(): return 'fp8_ds_mla'\n",

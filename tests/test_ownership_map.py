@@ -21,10 +21,11 @@ import pytest
 from PIL import Image
 
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
-from dcpcheck.harness.runner import run_scenario
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 from dcpcheck.output import ownership_map
 from dcpcheck.output.ownership_map import MapGeometry, write_report_dir
 from tests.conftest import BACKEND

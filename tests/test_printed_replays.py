@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.cases.scenario import SCENARIO_DIR
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.exit_codes import EXIT_FAIL
 from dcpcheck.workflows.bisection import bisect, render
 from tests.fixtures import kernel_history

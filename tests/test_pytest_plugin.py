@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from dcpcheck import pytest_plugin
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
-from dcpcheck.harness import runner
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope import runner
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 from dcpcheck.pytest_plugin import verdict_of
 from dcpcheck.workflows import session
 from tests.conftest import BACKEND
@@ -200,7 +201,7 @@ def _write_kernel_file(pytester: pytest.Pytester, body: str) -> str:
 
 
 DELEGATING_KERNEL = """
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 
 _project_kernel = load_kernel("default")
 

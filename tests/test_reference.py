@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 import reference as ref
-from dcpcheck import contract
-from dcpcheck.cases.tolerances import OUTPUT, ulp_distance
+from dcpcheck.ops.fused_norm_rope import contract
+from dcpcheck.ops.fused_norm_rope.tolerances import OUTPUT, ulp_distance
 from reference.quant import FLT_MIN
 
 ROPE_DIM = 64

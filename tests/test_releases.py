@@ -39,15 +39,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dcpcheck.adapters.vllm import VllmFusedNormRope
-from dcpcheck.cases.scenario import load_scenarios
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import cli
-from dcpcheck.contract import DsMlaScale
-from dcpcheck.harness.runner import run_scenario
 from dcpcheck.kernels import releases
-from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, load_kernel
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import run_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
+from dcpcheck.ops.fused_norm_rope.vllm import VllmFusedNormRope
 from tests.conftest import BACKEND, registry_problem
 
 
@@ -485,7 +486,7 @@ def test_a_file_is_judged_the_same_by_path_as_by_version(version):
 
 def _foreign_rows(scenario: str, dcp_size: int) -> dict[int, set[int]]:
     """Per rank, the real tokens another rank owns (what a skipped-output bug leaves)."""
-    from dcpcheck.harness.case import build_case
+    from dcpcheck.ops.fused_norm_rope.case import build_case
 
     [sc] = load_scenarios([scenario])
     case = build_case(sc, dcp_size, BACKEND.device)
@@ -620,9 +621,9 @@ def test_a_release_writes_the_indexer_formats_it_has_and_declares_the_rest(
 def test_0_33_writes_mx_words_only_when_the_case_asks():
     """The stand-in's answer is the case's: the release stores four equal UE8M0 bytes in an
     MX case and the fp32 scale otherwise (the same scenario read both ways)."""
-    from dcpcheck.contract import IndexFormat, IndexScale
-    from dcpcheck.harness.case import build_case
-    from dcpcheck.harness.runner import launch
+    from dcpcheck.ops.fused_norm_rope.case import build_case
+    from dcpcheck.ops.fused_norm_rope.contract import IndexFormat, IndexScale
+    from dcpcheck.ops.fused_norm_rope.runner import launch
 
     [mx] = load_scenarios(["indexer-mx-scales"])
     words = {}

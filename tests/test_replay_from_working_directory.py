@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 ORACLE = '''"""The oracle as a kernel (tests/kernels_under_test.py's oracle_kernel)."""
 import reference
-from dcpcheck.harness.case import oracle_for
+from dcpcheck.ops.fused_norm_rope.case import oracle_for
 
 
 def oracle_kernel(inputs, outputs, caches):

@@ -32,11 +32,9 @@ import pytest
 import torch
 
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import load_scenarios
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, KernelError, RunConfig
 from dcpcheck.harness import sanitizer
 from dcpcheck.harness.isolation import IsolatedKernel
-from dcpcheck.harness.runner import run
 from dcpcheck.harness.sanitizer import (
     AFTER_LAST_CASE,
     LOST_DURING,
@@ -49,6 +47,8 @@ from dcpcheck.harness.sanitizer import (
     parse_report,
     split_by_markers,
 )
+from dcpcheck.ops.fused_norm_rope.runner import run
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from tests.conftest import BACKEND, requires_cuda
 from tests.fixtures.sanitizer import kernels
 from tests.test_faults import children_of, process_gone

@@ -1,6 +1,7 @@
-"""Scenario files (dcpcheck.cases.scenario): the shipped ones load and round-trip, every kind of
-mistake in a file (an oversized count included: dcpcheck.cases.limits) is an error that names
-the file and the key, on one line, and a saved file replays whatever it is renamed to."""
+"""Scenario files (dcpcheck.ops.fused_norm_rope.scenario): the shipped ones load and
+round-trip, every kind of mistake in a file (an oversized count included:
+dcpcheck.cases.limits) is an error that names the file and the key, on one line, and a saved
+file replays whatever it is renamed to."""
 
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ import pytest
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario import (
-    SCENARIO_DIR,
+from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.cli import main
+from dcpcheck.ops.fused_norm_rope.contract import (
+    PRESETS,
+    CacheLayout,
+    DsMlaScale,
+    IndexFormat,
+    IndexScale,
+    ModelPreset,
+)
+from dcpcheck.ops.fused_norm_rope.scenario import (
     Scenario,
-    ScenarioError,
     load_scenario,
     load_scenarios,
     scenario_to_toml,
 )
-from dcpcheck.cli import main
-from dcpcheck.contract import PRESETS, CacheLayout, DsMlaScale, IndexFormat, IndexScale, ModelPreset
 
 SHIPPED = sorted(SCENARIO_DIR.glob("*.toml"))
 
@@ -422,7 +429,7 @@ def test_limits_bind_scenarios_changed_in_code_too() -> None:
 def test_the_shipped_and_the_searched_scenarios_are_within_the_limits() -> None:
     """The property search draws scenarios in code: its bounds must sit inside the limits,
     or a drawn scenario would be refused instead of run."""
-    from dcpcheck.workflows import strategies
+    from dcpcheck.ops.fused_norm_rope import strategies
 
     assert strategies.MAX_DCP_SIZE <= limits.DCP_SIZE_MAX
     assert max(strategies.BLOCK_SIZES) <= limits.BLOCK_SIZE_MAX

@@ -1,4 +1,5 @@
-"""Property search (dcpcheck.workflows.search) and its command line (``run --examples``, ``repro``).
+"""Property search (dcpcheck.ops.fused_norm_rope.search) and its command line (``run
+--examples``, ``repro``).
 
 The kernels are fast oracle-based ones (tests/kernels_under_test.py) plus one defined here
 whose flaw needs a batch of at least three rows, so the search must generate past the
@@ -19,10 +20,11 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import configuration
 
-from dcpcheck.cases.scenario import load_scenario, load_scenarios, scenario_to_toml
+from dcpcheck import files
 from dcpcheck.cli import cli
-from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
-from dcpcheck.workflows import search
+from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.fused_norm_rope.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios, scenario_to_toml
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel, raises, shifts_q_out, skips_foreign_kv
 
@@ -114,8 +116,8 @@ def test_a_failure_found_in_a_batch_shrinks_to_one_scenario_that_fails_alone(
 
 def test_the_failure_is_saved_as_a_scenario_named_after_its_file(found, home: Path) -> None:
     path = found.saved_path
-    assert path.parent == home / search.FAILURES_DIR
-    assert re.fullmatch(rf"shrunk-{re.escape(search.kernel_slug(BROKEN))}-[0-9a-f]{{8}}", path.stem)
+    assert path.parent == home / files.FAILURES_DIR
+    assert re.fullmatch(rf"shrunk-{re.escape(files.kernel_slug(BROKEN))}-[0-9a-f]{{8}}", path.stem)
     saved = load_scenario(path)
     assert saved.name == path.stem
     assert saved == found.shrunk
@@ -142,7 +144,7 @@ def test_the_search_replays_the_saved_file_before_returning(found) -> None:
 
 
 def test_a_rerun_tries_the_last_failure_first(found, home: Path) -> None:
-    assert (home / search.HYPOTHESIS_DIR / search.kernel_slug(BROKEN)).is_dir()
+    assert (home / files.HYPOTHESIS_DIR / files.kernel_slug(BROKEN)).is_dir()
     again = run_search(home, examples=60)
     assert again.examples_to_first_failure == 1  # replayed from HOME/hypothesis/<kernel>/
     assert again.saved_path == found.saved_path
@@ -173,7 +175,7 @@ def test_a_correct_kernel_passes_and_writes_no_failure(tmp_path: Path) -> None:
     assert result.passed
     assert result.examples_run == 10
     assert result.examples_to_first_failure is None
-    assert not (tmp_path / search.FAILURES_DIR).exists()
+    assert not (tmp_path / files.FAILURES_DIR).exists()
     assert sum(result.ownership.values()) > 0
 
 
@@ -201,7 +203,7 @@ SEARCH_IN_A_FRESH_PROCESS = """
 import sys
 from pathlib import Path
 from dcpcheck.backend import current_backend
-from dcpcheck.workflows import search
+from dcpcheck.ops.fused_norm_rope import search
 from tests.kernels_under_test import oracle_kernel
 
 config = search.SearchConfig("oracle", search.PROFILES["smoke"], examples=3, home=Path(sys.argv[1]))
@@ -226,7 +228,7 @@ def test_a_search_writes_nothing_outside_its_home(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert list(cwd.iterdir()) == []
-    assert [p.name for p in home.iterdir()] == [search.HYPOTHESIS_DIR]
+    assert [p.name for p in home.iterdir()] == [files.HYPOTHESIS_DIR]
 
 
 def test_a_search_gives_hypothesis_its_storage_directory_back(tmp_path: Path) -> None:
@@ -236,10 +238,10 @@ def test_a_search_gives_hypothesis_its_storage_directory_back(tmp_path: Path) ->
 
 
 def test_kernel_slugs_are_file_names() -> None:
-    assert search.kernel_slug("regress/pre-54908") == "regress-pre-54908"
-    assert search.kernel_slug(BROKEN) == "tests.test_search-skips_foreign_kv_from_"
-    assert search.kernel_slug("../k.py:fused") == "k.py-fused"
-    assert len(search.kernel_slug("x" * 100)) == search.SLUG_MAX
+    assert files.kernel_slug("regress/pre-54908") == "regress-pre-54908"
+    assert files.kernel_slug(BROKEN) == "tests.test_search-skips_foreign_kv_from_"
+    assert files.kernel_slug("../k.py:fused") == "k.py-fused"
+    assert len(files.kernel_slug("x" * 100)) == files.SLUG_MAX
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,10 +295,10 @@ def test_run_property_only_saves_under_dcpcheck_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     result = invoke(
         "run", "--property-only", "--profile", "smoke", "--examples", "60", "--kernel", BROKEN,
-        env={search.HOME_ENV: str(home)},
+        env={files.HOME_ENV: str(home)},
     )  # fmt: skip
     assert result.exit_code == 1
-    (saved,) = (home / search.FAILURES_DIR).glob("*.toml")
+    (saved,) = (home / files.FAILURES_DIR).glob("*.toml")
     assert f"saved: {saved}" in result.output
     assert "property: FAIL" in result.output
 
@@ -306,7 +308,7 @@ def test_run_property_only_honours_oracle_off(tmp_path: Path) -> None:
     fails the oracle and passes its own DCP1 run."""
     kernel = "tests.kernels_under_test:shifts_q_out"
     args = ["run", "--property-only", "--profile", "smoke", "--examples", "10", "--kernel", kernel]
-    env = {search.HOME_ENV: str(tmp_path)}
+    env = {files.HOME_ENV: str(tmp_path)}
     assert invoke(*args, env=env, isolate=True).exit_code == 1
     result = invoke(*args, "--oracle", "off", env=env, isolate=True)
     assert result.exit_code == 0, result.output
@@ -317,12 +319,12 @@ def test_run_home_defaults_to_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(search.HOME_ENV, raising=False)
+    monkeypatch.delenv(files.HOME_ENV, raising=False)
     result = invoke(
         "run", "--property-only", "--examples", "3", "--kernel", "tests.kernels_under_test:raises"
     )
     assert result.exit_code == 1
-    assert len(list((tmp_path / ".dcpcheck" / search.FAILURES_DIR).glob("*.toml"))) == 1
+    assert len(list((tmp_path / ".dcpcheck" / files.FAILURES_DIR).glob("*.toml"))) == 1
 
 
 def test_run_stats_count_examples_and_rank_launches(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``dcpcheck.workflows.selftest`` on tiny runs: the rows, the table and the verdict.
+"""``dcpcheck.ops.fused_norm_rope.selftest`` on tiny runs: the rows, the table and the verdict.
 
 A tiny profile (two property examples) over one named scenario keeps each run to a few
 seconds on the CPU. The verdict is shown both ways: real mutants are caught and the run
@@ -13,21 +13,21 @@ import pytest
 from rich.console import Console
 
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario, load_scenarios
-from dcpcheck.kernels.variants import MUTANTS, KernelVariant
-from dcpcheck.workflows import search
-from dcpcheck.workflows.selftest import (
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
+from dcpcheck.cases.verdicts import SelftestReport, Status
+from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
+from dcpcheck.ops.fused_norm_rope.selftest import (
     GPU_SCALE_MUTATIONS,
     PROFILES,
     SelftestProfile,
-    SelftestReport,
-    Status,
     address_overflow_scenario,
     run_selftest,
     scenario_cost,
     selftest_scenarios,
-    selftest_table,
 )
+from dcpcheck.ops.fused_norm_rope.variants import MUTANTS, KernelVariant
+from dcpcheck.output.console import selftest_table
 from tests.conftest import BACKEND
 
 TINY = SelftestProfile("tiny", search.PROFILES["smoke"], 2, False, "2 property examples")

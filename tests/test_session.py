@@ -16,7 +16,8 @@ from dcpcheck.backend import current_backend
 from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.e2e import token_streams
-from dcpcheck.harness import fused_checks, isolation, isolation_worker
+from dcpcheck.harness import isolation, isolation_worker
+from dcpcheck.ops.fused_norm_rope import fused_checks
 from dcpcheck.workflows import session
 
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
@@ -92,8 +93,9 @@ def test_a_failing_search_is_a_failure_in_both_reports(tmp_path):
 def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
     """``Session.case`` saves a failing case under HOME/failures/; a HOME that cannot be
     written costs one warning, and the verdict stands."""
-    from dcpcheck.cases.scenario import SCENARIO_DIR, load_scenario
-    from dcpcheck.kernels.loading import load_kernel
+    from dcpcheck.cases.scenario_files import SCENARIO_DIR
+    from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+    from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
     from tests.conftest import BACKEND
 
     home = tmp_path / "home"

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
-from dcpcheck.cases.scenario import ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import format_finding
 from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
@@ -451,7 +451,7 @@ def test_a_scenario_file_reads_back_as_it_was_written(tmp_path):
 def test_a_scenario_file_of_the_fused_op_may_name_it_and_one_of_another_op_is_sent_there(
     tmp_path,
 ):
-    from dcpcheck.cases import scenario as fused
+    from dcpcheck.ops.fused_norm_rope import scenario as fused
 
     shipped = (fused.SCENARIO_DIR / "decode-single-dcp4.toml").read_text()
     named = tmp_path / "named.toml"

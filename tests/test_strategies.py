@@ -1,4 +1,5 @@
-"""Scenario strategies (dcpcheck.workflows.strategies) and the value regimes they draw (case.py).
+"""Scenario strategies (dcpcheck.ops.fused_norm_rope.strategies) and the value regimes they
+draw (case.py).
 
 Every drawn scenario is checked against the ownership partition of docs/dcp-contract.md, computed by
 ``dcp.slot_mappings`` at each DCP size it runs (and the DCP1 baseline): every real token
@@ -21,11 +22,11 @@ from hypothesis.strategies import SearchStrategy
 
 import reference
 from dcpcheck.cases.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
-from dcpcheck.cases.scenario import Scenario, load_scenario, scenario_to_toml
-from dcpcheck.contract import FP8_E4M3_MAX, CacheLayout, IndexFormat, IndexScale
-from dcpcheck.harness.case import make_activations, oracle_for, scenario_inputs
-from dcpcheck.workflows import strategies
-from dcpcheck.workflows.strategies import (
+from dcpcheck.ops.fused_norm_rope import strategies
+from dcpcheck.ops.fused_norm_rope.case import make_activations, oracle_for, scenario_inputs
+from dcpcheck.ops.fused_norm_rope.contract import FP8_E4M3_MAX, CacheLayout, IndexFormat, IndexScale
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
+from dcpcheck.ops.fused_norm_rope.strategies import (
     FP8_SCALES,
     SearchSpace,
     all_negative_ranks,

@@ -19,7 +19,6 @@ import hashlib
 import pytest
 import torch
 
-from dcpcheck.contract import CacheLayout, FusedOpCaches, FusedOpInputs, FusedOpOutputs
 from dcpcheck.e2e.token_streams import (
     NEAR_TIE_MARGIN,
     Divergence,
@@ -31,7 +30,13 @@ from dcpcheck.e2e.token_streams import (
     prompt_tokens,
     token_digest,
 )
-from dcpcheck.kernels.loading import load_kernel
+from dcpcheck.ops.fused_norm_rope.contract import (
+    CacheLayout,
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+)
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from tests.conftest import requires_cuda
 from tests.kernels_under_test import oracle_kernel, skips_foreign_kv
 

@@ -1,4 +1,4 @@
-"""The outputs check's Triton flag (``harness.tolerance_kernel``) counts exactly the
+"""The outputs check's Triton flag (``tolerance_kernel``) counts exactly the
 elements ``tolerances.out_of_tolerance`` marks: on every kind of disagreement, every
 output format, both tolerance kinds, ranks laid side by side with guard rows, and a
 subset of the rows. Through the interpreter here, compiled on a GPU (the ``device``
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dcpcheck.cases import tolerances
-from dcpcheck.harness.tolerance_kernel import count_out_of_tolerance
+from dcpcheck.ops.fused_norm_rope import tolerances
+from dcpcheck.ops.fused_norm_rope.tolerance_kernel import count_out_of_tolerance
 
 INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 

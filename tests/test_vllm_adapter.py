@@ -22,10 +22,19 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck import adapters
-from dcpcheck.adapters.protocol import Limitation, kernel_limitations
+from dcpcheck.adapters.protocol import Limitation
 from dcpcheck.adapters.shims.vllm.platforms import StandInPlatform
-from dcpcheck.adapters.vllm import (
+from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
+from dcpcheck.ops.fused_norm_rope import adapters
+from dcpcheck.ops.fused_norm_rope.adapters import kernel_limitations
+from dcpcheck.ops.fused_norm_rope.case import build_case
+from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
+from dcpcheck.ops.fused_norm_rope.input_snapshot import snapshot_inputs
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.limitations import apply_limitations
+from dcpcheck.ops.fused_norm_rope.runner import run_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
+from dcpcheck.ops.fused_norm_rope.vllm import (
     INDEX_K_OUT_NOT_REQUESTED,
     NO_INDEX_K_OUTPUT,
     NO_KPE_OUTPUT,
@@ -37,14 +46,6 @@ from dcpcheck.adapters.vllm import (
     api_shape,
     tile_scale_rule,
 )
-from dcpcheck.cases.scenario import load_scenarios
-from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
-from dcpcheck.contract import DsMlaScale
-from dcpcheck.harness.case import build_case
-from dcpcheck.harness.input_snapshot import snapshot_inputs
-from dcpcheck.harness.limitations import apply_limitations
-from dcpcheck.harness.runner import run_scenario
-from dcpcheck.kernels.loading import load_kernel
 from dcpcheck.output import report
 from tests.conftest import BACKEND
 from tests.kernels_under_test import oracle_kernel

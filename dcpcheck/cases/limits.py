@@ -3,8 +3,9 @@
 A scenario file, a ``--dcp`` or ``--seed`` option and a scenario built in code are held to
 the same bounds (``Scenario`` checks them, so a file that asks for more is refused on one
 line by ``load_scenario``, before any buffer is allocated). They bound each value to
-something a deployment could ask of a kernel; whether a scenario within them fits in
-the memory at hand is a separate question, answered up front by ``dcpcheck.cases.cost``.
+something a deployment could ask of a kernel; whether a scenario within them fits in the
+memory at hand is a separate question, answered up front by
+``dcpcheck.ops.fused_norm_rope.cost``.
 
 Counts bounded elsewhere: ``interleave`` must divide ``block_size``, so it is at most
 ``BLOCK_SIZE_MAX``; a request's ``prefix`` and ``new`` are at most the preset's

@@ -1,7 +1,7 @@
 """Strict reading and exact writing of flat TOML tables: every key known, present when
-required, of its declared type (``read_table``), and values written back the way TOML
-spells them (``toml_literal``). Scenario files (``dcpcheck.cases.scenario``) are read and
-written with these; a typo is an error on one line that names the file and the key.
+required, of its declared type (``read_table``), and values written back the way TOML spells
+them (``toml_literal``). Scenario files (``dcpcheck.ops.fused_norm_rope.scenario``) are read
+and written with these; a typo is an error on one line that names the file and the key.
 """
 
 from __future__ import annotations

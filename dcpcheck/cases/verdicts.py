@@ -1,18 +1,28 @@
 """The run's data model: what a run was asked (``RunConfig``), and what it found - a
 verdict per case (``CaseResult``), per check (``CheckResult``), and per way a check
-failed (``Finding``, and its wording, ``format_finding``). Every op's runner fills these
+failed (``Finding``, and its wording, ``format_finding``); and a selftest's rows
+(``SelftestRow``, ``SelftestReport``). Every op's runner fills these
 and every report, console table and saved failure reads them, so they live here, below
 everything that executes a case.
 """
 
 from __future__ import annotations
 
+import enum
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from dcpcheck.cases.scenario import SCENARIO_DIR, Scenario
-from dcpcheck.contract import DsMlaScale
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
+
+
+class NamedScenario(Protocol):
+    """What a replay command needs of a scenario of any op."""
+
+    name: str
+    source: Path | None
+    dcp_sizes: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,7 @@ TOKEN_STREAM_CASE = "token-streams"
 
 STATUSES = ("pass", "fail", "error", "crash", "timeout", "nondeterministic", "not_applicable")
 """``CaseResult.status`` values. ``nondeterministic``: two runs of the same launch left
-different bytes (``dcpcheck.harness.determinism``), so no finding of the case can be
+different bytes (``dcpcheck.ops.fused_norm_rope.determinism``), so no finding of the case can be
 pinned on DCP; ``error``: the kernel raised (its exception text);
 ``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
 error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
@@ -79,7 +89,8 @@ class RunConfig:
     dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
     seed: int | None = None  # None: each scenario's own seed
     fail_fast: bool = False
-    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
+    # --ds-mla-scale (the fused op's ``contract.DsMlaScale``); None: not given
+    ds_mla_scale: enum.Enum | None = None
     oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
     sanitize: str | None = None  # --sanitize TOOL: every case's kernel under compute-sanitizer
     # Put before every printed replay command: what that command's environment needs (the
@@ -107,7 +118,7 @@ class RunConfig:
         """DCP size of the token-stream case: the largest requested, else TOKEN_STREAM_DCP."""
         return max(self.dcp_sizes or (TOKEN_STREAM_DCP,))
 
-    def sizes_of(self, scenario: Scenario) -> tuple[int, ...]:
+    def sizes_of(self, scenario: NamedScenario) -> tuple[int, ...]:
         """The DCP sizes ``scenario`` runs at: one ``CaseResult`` each, in this order."""
         return self.dcp_sizes or scenario.dcp_sizes
 
@@ -115,7 +126,7 @@ class RunConfig:
         kernel = shlex.quote(self.kernel_name)
         return f"{self.replay_prefix}dcpcheck hash --dcp 1,{dcp_size} --kernel {kernel}"
 
-    def replay_command(self, scenario: Scenario, dcp_size: int) -> str:
+    def replay_command(self, scenario: NamedScenario, dcp_size: int) -> str:
         """The command that runs this one case again, from where the run was started: a
         shipped scenario by name, any other by its file (``dcpcheck repro``), with the seed,
         DCP size and options the case ran with."""
@@ -165,3 +176,56 @@ class CaseResult:
 
 class KernelError(RuntimeError):
     """The kernel under test raised; the case fails with this text, the run goes on."""
+
+
+class Status(enum.Enum):
+    """The outcome of one row of the selftest."""
+
+    CAUGHT = "caught"  # a mutant failed a check the correct kernel passes
+    MISSED = "missed"  # a mutant passed everything it was run through
+    SKIPPED = "skipped"  # a mutant that cannot show in this run (reason given)
+    PASSED = "passed"  # the correct kernel passed everything
+    FAILED = "failed"  # the correct kernel failed: the selftest proves nothing
+
+
+@dataclass(frozen=True)
+class SelftestRow:
+    """One kernel's line of the report."""
+
+    kernel: str
+    description: str
+    status: Status
+    check: str | None = None  # the first failing check of the first failing case
+    field: str | None = None  # that check's first finding's field ("error" has none)
+    case: str | None = None  # the failing case: "scenario[dcpN]" (a shrunk one's name)
+    examples: int | None = None  # property examples to the first failure; 0: named scenario
+    shrunk_requests: int | None = None  # size of the shrunk failure (property catches)
+    shrunk_tokens: int | None = None  # rows, padding included
+    saved_path: Path | None = None  # the shrunk failure's scenario file, if kept (``home``)
+    seconds: float = 0.0
+    reason: str | None = None  # why skipped or missed; what failed on the correct kernel
+
+
+@dataclass
+class SelftestReport:
+    """Every row of one selftest run, the correct kernel first."""
+
+    profile: str
+    backend: str
+    default: SelftestRow
+    mutants: list[SelftestRow] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> list[SelftestRow]:
+        return [self.default, *self.mutants]
+
+    def count(self, status: Status) -> int:
+        return sum(row.status is status for row in self.mutants)
+
+    @property
+    def passed(self) -> bool:
+        """The correct kernel passes and every mutant that could show was caught."""
+        return self.default.status is Status.PASSED and all(
+            row.status in (Status.CAUGHT, Status.SKIPPED) for row in self.mutants
+        )

@@ -11,12 +11,10 @@ from pathlib import Path
 import click
 import torch
 
-from dcpcheck.adapters import ADAPTER_NAMES
 from dcpcheck.backend import BackendError, planned_device, select_backend
 from dcpcheck.cases import dcp
 from dcpcheck.cases.limits import DCP_SIZE_MAX, SEED_MAX
-from dcpcheck.cases.scenario import SCENARIO_DIR
-from dcpcheck.contract import DsMlaScale, Kernel
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -29,9 +27,10 @@ from dcpcheck.kernels.loading import (
     KernelLoadError,
     KernelSpecError,
     canonical_spec,
-    judged_files,
-    load_kernel,
 )
+from dcpcheck.ops.fused_norm_rope.adapters import ADAPTER_NAMES
+from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale, Kernel
+from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.output.console import err
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
@@ -330,8 +329,8 @@ def load(name: str, adapter: str = "auto") -> Kernel:
 
 def kernel_files(name: str) -> tuple[JudgedFile, ...]:
     """The files the loaded ``--kernel``'s code comes from, with their SHA256, for the
-    reports (``loading.judged_files``); a release's file is checked against its wheel's
-    RECORD once more, so one changed since the load is exit 2, as at the load."""
+    reports (the fused op's ``kernels.judged_files``); a release's file is checked against
+    its wheel's RECORD once more, so one changed since the load is exit 2, as at the load."""
     with kernel_errors():
         return judged_files(name)
 

@@ -25,7 +25,6 @@ from dcpcheck.cli.common import (
     parse_dcp_sizes,
     seed_option,
 )
-from dcpcheck.contract import CacheLayout
 from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
     StreamComparison,
@@ -35,6 +34,7 @@ from dcpcheck.e2e.token_streams import (
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.kernels.loading import JudgedFile
+from dcpcheck.ops.fused_norm_rope.contract import CacheLayout
 from dcpcheck.output.console import err, out, print_streams
 
 STREAM_OPTIONS = (

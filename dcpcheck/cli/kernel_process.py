@@ -12,9 +12,9 @@ import click
 from dcpcheck.cli.common import InputError, KernelLoadFailure, load
 from dcpcheck.harness import sanitizer
 from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel, resolve_case_timeout
-from dcpcheck.harness.runner import KernelUnderTest, declared_ds_mla_scale
 from dcpcheck.kernels.loading import KernelLoadError
-from dcpcheck.kernels.registry import KERNELS
+from dcpcheck.ops.fused_norm_rope.kernels import KERNELS
+from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest, declared_ds_mla_scale
 
 isolate_option = click.option(
     "--isolate/--no-isolate",

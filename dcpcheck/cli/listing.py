@@ -6,9 +6,12 @@ from __future__ import annotations
 import click
 import torch
 
-from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError, load_scenarios
+from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
 from dcpcheck.cli.common import InputError
-from dcpcheck.contract import (
+from dcpcheck.op_registry import OPS
+from dcpcheck.ops import package, packaged
+from dcpcheck.ops.fused_norm_rope import selftest
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_ROPE_DIM,
     PRESETS,
@@ -18,10 +21,8 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.op_registry import OPS
-from dcpcheck.ops import package, packaged
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.output.console import out
-from dcpcheck.workflows import selftest
 
 INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
 """Every preset's indexer head: 128 fp8 values per token."""
@@ -68,7 +69,7 @@ def list_command(what: str) -> None:
             out.print(f"{variant.name:34} {variant.description}", soft_wrap=True)
         return
     if what == "kernels":
-        from dcpcheck.kernels.registry import KERNELS
+        from dcpcheck.ops.fused_norm_rope.kernels import KERNELS
 
         for entry in KERNELS.values():
             out.print(f"{entry.name:24} {entry.description}")

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from dcpcheck.cases.scenario import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (

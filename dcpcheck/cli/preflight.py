@@ -12,11 +12,12 @@ from pathlib import Path
 import torch
 
 from dcpcheck import files
-from dcpcheck.cases import cost
-from dcpcheck.cases.scenario import Scenario, ScenarioError, load_scenarios
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
+from dcpcheck.ops.fused_norm_rope import cost
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
 
 
 def check_sanitizer(sanitize: str | None, backend) -> None:

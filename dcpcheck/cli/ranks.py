@@ -16,11 +16,10 @@ import click
 
 from dcpcheck import files
 from dcpcheck.backend import BackendError
-from dcpcheck.cases.scenario import ScenarioError, load_scenarios
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import KernelError, RunConfig
 from dcpcheck.cli import common
 from dcpcheck.cli.hashing import hash_config, stream_options
-from dcpcheck.contract import Kernel
 from dcpcheck.distributed.group import (
     COLLECTIVE_TIMEOUT_MARGIN_S,
     DEFAULT_RANK_TIMEOUT_S,
@@ -33,7 +32,9 @@ from dcpcheck.distributed.group import (
 from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
 from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
-from dcpcheck.harness.runner import declared_ds_mla_scale
+from dcpcheck.ops.fused_norm_rope.contract import Kernel
+from dcpcheck.ops.fused_norm_rope.runner import declared_ds_mla_scale
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.output import console
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import RunOutcome

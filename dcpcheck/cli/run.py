@@ -11,7 +11,8 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck.cases.scenario import Scenario, ScenarioError, load_scenario, op_of
+from dcpcheck import files
+from dcpcheck.cases.scenario_files import ScenarioError, op_of
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import op_run, preflight
 from dcpcheck.cli.common import (
@@ -53,13 +54,14 @@ from dcpcheck.cli.kernel_process import (
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.harness.runner import KernelUnderTest
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops import packaged
+from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.workflows import search
 from dcpcheck.workflows.session import RunOutcome, RunPlan, Session, run_session
 
 
@@ -149,10 +151,10 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 @click.option(
     "--home",
     type=click.Path(path_type=Path),
-    default=search.DEFAULT_HOME,
+    default=files.DEFAULT_HOME,
     show_default=True,
-    envvar=search.HOME_ENV,
-    help=f"Run directory (env {search.HOME_ENV}): shrunk failures go to HOME/failures/, "
+    envvar=files.HOME_ENV,
+    help=f"Run directory (env {files.HOME_ENV}): shrunk failures go to HOME/failures/, "
     "Hypothesis's example database to HOME/hypothesis/.",
 )
 @device_option

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import click
 
+from dcpcheck.cases.verdicts import SelftestReport
 from dcpcheck.cli import op_run
 from dcpcheck.cli.common import InputError, device_option, open_backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops import package, packaged
-from dcpcheck.output.console import err, out
-from dcpcheck.workflows import selftest
+from dcpcheck.ops.fused_norm_rope import selftest
+from dcpcheck.output.console import err, out, selftest_table
 
 
 @click.command("selftest")
@@ -58,7 +59,7 @@ def selftest_command(
         if op in (None, name):
             with err.status("selftest") as status:
                 reports.append(package(name).selftest(backend, _progress(status)))
-            out.print(selftest.selftest_table(reports[-1], op=name))
+            out.print(selftest_table(reports[-1], op=name))
     raise SystemExit(EXIT_OK if all(r.passed for r in reports) else EXIT_FAIL)
 
 
@@ -66,7 +67,7 @@ def _progress(status):
     return lambda row: status.update(f"selftest: {row.kernel} {row.status.value}")
 
 
-def _fused(profile_name: str, mutant_names: tuple[str, ...], backend) -> selftest.SelftestReport:
+def _fused(profile_name: str, mutant_names: tuple[str, ...], backend) -> SelftestReport:
     """The fused op's selftest, its table printed."""
     mutants = selftest.MUTANTS
     if mutant_names:
@@ -79,5 +80,5 @@ def _fused(profile_name: str, mutant_names: tuple[str, ...], backend) -> selftes
         report = selftest.run_selftest(
             selftest.PROFILES[profile_name], backend, mutants=mutants, on_row=_progress(status)
         )
-    out.print(selftest.selftest_table(report, op=FUSED_NORM_ROPE))
+    out.print(selftest_table(report, op=FUSED_NORM_ROPE))
     return report

@@ -1,16 +1,17 @@
 """Real ranks: dcpcheck with one DCP rank per process, through torch.distributed.
 
-The simulated mode (``dcpcheck.harness.runner``) runs every rank of a DCP group in one process on
-one device. Here the DCP size is the world size and each process is one rank, on its own
-device: ``cuda:LOCAL_RANK`` with NCCL when CUDA is available, else the CPU and Triton's
-interpreter with gloo. For each scenario every rank builds the case with ``build_case``
-(one seeded generator fills the ranks' caches in rank order, so building them all is how a
-rank gets exactly the bytes the simulated mode gives it) and launches the kernel on **its
-own** rank's inputs, slot mapping and caches; then it sends its launched buffers to rank 0
-(:class:`LaunchedRank`). Rank 0 runs the DCP1 baseline itself (it is one rank), puts every
-rank's buffers into its case and runs the same checks (``case_checks.check_case``), so the report
-is the simulated mode's: same verdicts, same findings, same JSON. The token-stream check
-merges decode attention across processes with all-gathers (``dcpcheck.distributed.streams``).
+The simulated mode (``dcpcheck.ops.fused_norm_rope.runner``) runs every rank of a DCP group
+in one process on one device. Here the DCP size is the world size and each process is one
+rank, on its own device: ``cuda:LOCAL_RANK`` with NCCL when CUDA is available, else the CPU
+and Triton's interpreter with gloo. For each scenario every rank builds the case with
+``build_case`` (one seeded generator fills the ranks' caches in rank order, so building them
+all is how a rank gets exactly the bytes the simulated mode gives it) and launches the
+kernel on **its own** rank's inputs, slot mapping and caches; then it sends its launched
+buffers to rank 0 (:class:`LaunchedRank`). Rank 0 runs the DCP1 baseline itself (it is one
+rank), puts every rank's buffers into its case and runs the same checks
+(``case_checks.check_case``), so the report is the simulated mode's: same verdicts, same
+findings, same JSON. The token-stream check merges decode attention across processes with
+all-gathers (``dcpcheck.distributed.streams``).
 
 Three ways in:
 

@@ -12,13 +12,18 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import CaseResult, Finding, KernelError, RunConfig
-from dcpcheck.contract import Kernel
 from dcpcheck.distributed.group import DistributedUsageError, RankGroup
 from dcpcheck.distributed.streams import token_stream_case_on_ranks
-from dcpcheck.harness.case import Case, build_case, make_activations, oracle_for, scenario_inputs
-from dcpcheck.harness.runner import (
+from dcpcheck.ops.fused_norm_rope.case import (
+    Case,
+    build_case,
+    make_activations,
+    oracle_for,
+    scenario_inputs,
+)
+from dcpcheck.ops.fused_norm_rope.contract import Kernel
+from dcpcheck.ops.fused_norm_rope.runner import (
     Launched,
     judge,
     launch,
@@ -27,6 +32,7 @@ from dcpcheck.harness.runner import (
     run_again,
     with_effective_ds_mla_scale,
 )
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 
 def distributed_sizes(requested: Sequence[int] | None, world_size: int) -> tuple[int, ...]:
@@ -148,7 +154,7 @@ def run_distributed(
     tokens: bool = True,
     on_result: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult] | None:
-    """``runner.run`` (and, with ``tokens``, ``runner.token_stream_case``) on real ranks:
+    """``runner.run`` (and, with ``tokens``, ``stream_case.token_stream_case``) on real ranks:
     call it on every rank of ``group``. Rank 0 gets the results, in the simulated mode's
     order, and ``on_result`` sees each as it lands; the other ranks get ``None``.
 

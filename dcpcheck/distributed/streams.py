@@ -24,9 +24,9 @@ import torch
 
 from dcpcheck import __version__
 from dcpcheck.cases.verdicts import CaseResult, KernelError, RunConfig
-from dcpcheck.contract import FusedOpCaches, FusedOpInputs, FusedOpOutputs, Kernel
 from dcpcheck.e2e.attention import PartialAttention
 from dcpcheck.e2e.mla_model import InProcessExchange
+from dcpcheck.e2e.stream_case import token_stream_verdict
 from dcpcheck.e2e.token_streams import (
     BASELINE_DCP_SIZE,
     StreamComparison,
@@ -37,8 +37,13 @@ from dcpcheck.e2e.token_streams import (
     generate_ranks,
     stream_config_for,
 )
-from dcpcheck.harness.runner import token_stream_verdict
 from dcpcheck.kernels.loading import JudgedFile
+from dcpcheck.ops.fused_norm_rope.contract import (
+    FusedOpCaches,
+    FusedOpInputs,
+    FusedOpOutputs,
+    Kernel,
+)
 
 if TYPE_CHECKING:
     from dcpcheck.distributed import RankGroup
@@ -147,7 +152,7 @@ def compare_streams_distributed(
 def token_stream_case_on_ranks(
     kernel: Kernel, config: RunConfig, group: RankGroup
 ) -> CaseResult | None:
-    """``runner.token_stream_case`` on real ranks: the tiny model's greedy streams at DCP1
+    """``stream_case.token_stream_case`` on real ranks: the tiny model's greedy streams at DCP1
     and at the world size must hash identically. The result on rank 0, ``None`` elsewhere."""
     stream_config = stream_config_for(group.backend)
     return token_stream_verdict(

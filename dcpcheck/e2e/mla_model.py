@@ -51,7 +51,8 @@ import torch
 import reference
 from dcpcheck.cases import seeded
 from dcpcheck.cases.dcp import Batch, BlockTables, DcpLayout, Request, SlotMappings, slot_mappings
-from dcpcheck.contract import (
+from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
+from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
     FusedOpCaches,
     FusedOpInputs,
@@ -60,7 +61,6 @@ from dcpcheck.contract import (
     ModelPreset,
     mla_entry_bytes,
 )
-from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
 
 
 @dataclass(frozen=True)

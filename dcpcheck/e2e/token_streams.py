@@ -44,7 +44,6 @@ import torch
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
-from dcpcheck.contract import PRESETS, CacheLayout, Kernel
 from dcpcheck.e2e.mla_model import (
     WIDTHS_BY_PRESET,
     CacheSpec,
@@ -53,6 +52,7 @@ from dcpcheck.e2e.mla_model import (
     ShardExchange,
     plan_step,
 )
+from dcpcheck.ops.fused_norm_rope.contract import PRESETS, CacheLayout, Kernel
 
 BASELINE_DCP_SIZE = 1
 """Every run is compared with the DCP1 run (rank 0), which every correct setup reproduces."""

@@ -67,11 +67,11 @@ from multiprocessing.connection import Connection
 import torch
 
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, CaseResult, RunConfig
-from dcpcheck.contract import DsMlaScale
 from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 DEFAULT_CASE_TIMEOUT_S = 300.0
 """Default ``--case-timeout``. Generous on purpose: the first case of a scenario includes its
@@ -154,7 +154,7 @@ class ScenarioJob:
 
 @dataclass(frozen=True)
 class TokenStreamJob:
-    """Run ``runner.token_stream_case``; one ``CaseResult``."""
+    """Run ``stream_case.token_stream_case``; one ``CaseResult``."""
 
     config: RunConfig
 
@@ -417,7 +417,7 @@ class IsolatedKernel:
         yield from self._job(ScenarioJob(scenario, config), expected)
 
     def run_token_streams(self, config: RunConfig) -> CaseResult:
-        """``runner.token_stream_case`` in the worker."""
+        """``stream_case.token_stream_case`` in the worker."""
         dcp_size = config.token_stream_dcp
         expected = [(TOKEN_STREAM_CASE, dcp_size, config.token_stream_replay(dcp_size))]
         [result] = self._job(TokenStreamJob(config), expected)

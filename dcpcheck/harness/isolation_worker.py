@@ -22,9 +22,8 @@ import torch
 
 from dcpcheck.backend import Backend, select_backend
 from dcpcheck.cases.verdicts import CaseResult
-from dcpcheck.contract import Kernel
+from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.harness import sanitizer as sanitizing
-from dcpcheck.harness.compile_ahead import compile_ahead
 from dcpcheck.harness.isolation import (
     CompileAheadJob,
     DeviceLost,
@@ -34,14 +33,12 @@ from dcpcheck.harness.isolation import (
     ScenarioJob,
     TokenStreamJob,
 )
-from dcpcheck.harness.runner import (
-    LAUNCH_WATCHER,
-    declared_ds_mla_scale,
-    run_scenario,
-    token_stream_case,
-)
 from dcpcheck.kernels import loading
-from dcpcheck.kernels.loading import KernelLoadError, load_kernel
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
+from dcpcheck.ops.fused_norm_rope.contract import Kernel
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.runner import LAUNCH_WATCHER, declared_ds_mla_scale, run_scenario
 
 PR_SET_PDEATHSIG = 1
 """``prctl`` option (linux/prctl.h): the signal a process gets when its parent exits."""

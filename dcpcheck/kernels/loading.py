@@ -1,15 +1,14 @@
-"""Resolve ``--kernel`` to a callable following the kernel protocol (dcpcheck.contract).
+"""Resolve ``--kernel`` to the callable it names, for every op.
 
-Accepted forms: a registry name (``default``, ``regress/pre-54908``), a released kernel
-(``vllm==0.29.0``, fetched and cached by :mod:`dcpcheck.kernels.releases`), an importable
-``package.module:function``, or ``path/to/file.py:function`` loaded straight from a
-file without installing the project it belongs to. A file's module-level imports of its
+Accepted forms: a name of the op's registry (``default``, ``regress/pre-54908``), a
+released kernel (``vllm==0.29.0``, fetched and cached by :mod:`dcpcheck.kernels.releases`),
+an importable ``package.module:function``, or ``path/to/file.py:function`` loaded straight
+from a file without installing the project it belongs to. A file's module-level imports of its
 host project (vLLM's platform query and Triton re-export) are answered by the stand-ins
 of :mod:`dcpcheck.adapters.shims` when that project is not installed; the substitution is logged.
 
-The function found is then fitted to the protocol by an adapter (:mod:`dcpcheck.adapters`):
-``auto`` recognises vLLM's ``fused_norm_rope`` by its signature and otherwise takes the
-callable as following the protocol itself; ``vllm`` and ``native`` force the choice.
+Each op fits the function found to its own protocol, through its adapters
+(``dcpcheck.ops.<op>.kernels``).
 
 A ``package.module:function`` is imported with the working directory first on ``sys.path``,
 as ``python -m dcpcheck`` has it, so the ``dcpcheck`` script resolves a module spec from
@@ -25,8 +24,8 @@ typo is then an error to fix, not a revision to skip (``dcpcheck bisect`` stops 
 does a release cache that cannot be trusted (a cached file that differs from its wheel's
 RECORD) or used (not a writable folder): fixing it is the user's, not a revision's.
 
-:func:`judged_files` names the files a loaded kernel's code comes from, with their SHA256,
-so every report says exactly what was judged.
+:func:`judged_file` names a file a loaded kernel's code comes from, with its SHA256, so
+every report says exactly what was judged.
 """
 
 from __future__ import annotations
@@ -45,14 +44,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from dcpcheck import adapters
 from dcpcheck.adapters import shims
-from dcpcheck.adapters import vllm as vllm_adapter
 from dcpcheck.adapters.protocol import AdapterError
-from dcpcheck.backend import current_backend
-from dcpcheck.contract import Kernel
 from dcpcheck.kernels import releases
-from dcpcheck.kernels.registry import KERNEL_SOURCES, KERNELS
 
 log = logging.getLogger(__name__)
 
@@ -199,34 +193,6 @@ def import_root(spec: str) -> Path | None:
     # levels below the root either way.
     levels = where.count(".") + (module.__spec__.submodule_search_locations is not None)
     return Path(module.__file__).resolve().parents[levels]
-
-
-def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
-    """The kernel named by ``spec``, fitted to the protocol by ``adapter`` (module docstring).
-
-    ``adapter`` is one of :data:`dcpcheck.adapters.ADAPTER_NAMES`; registry kernels
-    follow the protocol already and accept only ``auto`` or ``native``.
-    """
-    if adapter not in adapters.ADAPTER_NAMES:
-        raise KernelSpecError(
-            f"unknown adapter {adapter!r} (expected {', '.join(adapters.ADAPTER_NAMES)})"
-        )
-    current_backend()  # fix interpreted vs compiled before any @triton.jit is defined
-    if spec in KERNELS:
-        if adapter not in ("auto", "native"):
-            raise KernelSpecError(
-                f"{spec}: a registry kernel follows dcpcheck's protocol; "
-                f"the {adapter} adapter does not apply"
-            )
-        return KERNELS[spec].load()
-    release = release_of(spec)
-    if release is not None:
-        return _load_release(release, adapter)
-    target = load_callable(spec, list(KERNELS))
-    try:
-        return adapters.adapt(target, adapter)
-    except AdapterError as exc:
-        raise KernelLoadError(f"{spec}: {exc}") from exc
 
 
 def release_of(
@@ -394,22 +360,6 @@ def load_callable(spec: str, registry: list[str]) -> object:
     return target
 
 
-def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:
-    """A released vLLM kernel: its file from the release cache, checked against its wheel's
-    RECORD just before it is imported, through vLLM's adapter like any vLLM file."""
-    if adapter not in ("auto", "vllm"):
-        raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
-    path = fetch_release(release.version).path
-    target = getattr(load_file(path), release.function, None)
-    if target is None or not callable(target):
-        raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
-    try:
-        kernel = vllm_adapter.adapt(target)
-    except AdapterError as exc:
-        raise KernelLoadError(f"{release.name}: {exc}") from exc
-    return dataclasses.replace(kernel, name=release.name)
-
-
 @dataclasses.dataclass(frozen=True)
 class JudgedFile:
     """A file a kernel's code comes from, as the reports name it."""
@@ -423,17 +373,10 @@ def judged_file(path: Path) -> JudgedFile:
     return JudgedFile(str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest())
 
 
-def judged_files(spec: str) -> tuple[JudgedFile, ...]:
-    """The files ``spec``'s kernel (loaded already, by :func:`load_kernel`) comes from, and
-    their SHA256 now: a release's cached file (checked against its wheel's RECORD once
-    more), a ``file.py``, a module's file, or the project's kernel modules for a registry
-    name (``registry.KERNEL_SOURCES``)."""
-    if spec in KERNELS:
-        return tuple(judged_file(path) for path in KERNEL_SOURCES)
-    release = release_of(spec)
-    if release is not None:
-        kept = fetch_release(release.version)
-        return (JudgedFile(str(kept.path), kept.sha256),)
+def spec_files(spec: str) -> tuple[JudgedFile, ...]:
+    """The file a ``path/to/file.py:function`` or ``package.module:function`` spec's code
+    comes from (loaded already), and its SHA256 now; none for a module without a file.
+    Each op names its own registry's and releases' files and asks this of the rest."""
     where = spec.rsplit(":", 1)[0]
     if where.endswith(".py"):
         return (judged_file(Path(where)),)

@@ -1,11 +1,15 @@
-"""Ops dcpcheck judges besides the fused MLA norm + RoPE + cache write, one package each,
-holding what is the op's own: its kernel protocol, its cases, its contract checks, the
-project's kernels for it and their mutants, the upstream routines it can load. The oracle
-of each lives in ``reference/`` (torch only).
+"""The ops dcpcheck judges, one package each, holding what is the op's own: its kernel
+protocol, its cases, its contract checks, the project's kernels for it and their mutants,
+the upstream routines it can load. The oracle of each lives in ``reference/`` (torch
+only); what every op shares lies in the packages below this one (``dcpcheck.cases``,
+``dcpcheck.adapters``, ``dcpcheck.kernels``) and in ``op_cases``.
 
-Every such package exposes one :class:`OpPackage` as ``PACKAGE``; the command line, the
-default run and the pytest plugin reach the op only through it (:func:`package`), so an op
-is its package plus its line in ``dcpcheck.op_registry``.
+An op package exposes one :class:`OpPackage` as ``PACKAGE``; the command line, the default
+run and the pytest plugin reach the op only through it (:func:`package`), so an op is its
+package plus its line in ``dcpcheck.op_registry``. The fused op (``fused_norm_rope``) is
+the exception the command line names itself: its run has more than an ``OpPackage`` says
+(worker isolation, compute-sanitizer, real ranks, ownership maps, the token streams), and
+``dcpcheck.workflows.session`` runs it.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def package(op: str) -> OpPackage:
     """The package of ``op`` (a name of ``dcpcheck.op_registry.OPS`` that has one)."""
     module = OPS[op].package
     if module is None:
-        raise ValueError(f"{op} is judged by dcpcheck's own harness, not an op package")
+        raise ValueError(f"{op} is run by dcpcheck.workflows.session, not through an OpPackage")
     return importlib.import_module(module).PACKAGE
 
 

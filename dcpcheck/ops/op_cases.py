@@ -25,9 +25,15 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from dcpcheck.backend import Backend
-from dcpcheck.cases.verdicts import CaseResult, CheckResult, KernelError
-from dcpcheck.workflows.search import FAILURES_DIR, kernel_slug, save_failure
-from dcpcheck.workflows.selftest import SelftestReport, SelftestRow, Status
+from dcpcheck.cases.verdicts import (
+    CaseResult,
+    CheckResult,
+    KernelError,
+    SelftestReport,
+    SelftestRow,
+    Status,
+)
+from dcpcheck.files import FAILURES_DIR, kernel_slug, save_failure
 
 DEFAULT_SEED = 0
 """The property search's seed when none is given."""

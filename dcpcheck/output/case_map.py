@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dcpcheck.cases.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING, slot_mappings
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import CaseResult, format_finding
-from dcpcheck.harness.checks import OUTPUT_FIELDS
+from dcpcheck.ops.fused_norm_rope.checks import OUTPUT_FIELDS
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 MAP_ROWS = (*OUTPUT_FIELDS, "topk_indices", "mla_cache", "index_cache")
 """Field rows under each rank, in this order (``index_*`` rows only on indexer layers);

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dcpcheck.cases.verdicts import CaseResult, format_finding
+from dcpcheck.cases.verdicts import CaseResult, SelftestReport, Status, format_finding
 from dcpcheck.e2e.token_streams import StreamComparison
+from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.output import report
-from dcpcheck.workflows import search
 
 NON_TTY_WIDTH = 160
 """Width of tables when stdout is a file or a CI log (rich would assume 80 columns and
@@ -203,3 +203,50 @@ def print_streams(comparison: StreamComparison) -> None:
             f"{escape(comparison.first_divergence.describe())}",
             soft_wrap=True,
         )
+
+
+_STATUS_STYLES = {
+    Status.CAUGHT: "[green]caught[/]",
+    Status.MISSED: "[bold red]MISSED[/]",
+    Status.SKIPPED: "[yellow]skipped[/]",
+    Status.PASSED: "[green]passed[/]",
+    Status.FAILED: "[bold red]FAILED[/]",
+}
+
+
+def _blank(value: object | None) -> str:
+    return "" if value is None else escape(str(value))
+
+
+def selftest_table(report: SelftestReport, op: str | None = None) -> Table:
+    """The report as a rich table: one row per kernel, the correct kernel first, then a
+    caption with the verdict. Skip and miss reasons go in the last column; ``op`` names
+    the op in the title."""
+    of = f" of {op}" if op is not None else ""
+    table = Table(title=f"dcpcheck selftest{of} ({report.profile}, {report.backend})")
+    for column in ("kernel", "result", "caught by", "case", "examples", "shrunk", "s", "note"):
+        table.add_column(column, justify="right" if column in ("examples", "s") else "left")
+    for row in report.rows:
+        caught_by = row.check if row.field is None else f"{row.check}: {row.field}"
+        shrunk = (
+            ""
+            if row.shrunk_requests is None
+            else f"{row.shrunk_requests} req / {row.shrunk_tokens} tok"
+        )
+        table.add_row(
+            escape(row.kernel),
+            _STATUS_STYLES[row.status],
+            _blank(caught_by),
+            _blank(row.case),
+            _blank(row.examples),
+            shrunk,
+            f"{row.seconds:.1f}",
+            _blank(row.reason),
+        )
+    verdict = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
+    table.caption = (
+        f"{verdict}: {report.count(Status.CAUGHT)} of {len(report.mutants)} mutants caught, "
+        f"{report.count(Status.MISSED)} missed, {report.count(Status.SKIPPED)} skipped; "
+        f"correct kernel {report.default.status.value}; {report.seconds:.1f} s"
+    )
+    return table

@@ -49,9 +49,9 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from dcpcheck.cases.dcp import FOREIGN, OWNED, PADDING
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.files import write_atomic
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 from dcpcheck.output.case_map import CaseMap, build_case_map, case_label, verdict_label
 from dcpcheck.output.map_colors import (
     BACKGROUND,

@@ -28,7 +28,7 @@ from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import STATUSES, CaseResult, RunConfig, format_finding
 from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.op_registry import FUSED_NORM_ROPE
-from dcpcheck.workflows import search
+from dcpcheck.ops.fused_norm_rope import search
 
 UNCHECKED_STATUSES = ("error", "crash", "timeout")
 """Statuses of a case whose checks never ran: the kernel raised, its worker died, or it

@@ -28,19 +28,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dcpcheck import files
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
+from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.harness.compile_ahead import compile_ahead
-from dcpcheck.harness.runner import (
+from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
+from dcpcheck.ops.fused_norm_rope.runner import (
     KernelUnderTest,
     run,
     run_scenario,
-    token_stream_case,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.workflows import search
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, scenario_to_toml
 
 INTERNAL_ERROR_CASE = "dcpcheck-internal-error"
 """The ``scenario`` of the error record a run that stopped on dcpcheck's own error gets:
@@ -138,8 +139,8 @@ def save_failed_case(scenario: Scenario, result: CaseResult, config: RunConfig, 
         f"{scenario.name} at {failure_phrase(result)}. Replay: dcpcheck repro "
         f"<this file> --kernel {config.kernel_name}{config.oracle_flag}"
     )
-    stem = f"{scenario.name}-{search.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
-    return search.save_failure(case, stem, description, home / search.FAILURES_DIR)
+    stem = f"{scenario.name}-{files.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
+    return files.save_failure(case, stem, description, home / files.FAILURES_DIR, scenario_to_toml)
 
 
 @dataclass(frozen=True)

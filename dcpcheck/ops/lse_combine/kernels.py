@@ -105,7 +105,8 @@ def load(spec: str) -> CombineKernel:
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel
-    and mutant modules for a registry name, else what ``dcpcheck.kernels.loading`` names."""
+    and mutant modules for a registry name, a release's files, else what
+    ``dcpcheck.kernels.loading.spec_files`` names."""
     if spec in KERNELS:
         sources = (project_kernel.__file__, mutants.__file__)
         return tuple(loading.judged_file(Path(source)) for source in sources)
@@ -114,7 +115,7 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         judged = _release_file(release.version, release.name, release.function)
         siblings = _imports(Path(judged.path), _neighbours(release.version))
         return (judged, *(loading.judged_file(path) for path in siblings))
-    return loading.judged_files(spec)
+    return loading.spec_files(spec)
 
 
 def canonical(spec: str) -> str:

@@ -1,6 +1,6 @@
 """Named scenarios of the lse-combine op: one TOML file each in ``scenarios/lse-combine/``,
-read as strictly as the other ops' (``dcpcheck.cases.scenario``): an unknown key, a wrong
-type or a value out of range is one line naming the file and the key.
+read as strictly as the other ops' (``dcpcheck.ops.fused_norm_rope.scenario``): an unknown
+key, a wrong type or a value out of range is one line naming the file and the key.
 
 File format (``scenario_to_toml`` writes exactly this)::
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpcheck.cases import limits
-from dcpcheck.cases.scenario import (
+from dcpcheck.cases.scenario_files import (
     NAME_PATTERN,
     SCENARIO_DIR,
     ScenarioError,

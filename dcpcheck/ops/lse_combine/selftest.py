@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.verdicts import SelftestReport, SelftestRow
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.lse_combine.kernels import DESCRIPTIONS, KERNELS
 from dcpcheck.ops.lse_combine.runner import OP_CASES
 from dcpcheck.ops.lse_combine.scenario import load_scenarios
-from dcpcheck.workflows.selftest import SelftestReport, SelftestRow
 
 
 def run_selftest(

@@ -133,7 +133,7 @@ def load(spec: str) -> Routines:
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel
     and mutant modules for a registry name, a release's cached files (checked against its
-    wheel's RECORD once more), else what ``dcpcheck.kernels.loading`` names."""
+    wheel's RECORD once more), else what ``dcpcheck.kernels.loading.spec_files`` names."""
     if spec in KERNELS:
         sources = (project_kernel.__file__, mutants.__file__)
         return tuple(loading.judged_file(Path(source)) for source in sources)
@@ -143,7 +143,7 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         present = [m for m in members if not releases.lacks(release.version, m)]
         kept = [loading.fetch_release(release.version, member) for member in present]
         return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
-    judged_here = loading.judged_files(spec)
+    judged_here = loading.spec_files(spec)
     where = Path(spec.rsplit(":", 1)[0])
     caller = vllm.beside(where)
     if where.suffix == ".py" and caller.is_file():

@@ -1,6 +1,6 @@
 """Named scenarios of the slot-mapping op: one TOML file each in ``scenarios/slot-mapping/``,
-read as strictly as the fused op's (``dcpcheck.cases.scenario``): an unknown key, a wrong
-type or a value out of range is one line naming the file and the key.
+read as strictly as the fused op's (``dcpcheck.ops.fused_norm_rope.scenario``): an unknown
+key, a wrong type or a value out of range is one line naming the file and the key.
 
 File format (``scenario_to_toml`` writes exactly this)::
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpcheck.cases import limits
-from dcpcheck.cases.scenario import (
+from dcpcheck.cases.scenario_files import (
     NAME_PATTERN,
     SCENARIO_DIR,
     ScenarioError,
@@ -198,7 +198,8 @@ def load_scenario(path: Path) -> SlotMappingScenario:
 
 def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[SlotMappingScenario]:
     """The op's scenarios under ``root`` whose names match a pattern (all without one),
-    sorted by name, as ``dcpcheck.cases.scenario.load_scenarios`` selects the fused op's."""
+    sorted by name, as ``dcpcheck.ops.fused_norm_rope.scenario.load_scenarios`` selects the
+    fused op's."""
     return load_named(scenario_files(patterns, root, f"{OP} scenario"), load_scenario)
 
 

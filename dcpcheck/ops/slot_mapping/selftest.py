@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.verdicts import SelftestReport, SelftestRow
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.slot_mapping.kernels import DESCRIPTIONS, KERNELS
 from dcpcheck.ops.slot_mapping.runner import OP_CASES
 from dcpcheck.ops.slot_mapping.scenario import load_scenarios
-from dcpcheck.workflows.selftest import SelftestReport, SelftestRow
 
 
 def run_selftest(

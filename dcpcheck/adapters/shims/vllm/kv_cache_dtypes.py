@@ -2,10 +2,10 @@
 0.32.0, ``vllm.v1.kv_cache_interface`` from 0.33.0).
 
 The kernel file asks it one thing: whether the MLA cache dtype string names a quantized
-cache, to choose between storing elements (``auto``) and encoding them. The harness
-passes only the cache layouts it knows (dcpcheck.contract.CacheLayout); any other name is
-refused here rather than guessed, so a new vLLM cache dtype shows up as a load-time error
-instead of a silently wrong answer.
+cache, to choose between storing elements (``auto``) and encoding them. The harness passes
+only the cache layouts it knows (dcpcheck.ops.fused_norm_rope.contract.CacheLayout); any
+other name is refused here rather than guessed, so a new vLLM cache dtype shows up as a
+load-time error instead of a silently wrong answer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The host side of the project's Triton kernel (``dcpcheck.kernels.fused_norm_rope``):
+"""The host side of the project's Triton kernel (``kernel``):
 check the buffers, plan the launch, launch it.
 
 It exists apart from the kernel so that the Triton source holds the arithmetic only and
 this module everything decided on the host (STYLE.md, after Triton's tutorials): the
-contract checks of every buffer (``dcpcheck.kernels.launch_checks``), the tile sizes, the
+contract checks of every buffer (``launch_checks``), the tile sizes, the
 grid, the constexpr flags each launch compiles in, the warps per program, and
 ``make_kernel``, which wraps one variant as a harness kernel.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 
 from dcpcheck.backend import current_backend
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
     DsMlaScale,
     FusedOpCaches,
@@ -29,15 +29,15 @@ from dcpcheck.contract import (
     IndexScale,
     Kernel,
 )
-from dcpcheck.kernels.fused_norm_rope import (
+from dcpcheck.ops.fused_norm_rope.kernel import (
     LAYOUT_CODES,
     TASK_INDEXER_K,
     TASK_KV,
     TASK_Q,
     _fused_norm_rope_kernel,
 )
-from dcpcheck.kernels.launch_checks import LaunchShape, check_launch
-from dcpcheck.kernels.variants import DEFAULT_VARIANT, KernelVariant
+from dcpcheck.ops.fused_norm_rope.launch_checks import LaunchShape, check_launch
+from dcpcheck.ops.fused_norm_rope.variants import DEFAULT_VARIANT, KernelVariant
 
 GPU_TOKENS_PER_PROGRAM = 1
 """One token per program on a GPU, as in the production kernels."""
@@ -91,11 +91,11 @@ def fused_norm_rope(
 ) -> None:
     """Run the fused op once: write ``outputs`` for every token and ``caches`` where owned.
 
-    ``variant`` picks the mutation compiled in (``dcpcheck.kernels.variants.VARIANTS``);
+    ``variant`` picks the mutation compiled in (``variants.VARIANTS``);
     ``block_tokens`` overrides ``BLOCK_T`` (a power of two), e.g. to test tiles that end
     past the last token, and ``q_apart`` the launches (``launch``). Raises ``ValueError``
     naming the first buffer that does not match the contract
-    (``dcpcheck.kernels.launch_checks``).
+    (``launch_checks``).
     """
     shape = check_launch(inputs, outputs, caches, current_backend().device)
     launch(
@@ -213,6 +213,6 @@ def make_kernel(variant: KernelVariant) -> Kernel:
     kernel.__name__ = kernel.__qualname__ = f"fused_norm_rope[{variant.name}]"
     kernel.__doc__ = variant.description
     # A call launches the Triton kernel and nothing else on the device, so a run may call
-    # it dry to compile its binaries ahead (dcpcheck.harness.compile_ahead).
+    # it dry to compile its binaries ahead (``compile_ahead``).
     kernel.triton_launches_only = True  # type: ignore[attr-defined]
     return kernel

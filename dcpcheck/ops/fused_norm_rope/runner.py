@@ -8,10 +8,10 @@ the kernel, but whether a case passes never rests on it (``check_case``;
 ``checks.TokenEncodings`` says where it still names the token a stray write holds).
 
 The kernel under test is either a protocol ``Kernel``, run in this process, or a
-:class:`CaseRunner` (``dcpcheck.harness.isolation.IsolatedKernel``) that runs each whole case in a
-worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
-``token_stream_case`` take either, so every caller (the run, the property search) gets
-isolation without knowing about it.
+:class:`CaseRunner` (``dcpcheck.harness.isolation.IsolatedKernel``) that runs each whole
+case in a worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
+``dcpcheck.e2e.stream_case.token_stream_case`` take either, so every caller (the run, the
+property search) gets isolation without knowing about it.
 
 Each scenario runs with its fp8_ds_mla tile-scale rule resolved first
 (:func:`effective_ds_mla_scale`, baked into the scenario by
@@ -30,34 +30,33 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from dcpcheck.adapters.protocol import kernel_limitations, kernel_not_applicable
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import (
-    TOKEN_STREAM_CASE,
     CaseResult,
-    CheckResult,
     Finding,
     KernelError,
     RunConfig,
 )
-from dcpcheck.contract import CacheLayout, DsMlaScale, FusedOpInputs, FusedOpOutputs, Kernel
-from dcpcheck.e2e.token_streams import (
-    StreamComparison,
-    compare_streams,
-    stream_config_for,
-)
-from dcpcheck.harness import checks, determinism
-from dcpcheck.harness.case import (
+from dcpcheck.ops.fused_norm_rope import checks, determinism
+from dcpcheck.ops.fused_norm_rope.adapters import kernel_limitations, kernel_not_applicable
+from dcpcheck.ops.fused_norm_rope.case import (
     Case,
     build_case,
     make_activations,
     oracle_for,
     scenario_inputs,
 )
-from dcpcheck.harness.case_checks import check_case
-from dcpcheck.harness.input_snapshot import snapshot_inputs
-from dcpcheck.harness.limitations import apply_limitations
+from dcpcheck.ops.fused_norm_rope.case_checks import check_case
+from dcpcheck.ops.fused_norm_rope.contract import (
+    CacheLayout,
+    DsMlaScale,
+    FusedOpInputs,
+    FusedOpOutputs,
+    Kernel,
+)
+from dcpcheck.ops.fused_norm_rope.input_snapshot import snapshot_inputs
+from dcpcheck.ops.fused_norm_rope.limitations import apply_limitations
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 
 def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
@@ -124,11 +123,11 @@ class CaseRunner(Protocol):
         ...
 
     def run_token_streams(self, config: RunConfig) -> CaseResult:
-        """What ``token_stream_case`` returns for this kernel."""
+        """What ``dcpcheck.e2e.stream_case.token_stream_case`` returns for this kernel."""
         ...
 
     def compile_ahead(self, scenarios: Sequence[Scenario], config: RunConfig) -> None:
-        """``dcpcheck.harness.compile_ahead`` where the cases will run."""
+        """``compile_ahead`` where the cases will run."""
         ...
 
 
@@ -350,7 +349,7 @@ def run_scenario(
 
     # The baseline runs twice; a failing case, and its baseline, CONFIRMING_RUNS more times
     # before it is reported: a kernel whose runs differ is nondeterministic, not
-    # DCP-dependent (dcpcheck.harness.determinism).
+    # DCP-dependent (``determinism``).
     baseline = run_again(launched(1), lambda: launched(1))
     baseline_confirmed = False
     for dcp_size in config.sizes_of(scenario):
@@ -364,56 +363,6 @@ def run_scenario(
             if case.moved or baseline.moved:
                 result = judge(kernel, scenario, config, case, baseline)
         yield result
-
-
-def token_stream_case(
-    kernel: KernelUnderTest,
-    config: RunConfig,
-    backend: Backend,
-) -> CaseResult:
-    """The end-to-end check (docs/dcp-contract.md) as one more case: the tiny MLA model's greedy
-    token streams at DCP1 and at the largest requested DCP size must hash identically."""
-    if isinstance(kernel, CaseRunner):
-        return kernel.run_token_streams(config)
-    dcp_size = config.token_stream_dcp
-
-    def compare() -> StreamComparison:
-        try:
-            return compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
-        except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
-            raise KernelError(f"{type(exc).__name__}: {exc}") from exc
-
-    result = token_stream_verdict(config, dcp_size, compare)
-    assert result is not None  # compare() returns a comparison in one process
-    return result
-
-
-def token_stream_verdict(
-    config: RunConfig, dcp_size: int, compare: Callable[[], StreamComparison | None]
-) -> CaseResult | None:
-    """The token-stream case from ``compare``, which runs the DCP1 and DCP-``dcp_size``
-    streams in one process (:func:`token_stream_case`) or on real ranks
-    (``dcpcheck.distributed.streams``): a divergence fails it, a ``KernelError`` is its
-    error. ``None`` where ``compare`` returns None (a real rank other than rank 0)."""
-    result = CaseResult(
-        TOKEN_STREAM_CASE, dcp_size, "pass", replay=config.token_stream_replay(dcp_size)
-    )
-    start = time.perf_counter()
-    try:
-        comparison = compare()
-    except KernelError as exc:
-        result.status, result.error = "error", str(exc)
-    else:
-        if comparison is None:
-            return None
-        findings: tuple[Finding, ...] = ()
-        if not comparison.identical:
-            d = comparison.first_divergence
-            findings = (Finding("tokens", d.rank, d.describe()),)
-            result.status = "fail"
-        result.checks = [CheckResult("token_streams", findings)]
-    result.seconds = time.perf_counter() - start
-    return result
 
 
 def run(

@@ -3,7 +3,7 @@ first failure is shrunk to the simplest scenario that still fails and saved as a
 
 The property is the whole DCP contract: for a drawn example every ``CaseResult`` of
 ``runner.run_scenario`` passes. An example is up to ``BATCHED_SCENARIOS_MAX`` drawn
-scenarios launched as one (``dcpcheck.workflows.strategies.examples``,
+scenarios launched as one (``strategies.examples``,
 ``strategies.batched``): a case costs little more for many small scenarios than for one. A
 failing or erroring case raises ``ScenarioFailed``, which carries the batched scenario;
 Hypothesis shrinks the example (toward one member, then that member) and re-raises the
@@ -38,16 +38,11 @@ otherwise that would be ``.hypothesis/`` in the directory Python started in.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
-import os
-import re
 import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, configuration, given, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -55,36 +50,17 @@ from hypothesis.errors import Flaky
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import Scenario, load_scenario, scenario_to_toml
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.contract import PRESETS, DsMlaScale, Kernel
-from dcpcheck.harness.runner import run_scenario, with_effective_ds_mla_scale
-from dcpcheck.workflows import strategies
-
-HOME_ENV = "DCPCHECK_HOME"
-"""Environment variable naming the run directory (default ``.dcpcheck`` in the cwd)."""
-
-DEFAULT_HOME = Path(".dcpcheck")
-
-FAILURES_DIR = "failures"
-"""Under home: shrunk failures, one scenario file each."""
-
-HYPOTHESIS_DIR = "hypothesis"
-"""Under home: all Hypothesis writes. Its example database, one directory per kernel, and
-its storage directory for the rest (a kernel's directory is its ``kernel_slug``, never one
-of Hypothesis's own names: a spec's slug has a ``-`` for its ``:``, and registry names are
-none of them)."""
+from dcpcheck.ops.fused_norm_rope import strategies
+from dcpcheck.ops.fused_norm_rope.contract import PRESETS, DsMlaScale, Kernel
+from dcpcheck.ops.fused_norm_rope.runner import run_scenario, with_effective_ds_mla_scale
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
 
 DEFAULT_SEED = 0
 """Hypothesis seed of a run without ``--seed``: every such run draws the same scenarios."""
 
 OWNERSHIP_SHAPES = ("all_negative", "mixed", "fully_owned")
 """Keys of ``CaseResult.ownership``: rank launches by the shape of their slot mapping."""
-
-SLUG_MAX = 40
-"""Longest kernel slug in a failure's name (a file path as ``--kernel`` can be long)."""
-
-HASH_HEX_DIGITS = 8
 
 BATCHED_SCENARIOS_MAX = 32
 """Scenarios one example may launch together (``strategies.examples``), every profile: a
@@ -161,11 +137,6 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def default_home() -> Path:
-    """``$DCPCHECK_HOME`` if set, else ``.dcpcheck`` relative to the working directory."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
-
-
 @dataclass(frozen=True)
 class SearchConfig:
     """What one property search is asked to do."""
@@ -175,7 +146,7 @@ class SearchConfig:
     examples: int | None = None  # None: the profile's count
     dcp_sizes: tuple[int, ...] | None = None  # None: drawn per scenario (1..8)
     seed: int | None = None  # None: DEFAULT_SEED (reproducible); else explore with this seed
-    home: Path = field(default_factory=default_home)
+    home: Path = field(default_factory=files.default_home)
     ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
     oracle: bool = True  # --oracle off: each example judged against its own DCP1 run alone
 
@@ -185,15 +156,15 @@ class SearchConfig:
 
     @property
     def failures_dir(self) -> Path:
-        return self.home / FAILURES_DIR
+        return self.home / files.FAILURES_DIR
 
     @property
     def hypothesis_dir(self) -> Path:
-        return self.home / HYPOTHESIS_DIR
+        return self.home / files.HYPOTHESIS_DIR
 
     @property
     def database_dir(self) -> Path:
-        return self.hypothesis_dir / kernel_slug(self.kernel_name)
+        return self.hypothesis_dir / files.kernel_slug(self.kernel_name)
 
 
 @dataclass
@@ -233,12 +204,6 @@ class ScenarioFailed(AssertionError):
         self.results = results
 
 
-def kernel_slug(kernel_name: str) -> str:
-    """``regress/pre-54908`` -> ``regress-pre-54908``: a kernel name fit for a file name."""
-    slug = re.sub(r"[^A-Za-z0-9._]+", "-", kernel_name).strip("-.")
-    return slug[:SLUG_MAX].rstrip("-.") or "kernel"
-
-
 def failure_summary(results: list[CaseResult]) -> list[str]:
     """One phrase per failing case: checks with the fields they failed on, or the error."""
     phrases = []
@@ -272,29 +237,6 @@ def failed_check_names(results: list[CaseResult]) -> tuple[str, ...]:
     names = [c.check for r in results for c in r.failed_checks]
     names += ["error"] * any(r.status == "error" for r in results)
     return tuple(dict.fromkeys(names))
-
-
-def save_failure(
-    scenario: Any,
-    stem: str,
-    description: str,
-    directory: Path,
-    to_toml: Callable[[Any], str] = scenario_to_toml,
-) -> Path:
-    """Write ``scenario`` as ``directory/<stem>-<hash>.toml`` (atomically), renamed and
-    described, so it loads as is and ``dcpcheck repro`` replays it; its path. ``to_toml``
-    writes the scenario's op's file format (the fused op's by default).
-
-    The hash is of the file's text under the name without the hash, so one failure always
-    gets one name and saving it twice overwrites one file.
-    """
-    unhashed = dataclasses.replace(scenario, name=stem, description=description, source=None)
-    digest = hashlib.sha256(to_toml(unhashed).encode()).hexdigest()[:HASH_HEX_DIGITS]
-    named = dataclasses.replace(unhashed, name=f"{stem}-{digest}")
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{named.name}.toml"
-    files.write_atomic(path, to_toml(named))
-    return path
 
 
 @contextlib.contextmanager
@@ -392,9 +334,9 @@ def search(
         f"{' | '.join(failure_summary(failing))}. Replay: dcpcheck repro <this file>"
         f"{runs}{run_config.kernel_options}"
     )
-    stem = f"{'flaky' if flaky else 'shrunk'}-{kernel_slug(config.kernel_name)}"
+    stem = f"{'flaky' if flaky else 'shrunk'}-{files.kernel_slug(config.kernel_name)}"
     shrunk = with_effective_ds_mla_scale(shrunk, run_config, kernel)  # the rule it failed under
-    path = save_failure(shrunk, stem, description, config.failures_dir)
+    path = files.save_failure(shrunk, stem, description, config.failures_dir, scenario_to_toml)
     saved = load_scenario(path)
     replay = list(run_scenario(kernel, saved, run_config, backend))
     return SearchResult(

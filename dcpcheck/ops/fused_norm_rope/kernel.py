@@ -1,7 +1,7 @@
 """The project's fused MLA norm + RoPE + cache-write kernel (docs/fused-norm-rope.md), in Triton.
 
 This module is the kernel's arithmetic only; its host side (the buffer checks, tile sizes,
-grid and launch, and ``make_kernel``) is ``dcpcheck.kernels.launcher``.
+grid and launch, and ``make_kernel``) is ``launcher``.
 
 Grid
 ----
@@ -26,7 +26,7 @@ at 2. Q is last so a large launch can run it apart (``launcher.GPU_Q_APART_FROM_
 binary has one register count, its widest path's, and Q's is the widest. A one-sub-task
 launch resolves the dispatch at compile time; the same code runs on the same values.
 
-``dcpcheck.kernels.nvfp4_ds_mla`` writes nvfp4_ds_mla entries (no fp4 instruction). The
+``nvfp4_ds_mla`` writes nvfp4_ds_mla entries (no fp4 instruction). The
 fp8_ds_mla tile scale follows the rule the case demands (``inputs.ds_mla_scale``,
 ``contract.DsMlaScale``), compiled in as the ``DS_MLA_POW2`` constexpr: ``amax * (1/448)``
 floored at FLT_MIN, or that ratio floored at 1e-4 and rounded up to a power of two from its
@@ -57,14 +57,14 @@ passes 2^31 at about a million tokens of a 2048-wide bf16 row, and ``slot * 656`
 it at 3.3 million cache slots, both within reach of real deployments; in 32-bit either
 product would wrap to a negative offset and write far outside the buffer.
 
-Caches arrive as ``uint8`` byte tensors (``dcpcheck.contract``): the kernel addresses
+Caches arrive as ``uint8`` byte tensors (``contract``): the kernel addresses
 every entry in bytes and casts the pointer to the element type it stores (fp32 scales,
 bf16 RoPE values, activation-dtype ``auto`` entries).
 
 Variants
 --------
 The ``MUTATION`` constexpr compiles one of the known DCP bugs, or one mutant of the
-catalog ``dcpcheck selftest`` runs, into the same kernel (``dcpcheck.kernels.variants.Mutation``
+catalog ``dcpcheck selftest`` runs, into the same kernel (``variants.Mutation``
 says what each one does); ``Mutation.NONE`` is the correct kernel, and every
 ``if MUTATION == ...`` branch is resolved at compile time, so none of them reaches its
 code (triton 3.9, sm_90: the PTX of every layout has the instructions it had before the
@@ -95,7 +95,7 @@ constexpr anyway. Pointers are specialized on 16-byte alignment, as Triton does;
 harness starts every rank's slot mapping on a 16-byte boundary
 (``case.ROW_ALIGNMENT_BYTES``), as production's separate allocations are, so the ranks of
 a case share a binary. A run compiles its binaries on
-threads before its cases (``dcpcheck.harness.compile_ahead``); BENCHMARKS.md counts them.
+threads before its cases (``compile_ahead``); BENCHMARKS.md counts them.
 
 Mutants that address the cache wrongly are kept inside its storage: an address outside
 it (block and offset swapped, a 32-bit offset wrapped negative) is masked off. The real
@@ -109,24 +109,24 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck import contract
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope import contract
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_POW2_RATIO_FLOOR,
     DS_MLA_TILE,
     FP8_E4M3_MAX,
     CacheLayout,
 )
-from dcpcheck.kernels.fp8_codes import (
+from dcpcheck.ops.fused_norm_rope.fp8_codes import (
     AMAX_FLOOR,
     FP8_MAX,
     fp8_e4m3_codes,
     power_of_two_at_or_above,
     ue8m0_scale,
 )
-from dcpcheck.kernels.index_cache import store_index_entries
-from dcpcheck.kernels.nvfp4_ds_mla import write_nvfp4_ds_mla_entries
-from dcpcheck.kernels.variants import Mutation
+from dcpcheck.ops.fused_norm_rope.index_cache import store_index_entries
+from dcpcheck.ops.fused_norm_rope.nvfp4_ds_mla import write_nvfp4_ds_mla_entries
+from dcpcheck.ops.fused_norm_rope.variants import Mutation
 
 TASK_INDEXER_K = tl.constexpr(0)
 TASK_TOPK_FILL = tl.constexpr(1)

@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 
 from dcpcheck.cases.dcp import DcpLayout, Request, blocks_needed
-from dcpcheck.cases.scenario import Scenario
-from dcpcheck.contract import ModelPreset, index_entry_bytes, mla_entry_bytes
+from dcpcheck.ops.fused_norm_rope.contract import ModelPreset, index_entry_bytes, mla_entry_bytes
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 CACHE_GUARD_BLOCKS = 2
 """``harness.case.GUARD_BLOCKS``, restated: guard blocks on each side of every cache."""

@@ -61,7 +61,7 @@ import torch
 
 from dcpcheck.adapters.protocol import AdapterError, Limitation
 from dcpcheck.adapters.shims.vllm.mx_switch import MX_SCALES_WANTED
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
     DsMlaScale,
     FusedOpCaches,

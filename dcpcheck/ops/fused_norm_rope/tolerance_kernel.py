@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck.cases.tolerances import Tolerance, integer_view
+from dcpcheck.ops.fused_norm_rope.tolerances import Tolerance, integer_view
 
 _KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 """``FORMAT`` of the kernel for each output dtype: how a bit pattern (the kernel reads

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from dcpcheck.cases.verdicts import CheckResult, Finding
-from dcpcheck.harness.case import GUARD_BLOCKS, OUTPUT_GUARD_ROWS, Case, GuardedCache
-from dcpcheck.harness.fused_checks import stacked
+from dcpcheck.ops.fused_norm_rope.case import GUARD_BLOCKS, OUTPUT_GUARD_ROWS, Case, GuardedCache
+from dcpcheck.ops.fused_norm_rope.fused_checks import stacked
 
 CHECK = "deterministic"
 """The check's name in results and reports."""

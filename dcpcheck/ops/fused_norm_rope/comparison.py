@@ -12,14 +12,14 @@ from __future__ import annotations
 import torch
 
 import reference
-from dcpcheck.cases import tolerances
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope import tolerances
+from dcpcheck.ops.fused_norm_rope.cache_entries import EntryPart
+from dcpcheck.ops.fused_norm_rope.contract import (
     E2M1_MAX,
     NVFP4_DS_MLA_NUM_TILES,
     NVFP4_SCALE_FLOOR,
     nvfp4_scale_position,
 )
-from dcpcheck.harness.cache_entries import EntryPart
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -33,24 +33,23 @@ from __future__ import annotations
 import torch
 
 import reference
-from dcpcheck.cases import tolerances
-from dcpcheck.harness import stray_writes
-from dcpcheck.harness.cache_entries import (
+from dcpcheck.ops.fused_norm_rope import stray_writes, tolerances
+from dcpcheck.ops.fused_norm_rope.cache_entries import (
     expected_index_rows,
     index_entry_parts,
     index_rows,
     mla_entry_parts,
 )
-from dcpcheck.harness.case import (
+from dcpcheck.ops.fused_norm_rope.case import (
     GUARD_BLOCKS,
     OUTPUT_GUARD_BYTE,
     OUTPUT_GUARD_ROWS,
     TOPK_SENTINEL,
     Case,
 )
-from dcpcheck.harness.checks import OUTPUT_FIELDS
-from dcpcheck.harness.comparison import part_element_violations
-from dcpcheck.harness.entry_checks import mla_part_slack
+from dcpcheck.ops.fused_norm_rope.checks import OUTPUT_FIELDS
+from dcpcheck.ops.fused_norm_rope.comparison import part_element_violations
+from dcpcheck.ops.fused_norm_rope.entry_checks import mla_part_slack
 
 STRAY = "stray_writes"
 """The flag of ``checks.stray_write_checks`` and the output guard rows together: any byte
@@ -107,7 +106,7 @@ def _outputs_flag(
             continue
         tolerance = tolerances.OUTPUT_TOLERANCES[field]
         if storages.is_cuda:
-            from dcpcheck.harness.tolerance_kernel import count_out_of_tolerance
+            from dcpcheck.ops.fused_norm_rope.tolerance_kernel import count_out_of_tolerance
 
             if on_device is None:
                 on_device = tokens.to(storages.device)

@@ -1,4 +1,4 @@
-"""The indexer cache entry, as the project's Triton kernel (``dcpcheck.kernels.fused_norm_rope``)
+"""The indexer cache entry, as the project's Triton kernel (``kernel``)
 stores it once the row is quantized: ``INDEX_DIM`` fp8 codes and one power-of-two scale per
 token, in the case's ``contract.IndexFormat``.
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dcpcheck import contract
-from dcpcheck.kernels.variants import Mutation
+from dcpcheck.ops.fused_norm_rope import contract
+from dcpcheck.ops.fused_norm_rope.variants import Mutation
 
 INDEX_SCALE_BYTES = tl.constexpr(contract.INDEX_SCALE_BYTES)
 SHUFFLE_TILE = tl.constexpr(contract.INDEX_SHUFFLE_TILE)

@@ -15,11 +15,15 @@ import torch
 
 import reference
 from dcpcheck.cases.verdicts import CheckResult, Finding
-from dcpcheck.contract import CacheLayout, DsMlaScale
-from dcpcheck.harness.cache_entries import OwnedEntries, expected_index_rows, owned_entries
-from dcpcheck.harness.case import Case
-from dcpcheck.harness.checks import NAN_UNWRITTEN, NAN_WRITTEN_ENTRY, row_finding
-from dcpcheck.harness.comparison import bits_equal, nvfp4_scale_slack, part_violations
+from dcpcheck.ops.fused_norm_rope.cache_entries import (
+    OwnedEntries,
+    expected_index_rows,
+    owned_entries,
+)
+from dcpcheck.ops.fused_norm_rope.case import Case
+from dcpcheck.ops.fused_norm_rope.checks import NAN_UNWRITTEN, NAN_WRITTEN_ENTRY, row_finding
+from dcpcheck.ops.fused_norm_rope.comparison import bits_equal, nvfp4_scale_slack, part_violations
+from dcpcheck.ops.fused_norm_rope.contract import CacheLayout, DsMlaScale
 
 
 def _compare_entries(

@@ -33,17 +33,20 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from dcpcheck.cases import tolerances
 from dcpcheck.cases.dcp import FOREIGN, OWNED, PADDING
 from dcpcheck.cases.verdicts import CheckResult, Finding
-from dcpcheck.harness.cache_entries import expected_index_rows, index_rows
-from dcpcheck.harness.case import POISON_BITS, TOPK_SENTINEL, Case, RankLaunch, holds_poison
-from dcpcheck.harness.comparison import (
-    bits_equal,
-    row_violations,
+from dcpcheck.ops.fused_norm_rope import tolerances
+from dcpcheck.ops.fused_norm_rope.cache_entries import expected_index_rows, index_rows
+from dcpcheck.ops.fused_norm_rope.case import (
+    POISON_BITS,
+    TOPK_SENTINEL,
+    Case,
+    RankLaunch,
+    holds_poison,
 )
-from dcpcheck.harness.input_snapshot import InputSnapshot
-from dcpcheck.harness.stray_writes import StrayWrite, collect_stray_writes
+from dcpcheck.ops.fused_norm_rope.comparison import bits_equal, row_violations
+from dcpcheck.ops.fused_norm_rope.input_snapshot import InputSnapshot
+from dcpcheck.ops.fused_norm_rope.stray_writes import StrayWrite, collect_stray_writes
 
 OWNERSHIP_NAMES = {OWNED: "owned", FOREIGN: "foreign", PADDING: "padding"}
 

@@ -49,17 +49,22 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario import Scenario
 from dcpcheck.cases.verdicts import RunConfig
-from dcpcheck.contract import Kernel
-from dcpcheck.harness import fused_checks
-from dcpcheck.harness.case import build_case, make_activations, oracle_for, scenario_inputs
-from dcpcheck.harness.runner import (
+from dcpcheck.ops.fused_norm_rope import fused_checks
+from dcpcheck.ops.fused_norm_rope.case import (
+    build_case,
+    make_activations,
+    oracle_for,
+    scenario_inputs,
+)
+from dcpcheck.ops.fused_norm_rope.contract import Kernel
+from dcpcheck.ops.fused_norm_rope.runner import (
     CaseRunner,
     KernelUnderTest,
     not_applicable_results,
     with_effective_ds_mla_scale,
 )
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 COMPILE_THREADS = 8
 """Threads Triton compiles on (at most, and at most the CPUs): on the H200's 16 cores,

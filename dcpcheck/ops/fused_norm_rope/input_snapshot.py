@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dcpcheck.contract import FusedOpInputs
+from dcpcheck.ops.fused_norm_rope.contract import FusedOpInputs
 
 
 def _input_bytes(inputs: FusedOpInputs) -> tuple[torch.Tensor, dict[str, slice]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_ROPE_DIM,
     CacheLayout,
     FusedOpCaches,

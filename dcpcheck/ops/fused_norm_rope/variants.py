@@ -1,6 +1,6 @@
 """The project's kernels under test: the correct fused kernel and its known-bad variants.
 
-Every kernel here is the *same* Triton kernel (``dcpcheck.kernels.fused_norm_rope``)
+Every kernel here is the *same* Triton kernel (``kernel``)
 compiled with a different ``MUTATION`` constexpr, so a variant differs from the correct
 kernel by exactly the control flow it reproduces and by nothing else.
 
@@ -8,9 +8,9 @@ Adding a mutant is a few-line change:
 
 1. add a member to :class:`Mutation` (the integer becomes the kernel's ``MUTATION``),
 2. add a ``tl.constexpr`` alias for it and the ``if MUTATION == ...`` branch in
-   ``fused_norm_rope.py`` (or, for launch-level bugs, a check in its host wrapper),
+   ``kernel.py`` (or, for launch-level bugs, a check in its host wrapper),
 3. add a :class:`KernelVariant` named ``mutant/<slug>`` to ``MUTANTS`` below; the registry
-   and ``dcpcheck.workflows.selftest`` pick it up.
+   and ``selftest`` pick it up.
 
 ``MUTANTS`` is the catalog ``dcpcheck selftest`` proves the harness catches: the two
 historical DCP regressions (``regress/...``) and plausible mistakes of the same kernel
@@ -19,7 +19,7 @@ historical DCP regressions (``regress/...``) and plausible mistakes of the same 
 same code, at the same speed, as without the catalog.
 
 This module imports no Triton code: the kernel module that compiles a variant is imported
-only by the registry's loaders (dcpcheck.kernels.registry), after the backend is fixed.
+only by the registry's loaders (``kernels``), after the backend is fixed.
 """
 
 from __future__ import annotations

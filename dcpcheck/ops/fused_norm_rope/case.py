@@ -38,8 +38,7 @@ import torch
 import reference
 from dcpcheck.cases import seeded
 from dcpcheck.cases.dcp import SlotMappings, num_blocks, slot_mappings
-from dcpcheck.cases.scenario import Scenario
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope.contract import (
     DsMlaScale,
     FusedOpCaches,
     FusedOpInputs,
@@ -48,7 +47,8 @@ from dcpcheck.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.harness.value_regimes import (
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario
+from dcpcheck.ops.fused_norm_rope.value_regimes import (
     FP8_SATURATION_GAIN,
     TIE_K_PE_MAX,
     tie_rows,

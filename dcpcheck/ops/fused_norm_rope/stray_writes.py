@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from dcpcheck.contract import INDEX_SHUFFLE_TILE, IndexFormat
-from dcpcheck.harness.cache_entries import index_rows
-from dcpcheck.harness.case import GUARD_BLOCKS, Case, GuardedCache, RankLaunch
+from dcpcheck.ops.fused_norm_rope.cache_entries import index_rows
+from dcpcheck.ops.fused_norm_rope.case import GUARD_BLOCKS, Case, GuardedCache, RankLaunch
+from dcpcheck.ops.fused_norm_rope.contract import INDEX_SHUFFLE_TILE, IndexFormat
 
 ATTRIBUTION_MIN_MATCH = 0.5
 """A stray cache entry is attributed to the token whose oracle encoding shares the most

@@ -11,7 +11,7 @@ checks that the values fit together (layouts, presets, positions) and stay withi
 ``dcpcheck.cases.limits``, so a scenario built or changed in code (``dataclasses.replace``
 for a ``--dcp`` override or a shrunk failure) is held to the same rules as one read from a
 file. Whether a scenario within those limits fits in the memory at hand is
-``dcpcheck.cases.cost``'s question, asked once the device is known.
+``cost``'s question, asked once the device is known.
 
 A file's ``name`` is the scenario's name wherever the file lies, so a saved failure that
 was renamed or copied still replays (``load_scenario``). In a scenario directory, where
@@ -23,7 +23,7 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     op = "fused-norm-rope"            # optional: a file without it is this op's
     name = "decode-single-dcp4"       # the file stem, in a scenario directory
     description = "what it catches"
-    preset = "small-neox"             # a key of dcpcheck.contract.PRESETS
+    preset = "small-neox"             # a key of dcpcheck.ops.fused_norm_rope.contract.PRESETS
     dtype = "bfloat16"                # or "float16"
     cache_layout = "auto"             # or "fp8" (needs mla_scale), "fp8_ds_mla",
                                       #   "nvfp4_ds_mla" (both: kv_lora 512, rope 64)
@@ -52,11 +52,9 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import math
-import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -73,6 +71,14 @@ from dcpcheck.cases.dcp import (
     Request,
     build_block_tables,
 )
+from dcpcheck.cases.scenario_files import (
+    NAME_PATTERN,
+    SCENARIO_DIR,
+    ScenarioError,
+    display_path,
+    load_named,
+    scenario_files,
+)
 from dcpcheck.cases.toml_tables import (
     Key,
     boolean,
@@ -85,7 +91,8 @@ from dcpcheck.cases.toml_tables import (
     table_array,
     toml_literal,
 )
-from dcpcheck.contract import (
+from dcpcheck.op_registry import FUSED_NORM_ROPE
+from dcpcheck.ops.fused_norm_rope.contract import (
     INDEX_SHUFFLE_TILE,
     PRESETS,
     CacheLayout,
@@ -95,9 +102,6 @@ from dcpcheck.contract import (
     ModelPreset,
     mla_entry_bytes,
 )
-
-SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
-"""The scenarios shipped with the repository."""
 
 DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 """Activation dtypes a scenario may name."""
@@ -137,15 +141,8 @@ are not the default, so files written before they existed read as they did."""
 BLOCK_TABLE_MODES = ("identity", "shuffled")
 """``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-"""Scenario names are file stems and CLI arguments: no spaces, slashes or glob characters."""
-
 _DCP_LAYOUT_KEYS = {"block_size": "block_size", "dcp_size": "dcp", "interleave": "interleave"}
 """DcpLayoutError.field -> the scenario key that set it."""
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be run. The message is one line naming the file and the key."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +202,7 @@ class Scenario:
     def where(self) -> str:
         """How a message names this scenario: its file as the user would type it, else its
         name (a scenario built in code)."""
-        return _display(self.source) if self.source is not None else f"scenario {self.name!r}"
+        return display_path(self.source) if self.source is not None else f"scenario {self.name!r}"
 
     def error(self, key: str, problem: str) -> ScenarioError:
         """The one-line error about ``key`` of this scenario (module docstring)."""
@@ -332,20 +329,8 @@ class Scenario:
 # Reading
 
 
-def _display(path: Path) -> str:
-    """A path as the user most likely typed it: relative to the working directory if inside."""
-    cwd = Path.cwd()
-    return (
-        str(path.relative_to(cwd)) if path.is_absolute() and path.is_relative_to(cwd) else str(path)
-    )
-
-
-FUSED_OP = "fused-norm-rope"
-"""The op these files describe; a file may say so (``op = "fused-norm-rope"``), and one
-without the key is this op's, so every file written before ops had names still loads."""
-
 _TOP_LEVEL_KEYS: dict[str, Key] = {
-    "op": Key("string", string, FUSED_OP),
+    "op": Key("string", string, FUSED_NORM_ROPE),
     "name": Key("string", string),
     "description": Key("string", string),
     "preset": Key("string", string),
@@ -397,7 +382,7 @@ def load_scenario(path: Path) -> Scenario:
     ``load_scenarios`` adds what a scenario directory needs: name and stem agree.
     """
     path = Path(path)
-    where = _display(path)
+    where = display_path(path)
     if not path.is_file():
         raise ScenarioError(f"{where}: no such scenario file")
     try:
@@ -406,10 +391,10 @@ def load_scenario(path: Path) -> Scenario:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ScenarioError(f"{where}: invalid TOML: {error}") from None
 
-    if table.get("op", FUSED_OP) != FUSED_OP:
+    if table.get("op", FUSED_NORM_ROPE) != FUSED_NORM_ROPE:
         op = table["op"]
         raise ScenarioError(
-            f"{where}: key 'op': a {op!r} scenario, not a {FUSED_OP} one: run it with "
+            f"{where}: key 'op': a {op!r} scenario, not a {FUSED_NORM_ROPE} one: run it with "
             f"--op {op}, or `dcpcheck repro FILE`"
         )
     values = read_table(table, _TOP_LEVEL_KEYS, where, ScenarioError)
@@ -478,38 +463,6 @@ def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[S
     return load_named(scenario_files(patterns, root), load_scenario)
 
 
-def scenario_files(patterns: Sequence[str], root: Path, kind: str = "scenario") -> list[Path]:
-    """The ``*.toml`` files under ``root`` whose stems match any of ``patterns`` (all with
-    none), sorted by stem; a pattern matching none is a ``ScenarioError`` naming ``kind``."""
-    paths = {path.stem: path for path in Path(root).glob("*.toml")}
-    chosen: set[str] = set()
-    for pattern in patterns:
-        matches = fnmatch.filter(paths, pattern)
-        if not matches:
-            raise ScenarioError(
-                f"{_display(Path(root))}: no {kind} matches {pattern!r} "
-                f"(known: {known(paths) or 'none'})"
-            )
-        chosen.update(matches)
-    return [paths[name] for name in sorted(chosen if patterns else paths)]
-
-
-def load_named(paths: Sequence[Path], load: Callable[[Path], Any]) -> list[Any]:
-    """``load`` (a scenario reader of any op) of every file of ``paths``, each in a scenario
-    directory, so its ``name`` must be its stem (``load_scenarios`` says why)."""
-    scenarios = []
-    for path in paths:
-        scenario = load(path)
-        if scenario.name != path.stem:
-            raise ScenarioError(
-                f"{_display(path)}: key 'name': {scenario.name!r} does not match the file "
-                f"name (expected {path.stem!r}: in a scenario directory --scenario selects "
-                f"files by name; `dcpcheck repro FILE` replays a file of any name)"
-            )
-        scenarios.append(scenario)
-    return scenarios
-
-
 # ---------------------------------------------------------------------------------------
 # Writing
 
@@ -548,14 +501,3 @@ def scenario_to_toml(scenario: Scenario) -> str:
     for request in s.batch.requests:
         lines += ["", "[[requests]]", f"prefix = {request.prefix}", f"new = {request.new}"]
     return "\n".join(lines) + "\n"
-
-
-def op_of(path: Path) -> str | None:
-    """The ``op`` a scenario file names (None: none, the fused op's files), or None when it
-    cannot be read: the loader of the file's op then says why."""
-    try:
-        with Path(path).open("rb") as file:
-            op = tomllib.load(file).get("op")
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return None
-    return op if isinstance(op, str) else None

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dcpcheck.cases.verdicts import CheckResult, Finding
-from dcpcheck.harness import checks, entry_checks, fused_checks
-from dcpcheck.harness.case import Case
+from dcpcheck.ops.fused_norm_rope import checks, entry_checks, fused_checks
+from dcpcheck.ops.fused_norm_rope.case import Case
 
 
 def output_guard_findings(case: Case) -> list[Finding]:
@@ -57,7 +57,7 @@ def check_case(
 
     ``oracle=False`` (``--oracle off``) judges the kernel against its own DCP1 run alone,
     for a kernel whose encoding no oracle variant knows: the checks that compare with the
-    oracle are replaced by their oracle-free forms (``dcpcheck.harness.checks`` docstring), the
+    oracle are replaced by their oracle-free forms (``checks`` docstring), the
     rest are the same checks.
 
     ``fused`` (the default) first decides over every rank at once which checks may fail

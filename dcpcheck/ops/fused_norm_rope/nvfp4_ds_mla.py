@@ -1,5 +1,5 @@
 """The nvfp4_ds_mla cache entry (``contract.NVFP4_DS_MLA_ENTRY_BYTES``), as the project's
-Triton kernel (``dcpcheck.kernels.fused_norm_rope``) writes it.
+Triton kernel (``kernel``) writes it.
 
 Layout (vLLM 0.33.0): bytes [0, 256) hold the 512 NoPE values as e2m1, two per
 byte with the even element in the low nibble; [256, 320) the 64 RoPE values as unscaled
@@ -19,15 +19,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dcpcheck import contract
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope import contract
+from dcpcheck.ops.fused_norm_rope.contract import (
     E2M1_MAX,
     NVFP4_DS_MLA_NUM_TILES,
     NVFP4_DS_MLA_TILE,
     NVFP4_SCALE_FLOOR,
 )
-from dcpcheck.kernels.fp8_codes import e2m1_codes, fp8_e4m3_codes, fp8_e4m3_values
-from dcpcheck.kernels.variants import Mutation
+from dcpcheck.ops.fused_norm_rope.fp8_codes import e2m1_codes, fp8_e4m3_codes, fp8_e4m3_values
+from dcpcheck.ops.fused_norm_rope.variants import Mutation
 
 NVFP4_NUM_TILES = tl.constexpr(NVFP4_DS_MLA_NUM_TILES)
 NVFP4_TILE_WIDTH = tl.constexpr(NVFP4_DS_MLA_TILE)

@@ -1,7 +1,7 @@
 """``dcpcheck selftest``: prove the harness catches every mutant of the project's own kernel.
 
 A harness that passes a correct kernel proves little until it is shown to fail wrong
-ones. ``dcpcheck.kernels.variants.MUTANTS`` is a catalog of wrong ones: the two DCP bugs that
+ones. ``variants.MUTANTS`` is a catalog of wrong ones: the two DCP bugs that
 shipped (``regress/...``) and small, realistic slips of the same Triton kernel
 (``mutant/...``), each one ``MUTATION`` constexpr away from the correct kernel. The
 selftest runs the harness against each and reports, per mutant, whether it was caught,
@@ -12,7 +12,7 @@ Strategy per kernel:
 
 1. the shipped named scenarios, cheapest first (``scenario_cost``), stopping at the first
    failing case: "examples to the first failure" is 0;
-2. only if none fails, the property search (``dcpcheck.workflows.search``) with the profile's
+2. only if none fails, the property search (``search``) with the profile's
    example count; the shrunk failure is then replayed on the correct kernel, and counts as
    a catch only if the correct kernel passes it (otherwise the harness, not the mutant, is
    at fault).
@@ -40,25 +40,21 @@ tables are built from block 0 up), hence ``HighSlotScenario``.
 
 from __future__ import annotations
 
-import enum
 import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-from rich.markup import escape
-from rich.table import Table
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, BlockTables, Request
-from dcpcheck.cases.scenario import Scenario, load_scenarios
-from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.contract import DS_MLA_ENTRY_BYTES, CacheLayout, Kernel
-from dcpcheck.harness.runner import run_scenario
-from dcpcheck.kernels.variants import DEFAULT_VARIANT, MUTANTS, KernelVariant, Mutation
-from dcpcheck.workflows import search
+from dcpcheck.cases.verdicts import CaseResult, RunConfig, SelftestReport, SelftestRow, Status
+from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.fused_norm_rope.contract import DS_MLA_ENTRY_BYTES, CacheLayout, Kernel
+from dcpcheck.ops.fused_norm_rope.runner import run_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
+from dcpcheck.ops.fused_norm_rope.variants import DEFAULT_VARIANT, MUTANTS, KernelVariant, Mutation
 
 GPU_SCALE_MUTATIONS = frozenset({Mutation.ADDRESS_ARITHMETIC_32BIT})
 """Mutations only a GPU-sized cache shows (``address_overflow_scenario``)."""
@@ -73,16 +69,6 @@ blocks."""
 OVERFLOW_FIRST_BLOCK = math.ceil(INT32_ADDRESS_LIMIT / (DS_MLA_ENTRY_BYTES * OVERFLOW_BLOCK_SIZE))
 """51,151: the first block whose first fp8_ds_mla entry starts past 2^31 bytes (slot
 3,273,664 of 656 bytes)."""
-
-
-class Status(enum.Enum):
-    """The outcome of one row of the selftest."""
-
-    CAUGHT = "caught"  # a mutant failed a check the correct kernel passes
-    MISSED = "missed"  # a mutant passed everything it was run through
-    SKIPPED = "skipped"  # a mutant that cannot show in this run (reason given)
-    PASSED = "passed"  # the correct kernel passed everything
-    FAILED = "failed"  # the correct kernel failed: the selftest proves nothing
 
 
 @dataclass(frozen=True)
@@ -124,49 +110,6 @@ PROFILES: dict[str, SelftestProfile] = {
         ),
     )
 }
-
-
-@dataclass(frozen=True)
-class SelftestRow:
-    """One kernel's line of the report."""
-
-    kernel: str
-    description: str
-    status: Status
-    check: str | None = None  # the first failing check of the first failing case
-    field: str | None = None  # that check's first finding's field ("error" has none)
-    case: str | None = None  # the failing case: "scenario[dcpN]" (a shrunk one's name)
-    examples: int | None = None  # property examples to the first failure; 0: named scenario
-    shrunk_requests: int | None = None  # size of the shrunk failure (property catches)
-    shrunk_tokens: int | None = None  # rows, padding included
-    saved_path: Path | None = None  # the shrunk failure's scenario file, if kept (``home``)
-    seconds: float = 0.0
-    reason: str | None = None  # why skipped or missed; what failed on the correct kernel
-
-
-@dataclass
-class SelftestReport:
-    """Every row of one selftest run, the correct kernel first."""
-
-    profile: str
-    backend: str
-    default: SelftestRow
-    mutants: list[SelftestRow] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def rows(self) -> list[SelftestRow]:
-        return [self.default, *self.mutants]
-
-    def count(self, status: Status) -> int:
-        return sum(row.status is status for row in self.mutants)
-
-    @property
-    def passed(self) -> bool:
-        """The correct kernel passes and every mutant that could show was caught."""
-        return self.default.status is Status.PASSED and all(
-            row.status in (Status.CAUGHT, Status.SKIPPED) for row in self.mutants
-        )
 
 
 @dataclass(frozen=True)
@@ -435,7 +378,7 @@ def run_selftest(
     failures first and "examples to the first failure" drops to 1. ``on_row`` sees each
     row as it lands (progress).
     """
-    from dcpcheck.kernels.launcher import make_kernel  # after the backend is fixed
+    from dcpcheck.ops.fused_norm_rope.launcher import make_kernel  # after the backend is fixed
 
     named = selftest_scenarios(profile, backend) if scenarios is None else list(scenarios)
     skip_reason = gpu_scale_skip_reason(profile, backend)
@@ -460,50 +403,3 @@ def run_selftest(
                 on_row(row)
     report.seconds = time.perf_counter() - start
     return report
-
-
-_STATUS_STYLES = {
-    Status.CAUGHT: "[green]caught[/]",
-    Status.MISSED: "[bold red]MISSED[/]",
-    Status.SKIPPED: "[yellow]skipped[/]",
-    Status.PASSED: "[green]passed[/]",
-    Status.FAILED: "[bold red]FAILED[/]",
-}
-
-
-def _blank(value: object | None) -> str:
-    return "" if value is None else escape(str(value))
-
-
-def selftest_table(report: SelftestReport, op: str | None = None) -> Table:
-    """The report as a rich table: one row per kernel, the correct kernel first, then a
-    caption with the verdict. Skip and miss reasons go in the last column; ``op`` names
-    the op in the title."""
-    of = f" of {op}" if op is not None else ""
-    table = Table(title=f"dcpcheck selftest{of} ({report.profile}, {report.backend})")
-    for column in ("kernel", "result", "caught by", "case", "examples", "shrunk", "s", "note"):
-        table.add_column(column, justify="right" if column in ("examples", "s") else "left")
-    for row in report.rows:
-        caught_by = row.check if row.field is None else f"{row.check}: {row.field}"
-        shrunk = (
-            ""
-            if row.shrunk_requests is None
-            else f"{row.shrunk_requests} req / {row.shrunk_tokens} tok"
-        )
-        table.add_row(
-            escape(row.kernel),
-            _STATUS_STYLES[row.status],
-            _blank(caught_by),
-            _blank(row.case),
-            _blank(row.examples),
-            shrunk,
-            f"{row.seconds:.1f}",
-            _blank(row.reason),
-        )
-    verdict = "[green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-    table.caption = (
-        f"{verdict}: {report.count(Status.CAUGHT)} of {len(report.mutants)} mutants caught, "
-        f"{report.count(Status.MISSED)} missed, {report.count(Status.SKIPPED)} skipped; "
-        f"correct kernel {report.default.status.value}; {report.seconds:.1f} s"
-    )
-    return table

@@ -1,7 +1,7 @@
 """A cache's entries as the checks read them: byte rows, their parts, and the entries each
 rank owns in a step.
 
-The contract's layouts (``dcpcheck.contract``) say where each byte of an entry sits; the
+The contract's layouts (``contract``) say where each byte of an entry sits; the
 checks need the same facts in the form they compare: an entry as one byte row ``[E]``
 (``reference.read_mla_cache``; ``index_rows`` for the indexer, whose block keeps values and
 scales apart), cut into parts that each have a stored format and a tolerance
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import torch
 
 import reference
-from dcpcheck.cases import tolerances
-from dcpcheck.contract import (
+from dcpcheck.ops.fused_norm_rope import tolerances
+from dcpcheck.ops.fused_norm_rope.case import Case, GuardedCache, RankLaunch
+from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_ENTRY_BYTES,
     DS_MLA_ROPE_OFFSET,
     DS_MLA_SCALES_OFFSET,
@@ -31,7 +32,6 @@ from dcpcheck.contract import (
     IndexFormat,
     IndexScale,
 )
-from dcpcheck.harness.case import Case, GuardedCache, RankLaunch
 
 
 @dataclass(frozen=True)

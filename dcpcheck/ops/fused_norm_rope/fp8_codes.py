@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from dcpcheck.contract import FP8_E4M3_MAX, UE8M0_AMAX_FLOOR
+from dcpcheck.ops.fused_norm_rope.contract import FP8_E4M3_MAX, UE8M0_AMAX_FLOOR
 
 FP8_MAX = tl.constexpr(FP8_E4M3_MAX)
 AMAX_FLOOR = tl.constexpr(UE8M0_AMAX_FLOOR)

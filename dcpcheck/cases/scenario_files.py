@@ -1,0 +1,79 @@
+"""Scenario files of every op: where the shipped ones lie, how files are chosen by name,
+and the ``op`` a file names.
+
+Each op reads its own keys (``dcpcheck.ops.<op>.scenario``); what is the same for all of
+them is here, so a ``--scenario`` pattern, a name that must match its file's stem and a
+one-line ``ScenarioError`` mean one thing whatever the op.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dcpcheck.cases.toml_tables import known
+
+SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
+"""The scenarios shipped with the repository."""
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""Scenario names are file stems and CLI arguments: no spaces, slashes or glob characters."""
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run. The message is one line naming the file and the key."""
+
+
+def display_path(path: Path) -> str:
+    """A path as the user most likely typed it: relative to the working directory if inside."""
+    cwd = Path.cwd()
+    return (
+        str(path.relative_to(cwd)) if path.is_absolute() and path.is_relative_to(cwd) else str(path)
+    )
+
+
+def scenario_files(patterns: Sequence[str], root: Path, kind: str = "scenario") -> list[Path]:
+    """The ``*.toml`` files under ``root`` whose stems match any of ``patterns`` (all with
+    none), sorted by stem; a pattern matching none is a ``ScenarioError`` naming ``kind``."""
+    paths = {path.stem: path for path in Path(root).glob("*.toml")}
+    chosen: set[str] = set()
+    for pattern in patterns:
+        matches = fnmatch.filter(paths, pattern)
+        if not matches:
+            raise ScenarioError(
+                f"{display_path(Path(root))}: no {kind} matches {pattern!r} "
+                f"(known: {known(paths) or 'none'})"
+            )
+        chosen.update(matches)
+    return [paths[name] for name in sorted(chosen if patterns else paths)]
+
+
+def load_named(paths: Sequence[Path], load: Callable[[Path], Any]) -> list[Any]:
+    """``load`` (a scenario reader of any op) of every file of ``paths``, each in a scenario
+    directory, so its ``name`` must be its stem (``load_scenarios`` says why)."""
+    scenarios = []
+    for path in paths:
+        scenario = load(path)
+        if scenario.name != path.stem:
+            raise ScenarioError(
+                f"{display_path(path)}: key 'name': {scenario.name!r} does not match the file "
+                f"name (expected {path.stem!r}: in a scenario directory --scenario selects "
+                f"files by name; `dcpcheck repro FILE` replays a file of any name)"
+            )
+        scenarios.append(scenario)
+    return scenarios
+
+
+def op_of(path: Path) -> str | None:
+    """The ``op`` a scenario file names (None: none, the fused op's files), or None when it
+    cannot be read: the loader of the file's op then says why."""
+    try:
+        with Path(path).open("rb") as file:
+            op = tomllib.load(file).get("op")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return op if isinstance(op, str) else None
