@@ -31,10 +31,12 @@ class Backend:
     """Whether the interpreter's bf16 casts take the fast path (dcpcheck.interpreter_dtypes)."""
     masks: str = field(default="", compare=False)
     """How the interpreter reads integer masks (dcpcheck.interpreter_masks)."""
+    dots: str = field(default="", compare=False)
+    """How the interpreter multiplies bf16 blocks (dcpcheck.interpreter_dots)."""
 
     def describe(self) -> str:
         if self.interpreted:
-            notes = (self.fp8_cast, self.language_patch, self.dtype_paths, self.masks)
+            notes = (self.fp8_cast, self.language_patch, self.dtype_paths, self.masks, self.dots)
             notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)
             return f"cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use{note})"
@@ -91,6 +93,7 @@ def select_backend(device: str = "auto") -> Backend:
     if chosen.interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
         from dcpcheck.interpreter_calls import install_language_patch_once
+        from dcpcheck.interpreter_dots import install_bf16_dots
         from dcpcheck.interpreter_dtypes import install_dtype_fast_paths
         from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
         from dcpcheck.interpreter_jit import install_constexprs
@@ -104,6 +107,7 @@ def select_backend(device: str = "auto") -> Backend:
             language_patch=install_language_patch_once(),
             dtype_paths=install_dtype_fast_paths(),
             masks=install_boolean_masks(),
+            dots=install_bf16_dots(),
         )
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():

@@ -48,12 +48,15 @@ OPS: dict[str, Op] = {
     ),
     LSE_COMBINE: Op(
         "the merge of the ranks' partial attentions by their LSE (docs/lse-combine.md)",
-        # where cp_lse_ag_out_rs and dcp_a2a_lse_reduce lived, oldest first
+        # where cp_lse_ag_out_rs and dcp_a2a_lse_reduce lived, oldest first; then where
+        # the Triton decode attention that produces the partials lived
         (
             "vllm/attention/ops/common.py",
             "vllm/v1/attention/ops/common.py",
             "vllm/v1/attention/ops/dcp_alltoall.py",
             "vllm/v1/attention/ops/dcp.py",
+            "vllm/attention/ops/triton_decode_attention.py",
+            "vllm/v1/attention/ops/triton_decode_attention.py",
         ),
         "cp_lse_ag_out_rs",
         "dcpcheck.ops.lse_combine",

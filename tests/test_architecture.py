@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.interpreter_dtypes",
         "dcpcheck.interpreter_masks",
         "dcpcheck.interpreter_jit",
+        "dcpcheck.interpreter_dots",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
         "dcpcheck.op_registry",

@@ -1,8 +1,8 @@
 """The project's decode attention over one rank's shard of a paged cache, in Triton: what
 produces the partials the merge combines (the chain, ``chain.py``).
 
-One program per query row, every head at once (MLA's latent cache is one head wide, so
-the heads share keys and values). A row attends to the first ``seq_lens[row]`` tokens of
+One program per query row and block of ``BLOCK_H`` heads (MLA's latent cache is one head
+wide, so the heads share keys and values). A row attends to the first ``seq_lens[row]`` tokens of
 its pages, ``BLOCK_N`` at a time, with the running maximum and sum of the softmax in fp32
 (flash-decoding's online softmax). It returns the output in the query's dtype and the
 natural LSE in fp32; a row with no token gets the empty sum: zeros and ``-inf``, never a
@@ -18,8 +18,14 @@ import torch
 import triton
 import triton.language as tl
 
+from dcpcheck.ops.lse_combine.contract import AttentionInputs
+
 BLOCK_N = 32
 """Tokens a program reads per step."""
+
+BLOCK_H = 16
+"""Heads a program attends with: ``tl.dot``'s smallest tile, and few enough that MLA's
+576-wide rows of 128 heads stay within a GPU program's registers."""
 
 
 @triton.jit
@@ -41,7 +47,7 @@ def _decode_kernel(
     BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    heads = tl.arange(0, BLOCK_H)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     dims = tl.arange(0, BLOCK_D)
     head_ok = heads < HEADS
     dim_ok = dims < DIM
@@ -93,7 +99,7 @@ def decode_attention(
     out = torch.empty_like(q)
     lse = torch.empty((rows, heads), dtype=torch.float32, device=q.device)
     if rows:
-        _decode_kernel[(rows,)](
+        _decode_kernel[(rows, triton.cdiv(heads, BLOCK_H))](
             q.contiguous(),
             k_cache.contiguous(),
             v_cache.contiguous(),
@@ -104,10 +110,29 @@ def decode_attention(
             scale,
             block_table.stride(0),
             HEADS=heads,
-            BLOCK_H=max(16, triton.next_power_of_2(heads)),
+            BLOCK_H=BLOCK_H,
             DIM=dim,
             BLOCK_D=max(16, triton.next_power_of_2(dim)),
             PAGE=page_size,
             BLOCK_N=BLOCK_N,
         )
     return out, lse
+
+
+def mla_decode_attention(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The project's decode attention under the op's attention protocol
+    (``contract.AttentionInputs``): MLA's values are the first ``kv_lora_rank`` columns of
+    its keys, so the attention runs with the cache as both and keeps those columns of the
+    output. The output is fp32, the LSE natural and fp32."""
+    blocks, page, width = inputs.kv_cache.shape
+    cache = inputs.kv_cache.reshape(blocks * page, width)
+    out, lse = decode_attention(
+        inputs.q.float(),
+        cache,
+        cache,
+        inputs.block_table,
+        inputs.seq_lens,
+        page,
+        inputs.scale,
+    )
+    return out[..., : inputs.kv_lora_rank].contiguous(), lse

@@ -89,3 +89,39 @@ class Merged:
 
 CombineKernel = Callable[[CombineInputs], Merged]
 """``kernel(inputs) -> Merged``: one rank's merge (module docstring)."""
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """One rank's call of an MLA decode attention over its shard: what produces the
+    partials the merge combines (the chain).
+
+    MLA decodes in the latent space: the query of head ``h`` is its no-RoPE part absorbed
+    into the latent (``q_nope @ W_uk[h]^T``, ``kv_lora_rank`` wide) followed by its RoPE
+    part; every head reads the same cache entries ``[kv_c | k_pe]`` as keys and their
+    ``kv_c`` part as values (one KV head). So:
+
+    * ``q`` (``[B, H, L]``, the attention's dtype), ``L = kv_lora_rank + rope``;
+    * ``kv_cache`` (``[blocks, page, L]``, the same dtype): the rank's cache entries, the
+      values being ``kv_cache[..., :kv_lora_rank]``;
+    * ``block_table`` (int32 ``[B, max blocks]``) and ``seq_lens`` (int32 ``[B]``): row
+      ``b`` attends to the rank's first ``seq_lens[b]`` tokens of the request, local token
+      ``j`` at ``block_table[b, j // page] * page + j % page``; ``seq_lens[b]`` may be 0
+      (the rank holds none of the request);
+    * ``scale``: the softmax scale.
+
+    It returns the partial output (``[B, H, kv_lora_rank]``) and its natural LSE
+    (``[B, H]``), in the dtypes the backend allocates them in.
+    """
+
+    q: torch.Tensor
+    kv_cache: torch.Tensor
+    kv_lora_rank: int
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    scale: float
+
+
+DecodeAttention = Callable[[AttentionInputs], tuple[torch.Tensor, torch.Tensor]]
+"""``attention(inputs) -> (partial_out, partial_lse)``: one rank's MLA decode attention
+over its shard (:class:`AttentionInputs`)."""

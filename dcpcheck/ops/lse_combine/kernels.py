@@ -7,6 +7,11 @@
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the op's
   protocol.
 
+The decode attentions that produce the partials (``contract.DecodeAttention``), by the
+same kinds of spec (:func:`load_attention`): ``default``, the project's (``attention``);
+``vllm==X.Y.Z``, a release's ``decode_attention_fwd`` (``vllm_attention``); a file's or a
+module's callable with the protocol.
+
 Import only once the backend is chosen (it defines Triton kernels).
 """
 
@@ -20,8 +25,9 @@ from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops.lse_combine import kernel as project_kernel
-from dcpcheck.ops.lse_combine import mutants, vllm
-from dcpcheck.ops.lse_combine.contract import CombineKernel
+from dcpcheck.ops.lse_combine import mutants, vllm, vllm_attention
+from dcpcheck.ops.lse_combine.attention import mla_decode_attention
+from dcpcheck.ops.lse_combine.contract import CombineKernel, DecodeAttention
 
 
 def _mutant_name(function: object) -> str:
@@ -124,3 +130,50 @@ def canonical(spec: str) -> str:
     if release is None:
         return spec
     return release.name + (f":{release.function}" if ":" in spec else "")
+
+
+ATTENTIONS: dict[str, DecodeAttention] = {"default": mla_decode_attention}
+"""The project's decode attentions by name."""
+
+
+def _attention_file(version: str, name: str) -> JudgedFile:
+    """Release ``version``'s file of ``decode_attention_fwd`` (the newest it has)."""
+    for member in reversed(vllm_attention.MEMBERS):
+        if releases.lacks(version, member):
+            continue
+        try:
+            kept = loading.fetch_release(version, member)
+        except KernelLoadError:
+            if releases.lacks(version, member):
+                continue
+            raise
+        return JudgedFile(str(kept.path), kept.sha256)
+    raise KernelLoadError(f"{name}: has no {' or '.join(vllm_attention.MEMBERS)}")
+
+
+def load_attention(spec: str) -> DecodeAttention:
+    """The decode attention ``spec`` names (module docstring); ``KernelLoadError`` with
+    one line."""
+    if spec in ATTENTIONS:
+        return ATTENTIONS[spec]
+    release = loading.release_of(spec, vllm_attention.FUNCTION)
+    if release is not None:
+        path = Path(_attention_file(release.version, release.name).path)
+        function = getattr(loading.load_file(path), release.function, None)
+        if not callable(function):
+            raise KernelLoadError(f"{release.name}: {path} has no {release.function}")
+        try:
+            return vllm_attention.VllmDecodeAttention(function, release.name)
+        except AdapterError as exc:
+            raise KernelLoadError(str(exc)) from None
+    return loading.load_callable(spec, list(ATTENTIONS))  # type: ignore[return-value]
+
+
+def attention_files(spec: str) -> tuple[JudgedFile, ...]:
+    """The files the decode attention ``spec`` names comes from, with their SHA256."""
+    if spec in ATTENTIONS:
+        return (loading.judged_file(Path(mla_decode_attention.__code__.co_filename)),)
+    release = loading.release_of(spec, vllm_attention.FUNCTION)
+    if release is not None:
+        return (_attention_file(release.version, release.name),)
+    return loading.spec_files(spec)

@@ -49,12 +49,13 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.adapters.shims.vllm import jit_warmup
 from dcpcheck.kernels.loading import definitions_alone
 from dcpcheck.op_registry import LSE_COMBINE, OPS
+from dcpcheck.ops.lse_combine import vllm_attention
 from dcpcheck.ops.lse_combine.case import CombineBatch
 from dcpcheck.ops.lse_combine.collectives import TorchDistributed
 from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
 
-MEMBERS = OPS[LSE_COMBINE].wheel_members
-"""The files the routine lived in, oldest first; a release has one of them."""
+MEMBERS = tuple(m for m in OPS[LSE_COMBINE].wheel_members if m not in vllm_attention.MEMBERS)
+"""The files the merges lived in, oldest first; a release has one of them."""
 
 FUNCTION = OPS[LSE_COMBINE].function
 A2A_FUNCTION = "dcp_a2a_lse_reduce"
