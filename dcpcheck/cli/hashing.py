@@ -1,4 +1,5 @@
-"""``dcpcheck hash``: the tiny MLA model's greedy token streams at DCP1 and DCPn, compared."""
+"""``dcpcheck hash``: the tiny MLA model's greedy token streams at DCP1 and DCPn, compared,
+its DCP decode path running through the ops' kernels (``dcpcheck.e2e.chain``)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,21 @@ from dcpcheck.cli.common import (
     adapter_option,
     dcp_option,
     device_option,
+    kernel_errors,
     kernel_files,
     kernel_option_with,
-    load,
     open_backend,
     parse_dcp_sizes,
     seed_option,
+)
+from dcpcheck.e2e.chain import (
+    ChainError,
+    Stage,
+    Stages,
+    fused_stage,
+    parse_stages,
+    stage_files,
+    stages_for,
 )
 from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
@@ -35,6 +45,7 @@ from dcpcheck.e2e.token_streams import (
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.ops.fused_norm_rope.contract import CacheLayout
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.output.console import err, out, print_streams
 
 STREAM_OPTIONS = (
@@ -71,6 +82,43 @@ STREAM_OPTIONS = (
 """The token-stream model's options, ``hash_config``'s arguments (``stream_options``)."""
 
 
+STAGE_OPTION = click.option(
+    "--stage",
+    "stage_texts",
+    multiple=True,
+    metavar="NAME=SPEC",
+    help="The kernel of one stage of the decode chain besides the fused op's: "
+    "slot-mapping=SPEC, attention=SPEC or merge=SPEC, each a spec of that stage's op "
+    "(as `dcpcheck run --op OP --kernel`). Unnamed stages come from --kernel when it is a "
+    "release (every stage the release has), else they are the project's.",
+)
+"""The chain's stages (``chain_stages``); ``hash`` and its per-rank form take it."""
+
+
+def chain_stages(kernel_name: str, adapter: str, stage_texts: Sequence[str]):
+    """The fused op's stage and the others of the chain whose ``--kernel`` is
+    ``kernel_name`` (``dcpcheck.e2e.chain``), with the CLI's exit codes for a bad spec (2)
+    and one that does not load (125)."""
+    with kernel_errors():
+        named = parse_stages(stage_texts)
+        fused = fused_stage(
+            kernel_name, lambda spec: load_kernel(spec, adapter if spec == kernel_name else "auto")
+        )
+        return fused, stages_for(kernel_name, named)
+
+
+def chain_files(fused: Stage, stages: Stages) -> tuple[JudgedFile, ...]:
+    """The files every stage's kernel comes from, the fused op's first."""
+    with kernel_errors():
+        found = {f.path: f for f in (*kernel_files(fused.spec), *stage_files(stages))}
+    return tuple(found.values())
+
+
+def print_chain(fused: Stage, stages: Stages) -> None:
+    line = "decode chain: " + "; ".join([fused.describe(), *stages.describe()])
+    out.print(line, markup=False, soft_wrap=True)
+
+
 def stream_options(command):
     """Decorate ``command`` with ``STREAM_OPTIONS``, in their order (also the per-rank
     ``hash`` of ``dcpcheck.distributed``)."""
@@ -85,6 +133,7 @@ def stream_options(command):
 @stream_options
 @device_option
 @adapter_option
+@STAGE_OPTION
 @click.option(
     "--json",
     "json_path",
@@ -103,6 +152,7 @@ def hash_command(
     seed,
     device,
     adapter,
+    stage_texts,
     json_path: Path | None,
 ) -> None:
     """Generate greedy token streams with a tiny seeded MLA model at each DCP size and
@@ -116,14 +166,19 @@ def hash_command(
             raise InputError(str(exc)) from None
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, seed)
-    kernel = load(kernel_name, adapter)
-    judged = kernel_files(kernel_name)
+    fused, stages = chain_stages(kernel_name, adapter, stage_texts)
+    judged = chain_files(fused, stages)
+    chain = chain_json(fused, stages)
+    print_chain(fused, stages)
     backend_name = "interpreter" if backend.interpreted else "cuda"
     try:
         with err.status("generating token streams"):
-            comparison = compare_streams(kernel, stream_config, dcp_sizes, backend.device)
-    except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
-        message = f"the kernel raised: {type(exc).__name__}: {exc}"
+            comparison = compare_streams(
+                fused.kernel, stream_config, dcp_sizes, backend.device, stages
+            )
+    except (Exception, SystemExit) as exc:  # a stage's kernel raised inside the model
+        what = "the chain cannot run" if isinstance(exc, ChainError) else "the kernel raised"
+        message = f"{what}: {type(exc).__name__}: {exc}"
         if json_path is not None:  # never leave an earlier run's report in place
             document = streams_json(
                 stream_config,
@@ -132,6 +187,7 @@ def hash_command(
                 backend=backend_name,
                 error=message,
                 kernel_files=judged,
+                chain=chain,
             )
             _write_json(json_path, document)
         raise KernelFailed(message) from exc
@@ -142,6 +198,7 @@ def hash_command(
             kernel=kernel_name,
             backend=backend_name,
             kernel_files=judged,
+            chain=chain,
         )
         _write_json(json_path, document)
     print_streams(comparison)
@@ -193,6 +250,7 @@ def streams_json(
     backend: str,
     error: str | None = None,
     kernel_files: Sequence[JudgedFile] = (),
+    chain: dict | None = None,
 ) -> str:
     """The ``--json`` report: every stream's full digest and tokens, the first divergence.
 
@@ -228,6 +286,7 @@ def streams_json(
         "dcpcheck": __version__,
         "kernel": kernel,
         "kernel_files": [asdict(f) for f in kernel_files],
+        "chain": chain,
         "backend": backend,
         "model": {
             "preset": config.preset,
@@ -250,6 +309,15 @@ def streams_json(
         "first_divergence": divergence,
     }
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def chain_json(fused: Stage, stages: Stages) -> dict:
+    """Each stage of the chain: the spec its kernel came from, and why where it is not
+    the one asked for."""
+    return {
+        stage.name: {"spec": stage.spec, "note": stage.note or None}
+        for stage in (fused, stages.slot_mapping, stages.attention, stages.merge)
+    }
 
 
 def _write_json(path: Path, text: str) -> None:

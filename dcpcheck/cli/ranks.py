@@ -19,7 +19,15 @@ from dcpcheck.backend import BackendError
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import KernelError, RunConfig
 from dcpcheck.cli import common
-from dcpcheck.cli.hashing import hash_config, stream_options
+from dcpcheck.cli.hashing import (
+    STAGE_OPTION,
+    chain_files,
+    chain_json,
+    chain_stages,
+    hash_config,
+    print_chain,
+    stream_options,
+)
 from dcpcheck.distributed.group import (
     COLLECTIVE_TIMEOUT_MARGIN_S,
     DEFAULT_RANK_TIMEOUT_S,
@@ -181,6 +189,7 @@ def run_command(
     "The world size, and 1 (DCP1 always runs as the baseline, on rank 0).", metavar="N[,N]"
 )
 @stream_options
+@STAGE_OPTION
 @click.option(
     "--json",
     "json_path",
@@ -198,6 +207,7 @@ def hash_command(
     layout_name,
     preset,
     seed,
+    stage_texts,
     json_path,
     kernel_name,
     adapter,
@@ -215,9 +225,12 @@ def hash_command(
     with _joined(device, rank_timeout_s, progress) as group:
         distributed_sizes(dcp_sizes, group.world_size)
         stream_config = hash_config(group.backend, layout_name, preset, prompts, steps, seed)
-        kernel = _group_kernel(kernel_name, adapter)
+        fused, stages = chain_stages(kernel_name, adapter, stage_texts)
+        kernel = _group_kernel(fused.spec, adapter if fused.spec == kernel_name else "auto")
+        if group.rank == 0:
+            print_chain(fused, stages)
         try:
-            comparison = compare_streams_distributed(kernel, stream_config, group)
+            comparison = compare_streams_distributed(kernel, stream_config, group, stages)
         except KernelError as exc:  # on rank 0 only: it still leaves with the others
             console.err.print(f"dcpcheck: the kernel raised: {exc}", markup=False, soft_wrap=True)
             code = EXIT_FAIL
@@ -230,7 +243,8 @@ def hash_command(
                     comparison,
                     kernel=kernel_name,
                     backend=backend_name,
-                    kernel_files=common.kernel_files(kernel_name),
+                    kernel_files=chain_files(fused, stages),
+                    chain=chain_json(fused, stages),
                 )
                 files.write_atomic(json_path, text)
             console.print_streams(comparison)

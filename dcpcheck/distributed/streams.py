@@ -16,15 +16,16 @@ top-2 margins of every rank and compares them with ``token_streams.compare_runs`
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 from dcpcheck import __version__
 from dcpcheck.cases.verdicts import CaseResult, KernelError, RunConfig
 from dcpcheck.e2e.attention import PartialAttention
+from dcpcheck.e2e.chain import Stages, default_stages
 from dcpcheck.e2e.mla_model import InProcessExchange
 from dcpcheck.e2e.stream_case import token_stream_verdict
 from dcpcheck.e2e.token_streams import (
@@ -44,9 +45,13 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpOutputs,
     Kernel,
 )
+from dcpcheck.ops.lse_combine.collectives import TorchGroup
+from dcpcheck.ops.lse_combine.contract import Group
 
 if TYPE_CHECKING:
     from dcpcheck.distributed import RankGroup
+
+T = TypeVar("T")
 
 
 class AllGatherExchange:
@@ -85,6 +90,12 @@ class AllGatherExchange:
         ]
 
 
+    def run_group(self, work: Callable[[Group, int], T]) -> list[T]:
+        """``work`` on this process's rank, meeting the other processes in the default
+        process group's collectives (``TorchGroup``)."""
+        return [work(TorchGroup(), 0)]
+
+
 class ErrorRecordingKernel:
     """The kernel under test with its first exception recorded instead of raised.
 
@@ -108,7 +119,7 @@ class ErrorRecordingKernel:
 
 
 def compare_streams_distributed(
-    kernel: Kernel, config: StreamConfig, group: RankGroup
+    kernel: Kernel, config: StreamConfig, group: RankGroup, stages: Stages | None = None
 ) -> StreamComparison | None:
     """On rank 0: the DCP1 run and the DCP-``world size`` run of the group's ranks, compared
     as ``token_streams.compare_streams`` compares simulated ones. ``None`` on other ranks.
@@ -119,8 +130,9 @@ def compare_streams_distributed(
     model = build_model(config, group.backend.device)
     recording = ErrorRecordingKernel(kernel)
     group.progress.working("generating token streams")
+    stages = stages if stages is not None else default_stages()
     tokens, margins = generate_ranks(
-        recording, model, config, AllGatherExchange(group), group.world_size
+        recording, model, config, AllGatherExchange(group), group.world_size, stages
     )
     gathered = group.gather_to_root(
         (tokens, margins, recording.error), "the gathering of token streams on rank 0"
@@ -138,7 +150,12 @@ def compare_streams_distributed(
     if group.world_size != BASELINE_DCP_SIZE:
         try:
             baseline = generate_ranks(
-                kernel, model, config, InProcessExchange(BASELINE_DCP_SIZE), BASELINE_DCP_SIZE
+                kernel,
+                model,
+                config,
+                InProcessExchange(BASELINE_DCP_SIZE),
+                BASELINE_DCP_SIZE,
+                stages,
             )
         except Exception as exc:  # the kernel under test raised in the DCP1 run
             raise KernelError(f"{type(exc).__name__}: {exc}") from exc
@@ -168,16 +185,18 @@ def streams_to_json(
     kernel: str,
     backend: str,
     kernel_files: Sequence[JudgedFile] = (),
+    chain: dict | None = None,
 ) -> str:
     """Every digest of a comparison, in full, and its verdict (``hash --json`` of a real-rank
     run); deterministic like ``dcpcheck.output.report``: sorted keys, no times; the
-    kernel's files with their SHA256 as the run reports name them."""
+    kernel's files with their SHA256 as the run reports name them; the chain's stages."""
     c = comparison.config
     divergence = comparison.first_divergence
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
         "kernel_files": [asdict(f) for f in kernel_files],
+        "chain": chain,
         "backend": backend,
         "model": {
             "preset": c.preset,

@@ -42,9 +42,9 @@ attention run in fp32; only the kernel's inputs and outputs are in the activatio
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -61,6 +61,10 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     ModelPreset,
     mla_entry_bytes,
 )
+from dcpcheck.ops.lse_combine.collectives import run_ranks
+from dcpcheck.ops.lse_combine.contract import Group
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,10 @@ VOCAB = 256
 fewer candidates keep the top-2 logit margins wide (a near-tie is rarer)."""
 
 SMALL_WIDTHS = ModelWidths(
-    hidden=128, heads=2, nope_head_dim=32, v_head_dim=32, mlp_hidden=256, vocab=VOCAB
+    hidden=128, heads=8, nope_head_dim=32, v_head_dim=32, mlp_hidden=256, vocab=VOCAB
 )
-"""CPU-sized: a forward pass of a few tokens takes milliseconds."""
+"""CPU-sized: a forward pass of a few tokens takes milliseconds. Eight heads, so the
+merge's reduce-scatter by heads divides them at DCP 1, 2, 4 and 8."""
 
 DEEPSEEK_V3_WIDTHS = ModelWidths(
     hidden=7168, heads=128, nope_head_dim=128, v_head_dim=128, mlp_hidden=2048, vocab=VOCAB
@@ -144,6 +149,10 @@ class DcpStep:
     context_slots: tuple[tuple[torch.Tensor, ...], ...]
     context_positions: tuple[tuple[torch.Tensor, ...], ...]
     k_from_caches: bool = False
+    # the decode chain's (``dcpcheck.e2e.chain``): the requests' block table [R, W] and
+    # each rank's local lengths [N, R], as the chain's slot-mapping stage computed them
+    block_table: torch.Tensor | None = None
+    local_seq_lens: torch.Tensor | None = None
 
     @property
     def dcp_size(self) -> int:
@@ -156,6 +165,10 @@ class DcpStep:
 
     def is_decode(self, request: int) -> bool:
         return is_decode(self.batch.requests[request])
+
+    @property
+    def decodes_only(self) -> bool:
+        return all(is_decode(request) for request in self.batch.requests)
 
 
 def is_decode(request: Request) -> bool:
@@ -207,6 +220,28 @@ class ShardExchange(Protocol):
         self, partials: Sequence[Sequence[PartialAttention]]
     ) -> list[list[PartialAttention]]: ...
 
+    def run_group(self, work: Callable[[Group, int], T]) -> list[T]:
+        """``work(group, j)`` on every local rank ``j`` (its index in ``local_ranks``),
+        the ranks meeting in ``group``'s collectives: what each returned."""
+        ...
+
+
+class DecodeChain(Protocol):
+    """The attention of a decode step through the ops' kernels (``dcpcheck.e2e.chain``)."""
+
+    def attend(
+        self,
+        model: MlaModel,
+        layer: LayerWeights,
+        step: DcpStep,
+        queries: Sequence[torch.Tensor],
+        caches: Sequence[torch.Tensor],
+        spec: CacheSpec,
+        exchange: ShardExchange,
+    ) -> list[torch.Tensor]:
+        """Each local rank's attention output ``[T, H, v]``."""
+        ...
+
 
 @dataclass(frozen=True)
 class InProcessExchange:
@@ -222,6 +257,9 @@ class InProcessExchange:
         self, partials: Sequence[Sequence[PartialAttention]]
     ) -> list[list[PartialAttention]]:
         return [list(per_rank) for per_rank in zip(*partials, strict=True)]
+
+    def run_group(self, work: Callable[[Group, int], T]) -> list[T]:
+        return run_ranks(self.dcp_size, lambda group: work(group, group.rank_in_group))
 
 
 @dataclass(frozen=True)
@@ -321,7 +359,7 @@ class MlaModel:
             for _ in range(dcp_size)
         ]
 
-    def _read_cache(
+    def read_cache(
         self, cache: torch.Tensor, slots: torch.Tensor, spec: CacheSpec
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 ``(kv, kpe)`` of the entries at ``slots`` of one rank's cache."""
@@ -426,13 +464,15 @@ class MlaModel:
         caches: Sequence[Sequence[torch.Tensor]],
         spec: CacheSpec,
         exchange: ShardExchange | None = None,
+        chain: DecodeChain | None = None,
     ) -> list[torch.Tensor]:
         """Logits ``[T, vocab]`` of every local rank for one step (module docstring).
 
         ``exchange`` says which ranks run here and how their shard partials are gathered;
         ``None`` simulates every rank of ``step`` in this process. ``tokens[j]`` ``[T]`` are
         the input ids of the ``j``-th local rank, which embeds its own; ``caches[j][layer]``
-        is that rank's cache of that layer.
+        is that rank's cache of that layer. ``chain``: a step of decodes only attends
+        through it (the ops' attention and merge) instead of the model's own attention.
         """
         if exchange is None:
             exchange = InProcessExchange(step.dcp_size)
@@ -448,6 +488,14 @@ class MlaModel:
                 for j in range(len(ranks))
             ]
             queries = [self._queries(layer, out.q_out, positions) for out in fused]
+            if chain is not None and step.decodes_only:
+                layer_caches = [caches[j][index] for j in range(len(ranks))]
+                attended = chain.attend(self, layer, step, queries, layer_caches, spec, exchange)
+                hidden = [
+                    self._after_attention(layer, hidden[j], attended[j])
+                    for j in range(len(ranks))
+                ]
+                continue
             # Each rank attends with its own queries over its own shard; every rank then
             # gathers all ranks' partials, [request][rank].
             gathered = exchange.gather(
@@ -519,7 +567,7 @@ class MlaModel:
     ) -> PartialAttention:
         """Attention over one rank's shard of a request's cached context (``visible``:
         see :meth:`_visible`)."""
-        kv, kpe = self._read_cache(cache, slots, spec)
+        kv, kpe = self.read_cache(cache, slots, spec)
         keys, values = self._keys_values(layer, kv, kpe)
         return partial_attention(queries, keys, values, self.softmax_scale, visible)
 

@@ -38,12 +38,13 @@ import hashlib
 import random
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
+from dcpcheck.e2e.chain import Stages, default_stages, rank_slots
 from dcpcheck.e2e.mla_model import (
     WIDTHS_BY_PRESET,
     CacheSpec,
@@ -111,6 +112,13 @@ FP8_STREAM_SCALE = 0.5
 """Per-tensor scale of the model's fp8 caches: normalized K rows (|x| of a few units) stay
 far inside fp8's range and keep several steps of precision."""
 
+STREAM_INTERLEAVE = 4
+"""The interleave of ``dcpcheck hash`` and ``dcpcheck run``'s streams: the block size, so a
+rank holds whole blocks of four positions and a context of at most ``4 * (N - 1)`` tokens
+leaves a rank of DCP ``N`` without one (4 and 8 here): the empty shard every decode
+attention and merge must get right. A round-robin of single tokens leaves none once the
+prompts are prefilled."""
+
 CPU_PRESET, GPU_PRESET = "small-neox", "deepseek-v3.2"
 """Model widths by backend: small on the CPU interpreter, real MLA dims on a GPU."""
 
@@ -132,6 +140,7 @@ def stream_config_for(
         prompts=prompts,
         max_prompt_length=MIN_PROMPT_LENGTH + 2 * prompts + 2,
         steps=steps,
+        interleave=STREAM_INTERLEAVE,
         seed=seed,
     )
 
@@ -192,9 +201,16 @@ def build_model(config: StreamConfig, device: torch.device) -> MlaModel:
     return MlaModel(PRESETS[config.preset], config.layers, config.dtype, config.seed, device)
 
 
-def generate(kernel: Kernel, config: StreamConfig, dcp_size: int, device: torch.device) -> Streams:
-    """Greedy generation of ``config``'s batch with ``dcp_size`` simulated ranks."""
-    return _generate(kernel, build_model(config, device), config, dcp_size)
+def generate(
+    kernel: Kernel,
+    config: StreamConfig,
+    dcp_size: int,
+    device: torch.device,
+    stages: Stages | None = None,
+) -> Streams:
+    """Greedy generation of ``config``'s batch with ``dcp_size`` simulated ranks, its
+    decode steps through ``stages`` (the project's kernels when None)."""
+    return _generate(kernel, build_model(config, device), config, dcp_size, stages)
 
 
 def _prefill_chunks(prompts: Sequence[Sequence[int]]) -> tuple[tuple[Batch, list[int]], ...]:
@@ -214,8 +230,11 @@ def _last_rows(batch: Batch) -> torch.Tensor:
     return torch.cumsum(torch.tensor([r.new for r in batch.requests]), 0) - 1
 
 
-def _generate(kernel: Kernel, model: MlaModel, config: StreamConfig, dcp_size: int) -> Streams:
-    tokens, margins = generate_ranks(kernel, model, config, InProcessExchange(dcp_size), dcp_size)
+def _generate(
+    kernel: Kernel, model: MlaModel, config: StreamConfig, dcp_size: int, stages: Stages | None
+) -> Streams:
+    exchange = InProcessExchange(dcp_size)
+    tokens, margins = generate_ranks(kernel, model, config, exchange, dcp_size, stages)
     return Streams(dcp_size, tokens, margins)
 
 
@@ -225,10 +244,14 @@ def generate_ranks(
     config: StreamConfig,
     exchange: ShardExchange,
     dcp_size: int,
+    stages: Stages | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy generation on the ranks ``exchange.local_ranks`` of a DCP group of
     ``dcp_size``: their token ids and top-2 margins, ``[local rank, request, step]`` on the
-    CPU (the rows of :class:`Streams` for those ranks)."""
+    CPU (the rows of :class:`Streams` for those ranks). Every step's slot mappings and a
+    decode step's attention run through ``stages`` (``dcpcheck.e2e.chain``; the project's
+    kernels when None)."""
+    stages = stages if stages is not None else default_stages()
     spec = config.cache_spec
     layout = DcpLayout(config.block_size, dcp_size, config.interleave)
     ranks = exchange.local_ranks
@@ -241,10 +264,25 @@ def generate_ranks(
     all_caches = model.allocate_caches(spec, num_blocks(tables), dcp_size, config.seed)
     caches = [all_caches[rank] for rank in ranks]
 
+    width = max(len(table) for table in tables)
+    table = torch.tensor([[*t, *[0] * (width - len(t))] for t in tables], dtype=torch.int32)
+
     def run(batch: Batch, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         step = plan_step(batch, layout, tables, k_from_caches=not writes_k_outputs(kernel))
+        slots, local = rank_slots(
+            stages.routines,
+            step.mappings.positions.to(model.device),
+            [request.length for request in batch.requests],
+            [request.new for request in batch.requests],
+            table,
+            config.block_size,
+            dcp_size,
+            config.interleave,
+        )
+        mappings = replace(step.mappings, per_rank=slots.cpu())
+        step = replace(step, mappings=mappings, block_table=table, local_seq_lens=local)
         inputs = [t.to(model.device) for t in inputs]
-        return model.forward(kernel, step, inputs, caches, spec, exchange)
+        return model.forward(kernel, step, inputs, caches, spec, exchange, stages)
 
     (first, first_ids), (batch, ids) = _prefill_chunks(prompts)
     run(first, [torch.tensor(first_ids)] * len(ranks))  # a partial prefill: logits unused
@@ -357,14 +395,17 @@ def compare_streams(
     config: StreamConfig,
     dcp_sizes: Sequence[int],
     device: torch.device,
+    stages: Stages | None = None,
 ) -> StreamComparison:
     """Generate at DCP1 and at each of ``dcp_sizes`` (DCP1 is always run, as the
-    baseline) and compare the token streams by digest, with one model for all of them."""
+    baseline) and compare the token streams by digest, with one model for all of them;
+    decode steps run through ``stages`` (the project's kernels when None)."""
     if any(not isinstance(n, int) or n < 1 for n in dcp_sizes):
         raise ValueError(f"DCP sizes must be integers >= 1, got {list(dcp_sizes)}")
     sizes = sorted({BASELINE_DCP_SIZE, *dcp_sizes})
     model = build_model(config, device)
-    return compare_runs(config, [_generate(kernel, model, config, n) for n in sizes])
+    stages = stages if stages is not None else default_stages()
+    return compare_runs(config, [_generate(kernel, model, config, n, stages) for n in sizes])
 
 
 def compare_runs(config: StreamConfig, runs: Sequence[Streams]) -> StreamComparison:

@@ -132,8 +132,11 @@ def canonical(spec: str) -> str:
     return release.name + (f":{release.function}" if ":" in spec else "")
 
 
-ATTENTIONS: dict[str, DecodeAttention] = {"default": mla_decode_attention}
-"""The project's decode attentions by name."""
+ATTENTIONS: dict[str, DecodeAttention] = {
+    "default": mla_decode_attention,
+    **{_mutant_name(m): m for m in mutants.ATTENTION_MUTANTS},
+}
+"""The project's decode attentions by name: the correct one and its mutants."""
 
 
 def _attention_file(version: str, name: str) -> JudgedFile:
@@ -172,7 +175,8 @@ def load_attention(spec: str) -> DecodeAttention:
 def attention_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files the decode attention ``spec`` names comes from, with their SHA256."""
     if spec in ATTENTIONS:
-        return (loading.judged_file(Path(mla_decode_attention.__code__.co_filename)),)
+        sources = (mla_decode_attention.__code__.co_filename, mutants.__file__)
+        return tuple(loading.judged_file(Path(source)) for source in sources)
     release = loading.release_of(spec, vllm_attention.FUNCTION)
     if release is not None:
         return (_attention_file(release.version, release.name),)

@@ -1,6 +1,7 @@
-"""Wrong merges, each the project's with one bug a DCP deployment has had or could have,
-for the checks to be shown catching. Each wraps the merge from outside (what it is asked,
-or what it returns), so the kernel a reader studies holds no code that is not the kernel."""
+"""Wrong merges and decode attentions, each the project's with one bug a DCP deployment has
+had or could have, for the checks to be shown catching. Each wraps the project's kernel
+from outside (what it is asked, or what it returns), so the kernel a reader studies holds
+no code that is not the kernel."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from dataclasses import replace
 
 import torch
 
-from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
+from dcpcheck.ops.lse_combine.attention import mla_decode_attention
+from dcpcheck.ops.lse_combine.contract import AttentionInputs, CombineInputs, Merged
 from dcpcheck.ops.lse_combine.kernel import combine, empty_rows
 
 
@@ -128,3 +130,12 @@ MUTANTS = (
     heads_rolled,
     scatter_off_by_one,
 )
+
+
+def attention_last_token_dropped(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row reads one token short of its local length (a ``<`` one too strict): every
+    rank drops its newest token, so DCPn drops one token per rank where DCP1 drops one."""
+    return mla_decode_attention(replace(inputs, seq_lens=(inputs.seq_lens - 1).clamp(min=0)))
+
+
+ATTENTION_MUTANTS = (attention_last_token_dropped,)

@@ -1,0 +1,152 @@
+"""The tiny model's DCP decode path through the ops' kernels (``dcpcheck.e2e.chain``):
+slot mappings, the fused norm + RoPE + cache write, each rank's decode attention over its
+shard, the merge.
+
+A correct chain gives the DCP1 streams at DCP 2, 4 and 8 (``test_token_streams`` runs the
+project's kernels at every stage); a wrong kernel at any stage other than the fused op's
+breaks the DCP4 streams and not the DCP1 ones, and a release's stages are judged as that
+release's runner and MLA backend call them: vLLM 0.12.0's merge lets an empty shard's NaN
+through (README, "vLLM's merges, release by release"), 0.33.0's does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dcpcheck.e2e.chain import (
+    ATTENTION,
+    MERGE,
+    SLOT_MAPPING,
+    Stages,
+    parse_stages,
+    stages_for,
+)
+from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
+from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from tests.conftest import BACKEND, registry_problem
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = stream_config_for(BACKEND, steps=3)
+"""The streams ``hash`` and ``run`` generate, three steps long: rank 3 of DCP4 holds no
+token of the shortest request (a whole block of four positions per rank)."""
+
+
+def streams(stages: Stages, dcp_size: int = 4):
+    return compare_streams(load_kernel("default"), CONFIG, (dcp_size,), BACKEND.device, stages)
+
+
+def test_the_project_chain_is_what_every_unnamed_stage_is():
+    stages = stages_for("default")
+    assert [s.spec for s in (stages.slot_mapping, stages.attention, stages.merge)] == [
+        "default"
+    ] * 3
+    assert streams(stages).identical
+
+
+@pytest.mark.parametrize(
+    ("stage", "spec"),
+    [
+        (MERGE, "mutant/own-lse-of-next-rank"),
+        (MERGE, "mutant/heads-rolled"),
+        (MERGE, "mutant/scatter-off-by-one"),
+        (SLOT_MAPPING, "mutant/interleave-ignored"),
+        (SLOT_MAPPING, "mutant/seq-lens-interleave-ignored"),
+        (ATTENTION, "mutant/attention-last-token-dropped"),
+    ],
+)
+def test_a_wrong_stage_breaks_the_dcp4_streams_only(stage, spec):
+    comparison = streams(stages_for("default", {stage: spec}))
+    assert not comparison.identical
+    divergence = comparison.first_divergence
+    assert divergence is not None and divergence.dcp_size == 4, divergence
+    assert not divergence.near_tie, divergence.describe()
+
+
+def test_stage_options_are_read_strictly():
+    assert parse_stages(["merge=vllm==0.33.0", "attention=default"]) == {
+        MERGE: "vllm==0.33.0",
+        ATTENTION: "default",
+    }
+    for bad in (["merge"], ["merge="], ["norm=default"], ["merge=a", "merge=b"]):
+        with pytest.raises(KernelSpecError):
+            parse_stages(bad)
+    with pytest.raises(KernelSpecError, match="both the slot mappings and the local lengths"):
+        stages_for("default", {SLOT_MAPPING: "vllm==0.33.0:get_dcp_local_seq_lens"})
+
+
+@functools.cache
+def release_stages(version: str) -> Stages:
+    try:
+        return stages_for(f"vllm=={version}")
+    except KernelLoadError as exc:
+        problem = registry_problem()
+        if problem is not None:
+            pytest.skip(f"vllm=={version} is not cached and the registry is unreachable: {problem}")
+        raise AssertionError(
+            f"the registry answers, yet vllm=={version} did not load: {exc}"
+        ) from exc
+
+
+def test_a_release_chain_takes_every_stage_the_release_has():
+    stages = release_stages("0.12.0")
+    assert stages.slot_mapping.spec == (
+        "vllm==0.12.0:compute_slot_mapping + vllm==0.12.0:get_dcp_local_seq_lens"
+    )
+    assert (stages.attention.spec, stages.merge.spec) == ("vllm==0.12.0", "vllm==0.12.0")
+
+
+def test_vllm_0_12_0s_merge_lets_an_empty_shards_nan_through_its_decode_attention():
+    """Its Triton decode attention leaves ``0 / 0`` on a rank without a token of the
+    request; its merge multiplies that by a factor of 0 (no lengths, no zeroing)."""
+    comparison = streams(release_stages("0.12.0"))
+    divergence = comparison.first_divergence
+    assert divergence is not None and divergence.dcp_size == 4
+    assert "here nan" in divergence.describe()
+    assert streams(release_stages("0.12.0"), dcp_size=1).identical
+
+
+def test_vllm_0_33_0s_chain_gives_the_dcp1_streams():
+    assert streams(release_stages("0.33.0")).identical
+
+
+def test_hash_names_every_stage_and_fails_on_a_wrong_one(tmp_path):
+    report = tmp_path / "streams.json"
+    command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", "1,4", "--steps", "3"]
+    command += ["--stage", "merge=mutant/own-lse-of-next-rank", "--json", str(report)]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "merge: mutant/own-lse-of-next-rank" in done.stdout
+    doc = json.loads(report.read_text())
+    assert doc["chain"][MERGE] == {"spec": "mutant/own-lse-of-next-rank", "note": None}
+    assert doc["chain"]["fused-norm-rope"]["spec"] == "default"
+    assert not doc["identical"]
+    assert any(f["path"].endswith("lse_combine/mutants.py") for f in doc["kernel_files"])
+
+
+def test_hash_refuses_an_unknown_stage_with_exit_2(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "hash", "--stage", "norm=default"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "unknown stage 'norm'" in done.stderr
+    assert "Traceback" not in done.stderr
