@@ -1,0 +1,82 @@
+"""The tiny model's token streams through every release's DCP decode chain, and the table.
+
+For each release: ``python -m dcpcheck hash --dcp 1,2,4,8 --kernel vllm==X --json ...``,
+whose decode steps run the release's slot-mapping routines, its ``fused_norm_rope`` (from
+0.28.0; the project's before), its Triton decode attention and its merge, each as the
+release's runner and MLA backend call them (``dcpcheck.e2e.chain``). A row gives where each
+stage came from, whether every DCP size gave the DCP1 streams, the first divergence, and
+the wall time. Used for BENCHMARKS.md's chain table:
+
+    python3 benchmarks/chain_matrix.py --out out/chain
+
+(The releases must be in the cache, ``$DCPCHECK_CACHE`` or ``~/.cache/dcpcheck``, or the
+package registry reachable.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slot_mapping_matrix import RELEASES
+
+STAGES = ("slot-mapping", "fused-norm-rope", "attention", "merge")
+
+
+def _short(stage: dict | None) -> str:
+    """Where a stage's kernel came from: ``project``, ``vllm`` (the release's default
+    routine) or the release's routines it named."""
+    if stage is None:
+        return "-"
+    if stage["spec"] == "default":
+        return "project"
+    return re.sub(r"vllm==[^:\s]+:?", "", stage["spec"]) or "vllm"
+
+
+def judge(version: str, out: Path, sizes: str) -> str:
+    """One row of the table (module docstring)."""
+    report = out / f"{version}.json"
+    command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", sizes]
+    command += ["--kernel", f"vllm=={version}", "--json", str(report)]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if not report.is_file():
+        why = (done.stderr.strip().splitlines() or ["?"])[-1][-160:]
+        return f"| {version} | - | - | - | - | exit {done.returncode}: {why} | | {seconds:.0f} |"
+    doc = json.loads(report.read_text())
+    chain = doc.get("chain") or {}
+    stages = " | ".join(_short(chain.get(name)) for name in STAGES)
+    if doc["error"]:
+        verdict = f"error: {doc['error'][:160]}"
+    elif doc["identical"]:
+        verdict = "identical"
+    else:
+        verdict = "differs"
+    divergence = (doc["first_divergence"] or {}).get("summary", "-")
+    verdict += f" (exit {done.returncode})"
+    return f"| {version} | {stages} | {verdict} | {divergence} | {seconds:.0f} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("out/chain"))
+    parser.add_argument("--dcp", default="1,2,4,8")
+    parser.add_argument("versions", nargs="*", default=list(RELEASES))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(
+        "| release | slot mappings | fused op | attention | merge | streams | "
+        "first divergence | s |\n|---|---|---|---|---|---|---|---|"
+    )
+    for version in args.versions:
+        print(judge(version, args.out, args.dcp), flush=True)
+
+
+if __name__ == "__main__":
+    main()
