@@ -24,6 +24,7 @@ from dcpcheck.e2e.chain import (
     ATTENTION,
     MERGE,
     SLOT_MAPPING,
+    ChainError,
     Stages,
     parse_stages,
     stages_for,
@@ -113,6 +114,18 @@ def test_vllm_0_12_0s_merge_lets_an_empty_shards_nan_through_its_decode_attentio
     assert streams(release_stages("0.12.0"), dcp_size=1).identical
 
 
+def test_what_a_release_cannot_be_asked_is_said_not_run():
+    """vLLM 0.10.2's decode attention returns no LSE (its MLA backends did not run under
+    DCP): the chain's attention is the project's, with the reason. Its V1 block table
+    takes an interleave of 1 only: the streams' interleave of 4 is refused at the first
+    step, naming the stage."""
+    stages = release_stages("0.10.2")
+    assert stages.attention.spec == "default"
+    assert "lse" in stages.attention.note
+    with pytest.raises(ChainError, match=r"slot-mapping: .*interleave"):
+        streams(stages)
+
+
 def test_vllm_0_33_0s_chain_gives_the_dcp1_streams():
     assert streams(release_stages("0.33.0")).identical
 
@@ -149,4 +162,20 @@ def test_hash_refuses_an_unknown_stage_with_exit_2(tmp_path):
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "unknown stage 'norm'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_hash_refuses_a_chain_a_release_cannot_run_with_exit_2(tmp_path):
+    release_stages("0.10.2")  # fetched (or skipped) as the other tests fetch it
+    command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", "1,2", "--steps", "1"]
+    done = subprocess.run(
+        [*command, "--kernel", "vllm==0.10.2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the decode chain cannot run: slot-mapping:" in done.stderr
     assert "Traceback" not in done.stderr

@@ -37,6 +37,7 @@ from dcpcheck.e2e.chain import (
 )
 from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
+    STREAM_INTERLEAVE,
     StreamComparison,
     StreamConfig,
     compare_streams,
@@ -76,6 +77,14 @@ STREAM_OPTIONS = (
         default=None,
         help="Model widths: a preset name (default: small-neox on the CPU, deepseek-v3.2 on "
         "a GPU).",
+    ),
+    click.option(
+        "--interleave",
+        type=click.IntRange(min=1),
+        default=STREAM_INTERLEAVE,
+        show_default=True,
+        help="Positions a rank stores in a row (vLLM's cp_kv_cache_interleave_size); must "
+        "divide the block size (4). Releases before 0.11.1 take 1 only.",
     ),
     seed_option("Weights, prompts and cache bytes.", default=0),
 )
@@ -149,6 +158,7 @@ def hash_command(
     steps,
     layout_name,
     preset,
+    interleave,
     seed,
     device,
     adapter,
@@ -165,7 +175,7 @@ def hash_command(
         except files.ReportPathError as exc:
             raise InputError(str(exc)) from None
     backend = open_backend(device)
-    stream_config = hash_config(backend, layout_name, preset, prompts, steps, seed)
+    stream_config = hash_config(backend, layout_name, preset, prompts, steps, interleave, seed)
     fused, stages = chain_stages(kernel_name, adapter, stage_texts)
     judged = chain_files(fused, stages)
     chain = chain_json(fused, stages)
@@ -176,9 +186,10 @@ def hash_command(
             comparison = compare_streams(
                 fused.kernel, stream_config, dcp_sizes, backend.device, stages
             )
+    except ChainError as exc:  # a stage's kernel cannot be asked this chain's steps
+        raise InputError(f"the decode chain cannot run: {exc}") from None
     except (Exception, SystemExit) as exc:  # a stage's kernel raised inside the model
-        what = "the chain cannot run" if isinstance(exc, ChainError) else "the kernel raised"
-        message = f"{what}: {type(exc).__name__}: {exc}"
+        message = f"the kernel raised: {type(exc).__name__}: {exc}"
         if json_path is not None:  # never leave an earlier run's report in place
             document = streams_json(
                 stream_config,
@@ -329,7 +340,9 @@ def _write_json(path: Path, text: str) -> None:
         raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
 
 
-def hash_config(backend, layout_name: str, preset, prompts: int, steps: int, seed: int):
+def hash_config(
+    backend, layout_name: str, preset, prompts: int, steps: int, interleave: int, seed: int
+):
     """The `hash` options as a ``StreamConfig`` for ``backend``; bad values are exit 2."""
     try:
         return stream_config_for(
@@ -338,6 +351,7 @@ def hash_config(backend, layout_name: str, preset, prompts: int, steps: int, see
             preset=preset,
             prompts=prompts,
             steps=steps,
+            interleave=interleave,
             seed=seed,
         )
     except ValueError as exc:

@@ -206,6 +206,7 @@ def hash_command(
     steps,
     layout_name,
     preset,
+    interleave,
     seed,
     stage_texts,
     json_path,
@@ -224,7 +225,9 @@ def hash_command(
             raise common.InputError(str(exc)) from None
     with _joined(device, rank_timeout_s, progress) as group:
         distributed_sizes(dcp_sizes, group.world_size)
-        stream_config = hash_config(group.backend, layout_name, preset, prompts, steps, seed)
+        stream_config = hash_config(
+            group.backend, layout_name, preset, prompts, steps, interleave, seed
+        )
         fused, stages = chain_stages(kernel_name, adapter, stage_texts)
         kernel = _group_kernel(fused.spec, adapter if fused.spec == kernel_name else "auto")
         if group.rank == 0:

@@ -130,6 +130,7 @@ def stream_config_for(
     preset: str | None = None,
     prompts: int = 3,
     steps: int = 8,
+    interleave: int = STREAM_INTERLEAVE,
     seed: int = 0,
 ) -> StreamConfig:
     """The configuration ``dcpcheck hash`` and ``dcpcheck run`` use on ``backend``."""
@@ -140,7 +141,7 @@ def stream_config_for(
         prompts=prompts,
         max_prompt_length=MIN_PROMPT_LENGTH + 2 * prompts + 2,
         steps=steps,
-        interleave=STREAM_INTERLEAVE,
+        interleave=interleave,
         seed=seed,
     )
 
