@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU acceptance runs: kernel/oracle/adapter/release and harness tests, the release
 # matrix with and without the oracle, the slot-mapping op's release matrix, the release
-# bisect, the default run, the property search on releases, the selftest, and
+# bisect, the default run, the property search on releases, the selftest, the merge's
+# release matrix and the decode chain's token streams through every release, and
 # compute-sanitizer (tests, slowdown, and every shipped scenario under each tool:
 # sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
@@ -28,6 +29,8 @@ for job in $JOBS; do
           tests/test_fused_checks.py tests/test_cost.py tests/test_hash_cli.py \
           tests/test_compile_ahead.py tests/test_slot_mapping.py \
           tests/test_slot_mapping_releases.py tests/test_interpreter_masks.py \
+          tests/test_interpreter_dots.py tests/test_lse_combine.py \
+          tests/test_lse_combine_releases.py tests/test_chain.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
@@ -53,6 +56,13 @@ for job in $JOBS; do
     slot-mapping)  # vLLM's slot-mapping kernel in every release that has it
       ( timed python3 benchmarks/slot_mapping_matrix.py --out "$OUT/slot-mapping" \
           > "$OUT/slot_mapping_matrix.md" 2>&1 ) & ;;
+    lse-combine)  # vLLM's merges in every release, and the bf16-LSE measurement
+      ( timed python3 benchmarks/lse_combine_matrix.py --out "$OUT/lse-combine" \
+          > "$OUT/lse_combine_matrix.md" 2>&1
+        timed python3 benchmarks/lse_precision.py --shift 20 > "$OUT/lse_precision.md" 2>&1 ) & ;;
+    chain)  # token streams through every release's slot mappings, attention and merge
+      ( timed python3 benchmarks/chain_matrix.py --out "$OUT/chain" \
+          > "$OUT/chain_matrix.md" 2>&1 ) & ;;
     property)
       for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do
         ( timed python3 -m dcpcheck run --kernel vllm==$v --dcp 1 --property-only \

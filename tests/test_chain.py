@@ -179,3 +179,14 @@ def test_hash_refuses_a_chain_a_release_cannot_run_with_exit_2(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "the decode chain cannot run: slot-mapping:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_to_the_run():
+    """The merge scatters the model's 8 heads: DCP3 cannot share them. The run's
+    token-stream case says so and neither passes nor fails."""
+    from dcpcheck.cases.verdicts import RunConfig
+    from dcpcheck.e2e.stream_case import token_stream_case
+
+    result = token_stream_case(load_kernel("default"), RunConfig("default", (3,)), BACKEND)
+    assert result.status == "not_applicable"
+    assert "DCP 3 does not divide" in result.error

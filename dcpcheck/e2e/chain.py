@@ -111,6 +111,12 @@ class Stages:
         the attention and the merge (module docstring; ``mla_model.DecodeChain``)."""
         if step.block_table is None or step.local_seq_lens is None:
             raise ChainError("a decode step without the chain's block table and lengths")
+        heads = queries[0].shape[1]
+        if heads % step.dcp_size:
+            raise ChainError(
+                f"merge: the reduce-scatter shares the model's {heads} heads among the "
+                f"ranks; DCP {step.dcp_size} does not divide them"
+            )
         ranks = exchange.local_ranks
         kv_lora = model.preset.kv_lora_rank
         device = queries[0].device

@@ -27,8 +27,10 @@ log-sum-exp in rank order (``dcpcheck.e2e.attention``). A prefill chunk attends 
 causally over the ``kv_out`` / ``kpe_out`` / ``q_out`` the kernel produced **on that
 rank** for the chunk's tokens, and over its cached prefix through the shards as above.
 So a kernel that leaves outputs unwritten for tokens without a local slot poisons the
-prefill (NaN-filled outputs) and a wrong cache write poisons decode. How the partials are
-gathered is a :class:`ShardExchange`: by default every rank is simulated in this process;
+prefill (NaN-filled outputs) and a wrong cache write poisons decode. Given a
+:class:`DecodeChain`, a step of decodes attends through the ops' kernels instead (a decode
+attention over each rank's shard and the merge, ``dcpcheck.e2e.chain``). How the ranks
+meet is a :class:`ShardExchange`: by default every rank is simulated in this process;
 with real ranks each process computes one and the partials travel by all-gather.
 
 Widths: the preset gives ``q_lora_rank``, ``kv_lora_rank`` and ``rope_dim``; the rest

@@ -17,6 +17,7 @@ from dcpcheck.cases.verdicts import (
     KernelError,
     RunConfig,
 )
+from dcpcheck.e2e.chain import ChainError
 from dcpcheck.e2e.token_streams import StreamComparison, compare_streams, stream_config_for
 from dcpcheck.ops.fused_norm_rope.runner import CaseRunner, KernelUnderTest
 
@@ -35,6 +36,8 @@ def token_stream_case(
     def compare() -> StreamComparison:
         try:
             return compare_streams(kernel, stream_config_for(backend), [dcp_size], backend.device)
+        except ChainError:
+            raise
         except (Exception, SystemExit) as exc:  # the kernel under test raised inside the model
             raise KernelError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -49,7 +52,9 @@ def token_stream_verdict(
     """The token-stream case from ``compare``, which runs the DCP1 and DCP-``dcp_size``
     streams in one process (:func:`token_stream_case`) or on real ranks
     (``dcpcheck.distributed.streams``): a divergence fails it, a ``KernelError`` is its
-    error. ``None`` where ``compare`` returns None (a real rank other than rank 0)."""
+    error, a chain the run's DCP size cannot be asked (``ChainError``) makes it not
+    applicable, with the reason. ``None`` where ``compare`` returns None (a real rank other
+    than rank 0)."""
     result = CaseResult(
         TOKEN_STREAM_CASE, dcp_size, "pass", replay=config.token_stream_replay(dcp_size)
     )
@@ -58,6 +63,8 @@ def token_stream_verdict(
         comparison = compare()
     except KernelError as exc:
         result.status, result.error = "error", str(exc)
+    except ChainError as exc:
+        result.status, result.error = "not_applicable", str(exc)
     else:
         if comparison is None:
             return None
