@@ -22,7 +22,17 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-RELEASES = ("0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
+RELEASES = (
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+    "0.34.0",
+)
 
 
 def run_release(version: str, dcp: str, oracle: str, extra: list[str], out: Path) -> dict:

@@ -52,7 +52,7 @@ from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 
 PACKAGE = "vllm"
 KERNEL_MEMBER = OPS[FUSED_NORM_ROPE].wheel_members[0]
-"""Where every release from 0.28.0 on keeps ``fused_norm_rope`` in its wheel."""
+"""Where every release that has ``fused_norm_rope`` (0.27.0 on) keeps it in its wheel."""
 
 KEPT_MEMBERS = tuple(dict.fromkeys(m for op in OPS.values() for m in op.wheel_members))
 """Every wheel member an op judges (``dcpcheck.op_registry``); a fetch keeps those the
