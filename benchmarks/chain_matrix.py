@@ -36,7 +36,8 @@ def _short(stage: dict | None) -> str:
         return "-"
     if stage["spec"] == "default":
         return "project"
-    return re.sub(r"vllm==[^:\s]+:?", "", stage["spec"]) or "vllm"
+    parts = stage["spec"].split(" + ")
+    return " + ".join(re.sub(r"vllm==[^:\s]+:?", "", part) or "vllm" for part in parts)
 
 
 def judge(version: str, out: Path, sizes: str) -> str:
