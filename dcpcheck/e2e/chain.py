@@ -278,7 +278,7 @@ def parse_stages(texts: Sequence[str]) -> dict[str, str]:
 
 def fused_stage(spec: str, load: Callable[[str], Any]) -> Stage:
     """The fused op's kernel of a chain whose ``--kernel`` is ``spec``: ``spec``'s, or,
-    for a release whose wheel has no ``fused_norm_rope`` (before 0.28.0), the project's,
+    for a release whose wheel has no ``fused_norm_rope`` (before 0.27.0), the project's,
     with that note."""
     release = loading.release_of(spec)
     try:
