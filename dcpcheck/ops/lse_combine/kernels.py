@@ -57,10 +57,16 @@ def release_of(spec: str) -> releases.ReleaseSpec | None:
     return release
 
 
-def _release_file(version: str, name: str, function: str = vllm.FUNCTION) -> JudgedFile:
-    """The file of release ``version`` that defines ``function``: the newest of the op's
-    files it has that does (a moved routine can leave its old file behind)."""
-    for member in reversed(vllm.MEMBERS):
+def _release_file(
+    version: str,
+    name: str,
+    function: str = vllm.FUNCTION,
+    members: tuple[str, ...] = vllm.MEMBERS,
+) -> JudgedFile:
+    """The file of release ``version`` that defines ``function``: the newest of
+    ``members`` (the merges' files, or the decode attention's) it has that does (a moved
+    routine can leave its old file behind)."""
+    for member in reversed(members):
         if releases.lacks(version, member):
             continue
         try:
@@ -71,7 +77,7 @@ def _release_file(version: str, name: str, function: str = vllm.FUNCTION) -> Jud
             raise
         if f"def {function}(" in kept.path.read_text(encoding="utf-8"):
             return JudgedFile(str(kept.path), kept.sha256)
-    raise KernelLoadError(f"{name}: none of {', '.join(vllm.MEMBERS)} defines {function}")
+    raise KernelLoadError(f"{name}: none of {', '.join(members)} defines {function}")
 
 
 def _neighbours(version: str) -> dict[str, Path]:
@@ -139,21 +145,6 @@ ATTENTIONS: dict[str, DecodeAttention] = {
 """The project's decode attentions by name: the correct one and its mutants."""
 
 
-def _attention_file(version: str, name: str) -> JudgedFile:
-    """Release ``version``'s file of ``decode_attention_fwd`` (the newest it has)."""
-    for member in reversed(vllm_attention.MEMBERS):
-        if releases.lacks(version, member):
-            continue
-        try:
-            kept = loading.fetch_release(version, member)
-        except KernelLoadError:
-            if releases.lacks(version, member):
-                continue
-            raise
-        return JudgedFile(str(kept.path), kept.sha256)
-    raise KernelLoadError(f"{name}: has no {' or '.join(vllm_attention.MEMBERS)}")
-
-
 def load_attention(spec: str) -> DecodeAttention:
     """The decode attention ``spec`` names (module docstring); ``KernelLoadError`` with
     one line."""
@@ -161,7 +152,11 @@ def load_attention(spec: str) -> DecodeAttention:
         return ATTENTIONS[spec]
     release = loading.release_of(spec, vllm_attention.FUNCTION)
     if release is not None:
-        path = Path(_attention_file(release.version, release.name).path)
+        path = Path(
+            _release_file(
+                release.version, release.name, release.function, vllm_attention.MEMBERS
+            ).path
+        )
         function = getattr(loading.load_file(path), release.function, None)
         if not callable(function):
             raise KernelLoadError(f"{release.name}: {path} has no {release.function}")
@@ -179,5 +174,7 @@ def attention_files(spec: str) -> tuple[JudgedFile, ...]:
         return tuple(loading.judged_file(Path(source)) for source in sources)
     release = loading.release_of(spec, vllm_attention.FUNCTION)
     if release is not None:
-        return (_attention_file(release.version, release.name),)
+        return (
+            _release_file(release.version, release.name, release.function, vllm_attention.MEMBERS),
+        )
     return loading.spec_files(spec)
