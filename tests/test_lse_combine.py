@@ -243,18 +243,25 @@ def test_the_selftest_passes_the_merge_and_catches_every_mutant():
 
     report = run_selftest(BACKEND)
     assert report.default.status.value == "passed"
-    assert len(report.mutants) == len(mutants.MUTANTS)
+    assert len(report.mutants) == len(mutants.MUTANTS) + len(mutants.ATTENTION_MUTANTS)
     assert all(row.status.value == "caught" for row in report.mutants), [
         (row.kernel, row.status) for row in report.mutants
     ]
 
 
-@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
+EVERY_MUTANT = (*mutants.MUTANTS, *map(mutants.ProducedBy, mutants.ATTENTION_MUTANTS))
+
+
+def _mutant_id(mutant) -> str:
+    return mutant.attention.__name__ if isinstance(mutant, mutants.ProducedBy) else mutant.__name__
+
+
+@pytest.mark.parametrize("mutant", EVERY_MUTANT, ids=_mutant_id)
 def test_the_search_finds_and_shrinks_every_mutant(mutant):
     from dcpcheck.ops.lse_combine import search
 
-    outcome = search.search(mutant, mutant.__name__, 60, DEVICE)
-    assert not outcome.passed, f"{mutant.__name__} survived 60 examples"
+    outcome = search.search(mutant, _mutant_id(mutant), 60, DEVICE)
+    assert not outcome.passed, f"{_mutant_id(mutant)} survived 60 examples"
     shrunk = outcome.failure
     assert isinstance(shrunk, CombineScenario)
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows <= 2
@@ -391,12 +398,13 @@ def test_a_speculative_row_empty_on_a_rank_that_holds_its_request_is_the_empty_s
 
 
 def test_the_projects_decode_attention_over_a_rank_shard_is_the_oracles():
+    from dcpcheck.ops.lse_combine.attention import mla_decode_attention
     from dcpcheck.ops.lse_combine.chain import _rank_partials
 
     batch = dataclasses.replace(BATCH, dtype="float32", sink_logit=0.0)
     case = build_case(batch, 4, DEVICE)
     for rank in range(4):
-        out, lse = _rank_partials(case, rank, DEVICE)
+        out, lse = _rank_partials(case, rank, DEVICE, mla_decode_attention)
         real = case.real
         empty = torch.isneginf(lse[real]).all(dim=1)
         torch.testing.assert_close(empty, torch.isneginf(case.partial_lse[rank][real]).all(dim=1))
@@ -419,3 +427,37 @@ def test_chain_fails_on_a_merge_that_breaks_it_and_is_skipped_with_a_bias():
     assert chain(mutants.heads_rolled, case, DEVICE).findings
     biased = build_case(BATCH, 4, DEVICE)
     assert chain(combine, biased, DEVICE).skipped == "a decode kernel takes no logit bias"
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoPaths:
+    """A merge with another path, as a release with both merges is loaded."""
+
+    merge: object
+    counterpart: object
+
+    def __call__(self, inputs):
+        return self.merge(inputs)
+
+
+def test_paths_agree_and_masks_agree_fail_on_a_path_that_differs_where_it_differs():
+    from dcpcheck.ops.lse_combine.paths import ONE_PATH, judge_paths
+
+    case = build_case(dataclasses.replace(BATCH, empty="zero-garbage"), 4, DEVICE)
+    merged = launch_all(combine, case)
+
+    def verdicts(other):
+        results = judge_paths(TwoPaths(combine, other), case, merged, launch_all)
+        return {r.check: r for r in results}
+
+    same = verdicts(combine)
+    assert not same["paths_agree"].findings and not same["masks_agree"].findings
+    assert same["paths_agree"].skipped is None and same["masks_agree"].skipped is None
+    rolled = verdicts(mutants.heads_rolled)
+    assert rolled["paths_agree"].findings and rolled["masks_agree"].findings
+    # the other path gives an empty shard's LSE of 0 weight: only the rows it holds differ
+    unmasked = verdicts(mutants.lengths_ignored)
+    assert not unmasked["paths_agree"].findings
+    [*found] = unmasked["masks_agree"].findings
+    assert found and all(f.ownership == "a rank holds none of it" for f in found)
+    assert all(r.skipped == ONE_PATH for r in judge_paths(combine, case, merged, launch_all))

@@ -87,9 +87,12 @@ def test_before_0_28_an_empty_shards_nan_output_poisons_the_merge(version):
 
 @pytest.mark.parametrize("version", FIXED)
 def test_from_0_28_empty_shards_weigh_nothing_whatever_they_hold(version):
+    """And the all-to-all merge, run beside, masks them as the all-gather does."""
     for empty in ("neg-inf-nan", "pos-inf-zeros", "nan-nan", "zero-garbage"):
         result = judge(version, dataclasses.replace(EMPTY_NAN, empty=empty), 4)
         assert result.status == "pass", (empty, [c.findings for c in result.failed_checks])
+        judged_pair = {c.check: c.skipped for c in result.checks if "agree" in c.check}
+        assert judged_pair == {"paths_agree": None, "masks_agree": None}
 
 
 def test_0_10_2_takes_no_base_so_a_base_2_lse_is_merged_as_natural():

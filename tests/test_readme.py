@@ -1,8 +1,9 @@
 """Every command in the README runs as written.
 
-The ``$ dcpcheck ...`` lines of its console blocks run in order, in one scratch directory
-(the runs there save the files the ``repro`` lines replay), each expected to exit with the
-code its trailing ``# ... exit N`` comment gives (0 when none). The two
+The ``$ dcpcheck ...`` lines of its console blocks run in order, each in a scratch
+directory of its own but a ``repro`` line, which runs in its run's (that run saved the file
+it replays), each expected to exit with the code its trailing ``# ... exit N`` comment
+gives (0 when none). The two
 set-up commands at the top are CI's own job: ``.ci/run`` must be exactly the test one.
 """
 
@@ -14,6 +15,8 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).parents[1]
 README = (REPO / "README.md").read_text()
@@ -34,14 +37,36 @@ def test_the_tour_has_commands():
     assert len(COMMANDS) >= 6
 
 
-def test_every_command_runs_as_written(tmp_path):
-    """In order, in one directory: a ``repro`` line replays the file a run before it saved,
-    so the commands are one test (test workers would otherwise split them). The directory
-    sees the checkout's ``scenarios/``, as a user at the checkout's root does."""
+def _sessions(commands: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """The commands in runs that share a directory: a ``repro`` of a saved failure joins
+    the run before it, which saved the file; every other command starts a run of its own."""
+    sessions: list[list[tuple[str, int]]] = []
+    for command, code in commands:
+        if command.startswith("dcpcheck repro .dcpcheck/") and sessions:
+            sessions[-1].append((command, code))
+        else:
+            sessions.append([(command, code)])
+    return sessions
+
+
+SESSIONS = _sessions(COMMANDS)
+
+
+def test_a_repro_of_a_saved_failure_runs_after_the_command_that_saved_it():
+    assert [
+        len(s) for s in _sessions([("dcpcheck run", 1), ("dcpcheck repro .dcpcheck/f", 1)])
+    ] == [2]
+    assert sum(map(len, SESSIONS)) == len(COMMANDS)
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=lambda s: s[0][0][:60])
+def test_every_command_runs_as_written(session, tmp_path):
+    """In order, in a directory of their own (``_sessions``), which sees the checkout's
+    ``scenarios/`` as a user at the checkout's root does."""
     (tmp_path / "scenarios").symlink_to(REPO / "scenarios")
     env = {k: v for k, v in os.environ.items() if k != "DCPCHECK_HOME"}
     env["PYTHONPATH"] = str(REPO)
-    for command, code in COMMANDS:
+    for command, code in session:
         argv = [sys.executable, "-m", *shlex.split(command)]
         done = subprocess.run(
             argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600

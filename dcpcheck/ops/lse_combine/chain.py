@@ -1,8 +1,16 @@
 """The chain a DCP decode runs: each rank's decode attention over its own shard of the
 cache, then the merge, which together must be one rank's attention over the whole
-context. ``chain`` is the op's check of it: the partials come from the project's decode
-attention (``attention``) over each rank's paged shard, not from the oracle, and the
-kernel under test merges them.
+context. ``chain`` is the op's check of it: the partials come from a decode attention
+over each rank's paged shard, not from the oracle, and the kernel under test merges them.
+The attention is the kernel's own when it names one (``attention``, as an attention's
+mutant does: ``mutants.ProducedBy``), else the project's
+(``attention.mla_decode_attention``); a release's decode attention runs in the token
+streams' chain (``dcpcheck.e2e.chain``), where its backend's dtypes are the release's.
+
+The attention takes MLA's latent layout (``contract.AttentionInputs``): one cache entry a
+token, read whole as the key and its first ``kv_lora_rank`` columns as the value. A
+case's keys and values are independent, so each entry is ``[v | k]`` and each query
+``[0 | q]`` with ``kv_lora_rank = D``: the logits are ``q . k`` and the values ``v``.
 
 Each rank's cache holds the positions it stores, in order, in pages of ``PAGE_SIZE``
 tokens placed at shuffled page numbers (a page read from the wrong table entry is another
@@ -27,19 +35,21 @@ from dataclasses import replace
 import torch
 
 from dcpcheck.cases.verdicts import CheckResult
+from dcpcheck.ops import op_cases
 from dcpcheck.ops.lse_combine import checks
 from dcpcheck.ops.lse_combine.case import DTYPES, CombineCase, launch_all
-from dcpcheck.ops.lse_combine.contract import CombineKernel
+from dcpcheck.ops.lse_combine.contract import AttentionInputs, CombineKernel, DecodeAttention
 from reference import lse_combine as oracle
 
 PAGE_SIZE = 16
 
 
-def _rank_partials(case: CombineCase, rank: int, device: torch.device):
-    """Rank ``rank``'s decode attention of every row over its shard: (out, LSE in the
-    case's base and LSE dtype)."""
-    from dcpcheck.ops.lse_combine.attention import decode_attention
-
+def _rank_partials(
+    case: CombineCase, rank: int, device: torch.device, attention: DecodeAttention
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s decode attention of every row over its shard: (out in the case's
+    dtype, LSE in the case's base and LSE dtype). The shard is laid out as MLA's latent
+    cache (module docstring): entries ``[v | k]``, the query ``[0 | q]``."""
     batch, dim = case.batch, case.batch.head_dim
     generator = torch.Generator().manual_seed(batch.seed * 1009 + rank)
     owned = []
@@ -48,8 +58,7 @@ def _rank_partials(case: CombineCase, rank: int, device: torch.device):
         owned.append(positions[oracle.owner_of(positions, case.dcp_size, batch.interleave) == rank])
     pages_of = [math.ceil(len(p) / PAGE_SIZE) for p in owned]
     numbers = torch.randperm(max(sum(pages_of), 1), generator=generator)
-    k_cache = torch.zeros(max(sum(pages_of), 1) * PAGE_SIZE, dim, dtype=case.keys[0].dtype)
-    v_cache = torch.zeros_like(k_cache)
+    cache = torch.zeros(max(sum(pages_of), 1), PAGE_SIZE, 2 * dim, dtype=case.keys[0].dtype)
     tables = torch.zeros(len(case.keys), max(max(pages_of), 1), dtype=torch.int32)
     first = 0
     for request, positions in enumerate(owned):
@@ -57,9 +66,9 @@ def _rank_partials(case: CombineCase, rank: int, device: torch.device):
         first += pages_of[request]
         tables[request, : len(pages)] = pages.to(torch.int32)
         for local, position in enumerate(positions.tolist()):
-            slot = int(pages[local // PAGE_SIZE]) * PAGE_SIZE + local % PAGE_SIZE
-            k_cache[slot] = case.keys[request][position]
-            v_cache[slot] = case.values[request][position]
+            entry = cache[int(pages[local // PAGE_SIZE]), local % PAGE_SIZE]
+            entry[:dim] = case.values[request][position]
+            entry[dim:] = case.keys[request][position]
     rows = case.row_request.shape[0]
     table = torch.zeros(rows, tables.shape[1], dtype=torch.int32)
     lengths = torch.zeros(rows, dtype=torch.int32)
@@ -68,16 +77,26 @@ def _rank_partials(case: CombineCase, rank: int, device: torch.device):
         if request >= 0:
             table[row] = tables[request]
             lengths[row] = int((owned[request] < case.row_seen[row]).sum())
-    out, lse = decode_attention(
-        case.queries.to(device),
-        k_cache.to(device),
-        v_cache.to(device),
-        table.to(device),
-        lengths.to(device),
-        PAGE_SIZE,
-        1.0 / math.sqrt(dim),
+    q = torch.cat([torch.zeros_like(case.queries), case.queries], dim=-1)
+    inputs = AttentionInputs(
+        q=q.to(device),
+        kv_cache=cache.to(device),
+        kv_lora_rank=dim,
+        block_table=table.to(device),
+        seq_lens=lengths.to(device),
+        scale=1.0 / math.sqrt(dim),
     )
-    return out, oracle.to_base(lse, batch.base_e).to(DTYPES[batch.lse_dtype])
+    out, lse = attention(inputs)
+    out = out.to(DTYPES[batch.dtype])
+    return out, oracle.to_base(lse.float(), batch.base_e).to(DTYPES[batch.lse_dtype])
+
+
+def attention_of(kernel: CombineKernel) -> DecodeAttention:
+    """The decode attention that produces ``kernel``'s partials in the chain: its own
+    (``attention``: a release's, or a mutant's) or the project's."""
+    from dcpcheck.ops.lse_combine.attention import mla_decode_attention
+
+    return getattr(kernel, "attention", None) or mla_decode_attention
 
 
 def chain(kernel: CombineKernel, case: CombineCase, device: torch.device) -> CheckResult:
@@ -85,13 +104,14 @@ def chain(kernel: CombineKernel, case: CombineCase, device: torch.device) -> Che
     batch = case.batch
     if batch.sink_logit or batch.logit_shift:
         return CheckResult("chain", skipped="a decode kernel takes no logit bias")
-    partials = [_rank_partials(case, rank, device) for rank in range(case.dcp_size)]
+    attention = op_cases.raising(attention_of(kernel))
+    partials = [_rank_partials(case, rank, device, attention) for rank in range(case.dcp_size)]
     produced = replace(
         case,
         partial_out=tuple(out for out, _ in partials),
         partial_lse=tuple(lse for _, lse in partials),
     )
-    merged = launch_all(kernel, produced)
+    merged = launch_all(op_cases.raising(kernel), produced)
     from dcpcheck.ops.lse_combine.attention import BLOCK_N
 
     fp32 = torch.finfo(torch.float32).eps

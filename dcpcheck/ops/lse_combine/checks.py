@@ -8,7 +8,9 @@ one case that returns a ``CheckResult``:
 * ``merged_lse``: asked for it (``return_lse``), each rank returns its heads of the whole
   context's LSE, in the base the caller declared;
 * ``chain`` (``chain.py``): the same merge of partials a real decode attention produced
-  over each rank's paged shard is the whole context's attention.
+  over each rank's paged shard is the whole context's attention;
+* ``paths_agree`` and ``masks_agree`` (``paths.py``): a release's all-gather and
+  all-to-all merges agree, on full rows and on rows with an empty shard.
 
 Padding rows are not judged: nothing reads them.
 
@@ -36,7 +38,7 @@ from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.lse_combine.case import DTYPES, CombineCase
 from dcpcheck.ops.lse_combine.contract import Merged
 
-CHECKS = ("merged_out", "empty_shards", "merged_lse", "chain")
+CHECKS = ("merged_out", "empty_shards", "merged_lse", "chain", "paths_agree", "masks_agree")
 """The checks of this module, in the order reports list them."""
 
 FP32_EPS = torch.finfo(torch.float32).eps
@@ -70,12 +72,11 @@ def compared(
     rows: torch.Tensor,
 ) -> Finding | None:
     """A finding over the ``rows`` of ``got`` off ``want`` by more than ``bound`` (one per
-    element)
-    (NaN always is), or None. Its ownership says whether some rank holds none of the
-    first bad row's positions."""
+    element; a NaN or an infinity on either side always is), or None. Its ownership says
+    whether some rank holds none of the first bad row's positions."""
     got = got.detach().to("cpu", torch.float64)
     error = (got - want).abs()
-    error = torch.where(torch.isnan(got) | torch.isinf(got), torch.inf, error)
+    error = torch.where(~torch.isfinite(got) | ~torch.isfinite(want), torch.inf, error)
     error = error.reshape(error.shape[0], -1)
     bound = bound.reshape(bound.shape[0], -1)
     excess = error / bound

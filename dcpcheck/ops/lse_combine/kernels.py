@@ -18,6 +18,7 @@ Import only once the backend is chosen (it defines Triton kernels).
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 from dcpcheck.adapters.protocol import AdapterError
@@ -37,11 +38,15 @@ def _mutant_name(function: object) -> str:
 KERNELS: dict[str, CombineKernel] = {
     "default": project_kernel.combine,
     **{_mutant_name(m): m for m in mutants.MUTANTS},
+    **{_mutant_name(a): mutants.ProducedBy(a) for a in mutants.ATTENTION_MUTANTS},
 }
 
 DESCRIPTIONS: dict[str, str] = {
     "default": "the project's merge: all-gathered LSEs, a Triton correction, reduce-scatter",
-    **{_mutant_name(m): m.__doc__.split("\n")[0] for m in mutants.MUTANTS},  # type: ignore[union-attr]
+    **{
+        _mutant_name(m): m.__doc__.split("\n")[0]  # type: ignore[union-attr]
+        for m in (*mutants.MUTANTS, *mutants.ATTENTION_MUTANTS)
+    },
 }
 """What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
 
@@ -66,6 +71,15 @@ def _release_file(
     """The file of release ``version`` that defines ``function``: the newest of
     ``members`` (the merges' files, or the decode attention's) it has that does (a moved
     routine can leave its old file behind)."""
+    found = _file_defining(version, function, members)
+    if found is None:
+        raise KernelLoadError(f"{name}: none of {', '.join(members)} defines {function}")
+    return found
+
+
+def _file_defining(version: str, function: str, members: tuple[str, ...]) -> JudgedFile | None:
+    """``_release_file``, or None when no file of ``members`` the release has defines
+    ``function``; a fetch that fails for any other reason raises."""
     for member in reversed(members):
         if releases.lacks(version, member):
             continue
@@ -77,7 +91,7 @@ def _release_file(
             raise
         if f"def {function}(" in kept.path.read_text(encoding="utf-8"):
             return JudgedFile(str(kept.path), kept.sha256)
-    raise KernelLoadError(f"{name}: none of {', '.join(members)} defines {function}")
+    return None
 
 
 def _neighbours(version: str) -> dict[str, Path]:
@@ -104,15 +118,24 @@ def load(spec: str) -> CombineKernel:
         return KERNELS[spec]
     release = release_of(spec)
     if release is not None:
-        path = Path(_release_file(release.version, release.name, release.function).path)
-        try:
-            routine = vllm.routine_of(
-                path, release.function, release.name, _neighbours(release.version)
-            )
-            return vllm.VllmMerge(routine, release.name, release.function)
-        except AdapterError as exc:  # the revision's: bisect skips it
-            raise KernelLoadError(str(exc)) from None
+        merge = _release_merge(release.version, release.name, release.function)
+        other = next(f for f in vllm.FUNCTIONS if f != release.function)
+        if _file_defining(release.version, other, vllm.MEMBERS) is None:
+            return merge  # the release has one path
+        counterpart = _release_merge(release.version, release.name, other)
+        return dataclasses.replace(merge, counterpart=counterpart)
     return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
+
+
+def _release_merge(version: str, name: str, function: str) -> vllm.VllmMerge:
+    """Release ``version``'s ``function`` under the op's protocol; ``KernelLoadError``
+    when no file of the release defines it, or its API is one the adapter does not know."""
+    path = Path(_release_file(version, name, function).path)
+    try:
+        routine = vllm.routine_of(path, function, name, _neighbours(version))
+        return vllm.VllmMerge(routine, name, function)
+    except AdapterError as exc:  # the revision's: bisect skips it
+        raise KernelLoadError(str(exc)) from None
 
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
@@ -125,8 +148,15 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     release = release_of(spec)
     if release is not None:
         judged = _release_file(release.version, release.name, release.function)
-        siblings = _imports(Path(judged.path), _neighbours(release.version))
-        return (judged, *(loading.judged_file(path) for path in siblings))
+        other = next(f for f in vllm.FUNCTIONS if f != release.function)
+        counterpart = _file_defining(release.version, other, vllm.MEMBERS)
+        files = [Path(judged.path)]
+        if counterpart is not None:  # the paths checks run it too
+            files.append(Path(counterpart.path))
+        neighbours = _neighbours(release.version)
+        files += [sibling for file in list(files) for sibling in _imports(file, neighbours)]
+        unique = dict.fromkeys(files)
+        return (judged, *(loading.judged_file(path) for path in list(unique)[1:]))
     return loading.spec_files(spec)
 
 

@@ -6,12 +6,17 @@ no code that is not the kernel."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from dcpcheck.ops.lse_combine.attention import mla_decode_attention
-from dcpcheck.ops.lse_combine.contract import AttentionInputs, CombineInputs, Merged
+from dcpcheck.ops.lse_combine.contract import (
+    AttentionInputs,
+    CombineInputs,
+    DecodeAttention,
+    Merged,
+)
 from dcpcheck.ops.lse_combine.kernel import combine, empty_rows
 
 
@@ -139,3 +144,14 @@ def attention_last_token_dropped(inputs: AttentionInputs) -> tuple[torch.Tensor,
 
 
 ATTENTION_MUTANTS = (attention_last_token_dropped,)
+
+
+@dataclass(frozen=True)
+class ProducedBy:
+    """The project's merge of the partials ``attention`` produced: how the op judges a
+    decode attention (its ``chain`` check runs a kernel's ``attention``)."""
+
+    attention: DecodeAttention
+
+    def __call__(self, inputs: CombineInputs) -> Merged:
+        return combine(inputs)

@@ -18,6 +18,7 @@ from dcpcheck.ops.lse_combine import checks
 from dcpcheck.ops.lse_combine.case import CombineBatch, CombineCase, build_case, launch_all
 from dcpcheck.ops.lse_combine.chain import chain
 from dcpcheck.ops.lse_combine.contract import CombineKernel, Merged
+from dcpcheck.ops.lse_combine.paths import judge_paths
 from dcpcheck.ops.lse_combine.scenario import SCENARIOS, CombineScenario, scenario_to_toml
 
 Launch = Callable[[CombineKernel, CombineCase], list[Merged]]
@@ -37,7 +38,11 @@ def judged(
         return list(checks.skipped(reason))
     case = build_case(batch, size, device)
     merged = launch(op_cases.raising(kernel), case)
-    judged_here = [*checks.judge(case, merged), chain(op_cases.raising(kernel), case, device)]
+    judged_here = [
+        *checks.judge(case, merged),
+        chain(kernel, case, device),
+        *judge_paths(kernel, case, merged, launch),
+    ]
     return op_cases.with_skips(judged_here, kernel)
 
 

@@ -97,6 +97,8 @@ class VllmMerge:
     routine: Callable[..., object]
     name: str
     function: str = FUNCTION
+    counterpart: VllmMerge | None = None
+    """The release's other merge, when it has one (``paths``)."""
 
     def __post_init__(self) -> None:
         parameters = self.parameters
