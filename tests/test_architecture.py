@@ -49,6 +49,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dcpcheck.harness",),
     # a run's session and bisect: many cases of every op
     ("dcpcheck.workflows",),
+    # mutation testing: a kernel file's mutants, each through the gate in a worker
+    ("dcpcheck.mutation",),
     # JSON/JUnit reports, ownership maps, the console
     ("dcpcheck.output",),
     # real ranks over torch.distributed, judged through the harness

@@ -101,6 +101,11 @@ def test_0_10_2_takes_no_base_so_a_base_2_lse_is_merged_as_natural():
     assert judge("0.12.0", base_2, 2).status == "pass"
 
 
+def test_a_head_dim_not_a_power_of_two_is_not_applicable_as_the_kernel_cannot_tile_it():
+    result = judge("0.33.0", dataclasses.replace(FULL, head_dim=24), 2)
+    assert result.status == "not_applicable" and "tl.arange(0, HEAD_DIM)" in result.error
+
+
 def test_0_10_2_cannot_be_asked_the_merged_lse():
     result = judge("0.10.2", dataclasses.replace(FULL, return_lse=True), 2)
     assert result.status == "not_applicable" and "cannot return the merged LSE" in result.error

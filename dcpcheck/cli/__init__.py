@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import click
 
-from dcpcheck.cli import bisecting, fetching, hashing, listing, ranks, run, selftest
+from dcpcheck.cli import bisecting, fetching, hashing, listing, mutating, ranks, run, selftest
 from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
 from dcpcheck.distributed.group import in_torchrun_environment
 from dcpcheck.output.console import err
@@ -32,6 +32,7 @@ for command in (
     bisecting.bisect_command,
     fetching.fetch_command,
     listing.list_command,
+    mutating.mutate_command,
 ):
     cli.add_command(command)
 

@@ -47,6 +47,7 @@ from types import ModuleType
 from dcpcheck.adapters import shims
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import releases
+from dcpcheck.kernels.substitution import substituted
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def _read_source(path: Path) -> ast.Module:
 def load_file(path: Path) -> ModuleType:
     """The module of the Python file at ``path``, its host project's imports answered by
     the stand-ins where that project is not installed (module docstring)."""
+    path = substituted(path)
     tree = _read_source(path)
     module_name = _module_name(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -296,6 +298,7 @@ def definitions_alone(
     give. Compiled at their own lines of ``path``, so Triton reads a kernel's source where
     it lies."""
     neighbours = neighbours or {}
+    path = substituted(path)
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     imported = _imported_from(tree)
     statements = {name: node for node in tree.body for name in _defined_by(node)}

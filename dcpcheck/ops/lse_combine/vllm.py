@@ -27,10 +27,11 @@ and the DCP group, the base the case declares, the lengths when the caller passe
 and ``return_lse`` as the backends that ask for the merged LSE pass it. What the API
 cannot say is judged as the routine then behaves, with its caller's arguments: a base-2
 LSE where it has no base is merged as the routine merges any LSE, an empty shard without
-the lengths is merged as whatever its decode kernel left there. Only two things are not
-applicable: the merged LSE from a routine that cannot return it (none of its callers
-asks), and DCP1 (every caller merges only when ``dcp_world_size > 1``; the routine then
-returns its input as it is).
+the lengths is merged as whatever its decode kernel left there. Only three things are not
+applicable: a head dim that is not a power of two (its kernels tile it with one
+``tl.arange``, which Triton refuses otherwise), the merged LSE from a routine that cannot
+return it (none of its callers asks), and DCP1 (every caller merges only when
+``dcp_world_size > 1``; the routine then returns its input as it is).
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ class VllmMerge:
         batch, size = asked
         if size == 1:
             return DCP_ONLY
+        if batch.head_dim & (batch.head_dim - 1):
+            return (
+                f"{self.name}'s {self.function} tiles the head dim with tl.arange(0, HEAD_DIM), "
+                f"which takes a power of two (MLA's latent 512 is)"
+            )
         if batch.return_lse and "return_lse" not in self.parameters:
             return f"{self.name}'s {self.function} cannot return the merged LSE, and no caller asks"
         return None

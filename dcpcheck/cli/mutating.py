@@ -1,0 +1,184 @@
+"""``dcpcheck mutate``: mutation testing of a kernel file, so the gate's strength is
+measured (``dcpcheck.mutation``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+import torch
+
+from dcpcheck import files
+from dcpcheck.cli.common import (
+    InputError,
+    dcp_option,
+    json_option,
+    junit_option,
+    kernel_errors,
+    kernel_option,
+    parse_dcp_sizes,
+    scenario_dir_option,
+    scenario_option,
+)
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
+from dcpcheck.mutation import campaign as campaigns
+from dcpcheck.mutation import report, selection
+from dcpcheck.mutation.equivalents import EquivalentsError
+from dcpcheck.mutation.operators import OPERATORS
+from dcpcheck.mutation.runner import Gate
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.ops import package
+from dcpcheck.ops.fused_norm_rope.kernels import judged_files
+from dcpcheck.output.console import err, out
+
+
+def _kernel_files(op: str, kernel: str) -> list[Path]:
+    """The files of ``--kernel`` that hold Triton code: what its mutants edit."""
+    with kernel_errors():
+        judged = judged_files(kernel) if op == FUSED_NORM_ROPE else package(op).judged_files(kernel)
+    found = selection.triton_files([Path(f.path) for f in judged])
+    if not found:
+        raise InputError(f"{kernel}: none of its files defines a @triton.jit function to mutate")
+    return found
+
+
+@click.command("mutate")
+@kernel_option
+@click.option(
+    "--op",
+    type=click.Choice(list(OPS)),
+    default=FUSED_NORM_ROPE,
+    show_default=True,
+    help="The op whose gate judges the mutants.",
+)
+@dcp_option("DCP sizes the gate runs besides DCP1 (default: each scenario's own).")
+@scenario_option
+@scenario_dir_option
+@click.option(
+    "--search",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Then run the property search over N drawn scenarios on every survivor.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Run a deterministic sample of N mutants, spread over the operators.",
+)
+@click.option(
+    "--mutant",
+    "mutant_patterns",
+    multiple=True,
+    metavar="NAME|GLOB",
+    help="Only the mutants so named (repeatable; a survivor's replay names it).",
+)
+@click.option(
+    "--operator",
+    "operators",
+    multiple=True,
+    type=click.Choice(OPERATORS),
+    help="Only this operator's mutants (repeatable).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Mutants run at once (default: the CPU cores; 4 with a CUDA device).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds a mutant's gate may take before it counts as timed out.",
+)
+@click.option("--list", "list_only", is_flag=True, help="List the mutants and run nothing.")
+@click.option(
+    "--min-score",
+    type=click.FloatRange(0, 100),
+    default=None,
+    help="Exit 0 when the score reaches this percentage (default: only when none survives).",
+)
+@click.option(
+    "--home",
+    type=click.Path(path_type=Path),
+    default=files.DEFAULT_HOME,
+    show_default=True,
+    envvar=files.HOME_ENV,
+    help=f"Run directory (env {files.HOME_ENV}): outcomes are cached in HOME/mutants/.",
+)
+@json_option
+@junit_option
+def mutate_command(
+    kernel_name: str,
+    op: str,
+    dcp_text: str | None,
+    patterns: tuple[str, ...],
+    scenario_dir: Path,
+    search: int | None,
+    limit: int | None,
+    mutant_patterns: tuple[str, ...],
+    operators: tuple[str, ...],
+    jobs: int | None,
+    timeout: float,
+    list_only: bool,
+    min_score: float | None,
+    home: Path,
+    json_path: Path | None,
+    junit_path: Path | None,
+) -> None:
+    """Mutate the kernel's Triton file(s) one edit at a time and run the op's gate on each
+    mutant (its named scenarios at DCP1 and --dcp, in a worker process of its own): exit 0
+    when no mutant survives (or the score reaches --min-score), 1 otherwise. Mutants that
+    no input can observe are explained in KERNEL.mutants.toml next to the file."""
+    kernel_files = _kernel_files(op, kernel_name)
+    try:
+        mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
+    except campaigns.MutationError as exc:
+        raise InputError(str(exc)) from None
+    if list_only:
+        for mutant in mutants:
+            out.print(mutant.name, markup=False, highlight=False)
+        out.print(f"{len(mutants)} mutant(s) of {', '.join(map(str, kernel_files))}", markup=False)
+        raise SystemExit(EXIT_OK)
+    gate = Gate(
+        op,
+        kernel_name,
+        parse_dcp_sizes(dcp_text) if dcp_text else (),
+        patterns,
+        search or 0,
+        timeout,
+        scenario_dir,
+    )
+    if jobs is None:
+        jobs = 4 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
+    done = [0]
+
+    def progress(mutant, outcome) -> None:
+        done[0] += 1
+        err.print(
+            f"[{done[0]}/{len(mutants)}] {outcome.outcome:<12} {mutant.name}",
+            markup=False,
+            highlight=False,
+        )
+
+    try:
+        found = campaigns.mutate(gate, kernel_files, mutants, home, jobs, progress)
+    except EquivalentsError as exc:
+        raise InputError(str(exc)) from None
+    except campaigns.MutationError as exc:
+        err.print(f"dcpcheck: {exc}", markup=False)
+        raise SystemExit(EXIT_FAIL) from None
+    report.print_campaign(out, found)
+    report.write(found, json_path, junit_path)
+    if found.interrupted:
+        raise SystemExit(EXIT_INTERRUPTED)
+    if min_score is not None:
+        passed = found.score is None or found.score >= min_score
+    else:
+        passed = not found.survivors
+    raise SystemExit(EXIT_OK if passed else EXIT_FAIL)

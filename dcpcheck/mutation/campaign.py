@@ -1,0 +1,165 @@
+"""One mutation run of a kernel: its files' mutants (``operators``), chosen
+(``selection``), judged by its authors (``equivalents``) or run through the gate
+(``runner``), the survivors given the property search when asked, and the score.
+
+The kernel must pass its own gate first (the baseline, run like a mutant that edits
+nothing): a mutant's failure means something only against a kernel that passes.
+
+The score counts the mutants the gate could see: killed, timed out and crashed over those
+and the survivors. Equivalent, not applicable and not compiled mutants are listed apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dcpcheck.mutation import equivalents, runner, selection
+from dcpcheck.mutation.operators import Mutant, mutants_of
+from dcpcheck.mutation.runner import COUNTED_KILLED, SURVIVED, Cache, Gate, Outcome
+
+
+class MutationError(RuntimeError):
+    """The run cannot mean anything (the kernel fails its own gate, a bad pattern): one
+    line."""
+
+
+@dataclass
+class Entry:
+    """A mutant and what became of it: an outcome, or its authors' judgement."""
+
+    mutant: Mutant
+    outcome: Outcome | None = None
+    judged: equivalents.Judged | None = None
+
+    @property
+    def status(self) -> str:
+        return self.judged.kind if self.judged else self.outcome.outcome  # type: ignore[union-attr]
+
+
+@dataclass
+class Campaign:
+    """What ``mutate`` found (module docstring)."""
+
+    gate: Gate
+    files: list[Path]
+    entries: list[Entry] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def counted(self) -> list[Entry]:
+        return [e for e in self.entries if e.status in (*COUNTED_KILLED, SURVIVED)]
+
+    @property
+    def survivors(self) -> list[Entry]:
+        return [e for e in self.entries if e.status == SURVIVED]
+
+    @property
+    def score(self) -> float | None:
+        """Killed (timed out and crashed included) over the counted mutants, in percent;
+        None when none was counted."""
+        counted = self.counted
+        if not counted:
+            return None
+        return 100.0 * sum(e.status in COUNTED_KILLED for e in counted) / len(counted)
+
+    def statuses(self) -> Counter[str]:
+        return Counter(e.status for e in self.entries)
+
+    def by_operator(self) -> dict[str, tuple[int, int]]:
+        """Operator -> (killed, counted)."""
+        table: dict[str, list[int]] = {}
+        for entry in self.counted:
+            row = table.setdefault(entry.mutant.operator, [0, 0])
+            row[0] += entry.status in COUNTED_KILLED
+            row[1] += 1
+        return {op: (k, n) for op, (k, n) in table.items()}
+
+    def by_check(self) -> dict[str, int]:
+        """Check -> how many killed mutants it failed on (any scenario)."""
+        counts: Counter[str] = Counter()
+        for entry in self.counted:
+            if entry.outcome is not None:
+                counts.update({check for _, check in entry.outcome.failing})
+        return dict(sorted(counts.items()))
+
+    def by_scenario(self) -> dict[str, int]:
+        """Scenario -> how many mutants it was the first to kill."""
+        counts = Counter(
+            e.outcome.scenario for e in self.counted if e.outcome and e.outcome.scenario
+        )
+        return dict(sorted(counts.items()))
+
+
+def plan(
+    files: Sequence[Path],
+    patterns: Sequence[str] = (),
+    limit: int | None = None,
+    operators: Sequence[str] = (),
+) -> list[Mutant]:
+    """The mutants of ``files`` a run takes: those ``patterns`` name (all when none), of
+    ``operators`` (all when none), then at most ``limit`` of them (``selection.sample``)."""
+    mutants = [m for path in files for m in mutants_of(path)]
+    if operators:
+        mutants = [m for m in mutants if m.operator in operators]
+    if patterns:
+        mutants = selection.named(mutants, patterns)
+        if not mutants:
+            raise MutationError(f"no mutant is named {' or '.join(patterns)}")
+    if limit is not None:
+        mutants = selection.sample(mutants, limit)
+    return mutants
+
+
+def baseline(path: Path) -> Mutant:
+    """The edit of nothing: the kernel's file as it is, run as a mutant is."""
+    source = path.read_text(encoding="utf-8")
+    return Mutant(path, "<baseline>", 0, "baseline", "nothing", source, source)
+
+
+def mutate(
+    gate: Gate,
+    files: Sequence[Path],
+    mutants: Sequence[Mutant],
+    home: Path,
+    jobs: int,
+    on_outcome: Callable[[Mutant, Outcome], None] = lambda m, o: None,
+) -> Campaign:
+    """Run ``mutants`` of ``files`` through ``gate`` (module docstring);
+    ``MutationError`` when the kernel fails its own gate. A Ctrl-C returns what
+    finished, marked interrupted."""
+    cache = Cache(home / "mutants", gate)
+    unedited = baseline(files[0])
+    base = runner.run_mutants([unedited], gate, cache, 1)[unedited.name]
+    if base.outcome != SURVIVED:
+        where = f" ({base.scenario}: {base.check})" if base.scenario else ""
+        raise MutationError(
+            f"{gate.kernel} does not pass its own gate{where}: {base.detail or base.outcome}"
+        )
+    judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
+    campaign = Campaign(gate, list(files))
+    to_run = []
+    for mutant in mutants:
+        entry = Entry(mutant, judged=equivalents.judged(mutant.name, judgements[mutant.path]))
+        campaign.entries.append(entry)
+        if entry.judged is None:
+            to_run.append(mutant)
+    by_name = {e.mutant.name: e for e in campaign.entries}
+
+    def landed(mutant: Mutant, outcome: Outcome) -> None:
+        entry = by_name[mutant.name]
+        if entry.outcome is None or outcome.outcome != SURVIVED:  # the search's kill counts
+            entry.outcome = outcome
+        on_outcome(mutant, outcome)
+
+    try:
+        runner.run_mutants(to_run, gate, cache, jobs, landed)
+        if gate.search:
+            survivors = [e.mutant for e in campaign.survivors]
+            runner.run_mutants(survivors, gate, cache, jobs, landed, search=True)
+    except KeyboardInterrupt:
+        campaign.interrupted = True
+        campaign.entries = [e for e in campaign.entries if e.outcome or e.judged]
+    return campaign

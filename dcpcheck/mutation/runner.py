@@ -1,0 +1,280 @@
+"""Running mutants through the gate: each in a worker process of its own
+(``python -m dcpcheck.mutation.worker``, which is ``dcpcheck run`` with the mutant loaded
+where the kernel file would be), with a time limit, several at once.
+
+An outcome (``OUTCOMES``) is read from the worker's exit code and its JSON report:
+
+* ``killed``: the gate failed (exit 1); the first failing case names the scenario and the
+  check that killed it (``error`` when the kernel raised while running a case);
+* ``timed_out`` and ``crashed`` (the worker died, or exited with a code the gate never
+  uses): the mutant hung or broke the process, which a gate notices too, so both count
+  as killed, said apart;
+* ``survived``: every check of every case passed (exit 0);
+* ``not_compiled``: the mutated file does not load (exit 125), or every failing case is
+  an error Triton or Python raises for code that does not compile; not counted.
+
+Outcomes are cached under ``HOME/mutants/`` by the mutated file's SHA256 and the gate's
+(``Gate.fingerprint``): a rerun runs only mutants whose file or gate changed, and each
+outcome is written as it lands, so an interrupted run keeps what finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dcpcheck.files import write_atomic
+from dcpcheck.mutation.operators import Mutant
+from dcpcheck.op_registry import FUSED_NORM_ROPE
+
+KILLED, TIMED_OUT, CRASHED, SURVIVED, NOT_COMPILED = (
+    "killed",
+    "timed_out",
+    "crashed",
+    "survived",
+    "not_compiled",
+)
+OUTCOMES = (KILLED, TIMED_OUT, CRASHED, SURVIVED, NOT_COMPILED)
+COUNTED_KILLED = (KILLED, TIMED_OUT, CRASHED)
+
+NOT_COMPILING = (
+    "CompilationError",
+    "CompileTimeAssertionFailure",
+    "SyntaxError",
+    "NameError",
+    "UnboundLocalError",
+)
+"""The errors of code that does not compile: a case that fails with one of them says the
+mutant never ran."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What each mutant is judged by: ``dcpcheck run`` of the op's named scenarios (or
+    ``scenarios``) at DCP1 and ``dcp`` (each scenario's own sizes when empty), and, when
+    asked, a second pass of the property search over ``search`` drawn scenarios for the
+    mutants the first lets through."""
+
+    op: str
+    kernel: str
+    dcp: tuple[int, ...]
+    scenarios: tuple[str, ...] = ()
+    search: int = 0
+    timeout: float = 600.0
+    scenario_dir: Path | None = None
+
+    def arguments(self, report: Path, home: Path, search: bool) -> list[str]:
+        """The ``dcpcheck run`` arguments of one pass."""
+        args = ["run", "--op", self.op, "--kernel", self.kernel]
+        if self.dcp:  # else each scenario's own sizes, DCP1 among them
+            args += ["--dcp", ",".join(str(s) for s in sorted({1, *self.dcp}))]
+        if self.op == FUSED_NORM_ROPE:  # its token streams are the model's, not the gate's
+            args.append("--no-tokens")
+        args += ["--json", str(report), "--home", str(home)]
+        if self.scenario_dir is not None:
+            args += ["--scenario-dir", str(self.scenario_dir)]
+        for scenario in self.scenarios:
+            args += ["--scenario", scenario]
+        if search:
+            args += ["--property-only", "--examples", str(self.search)]
+        return args
+
+    def fingerprint(self) -> str:
+        """The SHA256 of everything that decides an outcome but the mutated file: the
+        gate's arguments and the scenario files it reads."""
+        digest = hashlib.sha256(json.dumps(self.arguments(Path(), Path(), False)).encode())
+        digest.update(str(self.search).encode())
+        folder = self.scenario_dir or Path(__file__).parents[2] / "scenarios"
+        for path in sorted(folder.rglob("*.toml")):
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+
+@dataclass
+class Outcome:
+    """What one mutant did under the gate."""
+
+    name: str
+    outcome: str
+    scenario: str | None = None  # the first case that killed it
+    check: str | None = None  # its first failing check, or "error"
+    detail: str = ""  # the finding or error, one line
+    by: str = "gate"  # "gate", or "search" when only the property search killed it
+    seconds: float = 0.0
+    failing: list[tuple[str, str]] = field(default_factory=list)  # every (scenario, check)
+
+
+def _first_line(text: str) -> str:
+    return next((line for line in reversed(text.strip().splitlines()) if line.strip()), "")
+
+
+def classify(name: str, code: int | None, report: dict | None, stderr: str) -> Outcome:
+    """The outcome of a worker that exited with ``code`` (None: timed out), its JSON
+    ``report`` (None when it wrote none) and its ``stderr`` (module docstring)."""
+    if code is None:
+        return Outcome(name, TIMED_OUT, detail="the gate did not finish in its time limit")
+    if code == 125:
+        return Outcome(name, NOT_COMPILED, detail=_first_line(stderr))
+    if code == 0 and report is not None:
+        return Outcome(name, SURVIVED)
+    if code != 1 or report is None:
+        return Outcome(name, CRASHED, detail=f"exit {code}: {_first_line(stderr)}")
+    failing: list[tuple[str, str]] = []
+    errors: list[str] = []
+    first: tuple[str, str, str] | None = None
+    for case in report["cases"]:
+        if case["status"] in ("pass", "not_applicable"):
+            continue
+        scenario = f"{case['scenario']}[dcp{case['dcp']}]"
+        if case["status"] in ("error", "crash", "timeout"):
+            errors.append(case.get("error") or "")
+            failing.append((scenario, "error"))
+            first = first or (scenario, "error", case.get("error") or case["status"])
+            continue
+        for check in case["checks"]:
+            if check["status"] == "fail":
+                failing.append((scenario, check["check"]))
+                if first is None:
+                    finding = check["findings"][0] if check["findings"] else {}
+                    first = (scenario, check["check"], finding.get("detail", ""))
+    searched = report.get("search") or {}
+    if first is None and searched.get("status") == "fail":
+        check = (searched.get("failed_checks") or ["error"])[0]
+        first = ("property search", check, searched.get("saved") or "")
+        failing.append(("property search", check))
+    if first is None:
+        return Outcome(name, CRASHED, detail="exit 1 with no failing case in its report")
+    if len(errors) == len(failing) and all(e.startswith(NOT_COMPILING) for e in errors):
+        return Outcome(name, NOT_COMPILED, detail=errors[0])
+    return Outcome(name, KILLED, first[0], first[1], first[2], failing=failing)
+
+
+class Cache:
+    """Outcomes under ``folder``, one JSON file per (mutated file, gate) (module
+    docstring)."""
+
+    def __init__(self, folder: Path, gate: Gate) -> None:
+        self.folder = folder
+        self.gate = gate.fingerprint()[:16]
+
+    def _path(self, mutant: Mutant, search: bool) -> Path:
+        source = hashlib.sha256(mutant.source.encode()).hexdigest()[:32]
+        return self.folder / f"{source}-{self.gate}{'-search' if search else ''}.json"
+
+    def get(self, mutant: Mutant, search: bool = False) -> Outcome | None:
+        path = self._path(mutant, search)
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text())
+            outcome = Outcome(**{**record, "name": mutant.name})
+        except (ValueError, TypeError):  # a file this version did not write: run again
+            return None
+        outcome.failing = [tuple(pair) for pair in outcome.failing]  # type: ignore[misc]
+        return outcome
+
+    def put(self, mutant: Mutant, outcome: Outcome, search: bool = False) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._path(mutant, search), json.dumps(asdict(outcome), sort_keys=True))
+
+
+@dataclass
+class _Running:
+    mutant: Mutant
+    process: subprocess.Popen
+    report: Path
+    started: float
+    search: bool
+
+
+def _launch(mutant: Mutant, gate: Gate, scratch: Path, search: bool) -> _Running:
+    folder = Path(tempfile.mkdtemp(prefix="mutant-", dir=scratch))
+    mutated = folder / mutant.path.name
+    mutated.write_text(mutant.source, encoding="utf-8")
+    report = folder / "report.json"
+    command = [sys.executable, "-m", "dcpcheck.mutation.worker", str(mutant.path), str(mutated)]
+    command += gate.arguments(report, folder / "home", search)
+    root = str(Path(__file__).parents[2])  # this checkout, installed or not
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    with (folder / "stderr.txt").open("w") as stderr:  # a file: a pipe could fill and stall
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "PYTHONPATH": path},
+            start_new_session=True,  # a timeout kills the worker and whatever it started
+        )
+    return _Running(mutant, process, report, time.monotonic(), search)
+
+
+def _finish(running: _Running, timed_out: bool) -> Outcome:
+    process = running.process
+    if timed_out:
+        os.killpg(process.pid, 9)
+    process.wait()
+    stderr = (running.report.parent / "stderr.txt").read_text(errors="replace")
+    code = None if timed_out else process.returncode
+    report = None
+    if running.report.is_file():
+        try:
+            report = json.loads(running.report.read_text())
+        except ValueError:
+            report = None
+    outcome = classify(running.mutant.name, code, report, stderr)
+    outcome.seconds = round(time.monotonic() - running.started, 1)
+    return outcome
+
+
+def run_mutants(
+    mutants: Sequence[Mutant],
+    gate: Gate,
+    cache: Cache,
+    jobs: int,
+    on_outcome: Callable[[Mutant, Outcome], None] = lambda m, o: None,
+    search: bool = False,
+) -> dict[str, Outcome]:
+    """Each of ``mutants``' outcome under ``gate`` (by name), from the cache or run
+    ``jobs`` at a time (the property-search pass when ``search``). A Ctrl-C stops the
+    workers and propagates; what finished is cached."""
+    outcomes: dict[str, Outcome] = {}
+    pending = []
+    for mutant in mutants:
+        cached = cache.get(mutant, search)
+        if cached is not None:
+            outcomes[mutant.name] = cached
+            on_outcome(mutant, cached)
+        else:
+            pending.append(mutant)
+    pending.reverse()
+    running: list[_Running] = []
+    with tempfile.TemporaryDirectory(prefix="dcpcheck-mutate-") as scratch:
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    running.append(_launch(pending.pop(), gate, Path(scratch), search))
+                time.sleep(0.05)
+                for job in list(running):
+                    late = time.monotonic() - job.started > gate.timeout
+                    if job.process.poll() is None and not late:
+                        continue
+                    running.remove(job)
+                    outcome = _finish(job, timed_out=job.process.poll() is None)
+                    if search:
+                        outcome.by = "search"
+                    outcomes[job.mutant.name] = outcome
+                    cache.put(job.mutant, outcome, search)
+                    on_outcome(job.mutant, outcome)
+        finally:
+            for job in running:  # interrupted: no worker outlives the run
+                if job.process.poll() is None:
+                    os.killpg(job.process.pid, 9)
+                job.process.wait()
+    return outcomes

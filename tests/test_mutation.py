@@ -1,0 +1,268 @@
+"""``dcpcheck mutate``: every operator's edits of a small kernel, each outcome read from a
+worker's exit and report, the cache, the equivalents file, the substitution a worker
+loads a mutant through, and the command on the project's merge and fused kernel."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dcpcheck.mutation import campaign, equivalents, runner, selection
+from dcpcheck.mutation.operators import OPERATORS, fp32_ulp, mutants_of
+
+REPO = Path(__file__).resolve().parents[1]
+
+SMALL = textwrap.dedent(
+    '''
+    import torch
+    import triton
+    import triton.language as tl
+
+    LIMIT = 448.0
+
+
+    @triton.jit
+    def _copy(src_ptr, dst_ptr, n, stride, FLAG: tl.constexpr, BLOCK: tl.constexpr):
+        """A docstring: never edited."""
+        row = tl.program_id(0)
+        if row >= n:
+            return
+        lanes = tl.arange(0, BLOCK)
+        inside = (lanes < n) & (lanes >= 0)
+        x = tl.load(src_ptr + row * stride + lanes, mask=inside, other=0.0)
+        y = tl.where(x > LIMIT, LIMIT, x).to(tl.float32)
+        tl.store(dst_ptr + row * stride + lanes, y, mask=inside)
+
+
+    def copy(src, n_rows):
+        dst = torch.empty_like(src, dtype=torch.float32)
+        _copy[(n_rows,)](src, dst, n_rows, src.stride(0), True, BLOCK=16)
+        return dst
+
+
+    def untouched(a, b):
+        return a + b < 3
+    '''
+)
+
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    path = tmp_path / "small.py"
+    path.write_text(SMALL)
+    return path
+
+
+def test_every_operator_edits_the_small_kernel_once_per_site_keeping_its_lines(small):
+    mutants = mutants_of(small)
+    assert {m.operator for m in mutants} == set(OPERATORS)
+    assert len({m.name for m in mutants}) == len(mutants)
+    for mutant in mutants:
+        ast.parse(mutant.source)  # still Python
+        assert mutant.source.count("\n") == SMALL.count("\n")
+        body = mutant.diff.splitlines()[2:]
+        removed = [line for line in body if line.startswith("-")]
+        assert len(removed) == len([line for line in body if line.startswith("+")]) >= 1
+    assert all(m.function in ("_copy", "copy", "<module>") for m in mutants)  # not `untouched`
+    assert not any(m.line == 11 for m in mutants)  # the docstring's
+    names = {m.name for m in mutants}
+    for expected in (
+        "small.py:_copy:13:compare:>= to >",
+        "small.py:_copy:13:early-return:condition negated",
+        "small.py:_copy:13:early-return:if removed",
+        "small.py:_copy:16:mask-conjunct:& right dropped",
+        "small.py:_copy:17:branch-swapped:other to 1",
+        "small.py:_copy:17:offset:pointer + 1",
+        "small.py:_copy:18:branch-swapped:where branches swapped",
+        "small.py:_copy:18:dtype:tl.float32 to tl.bfloat16",
+        "small.py:_copy:19:store-removed:tl.store removed",
+        "small.py:_copy:19:arithmetic:* to /",
+        "small.py:copy:24:arguments-swapped:dst and n_rows swapped",
+        "small.py:copy:24:constant:True to False",
+        "small.py:<module>:6:constant:LIMIT + 1 ulp",
+    ):
+        assert expected in names, expected
+    [removed] = [m for m in mutants if m.name.endswith("if removed")]
+    assert "    pass\n" in removed.source and "return\n" not in removed.source.split("lanes")[0]
+
+
+def test_a_float_moves_by_one_fp32_ulp_and_zero_only_to_its_boundaries():
+    assert fp32_ulp(448.0) == 2.0**-15
+    assert fp32_ulp(1.0) == 2.0**-23
+    source = "import triton\n@triton.jit\ndef k(p):\n    x = 0.0\n    y = 0\n"
+    changes = [m.change for m in mutants_of(Path("k.py"), source)]
+    assert changes == ["0.0 to 1", "0.0 to -1", "0 to 1", "0 to -1"]  # no denormal
+
+
+def test_the_sample_is_deterministic_and_takes_every_operator_in_turn(small):
+    mutants = mutants_of(small)
+    chosen = selection.sample(mutants, len(OPERATORS))
+    assert {m.operator for m in chosen} == set(OPERATORS)
+    assert selection.sample(mutants, 5) == selection.sample(mutants, 5)
+    assert selection.sample(mutants, 10_000) == mutants
+    assert [m.name for m in selection.named(mutants, ["small.py:copy:*"])] == [
+        m.name for m in mutants if m.function == "copy"
+    ]
+
+
+def _report(*cases: dict, search: dict | None = None) -> dict:
+    return {"cases": list(cases), **({"search": search} if search else {})}
+
+
+def _case(status: str, checks=(), error: str | None = None) -> dict:
+    return {"scenario": "s", "dcp": 4, "status": status, "error": error, "checks": list(checks)}
+
+
+FAILED = {"check": "merged_out", "status": "fail", "findings": [{"detail": "row 0 off"}]}
+
+
+@pytest.mark.parametrize(
+    ("code", "report", "outcome", "check"),
+    [
+        (0, _report(_case("pass")), runner.SURVIVED, None),
+        (1, _report(_case("pass"), _case("fail", [FAILED])), runner.KILLED, "merged_out"),
+        (1, _report(_case("error", error="IndexError: out of range")), runner.KILLED, "error"),
+        (1, _report(search={"status": "fail", "failed_checks": ["chain"]}), runner.KILLED, "chain"),
+        (None, None, runner.TIMED_OUT, None),
+        (-11, None, runner.CRASHED, None),
+        (1, None, runner.CRASHED, None),
+        (125, None, runner.NOT_COMPILED, None),
+        (
+            1,
+            _report(_case("error", error="NameError: name 'q' is not defined")),
+            runner.NOT_COMPILED,
+            None,
+        ),
+    ],
+)
+def test_each_outcome_is_read_from_the_workers_exit_and_report(code, report, outcome, check):
+    found = runner.classify("m", code, report, "dcpcheck: last line\n")
+    assert found.outcome == outcome
+    assert found.check == check
+    if outcome == runner.KILLED:
+        assert found.scenario in ("s[dcp4]", "property search")
+
+
+def test_the_cache_keys_by_the_mutated_file_and_the_gate(small, tmp_path):
+    mutant = mutants_of(small)[0]
+    gate = runner.Gate("lse-combine", "default", (4,), scenario_dir=tmp_path)
+    cache = runner.Cache(tmp_path / "cache", gate)
+    assert cache.get(mutant) is None
+    cache.put(mutant, runner.Outcome(mutant.name, runner.KILLED, "s[dcp4]", "merged_out"))
+    assert cache.get(mutant).check == "merged_out"
+    assert cache.get(mutant, search=True) is None
+    other_gate = runner.Cache(tmp_path / "cache", runner.Gate("lse-combine", "default", (2,)))
+    assert other_gate.get(mutant) is None
+    (tmp_path / "new.toml").write_text("x = 1\n")  # a scenario added: the gate changed
+    assert runner.Cache(tmp_path / "cache", gate).get(mutant) is None
+
+
+def test_a_rerun_takes_every_outcome_from_the_cache_and_launches_nothing(
+    small, tmp_path, monkeypatch
+):
+    mutants = mutants_of(small)[:3]
+    gate = runner.Gate("lse-combine", "default", (4,), scenario_dir=tmp_path)
+    cache = runner.Cache(tmp_path / "cache", gate)
+    for m in mutants:
+        cache.put(m, runner.Outcome(m.name, runner.SURVIVED))
+
+    def no_launch(*args):
+        raise AssertionError("a cached mutant was launched")
+
+    monkeypatch.setattr(runner, "_launch", no_launch)
+    found = runner.run_mutants(mutants, gate, cache, 2)
+    assert [o.outcome for o in found.values()] == [runner.SURVIVED] * 3
+
+
+def test_the_equivalents_file_is_read_and_a_bad_one_is_one_line(tmp_path):
+    path = tmp_path / "kernel.mutants.toml"
+    assert equivalents.file_for(tmp_path / "kernel.py") == path
+    path.write_text('[[equivalent]]\nmutant = "kernel.py:k:*"\nreason = "always true"\n')
+    [entry] = equivalents.load(path)
+    assert equivalents.judged("kernel.py:k:3:compare:< to <=", [entry]) == entry
+    assert equivalents.judged("kernel.py:h:3:compare:< to <=", [entry]) is None
+    path.write_text('[[equivalent]]\nmutant = "x"\n')
+    with pytest.raises(equivalents.EquivalentsError, match="needs exactly") as error:
+        equivalents.load(path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_worker_imports_the_mutant_wherever_the_original_module_is_imported(tmp_path):
+    original = REPO / "dcpcheck" / "op_registry.py"
+    replacement = tmp_path / "op_registry.py"
+    replacement.write_text(original.read_text() + "\nSUBSTITUTED = True\n")
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from dcpcheck.kernels.substitution import substitute\n"
+        f"substitute(Path({str(original)!r}), Path({str(replacement)!r}))\n"
+        "import dcpcheck.op_registry as r; print(r.SUBSTITUTED, r.__file__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.stdout.split() == ["True", str(replacement)], done.stderr
+
+
+def test_the_kernel_must_pass_its_own_gate_first(tmp_path):
+    broken = tmp_path / "kernel.py"
+    broken.write_text((REPO / "dcpcheck/ops/lse_combine/kernel.py").read_text())
+    gate = runner.Gate("lse-combine", "mutant/heads-rolled", (2,), ("decode-empty-ranks",))
+    with pytest.raises(campaign.MutationError, match="does not pass its own gate"):
+        campaign.mutate(gate, [broken], [], tmp_path / "home", 1)
+
+
+def _mutate(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "mutants.json"
+    command = [sys.executable, "-m", "dcpcheck", "mutate", *args, "--json", str(report)]
+    command += ["--home", str(tmp_path / "home"), "--junit", str(tmp_path / "mutants.xml")]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done, json.loads(report.read_text())
+
+
+def test_mutate_on_the_projects_merge_kills_survives_and_caches(tmp_path):
+    """Dropping the mask of ranks survives two ranks (a power of two: no lane past the
+    last rank) and dies on odd-shapes' three and six; removing the store of the merged
+    LSE dies at once."""
+    picked = [
+        "--mutant",
+        "kernel.py:_correct_kernel:72:store-removed:*",
+        "--mutant",
+        "kernel.py:_correct_kernel:56:mask-conjunct:& left dropped",
+    ]
+    narrow = ["--op", "lse-combine", "--dcp", "2", "--scenario", "base2-sink-speculative"]
+    done, report = _mutate(tmp_path, *narrow, *picked)
+    assert done.returncode == 1, done.stdout + done.stderr
+    statuses = {m["operator"]: m["status"] for m in report["mutants"]}
+    assert statuses == {"store-removed": "killed", "mask-conjunct": "survived"}
+    assert report["score"] == 50.0
+    [survivor] = [m for m in report["mutants"] if m["status"] == "survived"]
+    assert "+        mask=(heads[None, :] < HEADS)," in survivor["diff"]
+    assert survivor["replay"].startswith("dcpcheck mutate --op lse-combine")
+    assert "<failure" in (tmp_path / "mutants.xml").read_text()
+    wider = ["--op", "lse-combine", "--scenario", "odd-shapes", *picked]
+    done, report = _mutate(tmp_path, *wider)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {m["status"] for m in report["mutants"]} == {"killed"}
+
+
+def test_mutate_runs_a_handful_of_the_fused_kernels_mutants(tmp_path):
+    _, report = _mutate(
+        tmp_path,
+        "--scenario",
+        "decode-single-dcp4",
+        "--dcp",
+        "4",
+        "--operator",
+        "store-removed",
+        "--limit",
+        "3",
+    )
+    assert len(report["mutants"]) == 3
+    assert {m["status"] for m in report["mutants"]} <= {"killed", "survived", "crashed"}
+    assert report["files"][0]["path"].endswith("fused_norm_rope/kernel.py")
+    assert report["by_check"], "no check failed on any removed store"
