@@ -58,7 +58,7 @@ from dcpcheck.ops.fused_norm_rope.fp8_codes import (
 from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, load_kernel
 from dcpcheck.ops.fused_norm_rope.launcher import fused_norm_rope
 from dcpcheck.ops.fused_norm_rope.tolerances import OUTPUT_TOLERANCES, UE8M0_SCALE, ulp_distance
-from dcpcheck.ops.fused_norm_rope.variants import REGRESSIONS, VARIANTS, Mutation
+from dcpcheck.ops.fused_norm_rope.variants import REGRESSIONS, VARIANTS
 from tests.conftest import requires_cuda
 
 SMALL = PRESETS["small-neox"]
@@ -465,7 +465,7 @@ def _written_bytes(launch: Launch) -> dict[str, torch.Tensor]:
     return written
 
 
-RACING_CACHE_WRITES = {Mutation.FOREIGN_ROWS_WRITE_CACHE, Mutation.NEGATIVE_SLOT_WRAPS}
+RACING_CACHE_WRITES = {"mutant/foreign-rows-write-cache", "mutant/negative-slot-wraps"}
 """Mutants whose unowned tokens all store to one MLA entry (entry 0, or the slot -1 wraps
 to): which store lands last depends on the GPU's program order, so their MLA cache bytes
 differ from run to run of one launch as well (seen on the H200)."""
@@ -489,7 +489,7 @@ def test_q_launched_apart_writes_the_bytes_of_one_launch(device, variant, indexe
         )
         written[apart] = _written_bytes(launch)
     for name, one_launch in written[False].items():
-        racing = variant.mutation in RACING_CACHE_WRITES and device.type == "cuda"
+        racing = variant.name in RACING_CACHE_WRITES and device.type == "cuda"
         if racing and name == "mla_cache":
             continue
         assert torch.equal(one_launch.view(torch.uint8), written[True][name].view(torch.uint8)), (
@@ -512,7 +512,7 @@ def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
     from dcpcheck.ops.fused_norm_rope import launcher
     from dcpcheck.ops.fused_norm_rope.kernel import TASK_INDEXER_K, TASK_KV, TASK_Q
 
-    kernel, ranges = launcher._fused_norm_rope_kernel, []
+    kernel, ranges = launcher.kernel_of(launcher.DEFAULT_VARIANT), []
 
     class Recorder:
         def __getitem__(self, grid):
@@ -522,7 +522,7 @@ def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
 
             return launch
 
-    monkeypatch.setattr(launcher, "_fused_norm_rope_kernel", Recorder())
+    monkeypatch.setattr(launcher, "kernel_of", lambda variant: Recorder())
     monkeypatch.setattr(launcher, "GPU_Q_APART_FROM_TOKENS", from_tokens)
     for indexer in (True, False):
         launch = build_launch(device, num_tokens=3, indexer=indexer)
@@ -545,8 +545,8 @@ def test_the_launches_of_each_plan(device, monkeypatch, q_apart, from_tokens):
 # ----------------------------------------------------------------------------------------
 
 SKIPPED_FIELDS = {
-    Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT: ("q_out",),
-    Mutation.KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT: ("kv_out", "kpe_out"),
+    "regress/pre-50005": ("q_out",),
+    "regress/pre-54908": ("kv_out", "kpe_out"),
 }
 
 
@@ -560,7 +560,7 @@ def test_regression_skips_exactly_the_unowned_rows(device, variant, layout):
     ref = oracle(launch.inputs)
     unowned = launch.inputs.slot_mapping < 0
     assert unowned.any() and (~unowned).any()
-    skipped = {field: unowned for field in SKIPPED_FIELDS[variant.mutation]}
+    skipped = {field: unowned for field in SKIPPED_FIELDS[variant.name]}
     assert_outputs_match(launch, ref, unwritten=skipped)
     assert_caches_match(launch, ref)
 

@@ -30,7 +30,7 @@ from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
 from dcpcheck.ops.fused_norm_rope.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
-from dcpcheck.ops.fused_norm_rope.variants import MUTANTS, REGRESSIONS, Mutation
+from dcpcheck.ops.fused_norm_rope.variants import MUTANTS, REGRESSIONS
 from tests.conftest import BACKEND, requires_cuda
 
 
@@ -139,11 +139,38 @@ def test_catalog_has_fourteen_or_more_distinct_registered_mutants():
     assert len(set(names)) == len(names)
     assert len({m.description for m in MUTANTS}) == len(MUTANTS)
     assert all(m.description.strip() and "\n" not in m.description for m in MUTANTS)
-    # One mutation each, and every mutation of the enum is in the catalog.
-    assert sorted(m.mutation for m in MUTANTS) == sorted(set(Mutation) - {Mutation.NONE})
+    assert all(m.edits for m in MUTANTS)
     assert all(name.startswith(("mutant/", "regress/")) for name in names)
     assert set(REGRESSIONS) <= set(MUTANTS)
     assert all(name in KERNELS for name in names)
+
+
+def test_the_shipped_kernel_holds_no_mutant_and_every_edit_applies_once():
+    """The catalogue lives in ``variants`` as edits: the kernel's files carry no trace of
+    it, and each edit still finds its text exactly once in its function."""
+    from pathlib import Path
+
+    from dcpcheck.ops.fused_norm_rope import variant_build
+    from dcpcheck.ops.fused_norm_rope.variants import EDITABLE_FILES
+
+    here = Path(variant_build.__file__).parent
+    for file in EDITABLE_FILES:
+        assert "MUTATION" not in (here / file).read_text(), file
+    for mutant in MUTANTS:
+        edited = variant_build.edited_sources(mutant)
+        assert edited and all(text != (here / f).read_text() for f, text in edited.items())
+
+
+def test_an_edit_that_no_longer_applies_is_an_error_naming_it():
+    from dcpcheck.ops.fused_norm_rope import variant_build
+    from dcpcheck.ops.fused_norm_rope.variants import KernelVariant, SourceEdit
+
+    stale = KernelVariant("mutant/stale", "d", (SourceEdit("kernel.py", "_rms_norm", "xyz", "w"),))
+    with pytest.raises(variant_build.VariantError, match=r"mutant/stale: kernel\.py, _rms_norm"):
+        variant_build.edited_sources(stale)
+    twice = KernelVariant("mutant/twice", "d", (SourceEdit("kernel.py", "_rms_norm", "x", "y"),))
+    with pytest.raises(variant_build.VariantError, match="times, not once"):
+        variant_build.edited_sources(twice)
 
 
 def test_every_mutant_has_a_witness_or_is_the_gpu_scale_one():

@@ -149,17 +149,24 @@ def test_each_outcome_is_read_from_the_workers_exit_and_report(code, report, out
         assert found.scenario in ("s[dcp4]", "property search")
 
 
-def test_the_cache_keys_by_the_mutated_file_and_the_gate(small, tmp_path):
+def test_the_cache_keeps_a_kill_while_its_scenario_stands_and_reruns_survivors(small, tmp_path):
     mutant = mutants_of(small)[0]
+    (tmp_path / "s.toml").write_text("x = 1\n")  # the scenario that kills it
     gate = runner.Gate("lse-combine", "default", (4,), scenario_dir=tmp_path)
     cache = runner.Cache(tmp_path / "cache", gate)
     assert cache.get(mutant) is None
     cache.put(mutant, runner.Outcome(mutant.name, runner.KILLED, "s[dcp4]", "merged_out"))
     assert cache.get(mutant).check == "merged_out"
     assert cache.get(mutant, search=True) is None
-    other_gate = runner.Cache(tmp_path / "cache", runner.Gate("lse-combine", "default", (2,)))
-    assert other_gate.get(mutant) is None
-    (tmp_path / "new.toml").write_text("x = 1\n")  # a scenario added: the gate changed
+    other_gate = runner.Gate("lse-combine", "default", (2,), scenario_dir=tmp_path)
+    assert runner.Cache(tmp_path / "cache", other_gate).get(mutant) is None
+    survivor = mutants_of(small)[1]
+    cache.put(survivor, runner.Outcome(survivor.name, runner.SURVIVED))
+    (tmp_path / "new.toml").write_text("x = 1\n")  # a scenario added
+    grown = runner.Cache(tmp_path / "cache", gate)
+    assert grown.get(mutant).check == "merged_out"  # its killer is unchanged: it stands
+    assert grown.get(survivor) is None  # the new scenario may kill it: run again
+    (tmp_path / "s.toml").write_text("x = 2\n")  # the killer edited
     assert runner.Cache(tmp_path / "cache", gate).get(mutant) is None
 
 

@@ -18,7 +18,6 @@ from dcpcheck.cases.verdicts import SelftestReport, Status
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
 from dcpcheck.ops.fused_norm_rope.selftest import (
-    GPU_SCALE_MUTATIONS,
     PROFILES,
     SelftestProfile,
     address_overflow_scenario,
@@ -122,7 +121,7 @@ def test_property_search_catches_what_the_named_scenarios_miss(tmp_path):
 def test_gpu_scale_mutant_is_skipped_on_the_cpu_never_counted_as_caught():
     if not BACKEND.interpreted:
         pytest.skip("on a GPU this mutant runs (thorough) or is skipped for the profile")
-    (gpu_only,) = [m for m in MUTANTS if m.mutation in GPU_SCALE_MUTATIONS]
+    (gpu_only,) = [m for m in MUTANTS if m.gpu_sized]
     report = run_selftest(TINY, BACKEND, mutants=[gpu_only], scenarios=[DECODE])
     (row,) = report.mutants
     assert row.status is Status.SKIPPED

@@ -14,8 +14,9 @@ An outcome (``OUTCOMES``) is read from the worker's exit code and its JSON repor
   an error Triton or Python raises for code that does not compile; not counted.
 
 Outcomes are cached under ``HOME/mutants/`` by the mutated file's SHA256 and the gate's
-(``Gate.fingerprint``): a rerun runs only mutants whose file or gate changed, and each
-outcome is written as it lands, so an interrupted run keeps what finished.
+(``Gate.fingerprint``), with the scenario files they were judged by (``Cache``): a rerun
+runs only mutants whose outcome may have changed, and each outcome is written as it lands,
+so an interrupted run keeps what finished.
 """
 
 from __future__ import annotations
@@ -88,14 +89,22 @@ class Gate:
         return args
 
     def fingerprint(self) -> str:
-        """The SHA256 of everything that decides an outcome but the mutated file: the
-        gate's arguments and the scenario files it reads."""
+        """The SHA256 of what decides an outcome besides the mutated file and the
+        scenarios: the gate's arguments and dcpcheck's own source (its checks)."""
         digest = hashlib.sha256(json.dumps(self.arguments(Path(), Path(), False)).encode())
         digest.update(str(self.search).encode())
-        folder = self.scenario_dir or Path(__file__).parents[2] / "scenarios"
-        for path in sorted(folder.rglob("*.toml")):
+        for path in sorted(Path(__file__).parents[1].rglob("*.py")):
             digest.update(path.read_bytes())
         return digest.hexdigest()
+
+    def scenario_files(self) -> dict[str, str]:
+        """Each scenario file the gate may read, by its scenario's name (the file's stem),
+        with the SHA256 of its bytes."""
+        folder = self.scenario_dir or Path(__file__).parents[2] / "scenarios"
+        return {
+            path.stem: hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*.toml"))
+        }
 
 
 @dataclass
@@ -158,16 +167,27 @@ def classify(name: str, code: int | None, report: dict | None, stderr: str) -> O
 
 
 class Cache:
-    """Outcomes under ``folder``, one JSON file per (mutated file, gate) (module
-    docstring)."""
+    """Outcomes under ``folder``, one JSON file per mutated file and gate (its
+    ``fingerprint``), each with the scenario files it was judged by. A kill stands while
+    the file of the scenario that killed it is unchanged: a scenario added or edited
+    re-runs only the mutants it could change, the survivors and what that scenario had
+    killed. A survivor, or a kill by the property search, stands only while every scenario
+    file is unchanged."""
 
     def __init__(self, folder: Path, gate: Gate) -> None:
         self.folder = folder
         self.gate = gate.fingerprint()[:16]
+        self.scenarios = gate.scenario_files()
 
     def _path(self, mutant: Mutant, search: bool) -> Path:
         source = hashlib.sha256(mutant.source.encode()).hexdigest()[:32]
         return self.folder / f"{source}-{self.gate}{'-search' if search else ''}.json"
+
+    def _stands(self, outcome: Outcome, judged_by: dict[str, str]) -> bool:
+        killer = (outcome.scenario or "").split("[")[0]
+        if outcome.outcome in COUNTED_KILLED and killer in judged_by:
+            return self.scenarios.get(killer) == judged_by[killer]
+        return judged_by == self.scenarios
 
     def get(self, mutant: Mutant, search: bool = False) -> Outcome | None:
         path = self._path(mutant, search)
@@ -175,15 +195,19 @@ class Cache:
             return None
         try:
             record = json.loads(path.read_text())
+            judged_by = record.pop("scenario_files")
             outcome = Outcome(**{**record, "name": mutant.name})
-        except (ValueError, TypeError):  # a file this version did not write: run again
+        except (ValueError, TypeError, KeyError):  # a file this version did not write
+            return None
+        if not self._stands(outcome, judged_by):
             return None
         outcome.failing = [tuple(pair) for pair in outcome.failing]  # type: ignore[misc]
         return outcome
 
     def put(self, mutant: Mutant, outcome: Outcome, search: bool = False) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path(mutant, search), json.dumps(asdict(outcome), sort_keys=True))
+        record = {**asdict(outcome), "scenario_files": self.scenarios}
+        write_atomic(self._path(mutant, search), json.dumps(record, sort_keys=True))
 
 
 @dataclass

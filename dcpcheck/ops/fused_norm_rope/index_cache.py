@@ -16,35 +16,27 @@ import triton
 import triton.language as tl
 
 from dcpcheck.ops.fused_norm_rope import contract
-from dcpcheck.ops.fused_norm_rope.variants import Mutation
 
 INDEX_SCALE_BYTES = tl.constexpr(contract.INDEX_SCALE_BYTES)
 SHUFFLE_TILE = tl.constexpr(contract.INDEX_SHUFFLE_TILE)
 """The shuffled layout's tile: 16 tokens x 16 bytes, one contiguous run."""
 UE8M0_REPLICATED = tl.constexpr(0x01010101)
 """An MX-packed scale is its UE8M0 byte in all four bytes: ``e * 0x01010101``."""
-TILE_TRANSPOSED = tl.constexpr(int(Mutation.INDEX_SHUFFLE_TILE_TRANSPOSED))
-MX_SCALE_ONE_BYTE = tl.constexpr(int(Mutation.INDEX_MX_SCALE_ONE_BYTE))
 
 
 @triton.jit
 def store_index_entries(index_cache_ptr, index_block_stride, cache_block_size, slots, owned,
                         lanes, lane_ok, codes, scale, INDEX_DIM: tl.constexpr,
-                        SHUFFLED: tl.constexpr, SCALE_MX: tl.constexpr,
-                        MUTATION: tl.constexpr):
+                        SHUFFLED: tl.constexpr, SCALE_MX: tl.constexpr):
     """Store each owned token's fp8 ``codes`` ``[BLOCK_T, BLOCK_INDEX]`` and power-of-two
-    ``scale`` ``[BLOCK_T]`` at its ``slots`` entry (module docstring); ``MUTATION``
-    compiles in one of the indexer-format mutants, or none."""
+    ``scale`` ``[BLOCK_T]`` at its ``slots`` entry (module docstring)."""
     slots = tl.where(owned, slots, 0)
     block = index_cache_ptr + (slots // cache_block_size) * index_block_stride
     offset = slots % cache_block_size
     if SHUFFLED:
         token_in_tile = offset[:, None] % SHUFFLE_TILE
         byte_in_tile = lanes[None, :] % SHUFFLE_TILE
-        if MUTATION == TILE_TRANSPOSED:
-            within = byte_in_tile * SHUFFLE_TILE + token_in_tile
-        else:
-            within = token_in_tile * SHUFFLE_TILE + byte_in_tile
+        within = token_in_tile * SHUFFLE_TILE + byte_in_tile
         tile_row = (offset[:, None] // SHUFFLE_TILE) * SHUFFLE_TILE * INDEX_DIM
         tile_column = (lanes[None, :] // SHUFFLE_TILE) * SHUFFLE_TILE * SHUFFLE_TILE
         value_ptr = block[:, None] + tile_row + tile_column + within
@@ -54,7 +46,7 @@ def store_index_entries(index_cache_ptr, index_block_stride, cache_block_size, s
     scale_ptr = block + cache_block_size * INDEX_DIM + offset * INDEX_SCALE_BYTES
     if SCALE_MX:
         exponent = (scale.to(tl.int32, bitcast=True) >> 23) & 0xFF
-        word = exponent if MUTATION == MX_SCALE_ONE_BYTE else exponent * UE8M0_REPLICATED
+        word = exponent * UE8M0_REPLICATED
         tl.store(scale_ptr.to(tl.pointer_type(tl.int32)), word, mask=owned)
     else:
         tl.store(scale_ptr.to(tl.pointer_type(tl.float32)), scale, mask=owned)

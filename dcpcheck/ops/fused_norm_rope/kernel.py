@@ -63,12 +63,14 @@ bf16 RoPE values, activation-dtype ``auto`` entries).
 
 Variants
 --------
-The ``MUTATION`` constexpr compiles one of the known DCP bugs, or one mutant of the
-catalog ``dcpcheck selftest`` runs, into the same kernel (``variants.Mutation``
-says what each one does); ``Mutation.NONE`` is the correct kernel, and every
-``if MUTATION == ...`` branch is resolved at compile time, so none of them reaches its
-code (triton 3.9, sm_90: the PTX of every layout has the instructions it had before the
-catalog). ``mla_num_blocks``, read by mutants only, is not specialized on.
+The selftest's mutants are edits of this file's source (``variants``: each names the
+function it changes, the text it replaces and the text that replaces it), compiled as a
+copy of the module of its own (``variant_build``). The file holds the kernel and nothing
+else, but for a few parameters that serve an edit rather than the kernel: ``live`` and
+``mla_num_blocks`` of ``_mla_entry`` (the tile's rows and the cache's extent, which an
+addressing slip needs), ``slot_ptr`` and ``HAS_SLOTS`` of ``_q_task`` and ``slot_ptr`` of
+``_indexer_k_task`` (the MLA slots, which the historical Q early-out and a slot-mapping
+mix-up read).
 
 Compiled variants
 -----------------
@@ -84,7 +86,7 @@ them must be one, because it picks code, not a value:
   ``INDEX_SCALE_MX``, ``INDEX_ROPE_NEOX``: each sub-task set, entry format and RoPE pairing
   is different code, and a runtime switch would hold every format's registers live at
   once (the kernel is latency-bound on occupancy already);
-* ``HAS_SLOTS`` (a profiling call writes no cache), ``MUTATION`` (0 but in the selftest).
+* ``HAS_SLOTS`` (a profiling call writes no cache).
 
 The runtime integers that vary from batch to batch (``num_tokens``, ``cache_block_size``,
 ``mla_num_blocks``) are not specialized on (``do_not_specialize``): Triton would otherwise
@@ -97,10 +99,6 @@ harness starts every rank's slot mapping on a 16-byte boundary
 a case share a binary. A run compiles its binaries on
 threads before its cases (``compile_ahead``); BENCHMARKS.md counts them.
 
-Mutants that address the cache wrongly are kept inside its storage: an address outside
-it (block and offset swapped, a 32-bit offset wrapped negative) is masked off. The real
-bug would scribble over other memory or fault; the mutant leaves the owned entry
-unwritten, which the harness reports, and the process survives to report it.
 """
 
 from __future__ import annotations
@@ -118,15 +116,12 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
 )
 from dcpcheck.ops.fused_norm_rope.fp8_codes import (
-    AMAX_FLOOR,
-    FP8_MAX,
     fp8_e4m3_codes,
     power_of_two_at_or_above,
     ue8m0_scale,
 )
 from dcpcheck.ops.fused_norm_rope.index_cache import store_index_entries
 from dcpcheck.ops.fused_norm_rope.nvfp4_ds_mla import write_nvfp4_ds_mla_entries
-from dcpcheck.ops.fused_norm_rope.variants import Mutation
 
 TASK_INDEXER_K = tl.constexpr(0)
 TASK_TOPK_FILL = tl.constexpr(1)
@@ -153,36 +148,6 @@ FLT_MIN = tl.constexpr(torch.finfo(torch.float32).tiny)
 nonzero scale."""
 POW2_RATIO_FLOOR = tl.constexpr(DS_MLA_POW2_RATIO_FLOOR)
 """Floor of the ratio a ``pow2``-rule ds_mla tile scale rounds up: an all-zero tile gets 2^-13."""
-
-# The mutations, as constexprs the kernel can compare ``MUTATION`` with.
-Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(int(Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT))
-KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT = tl.constexpr(
-    int(Mutation.KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT)
-)
-FOREIGN_ROWS_WRITE_CACHE = tl.constexpr(int(Mutation.FOREIGN_ROWS_WRITE_CACHE))
-NEGATIVE_SLOT_WRAPS = tl.constexpr(int(Mutation.NEGATIVE_SLOT_WRAPS))
-BLOCK_OFFSET_OFF_BY_ONE = tl.constexpr(int(Mutation.BLOCK_OFFSET_OFF_BY_ONE))
-BLOCK_AND_OFFSET_SWAPPED = tl.constexpr(int(Mutation.BLOCK_AND_OFFSET_SWAPPED))
-KPE_ROPE_NEOX = tl.constexpr(int(Mutation.KPE_ROPE_NEOX))
-INDEXER_ROPE_STYLE_FLIPPED = tl.constexpr(int(Mutation.INDEXER_ROPE_STYLE_FLIPPED))
-EPS_OUTSIDE_RSQRT = tl.constexpr(int(Mutation.EPS_OUTSIDE_RSQRT))
-NORM_IN_ACTIVATION_DTYPE = tl.constexpr(int(Mutation.NORM_IN_ACTIVATION_DTYPE))
-TOKEN_INDEX_AS_POSITION = tl.constexpr(int(Mutation.TOKEN_INDEX_AS_POSITION))
-DS_MLA_ROW_SCALE = tl.constexpr(int(Mutation.DS_MLA_ROW_SCALE))
-UE8M0_ROUNDED_DOWN = tl.constexpr(int(Mutation.UE8M0_ROUNDED_DOWN))
-TOPK_FILL_SKIPPED = tl.constexpr(int(Mutation.TOPK_FILL_SKIPPED))
-TOPK_FILL_ON_SHARED_LAYER = tl.constexpr(int(Mutation.TOPK_FILL_ON_SHARED_LAYER))
-INDEXER_USES_MLA_SLOTS = tl.constexpr(int(Mutation.INDEXER_USES_MLA_SLOTS))
-PREVIOUS_ENTRY_OVERWRITTEN = tl.constexpr(int(Mutation.PREVIOUS_ENTRY_OVERWRITTEN))
-ADDRESS_ARITHMETIC_32BIT = tl.constexpr(int(Mutation.ADDRESS_ARITHMETIC_32BIT))
-DS_MLA_SCALE_POW2_WHEN_AMAX = tl.constexpr(int(Mutation.DS_MLA_SCALE_POW2_WHEN_AMAX))
-DS_MLA_SCALE_AMAX_WHEN_POW2 = tl.constexpr(int(Mutation.DS_MLA_SCALE_AMAX_WHEN_POW2))
-INT32_SIGN_BIT = tl.constexpr(1 << 31)
-UINT32_MASK = tl.constexpr((1 << 32) - 1)
-"""``ADDRESS_ARITHMETIC_32BIT`` wraps an offset to int32 as ``((x + 2^31) & (2^32 - 1)) - 2^31``."""
-FP32_EXPONENT_MASK = tl.constexpr(0x7F800000)
-"""The exponent field of an fp32: kept alone, it is the power of two at or below the value
-(``UE8M0_ROUNDED_DOWN``)."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -231,75 +196,31 @@ def _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride):
 
 @triton.jit
 def _mla_entry(slots, owned, live, cache_block_size, block_stride, entry_stride,
-               mla_num_blocks, MUTATION: tl.constexpr):
-    """Byte offsets of the MLA entries to store and which rows store one: the owned rows
-    at ``_paged_entry``, unless ``MUTATION`` compiles in an addressing mutant."""
+               mla_num_blocks):
+    """Byte offsets of the MLA entries to store and which rows store one: the owned rows,
+    at ``_paged_entry``."""
     entry = _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride)
     stored = owned
-    if MUTATION == FOREIGN_ROWS_WRITE_CACHE:
-        stored = live  # no ownership test: slot -1 stays parked on entry 0
-    elif MUTATION == NEGATIVE_SLOT_WRAPS:
-        wrapped = tl.where(slots < 0, slots + mla_num_blocks.to(tl.int64) * cache_block_size,
-                           slots)
-        entry = _paged_entry(wrapped, live, cache_block_size, block_stride, entry_stride)
-        stored = live
-    elif MUTATION == BLOCK_OFFSET_OFF_BY_ONE:
-        entry += entry_stride
-    elif MUTATION == BLOCK_AND_OFFSET_SWAPPED:
-        parked = tl.where(owned, slots, 0)
-        entry = ((parked % cache_block_size) * block_stride
-                 + (parked // cache_block_size) * entry_stride)
-        stored = owned & _inside_cache(entry, cache_block_size, block_stride, entry_stride,
-                                       mla_num_blocks)
-    elif MUTATION == ADDRESS_ARITHMETIC_32BIT:
-        # What int32 arithmetic yields: the offset wrapped to 32 bits. Written out in 64
-        # bits, because a compiler may assume a signed int32 product never overflows.
-        entry = ((entry + INT32_SIGN_BIT) & UINT32_MASK) - INT32_SIGN_BIT
-        stored = owned & _inside_cache(entry, cache_block_size, block_stride, entry_stride,
-                                       mla_num_blocks)
     return entry, stored
 
 
 @triton.jit
-def _inside_cache(entry, cache_block_size, block_stride, entry_stride, mla_num_blocks):
-    """Whether each byte offset starts an entry inside the MLA cache (module docstring:
-    mutants that address wrongly are kept inside the storage)."""
-    end = (mla_num_blocks - 1).to(tl.int64) * block_stride + cache_block_size * entry_stride
-    return (entry >= 0) & (entry < end)
-
-
-@triton.jit
-def _rope_positions(positions_ptr, tokens, live, MUTATION: tl.constexpr):
+def _rope_positions(positions_ptr, tokens, live):
     """The position each token's RoPE turns by (-1 past the end)."""
-    if MUTATION == TOKEN_INDEX_AS_POSITION:
-        positions = tl.where(live, tokens, -1)
-    else:
-        positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
+    positions = tl.load(positions_ptr + tokens, mask=live, other=-1)
     return positions
 
 
 @triton.jit
-def _rms_norm(x, weight_ptr, eps, DIM: tl.constexpr, BLOCK: tl.constexpr,
-              ACT_DTYPE: tl.constexpr, MUTATION: tl.constexpr):
+def _rms_norm(x, weight_ptr, eps, DIM: tl.constexpr, BLOCK: tl.constexpr):
     """``x * rsqrt(mean(x^2) + eps) * weight`` per row; rsqrt as a correctly rounded
     1/sqrt, because the GPU's ``rsqrt.approx`` is a few fp32 ulps off. The weight row is
     loaded after the reduction: held across it, it set the binary's registers per thread
     (Q at sm_90: 63 instead of 42 for deepseek-v3.2, 79 instead of 55 for glm-5), so
-    occupancy. ``ACT_DTYPE`` is read by the ``NORM_IN_ACTIVATION_DTYPE`` mutant only."""
-    if MUTATION == NORM_IN_ACTIVATION_DTYPE:
-        # Every intermediate rounded to the activation dtype, as if never upcast.
-        square = (x * x).to(ACT_DTYPE).to(tl.float32)
-        mean_square = tl.math.div_rn(tl.sum(square, axis=1), DIM).to(ACT_DTYPE).to(tl.float32)
-        inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
-        inv_rms = inv_rms.to(ACT_DTYPE).to(tl.float32)
-        normalized = (x * inv_rms[:, None]).to(ACT_DTYPE).to(tl.float32)
-    else:
-        mean_square = tl.math.div_rn(tl.sum(x * x, axis=1), DIM)
-        if MUTATION == EPS_OUTSIDE_RSQRT:
-            inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square)) + eps
-        else:
-            inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
-        normalized = x * inv_rms[:, None]
+    occupancy."""
+    mean_square = tl.math.div_rn(tl.sum(x * x, axis=1), DIM)
+    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))
+    normalized = x * inv_rms[:, None]
     return normalized * _load_vector(weight_ptr, DIM, BLOCK)[None, :]
 
 
@@ -355,15 +276,10 @@ def _rotate(x, x_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_
 
 @triton.jit
 def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
-            eps, Q_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, HAS_SLOTS: tl.constexpr,
-            MUTATION: tl.constexpr):
+            eps, Q_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, HAS_SLOTS: tl.constexpr):
     x = _load_rows(q_ptr, q_stride, tokens, live, Q_DIM, BLOCK_Q)
-    q = _rms_norm(x, q_weight_ptr, eps, Q_DIM, BLOCK_Q, q_out_ptr.dtype.element_ty, MUTATION)
-    rows = live
-    if MUTATION == Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT and HAS_SLOTS:
-        # The historical early-out on "no local slot" swallowed the Q sub-task as well.
-        _, rows = _local_slots(slot_ptr, tokens, live)
-    _store_rows(q_out_ptr, q_out_stride, tokens, rows, q, Q_DIM, BLOCK_Q)
+    q = _rms_norm(x, q_weight_ptr, eps, Q_DIM, BLOCK_Q)
+    _store_rows(q_out_ptr, q_out_stride, tokens, live, q, Q_DIM, BLOCK_Q)
 
 
 @triton.jit
@@ -384,8 +300,7 @@ def _ds_mla_tile_scales(amax, POW2: tl.constexpr):
 def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.constexpr,
                        ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
                        BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
-                       CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr,
-                       MUTATION: tl.constexpr):
+                       CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr):
     """Encode fp32 ``kv``/``kpe`` tiles into the MLA cache entries at byte offsets ``entry``;
     ``DS_MLA_POW2`` picks the fp8_ds_mla tile-scale rule (module docstring)."""
     kv_lanes = tl.arange(0, BLOCK_KV)
@@ -405,21 +320,13 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         tl.store(entry_ptr[:, None] + KV_DIM + rope_lanes[None, :], kpe_codes.to(tl.uint8),
                  mask=rope_mask)
     elif CACHE_LAYOUT == LAYOUT_NVFP4_DS_MLA:
-        write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T,
-                                   MUTATION)
+        write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T)
     else:
         # fp8_ds_mla: 4 tiles of 128 NoPE values, each divided by its own scale, then the
         # 4 fp32 scales, then the RoPE part in bf16 (KV_DIM == BLOCK_KV == 512 here).
         tiles = tl.reshape(kv, (BLOCK_T, DS_MLA_NUM_TILES, DS_MLA_TILE_WIDTH))
         amax = tl.max(tl.abs(tiles), axis=2)
-        if MUTATION == DS_MLA_ROW_SCALE:
-            amax = tl.broadcast_to(tl.max(amax, axis=1)[:, None], (BLOCK_T, DS_MLA_NUM_TILES))
-        if MUTATION == DS_MLA_SCALE_POW2_WHEN_AMAX:
-            scales = _ds_mla_tile_scales(amax, True)  # a power of two, whatever the case asks
-        elif MUTATION == DS_MLA_SCALE_AMAX_WHEN_POW2:
-            scales = _ds_mla_tile_scales(amax, False)  # amax / 448, whatever the case asks
-        else:
-            scales = _ds_mla_tile_scales(amax, DS_MLA_POW2)
+        scales = _ds_mla_tile_scales(amax, DS_MLA_POW2)
         codes = fp8_e4m3_codes(tl.math.div_rn(tiles, scales[:, :, None]))
         tile_ids = tl.arange(0, DS_MLA_NUM_TILES)
         tile_lanes = tl.arange(0, DS_MLA_TILE_WIDTH)
@@ -440,45 +347,33 @@ def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
              cache_block_size, tokens, live, eps, mla_scale,
              KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
              BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
-             DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr, MUTATION: tl.constexpr):
+             DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr):
     # KV: RMSNorm of the latent.
     x = _load_rows(kv_ptr, kv_stride, tokens, live, KV_DIM, BLOCK_KV)
-    kv = _rms_norm(x, kv_weight_ptr, eps, KV_DIM, BLOCK_KV, kv_out_ptr.dtype.element_ty,
-                   MUTATION)
+    kv = _rms_norm(x, kv_weight_ptr, eps, KV_DIM, BLOCK_KV)
     # k_pe: interleaved RoPE; each lane also loads the other lane of its plane.
     lanes = tl.arange(0, BLOCK_ROPE)
-    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, MUTATION == KPE_ROPE_NEOX)
+    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, False)
     rotated = lanes < ROPE_DIM
     k = _load_rows(kpe_ptr, kpe_stride, tokens, live, ROPE_DIM, BLOCK_ROPE)
     k_partner = tl.load(kpe_ptr + tokens[:, None] * kpe_stride + partner[None, :],
                         mask=live[:, None] & rotated[None, :], other=0.0).to(tl.float32)
-    positions = _rope_positions(positions_ptr, tokens, live, MUTATION)
+    positions = _rope_positions(positions_ptr, tokens, live)
     kpe = _rotate(k, k_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
                   ROPE_DIM)
 
-    rows = live
     if HAS_SLOTS:
         slots, owned = _local_slots(slot_ptr, tokens, live)
-        if MUTATION == KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT:
-            rows = owned  # outputs produced only alongside the cache write
-    _store_rows(kv_out_ptr, kv_out_stride, tokens, rows, kv, KV_DIM, BLOCK_KV)
-    _store_rows(kpe_out_ptr, kpe_out_stride, tokens, rows, kpe, ROPE_DIM, BLOCK_ROPE)
+    _store_rows(kv_out_ptr, kv_out_stride, tokens, live, kv, KV_DIM, BLOCK_KV)
+    _store_rows(kpe_out_ptr, kpe_out_stride, tokens, live, kpe, ROPE_DIM, BLOCK_ROPE)
     if HAS_SLOTS:
         entry, stored = _mla_entry(slots, owned, live, cache_block_size, mla_block_stride,
-                                   mla_entry_stride, mla_num_blocks, MUTATION)
+                                   mla_entry_stride, mla_num_blocks)
         if CACHE_LAYOUT == LAYOUT_AUTO:
             kv = kv.to(kv_out_ptr.dtype.element_ty)
             kpe = kpe.to(kv_out_ptr.dtype.element_ty)
         _write_mla_entries(mla_cache_ptr, entry, stored, kv, kpe, mla_scale, KV_DIM, ROPE_DIM,
-                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, MUTATION)
-        if MUTATION == PREVIOUS_ENTRY_OVERWRITTEN:
-            # A store window that starts one slot early: the entry before each owned one.
-            behind = owned & (slots >= 1)
-            previous = _paged_entry(slots - 1, behind, cache_block_size, mla_block_stride,
-                                    mla_entry_stride)
-            _write_mla_entries(mla_cache_ptr, previous, behind, kv, kpe, mla_scale, KV_DIM,
-                               ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT,
-                               DS_MLA_POW2, MUTATION)
+                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2)
 
 
 @triton.jit
@@ -488,8 +383,7 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
                     index_block_stride, cache_block_size, tokens, live, eps,
                     INDEX_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_INDEX: tl.constexpr,
                     NEOX: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
-                    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr,
-                    MUTATION: tl.constexpr):
+                    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr):
     lanes = tl.arange(0, BLOCK_INDEX)
     lane_ok = lanes < INDEX_DIM
     # LayerNorm * w + b over the whole head.
@@ -499,8 +393,7 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
     bias = _load_vector(index_bias_ptr, INDEX_DIM, BLOCK_INDEX)
     y = (x - mean[:, None]) * inv_std[:, None] * weight[None, :] + bias[None, :]
     # RoPE over the first ROPE_DIM lanes: normalize each lane's plane partner the same way.
-    freq, partner, first = _rope_pairing(lanes, ROPE_DIM,
-                                         (MUTATION == INDEXER_ROPE_STYLE_FLIPPED) != NEOX)
+    freq, partner, first = _rope_pairing(lanes, ROPE_DIM, NEOX)
     rotated = lanes < ROPE_DIM
     partner_mask = live[:, None] & rotated[None, :]
     x_partner = tl.load(index_ptr + tokens[:, None] * index_stride + partner[None, :],
@@ -509,7 +402,7 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
     bias_partner = tl.load(index_bias_ptr + partner, mask=rotated, other=0.0)
     y_partner = ((x_partner - mean[:, None]) * inv_std[:, None] * weight_partner[None, :]
                  + bias_partner[None, :])
-    positions = _rope_positions(positions_ptr, tokens, live, MUTATION)
+    positions = _rope_positions(positions_ptr, tokens, live)
     k = _rotate(y, y_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
                 ROPE_DIM)
     _store_rows(index_out_ptr, index_out_stride, tokens, live, k, INDEX_DIM, BLOCK_INDEX)
@@ -518,23 +411,13 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
         # fp8 with one power-of-two scale per row. Per block: block_size * INDEX_DIM value
         # bytes (token-major, or in 16 x 16 tiles when INDEX_SHUFFLED), then block_size
         # 4-byte scales (fp32, or the UE8M0 byte four times when INDEX_SCALE_MX).
-        if MUTATION == INDEXER_USES_MLA_SLOTS:
-            # In bounds: the MLA cache never has more entries than the indexer cache
-            # (equal when sharded; fewer blocks than the DCP1 layout when replicated).
-            slots, owned = _local_slots(slot_ptr, tokens, live)
-        else:
-            slots, owned = _local_slots(index_slot_ptr, tokens, live)
+        slots, owned = _local_slots(index_slot_ptr, tokens, live)
         amax = tl.max(tl.where(lane_ok[None, :], tl.abs(k), 0.0), axis=1)
-        if MUTATION == UE8M0_ROUNDED_DOWN:
-            ratio = tl.math.div_rn(tl.maximum(amax, AMAX_FLOOR), FP8_MAX)
-            bits = ratio.to(tl.int32, bitcast=True) & FP32_EXPONENT_MASK
-            scale = bits.to(tl.float32, bitcast=True)
-        else:
-            scale = ue8m0_scale(amax)
+        scale = ue8m0_scale(amax)
         codes = fp8_e4m3_codes(tl.math.div_rn(k, scale[:, None]))
         store_index_entries(index_cache_ptr, index_block_stride, cache_block_size, slots,
                             owned, lanes, lane_ok, codes, scale, INDEX_DIM, INDEX_SHUFFLED,
-                            INDEX_SCALE_MX, MUTATION)
+                            INDEX_SCALE_MX)
 
 
 @triton.jit
@@ -566,7 +449,7 @@ def _fused_norm_rope_kernel(
     FIRST_TASK: tl.constexpr, LAST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
     DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
     INDEX_ROPE_NEOX: tl.constexpr,
-    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr, MUTATION: tl.constexpr,
+    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr,
 ):
     program = tl.program_id(0).to(tl.int64)  # int64 before any multiply; "Grid" in module doc
     tokens = (program // (LAST_TASK - FIRST_TASK + 1)) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -580,21 +463,16 @@ def _fused_norm_rope_kernel(
                         cos_sin_stride, slot_ptr, index_slot_ptr, index_cache_ptr,
                         index_block_stride, cache_block_size, tokens, live, eps, INDEX_DIM,
                         ROPE_DIM, BLOCK_INDEX, INDEX_ROPE_NEOX, WRITES_INDEX_CACHE,
-                        INDEX_SHUFFLED, INDEX_SCALE_MX, MUTATION)
+                        INDEX_SHUFFLED, INDEX_SCALE_MX)
     elif task == TASK_TOPK_FILL:
-        if MUTATION != TOPK_FILL_SKIPPED:  # compile-time, inside the runtime dispatch
-            _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
+        _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
     elif task == TASK_KV:
         _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
                  kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
                  positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
                  mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
                  cache_block_size, tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV,
-                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, HAS_SLOTS, MUTATION)
-        if MUTATION == TOPK_FILL_ON_SHARED_LAYER and FIRST_TASK == TASK_KV:
-            # The fill keyed on the wrong flag: a shared layer's grid has no top-k
-            # sub-task, so the KV programs fill the buffer instead.
-            _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
+                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, HAS_SLOTS)
     elif LAST_TASK == TASK_Q:  # compile-time: a launch that stops at KV holds no Q code
         _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
-                eps, Q_DIM, BLOCK_Q, HAS_SLOTS, MUTATION)
+                eps, Q_DIM, BLOCK_Q, HAS_SLOTS)

@@ -29,14 +29,9 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     IndexScale,
     Kernel,
 )
-from dcpcheck.ops.fused_norm_rope.kernel import (
-    LAYOUT_CODES,
-    TASK_INDEXER_K,
-    TASK_KV,
-    TASK_Q,
-    _fused_norm_rope_kernel,
-)
+from dcpcheck.ops.fused_norm_rope.kernel import LAYOUT_CODES, TASK_INDEXER_K, TASK_KV, TASK_Q
 from dcpcheck.ops.fused_norm_rope.launch_checks import LaunchShape, check_launch
+from dcpcheck.ops.fused_norm_rope.variant_build import kernel_of
 from dcpcheck.ops.fused_norm_rope.variants import DEFAULT_VARIANT, KernelVariant
 
 GPU_TOKENS_PER_PROGRAM = 1
@@ -91,7 +86,7 @@ def fused_norm_rope(
 ) -> None:
     """Run the fused op once: write ``outputs`` for every token and ``caches`` where owned.
 
-    ``variant`` picks the mutation compiled in (``variants.VARIANTS``);
+    ``variant`` picks the build of the kernel (``variants.VARIANTS``);
     ``block_tokens`` overrides ``BLOCK_T`` (a power of two), e.g. to test tiles that end
     past the last token, and ``q_apart`` the launches (``launch``). Raises ``ValueError``
     naming the first buffer that does not match the contract
@@ -164,8 +159,9 @@ def launch(
     )
 
     programs = triton.cdiv(shape.num_tokens, block_tokens)
+    fused_kernel = kernel_of(variant)
     for first, last in task_ranges:
-        _fused_norm_rope_kernel[(programs * (last - first + 1),)](  # sub-task fastest
+        fused_kernel[(programs * (last - first + 1),)](  # sub-task fastest
             inputs.q_c, inputs.q_c.stride(0), inputs.q_weight,
             outputs.q_out, outputs.q_out.stride(0),
             inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
@@ -189,7 +185,6 @@ def launch(
             INDEX_ROPE_NEOX=not inputs.index_rope_interleaved,
             INDEX_SHUFFLED=shape.writes_index_cache and inputs.index_format.shuffled,
             INDEX_SCALE_MX=shape.writes_index_cache and inputs.index_format.scale is IndexScale.MX,
-            MUTATION=int(variant.mutation),
             enable_fp_fusion=False,  # see "Rounding" in the module docstring
             num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
             **_register_cap(GPU_MAXNREG if maxnreg is None else maxnreg),

@@ -27,7 +27,6 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     NVFP4_SCALE_FLOOR,
 )
 from dcpcheck.ops.fused_norm_rope.fp8_codes import e2m1_codes, fp8_e4m3_codes, fp8_e4m3_values
-from dcpcheck.ops.fused_norm_rope.variants import Mutation
 
 NVFP4_NUM_TILES = tl.constexpr(NVFP4_DS_MLA_NUM_TILES)
 NVFP4_TILE_WIDTH = tl.constexpr(NVFP4_DS_MLA_TILE)
@@ -38,31 +37,25 @@ NVFP4_SCALES_OFFSET = tl.constexpr(contract.NVFP4_DS_MLA_SCALES_OFFSET)
 NVFP4_E2M1_MAX = tl.constexpr(E2M1_MAX)
 NVFP4_RATIO_FLOOR = tl.constexpr(NVFP4_SCALE_FLOOR)
 """Floor of ``amax / 6`` before the nvfp4_ds_mla scale is rounded to e4m3 (2^-9)."""
-NIBBLES_SWAPPED = tl.constexpr(int(Mutation.NVFP4_NIBBLES_SWAPPED))
-SCALE_UNPERMUTED = tl.constexpr(int(Mutation.NVFP4_SCALE_UNPERMUTED))
-SCALE_ROUNDED_UP = tl.constexpr(int(Mutation.NVFP4_SCALE_ROUNDED_UP))
 
 
 @triton.jit
 def write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask,
-                               BLOCK_T: tl.constexpr, MUTATION: tl.constexpr):
+                               BLOCK_T: tl.constexpr):
     """nvfp4_ds_mla entries (``contract.NVFP4_DS_MLA_ENTRY_BYTES``): 32 tiles of 16 NoPE
     values as e2m1 pairs, the 64 RoPE values as unscaled e4m3, the 32 e4m3 tile scales at
-    their permuted bytes (KV_DIM == BLOCK_KV == 512, ROPE_DIM == 64 here). ``MUTATION``
-    compiles in one of the nvfp4 mutants (``variants.Mutation.NVFP4_*``), or none."""
+    their permuted bytes (KV_DIM == BLOCK_KV == 512, ROPE_DIM == 64 here)."""
     tiles = tl.reshape(kv, (BLOCK_T, NVFP4_NUM_TILES, NVFP4_TILE_WIDTH))
     # Tile scale e4m3(max(amax / 6, 2^-9)), rounded to nearest even like every e4m3 here;
     # the values are divided by the scale as stored, decoded back from its byte.
     amax = tl.max(tl.abs(tiles), axis=2)
     ratio = tl.maximum(tl.math.div_rn(amax, NVFP4_E2M1_MAX), NVFP4_RATIO_FLOOR)
     scale_codes = fp8_e4m3_codes(ratio)
-    if MUTATION == SCALE_ROUNDED_UP:  # the next e4m3 code up where nearest rounded down
-        scale_codes = scale_codes + (fp8_e4m3_values(scale_codes) < ratio).to(scale_codes.dtype)
     scales = fp8_e4m3_values(scale_codes)
     codes = e2m1_codes(tl.math.div_rn(tiles, scales[:, :, None]))
     # Two codes per byte: element 2j in the low nibble of byte j, 2j + 1 in the high one.
     low, high = tl.split(tl.reshape(codes, (BLOCK_T, NVFP4_NOPE_BYTES, 2)))
-    packed = high | low << 4 if MUTATION == NIBBLES_SWAPPED else low | high << 4
+    packed = low | high << 4
     byte_lanes = tl.arange(0, NVFP4_NOPE_BYTES)
     tl.store(entry_ptr[:, None] + byte_lanes[None, :], packed.to(tl.uint8), mask=owned[:, None])
     kpe_codes = fp8_e4m3_codes(kpe)
@@ -70,6 +63,6 @@ def write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask,
              kpe_codes.to(tl.uint8), mask=rope_mask)
     # Tile s's scale sits at scale byte 8*(s & 3) + (s >> 2) (contract.nvfp4_scale_position).
     tile_ids = tl.arange(0, NVFP4_NUM_TILES)
-    positions = tile_ids if MUTATION == SCALE_UNPERMUTED else 8 * (tile_ids & 3) + (tile_ids >> 2)
+    positions = 8 * (tile_ids & 3) + (tile_ids >> 2)
     tl.store(entry_ptr[:, None] + NVFP4_SCALES_OFFSET + positions[None, :],
              scale_codes.to(tl.uint8), mask=owned[:, None])

@@ -21,7 +21,7 @@ The correct kernel (``default``) runs first through the same named scenarios and
 property search, so every check that catches a mutant is known to pass the correct kernel.
 
 Verdict: the selftest passes only when the correct kernel passes and every mutant is
-caught. A mutant that cannot show in this run (``GPU_SCALE_MUTATIONS`` on the CPU, or on a
+caught. A mutant that cannot show in this run (a ``gpu_sized`` one on the CPU, or on a
 GPU outside the ``thorough`` profile) is reported as skipped with the reason: it is never
 counted as caught, and it does not fail the run.
 
@@ -54,10 +54,7 @@ from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.contract import DS_MLA_ENTRY_BYTES, CacheLayout, Kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
-from dcpcheck.ops.fused_norm_rope.variants import DEFAULT_VARIANT, MUTANTS, KernelVariant, Mutation
-
-GPU_SCALE_MUTATIONS = frozenset({Mutation.ADDRESS_ARITHMETIC_32BIT})
-"""Mutations only a GPU-sized cache shows (``address_overflow_scenario``)."""
+from dcpcheck.ops.fused_norm_rope.variants import DEFAULT_VARIANT, MUTANTS, KernelVariant
 
 INT32_ADDRESS_LIMIT = 2**31
 """A signed 32-bit byte offset wraps negative here."""
@@ -171,7 +168,7 @@ def selftest_scenarios(profile: SelftestProfile, backend: Backend) -> list[Scena
 
 
 def gpu_scale_skip_reason(profile: SelftestProfile, backend: Backend) -> str | None:
-    """Why a ``GPU_SCALE_MUTATIONS`` mutant cannot show in this run, or None if it can."""
+    """Why a ``gpu_sized`` mutant cannot show in this run, or None if it can."""
     if backend.interpreted:
         return "not applicable on the CPU (needs a GPU-sized cache)"
     if not profile.gpu_scale:
@@ -392,7 +389,7 @@ def run_selftest(
         if on_row is not None:
             on_row(report.default)
         for variant in mutants:
-            if variant.mutation in GPU_SCALE_MUTATIONS and skip_reason is not None:
+            if variant.gpu_sized and skip_reason is not None:
                 row = SelftestRow(
                     variant.name, variant.description, Status.SKIPPED, reason=skip_reason
                 )

@@ -1,125 +1,64 @@
 """The project's kernels under test: the correct fused kernel and its known-bad variants.
 
-Every kernel here is the *same* Triton kernel (``kernel``)
-compiled with a different ``MUTATION`` constexpr, so a variant differs from the correct
-kernel by exactly the control flow it reproduces and by nothing else.
+A variant is the project's kernel with a few edits of its source (``SourceEdit``): each
+names the file of the kernel's Triton code and the function it changes, the text it
+replaces (which occurs exactly once there) and the text that replaces it.
+``variant_build`` applies them to copies of the files and compiles those as modules of
+their own, so a variant differs from the correct kernel by exactly its edits, and the
+shipped kernel holds the arithmetic only. An edit that no longer applies (the kernel
+changed under it) is an error naming the variant, the file and the function, not a
+variant that silently equals the kernel.
 
-Adding a mutant is a few-line change:
-
-1. add a member to :class:`Mutation` (the integer becomes the kernel's ``MUTATION``),
-2. add a ``tl.constexpr`` alias for it and the ``if MUTATION == ...`` branch in
-   ``kernel.py`` (or, for launch-level bugs, a check in its host wrapper),
-3. add a :class:`KernelVariant` named ``mutant/<slug>`` to ``MUTANTS`` below; the registry
-   and ``selftest`` pick it up.
+Adding a mutant: a :class:`KernelVariant` named ``mutant/<slug>`` with its edits, in
+``MUTANTS``; the registry and ``selftest`` pick it up.
 
 ``MUTANTS`` is the catalog ``dcpcheck selftest`` proves the harness catches: the two
 historical DCP regressions (``regress/...``) and plausible mistakes of the same kernel
-(``mutant/...``), each a small, realistic slip that a reviewer could miss. With
-``MUTATION == NONE`` every mutant branch is compiled out, so the correct kernel is the
-same code, at the same speed, as without the catalog.
+(``mutant/...``), each a small, realistic slip that a reviewer could miss.
 
-This module imports no Triton code: the kernel module that compiles a variant is imported
-only by the registry's loaders (``kernels``), after the backend is fixed.
+This module imports no Triton code: the kernel module a variant edits is imported only by
+the registry's loaders (``kernels``), after the backend is fixed.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+KERNEL = "kernel.py"
+INDEX_CACHE = "index_cache.py"
+NVFP4 = "nvfp4_ds_mla.py"
+EDITABLE_FILES = (KERNEL, INDEX_CACHE, NVFP4)
+"""The files of the kernel's Triton code an edit may change (``MODULE`` below)."""
 
-class Mutation(enum.IntEnum):
-    """A deliberate deviation from the DCP contract, compiled in as the ``MUTATION`` constexpr."""
+MODULE = "<module>"
+"""An edit's ``function`` when it changes the file's top level (a definition added)."""
 
-    NONE = 0
-    Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT = 1
-    """vLLM before PR 50005: the early-out on a missing local slot also covered the Q
-    RMSNorm, so ``q_out`` rows of tokens owned by another rank stay unwritten."""
-    KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT = 2
-    """vLLM before PR 54908: ``kv_out`` and ``kpe_out`` were produced only alongside the
-    cache write, so tokens without a local slot get no KV/k_pe outputs (their cache write
-    is, correctly, skipped too)."""
-    FOREIGN_ROWS_WRITE_CACHE = 3
-    """The ownership test is missing from the MLA cache store: every row stores an entry,
-    and a row with slot -1 (foreign or padding) lands on entry 0, where the entry helper
-    parks unowned rows."""
-    NEGATIVE_SLOT_WRAPS = 4
-    """Slot -1 indexes like a Python/torch index, wrapping around to the cache's last
-    entry, which foreign and padding rows then overwrite."""
-    BLOCK_OFFSET_OFF_BY_ONE = 5
-    """The in-block offset is one too far (``slot % B + 1``): each token lands on the
-    entry after its own (the next block's first entry at a block's end)."""
-    BLOCK_AND_OFFSET_SWAPPED = 6
-    """Block index and in-block offset swapped in the MLA cache address."""
-    KPE_ROPE_NEOX = 7
-    """k_pe rotated NeoX-style (planes ``(i, i + R/2)``) instead of interleaved
-    (``(2i, 2i+1)``)."""
-    INDEXER_ROPE_STYLE_FLIPPED = 8
-    """The indexer's RoPE style flipped: NeoX where the model is interleaved, and back."""
-    EPS_OUTSIDE_RSQRT = 9
-    """RMSNorm computes ``rsqrt(mean(x^2)) + eps`` instead of ``rsqrt(mean(x^2) + eps)``:
-    identical to the eye until ``mean(x^2)`` is comparable to eps (an all-zero row gives
-    ``0 * inf = NaN`` instead of 0)."""
-    NORM_IN_ACTIVATION_DTYPE = 10
-    """RMSNorm done in bf16/fp16 instead of fp32: each intermediate (squares, their
-    mean, rsqrt, the normalized row) rounded to the activation dtype."""
-    TOKEN_INDEX_AS_POSITION = 11
-    """RoPE (k_pe and indexer) turned by the token's row index instead of
-    ``positions[t]``: right only for a fresh prefill that starts at position 0."""
-    DS_MLA_ROW_SCALE = 12
-    """fp8_ds_mla scale computed over the whole 512-wide row instead of per 128-wide tile."""
-    UE8M0_ROUNDED_DOWN = 13
-    """The indexer's UE8M0 scale rounded down (``2^floor(log2(amax / 448))``): half the
-    scale, so the row's largest values saturate at 448."""
-    TOPK_FILL_SKIPPED = 14
-    """The top-k buffer is not filled with -1 on indexer layers."""
-    TOPK_FILL_ON_SHARED_LAYER = 15
-    """The top-k fill also runs on shared (no-indexer) layers, whose buffer belongs to
-    another layer."""
-    INDEXER_USES_MLA_SLOTS = 16
-    """The indexer cache is written through the MLA slot mapping instead of its own: the
-    same thing while both are sharded alike, wrong when the indexer is replicated."""
-    PREVIOUS_ENTRY_OVERWRITTEN = 17
-    """Each owned token's entry is also stored one slot back (a store window starting at
-    ``slot - 1``), overwriting the entry before it: for a request's first new token, an
-    already cached prefix entry."""
-    ADDRESS_ARITHMETIC_32BIT = 18
-    """MLA cache addresses computed in 32 bits: ``slot * entry_bytes`` wraps past 2^31
-    (3.3M fp8_ds_mla slots), so high slots are never written where they belong. Only a
-    GPU-sized cache shows it."""
-    DS_MLA_SCALE_POW2_WHEN_AMAX = 19
-    """fp8_ds_mla tile scales rounded up to a power of two (vLLM 0.31's rule) when the case
-    demands ``max(amax/448, FLT_MIN)`` (``DsMlaScale.AMAX``): the encoding of the other
-    release, as a kernel that hard-codes one rule writes it. Right under ``pow2``."""
-    DS_MLA_SCALE_AMAX_WHEN_POW2 = 20
-    """fp8_ds_mla tile scales ``max(amax/448, FLT_MIN)`` (vLLM 0.30's rule) when the case
-    demands the power of two (``DsMlaScale.POW2``): the reverse slip. Right under
-    ``amax``."""
-    NVFP4_NIBBLES_SWAPPED = 21
-    """nvfp4_ds_mla NoPE pairs packed the other way: the even element in the high nibble."""
-    NVFP4_SCALE_UNPERMUTED = 22
-    """nvfp4_ds_mla tile scale ``s`` stored at scale byte ``s`` instead of
-    ``8*(s & 3) + (s >> 2)``: the layout a reader that does not permute expects."""
-    NVFP4_SCALE_ROUNDED_UP = 23
-    """nvfp4_ds_mla tile scales rounded up to the next e4m3 value instead of to nearest
-    (a ceil where the contract says round-to-nearest): larger scales, coarser codes."""
-    INDEX_SHUFFLE_TILE_TRANSPOSED = 24
-    """Shuffled indexer layout with each 16 x 16 tile transposed: byte ``c`` of token ``t``
-    at ``c * 16 + t`` within the tile instead of ``t * 16 + c``."""
-    INDEX_MX_SCALE_ONE_BYTE = 25
-    """MX-packed indexer scale written as the bare exponent byte (``e``, not ``e`` in all
-    four bytes): a word a reader taking any other byte of it decodes as scale 2^-127.
-    (The issue's "bytes in the wrong order" has no observable form: the four bytes are
-    equal, so every order of them is the same word.)"""
+
+@dataclass(frozen=True)
+class SourceEdit:
+    """``old``, which occurs exactly once in ``function`` of ``file`` (``MODULE``: in the
+    file), replaced by ``new``."""
+
+    file: str
+    function: str
+    old: str
+    new: str
 
 
 @dataclass(frozen=True)
 class KernelVariant:
-    """One build of the project's kernel: a registry name and the mutation compiled in."""
+    """One build of the project's kernel: a registry name, what it is, and the edits of
+    the kernel's source that make it (none for the correct kernel). ``gpu_sized`` marks a
+    mutant only a GPU-sized cache can show (``selftest``)."""
 
     name: str
     description: str
-    mutation: Mutation = Mutation.NONE
+    edits: tuple[SourceEdit, ...] = ()
+    gpu_sized: bool = False
+
+
+def _edit(function: str, old: str, new: str, file: str = KERNEL) -> SourceEdit:
+    return SourceEdit(file, function, old, new)
 
 
 DEFAULT_VARIANT = KernelVariant(
@@ -127,17 +66,67 @@ DEFAULT_VARIANT = KernelVariant(
     "the project's fused norm + RoPE + cache-write Triton kernel (docs/fused-norm-rope.md)",
 )
 
+_Q_STORE = "    _store_rows(q_out_ptr, q_out_stride, tokens, live, q, Q_DIM, BLOCK_Q)"
+_KV_STORES = (
+    "    _store_rows(kv_out_ptr, kv_out_stride, tokens, live, kv, KV_DIM, BLOCK_KV)\n"
+    "    _store_rows(kpe_out_ptr, kpe_out_stride, tokens, live, kpe, ROPE_DIM, BLOCK_ROPE)"
+)
+_MLA_STORED = "    stored = owned\n    return entry, stored"
+_MLA_WRITE = (
+    "        _write_mla_entries(mla_cache_ptr, entry, stored, kv, kpe, mla_scale, KV_DIM, "
+    "ROPE_DIM,\n"
+    "                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2)"
+)
+_DS_MLA_SCALES = "        scales = _ds_mla_tile_scales(amax, DS_MLA_POW2)"
+_TOPK_FILL = (
+    "        _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)"
+)
+_KV_CALL_END = "                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, HAS_SLOTS)"
+_INSIDE_CACHE = '''@triton.jit
+def _inside_cache(entry, cache_block_size, block_stride, entry_stride, mla_num_blocks):
+    """Whether each byte offset starts an entry inside the MLA cache: a mutant that
+    addresses wrongly is kept inside the storage (the real bug would scribble over other
+    memory or fault; the mutant leaves the owned entry unwritten, which the harness
+    reports, and the process survives to report it)."""
+    end = (mla_num_blocks - 1).to(tl.int64) * block_stride + cache_block_size * entry_stride
+    return (entry >= 0) & (entry < end)
+
+
+@triton.jit
+def _mla_entry('''
+_WITH_INSIDE_CACHE = _edit(MODULE, "@triton.jit\ndef _mla_entry(", _INSIDE_CACHE)
+
 REGRESSIONS: tuple[KernelVariant, ...] = (
     KernelVariant(
         "regress/pre-50005",
         "Q RMSNorm skipped for tokens without a local slot (vLLM before PR 50005)",
-        Mutation.Q_NORM_SKIPPED_WITHOUT_LOCAL_SLOT,
+        # The early-out on a missing local slot also covered the Q RMSNorm, so q_out rows
+        # of tokens owned by another rank stay unwritten.
+        (
+            _edit(
+                "_q_task",
+                _Q_STORE,
+                "    rows = live\n"
+                "    if HAS_SLOTS:\n"
+                "        _, rows = _local_slots(slot_ptr, tokens, live)\n"
+                "    _store_rows(q_out_ptr, q_out_stride, tokens, rows, q, Q_DIM, BLOCK_Q)",
+            ),
+        ),
     ),
     KernelVariant(
         "regress/pre-54908",
         "kv_out / kpe_out skipped for tokens without a local slot, cache write correctly "
         "skipped (vLLM before PR 54908)",
-        Mutation.KV_OUTPUTS_SKIPPED_WITHOUT_LOCAL_SLOT,
+        # kv_out and kpe_out were produced only alongside the cache write.
+        (
+            _edit(
+                "_kv_task",
+                _KV_STORES,
+                "    rows = live\n"
+                "    if HAS_SLOTS:\n"
+                "        rows = owned\n" + _KV_STORES.replace("tokens, live,", "tokens, rows,"),
+            ),
+        ),
     ),
 )
 """The two DCP bugs that shipped (docs/dcp-contract.md)."""
@@ -147,117 +136,327 @@ MUTANTS: tuple[KernelVariant, ...] = (
     KernelVariant(
         "mutant/foreign-rows-write-cache",
         "ownership test missing from the MLA cache store: rows with slot -1 write entry 0",
-        Mutation.FOREIGN_ROWS_WRITE_CACHE,
+        # Every row stores an entry; a row with slot -1 (foreign or padding) lands on
+        # entry 0, where _paged_entry parks unowned rows.
+        (_edit("_mla_entry", _MLA_STORED, "    stored = live\n    return entry, stored"),),
     ),
     KernelVariant(
         "mutant/negative-slot-wraps",
         "slot -1 wraps around to the MLA cache's last entry (torch-style negative index)",
-        Mutation.NEGATIVE_SLOT_WRAPS,
+        (
+            _edit(
+                "_mla_entry",
+                _MLA_STORED,
+                "    wrapped = tl.where(slots < 0, slots + mla_num_blocks.to(tl.int64) * "
+                "cache_block_size,\n"
+                "                       slots)\n"
+                "    entry = _paged_entry(wrapped, live, cache_block_size, block_stride, "
+                "entry_stride)\n"
+                "    stored = live\n"
+                "    return entry, stored",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/nvfp4-nibbles-swapped",
         "nvfp4_ds_mla: the even NoPE element packed in the high nibble, not the low one",
-        Mutation.NVFP4_NIBBLES_SWAPPED,
+        (
+            _edit(
+                "write_nvfp4_ds_mla_entries",
+                "    packed = low | high << 4",
+                "    packed = high | low << 4",
+                NVFP4,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/nvfp4-scale-unpermuted",
         "nvfp4_ds_mla: tile s's scale at byte s, not 8*(s & 3) + (s >> 2)",
-        Mutation.NVFP4_SCALE_UNPERMUTED,
+        # The layout a reader that does not permute expects.
+        (
+            _edit(
+                "write_nvfp4_ds_mla_entries",
+                "    positions = 8 * (tile_ids & 3) + (tile_ids >> 2)",
+                "    positions = tile_ids",
+                NVFP4,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/nvfp4-scale-rounded-up",
         "nvfp4_ds_mla: e4m3 tile scales rounded up instead of to nearest",
-        Mutation.NVFP4_SCALE_ROUNDED_UP,
+        # A ceil where the contract says round-to-nearest: larger scales, coarser codes.
+        (
+            _edit(
+                "write_nvfp4_ds_mla_entries",
+                "    scale_codes = fp8_e4m3_codes(ratio)\n",
+                "    scale_codes = fp8_e4m3_codes(ratio)\n"
+                "    scale_codes = scale_codes + (fp8_e4m3_values(scale_codes) < ratio)"
+                ".to(scale_codes.dtype)\n",
+                NVFP4,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/index-shuffle-tile-transposed",
         "shuffled indexer layout: each 16-token x 16-byte tile written transposed",
-        Mutation.INDEX_SHUFFLE_TILE_TRANSPOSED,
+        # Byte c of token t at c * 16 + t within the tile instead of t * 16 + c.
+        (
+            _edit(
+                "store_index_entries",
+                "        within = token_in_tile * SHUFFLE_TILE + byte_in_tile",
+                "        within = byte_in_tile * SHUFFLE_TILE + token_in_tile",
+                INDEX_CACHE,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/index-mx-scale-one-byte",
         "MX-packed indexer scale: the exponent in one byte of the word, not all four",
-        Mutation.INDEX_MX_SCALE_ONE_BYTE,
+        # A word a reader taking any other byte of it decodes as scale 2^-127. ("Bytes in
+        # the wrong order" has no observable form: the four bytes are equal.)
+        (
+            _edit(
+                "store_index_entries",
+                "        word = exponent * UE8M0_REPLICATED",
+                "        word = exponent",
+                INDEX_CACHE,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/block-offset-off-by-one",
         "in-block offset one too far (slot % block_size + 1) in the MLA cache address",
-        Mutation.BLOCK_OFFSET_OFF_BY_ONE,
+        # Each token lands on the entry after its own (the next block's first at a
+        # block's end).
+        (_edit("_mla_entry", _MLA_STORED, "    entry += entry_stride\n" + _MLA_STORED),),
     ),
     KernelVariant(
         "mutant/block-offset-swapped",
         "block index and in-block offset swapped in the MLA cache address",
-        Mutation.BLOCK_AND_OFFSET_SWAPPED,
+        (
+            _WITH_INSIDE_CACHE,
+            _edit(
+                "_mla_entry",
+                _MLA_STORED,
+                "    parked = tl.where(owned, slots, 0)\n"
+                "    entry = ((parked % cache_block_size) * block_stride\n"
+                "             + (parked // cache_block_size) * entry_stride)\n"
+                "    stored = owned & _inside_cache(entry, cache_block_size, block_stride, "
+                "entry_stride,\n"
+                "                                   mla_num_blocks)\n"
+                "    return entry, stored",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/kpe-rope-neox",
         "k_pe RoPE paired NeoX-style (i, i + R/2) instead of interleaved (2i, 2i+1)",
-        Mutation.KPE_ROPE_NEOX,
+        (
+            _edit(
+                "_kv_task",
+                "_rope_pairing(lanes, ROPE_DIM, False)",
+                "_rope_pairing(lanes, ROPE_DIM, True)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/indexer-rope-flipped",
         "indexer RoPE style flipped (NeoX for interleaved models and back)",
-        Mutation.INDEXER_ROPE_STYLE_FLIPPED,
+        (
+            _edit(
+                "_indexer_k_task",
+                "_rope_pairing(lanes, ROPE_DIM, NEOX)",
+                "_rope_pairing(lanes, ROPE_DIM, True != NEOX)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/eps-outside-rsqrt",
         "RMSNorm computes rsqrt(mean(x^2)) + eps instead of rsqrt(mean(x^2) + eps)",
-        Mutation.EPS_OUTSIDE_RSQRT,
+        # Identical to the eye until mean(x^2) is comparable to eps (an all-zero row gives
+        # 0 * inf = NaN instead of 0).
+        (
+            _edit(
+                "_rms_norm",
+                "    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))",
+                "    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square)) + eps",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/norm-in-bf16",
         "RMSNorm intermediates rounded to the activation dtype instead of kept in fp32",
-        Mutation.NORM_IN_ACTIVATION_DTYPE,
+        # Each intermediate (squares, their mean, rsqrt, the normalized row) rounded to the
+        # dtype of the output the norm feeds, as if never upcast.
+        (
+            _edit(
+                "_rms_norm",
+                "def _rms_norm(x, weight_ptr, eps, DIM: tl.constexpr, BLOCK: tl.constexpr):",
+                "def _rms_norm(x, weight_ptr, eps, DIM: tl.constexpr, BLOCK: tl.constexpr,\n"
+                "              ACT_DTYPE: tl.constexpr):",
+            ),
+            _edit(
+                "_rms_norm",
+                "    mean_square = tl.math.div_rn(tl.sum(x * x, axis=1), DIM)\n"
+                "    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))\n"
+                "    normalized = x * inv_rms[:, None]",
+                "    square = (x * x).to(ACT_DTYPE).to(tl.float32)\n"
+                "    mean_square = tl.math.div_rn(tl.sum(square, axis=1), DIM)"
+                ".to(ACT_DTYPE).to(tl.float32)\n"
+                "    inv_rms = tl.math.div_rn(1.0, tl.sqrt_rn(mean_square + eps))\n"
+                "    inv_rms = inv_rms.to(ACT_DTYPE).to(tl.float32)\n"
+                "    normalized = (x * inv_rms[:, None]).to(ACT_DTYPE).to(tl.float32)",
+            ),
+            _edit(
+                "_q_task",
+                "_rms_norm(x, q_weight_ptr, eps, Q_DIM, BLOCK_Q)",
+                "_rms_norm(x, q_weight_ptr, eps, Q_DIM, BLOCK_Q, q_out_ptr.dtype.element_ty)",
+            ),
+            _edit(
+                "_kv_task",
+                "_rms_norm(x, kv_weight_ptr, eps, KV_DIM, BLOCK_KV)",
+                "_rms_norm(x, kv_weight_ptr, eps, KV_DIM, BLOCK_KV, kv_out_ptr.dtype.element_ty)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/token-index-as-position",
         "RoPE turned by the token's row index instead of positions[t]",
-        Mutation.TOKEN_INDEX_AS_POSITION,
+        # Right only for a fresh prefill that starts at position 0.
+        (
+            _edit(
+                "_rope_positions",
+                "    positions = tl.load(positions_ptr + tokens, mask=live, other=-1)",
+                "    positions = tl.where(live, tokens, -1)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/ds-mla-row-scale",
         "fp8_ds_mla scale over the whole 512-wide row instead of per 128-wide tile",
-        Mutation.DS_MLA_ROW_SCALE,
+        (
+            _edit(
+                "_write_mla_entries",
+                _DS_MLA_SCALES,
+                "        amax = tl.broadcast_to(tl.max(amax, axis=1)[:, None], "
+                "(BLOCK_T, DS_MLA_NUM_TILES))\n" + _DS_MLA_SCALES,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/ue8m0-round-down",
         "indexer UE8M0 scale rounded down instead of up, so large values saturate",
-        Mutation.UE8M0_ROUNDED_DOWN,
+        # 2^floor(log2(amax / 448)): half the scale, so the row's largest values saturate.
+        (
+            _edit(
+                "_indexer_k_task",
+                "        scale = ue8m0_scale(amax)",
+                "        ratio = tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0)\n"
+                "        bits = ratio.to(tl.int32, bitcast=True) & 0x7F800000\n"
+                "        scale = bits.to(tl.float32, bitcast=True)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/topk-fill-skipped",
         "top-k buffer not filled with -1 on indexer layers",
-        Mutation.TOPK_FILL_SKIPPED,
+        (
+            _edit(
+                "_fused_norm_rope_kernel",
+                "    elif task == TASK_TOPK_FILL:\n" + _TOPK_FILL,
+                "    elif task == TASK_TOPK_FILL:\n        pass",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/topk-fill-on-shared-layer",
         "top-k buffer filled with -1 on shared (no-indexer) layers too",
-        Mutation.TOPK_FILL_ON_SHARED_LAYER,
+        # The fill keyed on the wrong flag: a shared layer's grid has no top-k sub-task,
+        # so the KV programs fill the buffer instead.
+        (
+            _edit(
+                "_fused_norm_rope_kernel",
+                _KV_CALL_END,
+                _KV_CALL_END + "\n        if FIRST_TASK == TASK_KV:\n    " + _TOPK_FILL,
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/indexer-uses-mla-slots",
         "indexer cache written through the MLA slot mapping instead of its own",
-        Mutation.INDEXER_USES_MLA_SLOTS,
+        # The same thing while both are sharded alike, wrong when the indexer is
+        # replicated. In bounds: the MLA cache never has more entries than the indexer's.
+        (
+            _edit(
+                "_indexer_k_task",
+                "_local_slots(index_slot_ptr, tokens, live)",
+                "_local_slots(slot_ptr, tokens, live)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/previous-entry-overwritten",
         "each owned entry also stored one slot back, overwriting a cached prefix entry",
-        Mutation.PREVIOUS_ENTRY_OVERWRITTEN,
+        # A store window that starts one slot early: for a request's first new token, an
+        # already cached prefix entry.
+        (
+            _edit(
+                "_kv_task",
+                _MLA_WRITE,
+                _MLA_WRITE + "\n"
+                "        behind = owned & (slots >= 1)\n"
+                "        previous = _paged_entry(slots - 1, behind, cache_block_size, "
+                "mla_block_stride,\n"
+                "                                mla_entry_stride)\n"
+                "        _write_mla_entries(mla_cache_ptr, previous, behind, kv, kpe, mla_scale, "
+                "KV_DIM,\n"
+                "                           ROPE_DIM, BLOCK_KV, BLOCK_ROPE, BLOCK_T, "
+                "CACHE_LAYOUT,\n"
+                "                           DS_MLA_POW2)",
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/ds-mla-scale-pow2-when-amax",
         "fp8_ds_mla tile scales rounded up to a power of two where the case demands amax/448",
-        Mutation.DS_MLA_SCALE_POW2_WHEN_AMAX,
+        # vLLM 0.31's rule where the case demands 0.30's: the encoding of the other
+        # release, as a kernel that hard-codes one rule writes it. Right under pow2.
+        (
+            _edit(
+                "_write_mla_entries", _DS_MLA_SCALES, _DS_MLA_SCALES.replace("DS_MLA_POW2", "True")
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/ds-mla-scale-amax-when-pow2",
         "fp8_ds_mla tile scales amax/448 where the case demands a power of two (vLLM 0.31+)",
-        Mutation.DS_MLA_SCALE_AMAX_WHEN_POW2,
+        # The reverse slip. Right under amax.
+        (
+            _edit(
+                "_write_mla_entries", _DS_MLA_SCALES, _DS_MLA_SCALES.replace("DS_MLA_POW2", "False")
+            ),
+        ),
     ),
     KernelVariant(
         "mutant/address-32bit",
         "MLA cache addresses in 32 bits: slot * entry_bytes wraps past 2^31 (3.3M slots)",
-        Mutation.ADDRESS_ARITHMETIC_32BIT,
+        # What int32 arithmetic yields, written out in 64 bits (a compiler may assume a
+        # signed int32 product never overflows): ((x + 2^31) & (2^32 - 1)) - 2^31. Only a
+        # GPU-sized cache shows it.
+        (
+            _WITH_INSIDE_CACHE,
+            _edit(
+                "_mla_entry",
+                _MLA_STORED,
+                "    entry = ((entry + 2147483648) & 4294967295) - 2147483648\n"
+                "    stored = owned & _inside_cache(entry, cache_block_size, block_stride, "
+                "entry_stride,\n"
+                "                                   mla_num_blocks)\n"
+                "    return entry, stored",
+            ),
+        ),
+        gpu_sized=True,
     ),
 )
 """The catalog ``dcpcheck selftest`` runs (``dcpcheck list mutants``): every variant that
