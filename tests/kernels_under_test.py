@@ -7,6 +7,8 @@ violates exactly one contract item, the way a real kernel bug would.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 
 import torch
@@ -21,6 +23,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpInputs,
     FusedOpOutputs,
 )
+from dcpcheck.ops.lse_combine.contract import AttentionInputs, CombineInputs, Merged
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
@@ -271,3 +274,62 @@ def zeroes_every_output(inputs, outputs, caches) -> None:
     for out in (outputs.q_out, outputs.kv_out, outputs.kpe_out, outputs.index_k_out):
         if out is not None:
             out.zero_()
+
+
+# -- the decode chain's other stages, in torch ---------------------------------------------
+
+
+def torch_attention(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode attention protocol (``contract.AttentionInputs``) in fp32 torch ops, every
+    row at once: what the token-stream tests about the fused op run instead of the
+    project's Triton attention, which the interpreter runs a hundred times slower. An empty
+    shard gives zeros and an LSE of -inf."""
+    blocks, page, width = inputs.kv_cache.shape
+    local = torch.arange(inputs.block_table.shape[1] * page, device=inputs.q.device)
+    pages = inputs.block_table.long().clamp(min=0)[:, local // page]
+    entries = inputs.kv_cache.reshape(blocks * page, width).float()[pages * page + local % page]
+    seen = local[None, :] < inputs.seq_lens.long()[:, None]
+    entries = torch.where(seen[..., None], entries, 0.0)  # unread entries may hold NaN
+    logits = torch.einsum("bhl,bnl->bhn", inputs.q.float(), entries) * inputs.scale
+    logits = logits.masked_fill(~seen[:, None, :], float("-inf"))
+    lse = torch.logsumexp(logits, dim=-1)
+    weights = torch.exp(logits - lse[..., None]).nan_to_num(0.0)
+    out = torch.einsum("bhn,bnr->bhr", weights, entries[..., : inputs.kv_lora_rank])
+    return out, lse
+
+
+def torch_merge(inputs: CombineInputs) -> Merged:
+    """The merge protocol (``contract.CombineInputs``) in torch ops over the group's
+    all-gather: the ranks' partials weighed by their LSEs (an empty shard's, by the lengths
+    or by a non-finite LSE, by none), the rank's heads returned."""
+    lse = inputs.partial_lse.float()
+    if inputs.seq_lens is not None:
+        lse = lse.masked_fill((inputs.seq_lens == 0)[:, None], float("-inf"))
+    lse = torch.where(torch.isfinite(lse), lse, float("-inf"))
+    if not inputs.base_e:
+        lse = lse * math.log(2)
+    group = inputs.group
+    outs = group.all_gather(inputs.partial_out.float().unsqueeze(0), dim=0)
+    lses = group.all_gather(lse.unsqueeze(0), dim=0)
+    top = lses.max(dim=0).values
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    weights = torch.exp(lses - top)
+    total = weights.sum(dim=0)
+    weighted = torch.where(weights[..., None] > 0, weights[..., None] * outs, 0.0).sum(dim=0)
+    merged = torch.where(total[..., None] > 0, weighted / total[..., None], 0.0)
+    share = merged.shape[1] // group.world_size
+    heads = slice(group.rank_in_group * share, (group.rank_in_group + 1) * share)
+    return Merged(merged[:, heads].to(inputs.partial_out.dtype))
+
+
+def fast_stages():
+    """The project's slot mappings with ``torch_attention`` and ``torch_merge``: the decode
+    chain at the speed of torch, for tests whose subject is another stage."""
+    from dcpcheck.e2e.chain import Stage, default_stages
+
+    project = default_stages()
+    return dataclasses.replace(
+        project,
+        attention=Stage("attention", "tests.kernels_under_test:torch_attention", torch_attention),
+        merge=Stage("merge", "tests.kernels_under_test:torch_merge", torch_merge),
+    )

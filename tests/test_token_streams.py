@@ -38,7 +38,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
 )
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from tests.conftest import requires_cuda
-from tests.kernels_under_test import oracle_kernel, skips_foreign_kv
+from tests.kernels_under_test import fast_stages, oracle_kernel, skips_foreign_kv
 
 DCP_SIZES = (2, 4, 8)
 CONFIG = StreamConfig(steps=12)
@@ -48,6 +48,9 @@ LAYOUTS = {
     "fp8_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.FP8_DS_MLA),
     "nvfp4_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.NVFP4_DS_MLA),
 }
+FAST = fast_stages()
+"""The chain's attention and merge in torch (``kernels_under_test``): the oracle kernel's
+tests are about the fused op's stage, and the interpreter runs the Triton ones slowly."""
 TRITON_CONFIG = StreamConfig(prompts=2, max_prompt_length=6, steps=3)
 """Small enough for Triton's interpreter: 2 requests, 3 generated tokens each."""
 
@@ -79,7 +82,7 @@ def assert_diverges_at_dcp(comparison: StreamComparison, dcp_size: int) -> None:
 def oracle_streams(device):
     """The correct kernel's comparison for every cache layout (shared by several tests)."""
     return {
-        name: compare_streams(oracle_kernel, config, DCP_SIZES, device)
+        name: compare_streams(oracle_kernel, config, DCP_SIZES, device, stages=FAST)
         for name, config in LAYOUTS.items()
     }
 
@@ -102,7 +105,7 @@ def test_interleaved_ownership_gives_identical_streams(device, interleave):
     """Runs of 2 positions per rank, and a whole block per rank (a short request then
     lives on rank 0 alone: one shard holds everything)."""
     config = StreamConfig(steps=8, interleave=interleave, seed=3)
-    assert_identical(compare_streams(oracle_kernel, config, DCP_SIZES, device))
+    assert_identical(compare_streams(oracle_kernel, config, DCP_SIZES, device, stages=FAST))
 
 
 def test_cache_layout_changes_the_streams(oracle_streams):
@@ -114,7 +117,7 @@ def test_cache_layout_changes_the_streams(oracle_streams):
 
 
 def test_pr_54908_flaw_diverges_under_dcp4_only(device, oracle_streams):
-    comparison = compare_streams(skips_foreign_kv, CONFIG, (4,), device)
+    comparison = compare_streams(skips_foreign_kv, CONFIG, (4,), device, stages=FAST)
     assert_diverges_at_dcp(comparison, 4)
     divergence = comparison.first_divergence
     # Every prompt's prefill has foreign tokens on every rank: the very first token breaks,
@@ -136,12 +139,12 @@ def skips_cache_write(
 def test_decode_reads_what_the_kernel_wrote(device, oracle_streams):
     """Without cache writes the chunked prefill and decode attend over random bytes, so
     even the DCP1 stream changes: the model really consumes the kernel's cache."""
-    broken = generate(skips_cache_write, CONFIG, 1, device)
+    broken = generate(skips_cache_write, CONFIG, 1, device, stages=FAST)
     assert not torch.equal(broken.tokens, oracle_streams["auto"].runs[0].tokens)
 
 
 def test_generation_is_deterministic(device, oracle_streams):
-    again = generate(oracle_kernel, CONFIG, 4, device)
+    again = generate(oracle_kernel, CONFIG, 4, device, stages=FAST)
     first = oracle_streams["auto"].runs[2]
     assert first.dcp_size == 4
     assert torch.equal(again.tokens, first.tokens)
@@ -191,8 +194,9 @@ def test_every_weight_is_a_draw_of_its_own():
     """No two weight tensors repeat each other's values (each is its own ``seeded``
     stream): a model whose layers were copies would hide a layer-dependent bug."""
     tensors = model_tensors(build_model(CONFIG, torch.device("cpu")))
-    firsts = {name: tuple(t.flatten()[:8].tolist()) for name, t in tensors.items()
-              if name != "cos_sin"}
+    firsts = {
+        name: tuple(t.flatten()[:8].tolist()) for name, t in tensors.items() if name != "cos_sin"
+    }
     assert len(set(firsts.values())) == len(firsts)
 
 
@@ -269,10 +273,12 @@ def test_a_kernel_without_k_outputs_prefills_from_the_caches(layout):
     gives identical streams at every DCP size (and, for the exact auto layout, the same
     streams as a kernel with K outputs); its NaN K outputs are never read."""
     config = LAYOUTS[layout]
-    comparison = compare_streams(CacheOnlyK(oracle_kernel), config, DCP_SIZES, torch.device("cpu"))
+    comparison = compare_streams(
+        CacheOnlyK(oracle_kernel), config, DCP_SIZES, torch.device("cpu"), stages=FAST
+    )
     assert_identical(comparison)
     if layout == "auto":
-        with_k = compare_streams(oracle_kernel, config, (1,), torch.device("cpu"))
+        with_k = compare_streams(oracle_kernel, config, (1,), torch.device("cpu"), stages=FAST)
         assert comparison.digests[0].stream == with_k.digests[0].stream
 
 
@@ -282,5 +288,7 @@ def test_a_cache_only_k_kernel_that_skips_foreign_q_diverges():
         if inputs.slot_mapping is not None:
             outputs.q_out[inputs.slot_mapping < 0] = float("nan")
 
-    comparison = compare_streams(CacheOnlyK(skips_foreign_q), CONFIG, (4,), torch.device("cpu"))
+    comparison = compare_streams(
+        CacheOnlyK(skips_foreign_q), CONFIG, (4,), torch.device("cpu"), stages=FAST
+    )
     assert_diverges_at_dcp(comparison, 4)

@@ -143,6 +143,11 @@ def _launches(node: ast.FunctionDef, kernels: set[str]) -> bool:
     return False
 
 
+def jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The ``@triton.jit`` functions of ``tree``."""
+    return [n for n in ast.walk(tree) if _is_jit(n)]  # type: ignore[misc]
+
+
 def _functions(tree: ast.Module) -> list[ast.FunctionDef]:
     """The file's jit functions and the host functions (methods included) that launch
     them, in source order."""

@@ -4,18 +4,19 @@
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 from collections.abc import Sequence
 from pathlib import Path
 
-from dcpcheck.mutation.operators import OPERATORS, Mutant
+from dcpcheck.mutation.operators import OPERATORS, Mutant, jit_functions
 
 
 def triton_files(paths: Sequence[Path]) -> list[Path]:
-    """The files of ``paths`` that define a ``@triton.jit`` function: what a kernel's
-    mutants are edits of (its host code that launches them lives there or is not
-    mutated)."""
-    return [p for p in paths if "@triton.jit" in p.read_text(encoding="utf-8", errors="replace")]
+    """The files of ``paths`` that define a ``@triton.jit`` function (read from their
+    syntax tree, not their text): what a kernel's mutants are edits of (its host code that
+    launches them lives there or is not mutated)."""
+    return [p for p in paths if any(jit_functions(ast.parse(p.read_bytes(), str(p))))]
 
 
 def named(mutants: Sequence[Mutant], patterns: Sequence[str]) -> list[Mutant]:

@@ -65,6 +65,7 @@ KERNEL_SOURCES = tuple(
         "launcher.py",
         "launch_checks.py",
         "variants.py",
+        "variant_build.py",
         "kernel.py",
         "fp8_codes.py",
         "index_cache.py",

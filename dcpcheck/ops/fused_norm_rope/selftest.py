@@ -3,7 +3,7 @@
 A harness that passes a correct kernel proves little until it is shown to fail wrong
 ones. ``variants.MUTANTS`` is a catalog of wrong ones: the two DCP bugs that
 shipped (``regress/...``) and small, realistic slips of the same Triton kernel
-(``mutant/...``), each one ``MUTATION`` constexpr away from the correct kernel. The
+(``mutant/...``), each a few edits of the correct kernel's source away from it. The
 selftest runs the harness against each and reports, per mutant, whether it was caught,
 by which check on which field, after how many property examples, and how small the
 shrunk failure is.
