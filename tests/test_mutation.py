@@ -234,19 +234,28 @@ def _mutate(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, di
 def test_mutate_on_the_projects_merge_kills_survives_and_caches(tmp_path):
     """Dropping the mask of ranks survives two ranks (a power of two: no lane past the
     last rank) and dies on odd-shapes' three and six; removing the store of the merged
-    LSE dies at once."""
+    LSE dies at once; an edit the kernel's mutants file explains is reported apart, never
+    run."""
     picked = [
         "--mutant",
         "kernel.py:_correct_kernel:72:store-removed:*",
         "--mutant",
         "kernel.py:_correct_kernel:56:mask-conjunct:& left dropped",
+        "--mutant",
+        "kernel.py:_correct_kernel:61:constant:0.0 to 1",  # kernel.mutants.toml: equivalent
     ]
     narrow = ["--op", "lse-combine", "--dcp", "2", "--scenario", "base2-sink-speculative"]
     done, report = _mutate(tmp_path, *narrow, *picked)
     assert done.returncode == 1, done.stdout + done.stderr
     statuses = {m["operator"]: m["status"] for m in report["mutants"]}
-    assert statuses == {"store-removed": "killed", "mask-conjunct": "survived"}
-    assert report["score"] == 50.0
+    assert statuses == {
+        "store-removed": "killed",
+        "mask-conjunct": "survived",
+        "constant": "equivalent",
+    }
+    assert report["score"] == 50.0  # the equivalent one is not counted
+    [equivalent] = [m for m in report["mutants"] if m["status"] == "equivalent"]
+    assert "exp(-inf - shift)" in equivalent["reason"]
     [survivor] = [m for m in report["mutants"] if m["status"] == "survived"]
     assert "+        mask=(heads[None, :] < HEADS)," in survivor["diff"]
     assert survivor["replay"].startswith("dcpcheck mutate --op lse-combine")
@@ -254,7 +263,7 @@ def test_mutate_on_the_projects_merge_kills_survives_and_caches(tmp_path):
     wider = ["--op", "lse-combine", "--scenario", "odd-shapes", *picked]
     done, report = _mutate(tmp_path, *wider)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert {m["status"] for m in report["mutants"]} == {"killed"}
+    assert {m["status"] for m in report["mutants"]} == {"killed", "equivalent"}
 
 
 def test_mutate_runs_a_handful_of_the_fused_kernels_mutants(tmp_path):
