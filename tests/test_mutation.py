@@ -282,3 +282,29 @@ def test_mutate_runs_a_handful_of_the_fused_kernels_mutants(tmp_path):
     assert {m["status"] for m in report["mutants"]} <= {"killed", "survived", "crashed"}
     assert report["files"][0]["path"].endswith("fused_norm_rope/kernel.py")
     assert report["by_check"], "no check failed on any removed store"
+
+
+def test_the_search_pass_kills_what_the_named_scenario_lets_through(tmp_path):
+    """extreme-lse does not ask for the merged LSE, so removing its store survives the
+    named scenario; the property search draws return_lse and kills it."""
+    done, report = _mutate(
+        tmp_path,
+        "--op",
+        "lse-combine",
+        "--dcp",
+        "2",
+        "--scenario",
+        "extreme-lse",
+        "--mutant",
+        "kernel.py:_correct_kernel:72:store-removed:*",
+        "--search",
+        "20",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [mutant] = report["mutants"]
+    assert (mutant["status"], mutant["by"], mutant["check"]) == ("killed", "search", "merged_lse")
+
+
+def test_a_gate_that_refuses_its_arguments_stops_the_run_never_a_kill():
+    with pytest.raises(runner.GateError, match="refused its arguments: dcpcheck: error: bad"):
+        runner.classify("m", 2, None, "dcpcheck: error: bad\n")

@@ -26,7 +26,7 @@ from dcpcheck.mutation import campaign as campaigns
 from dcpcheck.mutation import report, selection
 from dcpcheck.mutation.equivalents import EquivalentsError
 from dcpcheck.mutation.operators import OPERATORS
-from dcpcheck.mutation.runner import Gate
+from dcpcheck.mutation.runner import Gate, GateError
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops import package
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files
@@ -132,9 +132,13 @@ def mutate_command(
     junit_path: Path | None,
 ) -> None:
     """Mutate the kernel's Triton file(s) one edit at a time and run the op's gate on each
-    mutant (its named scenarios at DCP1 and --dcp, in a worker process of its own): exit 0
-    when no mutant survives (or the score reaches --min-score), 1 otherwise. Mutants that
-    no input can observe are explained in KERNEL.mutants.toml next to the file."""
+    mutant (its named scenarios at DCP1 and --dcp, in a worker process of its own). Mutants
+    that no input can observe are explained in KERNEL.mutants.toml next to the file.
+
+    Exit 0 when no mutant survives (or the score reaches --min-score); 1 when one does, or
+    the kernel fails its own gate; 2 for bad input (a pattern no mutant matches, a bad
+    mutants file, a gate that refuses its arguments); 125 when the kernel does not load;
+    130 when interrupted, after the report of what finished."""
     kernel_files = _kernel_files(op, kernel_name)
     try:
         mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
@@ -168,7 +172,7 @@ def mutate_command(
 
     try:
         found = campaigns.mutate(gate, kernel_files, mutants, home, jobs, progress)
-    except EquivalentsError as exc:
+    except (EquivalentsError, GateError) as exc:
         raise InputError(str(exc)) from None
     except campaigns.MutationError as exc:
         err.print(f"dcpcheck: {exc}", markup=False)

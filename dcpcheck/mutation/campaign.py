@@ -2,8 +2,10 @@
 (``selection``), judged by its authors (``equivalents``) or run through the gate
 (``runner``), the survivors given the property search when asked, and the score.
 
-The kernel must pass its own gate first (the baseline, run like a mutant that edits
-nothing): a mutant's failure means something only against a kernel that passes.
+The kernel must pass its own gate first, and its property search when asked (the
+baseline, run like a mutant that edits nothing): a mutant's failure means something only
+against a kernel that passes. A gate that refuses its arguments raises
+``runner.GateError``.
 
 The score counts the mutants the gate could see: killed, timed out and crashed over those
 and the survivors. Equivalent, not applicable and not compiled mutants are listed apart.
@@ -132,12 +134,13 @@ def mutate(
     finished, marked interrupted."""
     cache = Cache(home / "mutants", gate)
     unedited = baseline(files[0])
-    base = runner.run_mutants([unedited], gate, cache, 1)[unedited.name]
-    if base.outcome != SURVIVED:
-        where = f" ({base.scenario}: {base.check})" if base.scenario else ""
-        raise MutationError(
-            f"{gate.kernel} does not pass its own gate{where}: {base.detail or base.outcome}"
-        )
+    for search in (False, True) if gate.search else (False,):
+        base = runner.run_mutants([unedited], gate, cache, 1, search=search)[unedited.name]
+        if base.outcome != SURVIVED:
+            where = f" ({base.scenario}: {base.check})" if base.scenario else ""
+            raise MutationError(
+                f"{gate.kernel} does not pass its own gate{where}: {base.detail or base.outcome}"
+            )
     judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
     campaign = Campaign(gate, list(files))
     to_run = []

@@ -13,6 +13,8 @@ An outcome (``OUTCOMES``) is read from the worker's exit code and its JSON repor
 * ``not_compiled``: the mutated file does not load (exit 125), or every failing case is
   an error Triton or Python raises for code that does not compile; not counted.
 
+A worker that exits 2 was refused its arguments: ``GateError``, which stops the run.
+
 Outcomes are cached under ``HOME/mutants/`` by the mutated file's SHA256 and the gate's
 (``Gate.fingerprint``), with the scenario files they were judged by (``Cache``): a rerun
 runs only mutants whose outcome may have changed, and each outcome is written as it lands,
@@ -57,6 +59,11 @@ NOT_COMPILING = (
 mutant never ran."""
 
 
+class GateError(RuntimeError):
+    """The gate refused what it was asked (exit 2: its arguments, a scenario file): the
+    harness's fault, never a mutant's outcome. One line."""
+
+
 @dataclass(frozen=True)
 class Gate:
     """What each mutant is judged by: ``dcpcheck run`` of the op's named scenarios (or
@@ -80,12 +87,12 @@ class Gate:
         if self.op == FUSED_NORM_ROPE:  # its token streams are the model's, not the gate's
             args.append("--no-tokens")
         args += ["--json", str(report), "--home", str(home)]
+        if search:  # drawn scenarios, not named ones
+            return [*args, "--property-only", "--examples", str(self.search)]
         if self.scenario_dir is not None:
             args += ["--scenario-dir", str(self.scenario_dir)]
         for scenario in self.scenarios:
             args += ["--scenario", scenario]
-        if search:
-            args += ["--property-only", "--examples", str(self.search)]
         return args
 
     def fingerprint(self) -> str:
@@ -132,6 +139,8 @@ def classify(name: str, code: int | None, report: dict | None, stderr: str) -> O
         return Outcome(name, TIMED_OUT, detail="the gate did not finish in its time limit")
     if code == 125:
         return Outcome(name, NOT_COMPILED, detail=_first_line(stderr))
+    if code == 2:
+        raise GateError(f"the gate refused its arguments: {_first_line(stderr)}")
     if code == 0 and report is not None:
         return Outcome(name, SURVIVED)
     if code != 1 or report is None:
