@@ -130,8 +130,10 @@ def mutate(
     on_outcome: Callable[[Mutant, Outcome], None] = lambda m, o: None,
 ) -> Campaign:
     """Run ``mutants`` of ``files`` through ``gate`` (module docstring);
-    ``MutationError`` when the kernel fails its own gate. A Ctrl-C returns what
+    ``equivalents.EquivalentsError`` for a mutants file that is not one, before anything
+    runs; ``MutationError`` when the kernel fails its own gate. A Ctrl-C returns what
     finished, marked interrupted."""
+    judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
     cache = Cache(home / "mutants", gate)
     unedited = baseline(files[0])
     for search in (False, True) if gate.search else (False,):
@@ -141,7 +143,6 @@ def mutate(
             raise MutationError(
                 f"{gate.kernel} does not pass its own gate{where}: {base.detail or base.outcome}"
             )
-    judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
     campaign = Campaign(gate, list(files))
     to_run = []
     for mutant in mutants:

@@ -24,7 +24,7 @@ lines. The operators (``OPERATORS``), each what a one-line slip in a DCP kernel 
   two attribute reads, two calls, two numbers) swapped in a call of one of the file's own
   functions or a launch.
 
-A mutant that no longer compiles is told apart when it runs (``outcomes``), not here.
+A mutant that no longer compiles is told apart when it runs (``runner``), not here.
 """
 
 from __future__ import annotations
