@@ -24,6 +24,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpOutputs,
 )
 from dcpcheck.ops.lse_combine.contract import AttentionInputs, CombineInputs, Merged
+from reference import lse_combine
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
@@ -299,9 +300,10 @@ def torch_attention(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor
 
 
 def torch_merge(inputs: CombineInputs) -> Merged:
-    """The merge protocol (``contract.CombineInputs``) in torch ops over the group's
-    all-gather: the ranks' partials weighed by their LSEs (an empty shard's, by the lengths
-    or by a non-finite LSE, by none), the rank's heads returned."""
+    """The merge protocol (``contract.CombineInputs``) over the group's all-gather: the
+    oracle's merge (``reference.lse_combine.merge``) of the ranks' partials, an empty
+    shard's (by the lengths, or by a non-finite LSE) given no weight, the rank's heads
+    returned."""
     lse = inputs.partial_lse.float()
     if inputs.seq_lens is not None:
         lse = lse.masked_fill((inputs.seq_lens == 0)[:, None], float("-inf"))
@@ -309,14 +311,8 @@ def torch_merge(inputs: CombineInputs) -> Merged:
     if not inputs.base_e:
         lse = lse * math.log(2)
     group = inputs.group
-    outs = group.all_gather(inputs.partial_out.float().unsqueeze(0), dim=0)
-    lses = group.all_gather(lse.unsqueeze(0), dim=0)
-    top = lses.max(dim=0).values
-    top = torch.where(torch.isfinite(top), top, 0.0)
-    weights = torch.exp(lses - top)
-    total = weights.sum(dim=0)
-    weighted = torch.where(weights[..., None] > 0, weights[..., None] * outs, 0.0).sum(dim=0)
-    merged = torch.where(total[..., None] > 0, weighted / total[..., None], 0.0)
+    outs = group.all_gather(inputs.partial_out.unsqueeze(0), dim=0)
+    merged, _ = lse_combine.merge(outs, group.all_gather(lse.unsqueeze(0), dim=0))
     share = merged.shape[1] // group.world_size
     heads = slice(group.rank_in_group * share, (group.rank_in_group + 1) * share)
     return Merged(merged[:, heads].to(inputs.partial_out.dtype))

@@ -118,19 +118,20 @@ def load(spec: str) -> CombineKernel:
         return KERNELS[spec]
     release = release_of(spec)
     if release is not None:
-        merge = _release_merge(release.version, release.name, release.function)
+        path = Path(_release_file(release.version, release.name, release.function).path)
+        merge = _release_merge(path, release.version, release.name, release.function)
         other = next(f for f in vllm.FUNCTIONS if f != release.function)
-        if _file_defining(release.version, other, vllm.MEMBERS) is None:
+        found = _file_defining(release.version, other, vllm.MEMBERS)
+        if found is None:
             return merge  # the release has one path
-        counterpart = _release_merge(release.version, release.name, other)
+        counterpart = _release_merge(Path(found.path), release.version, release.name, other)
         return dataclasses.replace(merge, counterpart=counterpart)
     return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
 
 
-def _release_merge(version: str, name: str, function: str) -> vllm.VllmMerge:
-    """Release ``version``'s ``function`` under the op's protocol; ``KernelLoadError``
-    when no file of the release defines it, or its API is one the adapter does not know."""
-    path = Path(_release_file(version, name, function).path)
+def _release_merge(path: Path, version: str, name: str, function: str) -> vllm.VllmMerge:
+    """Release ``version``'s ``function``, defined in ``path``, under the op's protocol;
+    ``KernelLoadError`` when its API is one the adapter does not know."""
     try:
         routine = vllm.routine_of(path, function, name, _neighbours(version))
         return vllm.VllmMerge(routine, name, function)
