@@ -12,6 +12,11 @@ BENCHMARKS.md's merge table:
 
     python3 benchmarks/lse_combine_matrix.py --out out/lse-combine
 
+``--state-merge`` judges ``vllm==X:merge_attn_states`` instead (scenarios and property
+search), its row giving the file and what the release's callers do to an empty chunk:
+
+    python3 benchmarks/lse_combine_matrix.py --state-merge --out out/lse-combine
+
 (The releases must be in the cache, ``$DCPCHECK_CACHE`` or ``~/.cache/dcpcheck``, or the
 package registry reachable.)
 """
@@ -36,41 +41,65 @@ def shape(spec: str) -> str:
         "from dcpcheck.ops.lse_combine import kernels, vllm; "
         f"print(kernels.judged_files('{spec}')[0].path.split('/vllm/', 2)[-1]); "
         f"k = kernels.load('{spec}'); "
-        "print(' '.join(p for p in vllm.OPTIONAL[1:] if p in k.parameters) or '-')"
+        "print(k.empties if hasattr(k, 'empties') else "
+        "' '.join(p for p in vllm.OPTIONAL[1:] if p in k.parameters) or '-')"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     lines = done.stdout.strip().splitlines() or [f"(no shape: {done.stderr.strip()[-200:]})"]
     return " / ".join(line for line in lines if line)
 
 
-def judge(version: str, out: Path, examples: int) -> str:
-    """One row of the table (module docstring)."""
-    spec, a2a_spec = f"vllm=={version}", f"vllm=={version}:dcp_a2a_lse_reduce"
+def judged(spec: str, out: Path, examples: int) -> tuple[str, str, str, float]:
+    """``spec``'s shape, its verdict over the scenarios, its property verdict (``-`` when
+    ``examples`` is 0 or it did not load) and the wall time of both."""
     merged, seconds = verdict(OP, spec, out)
-    a2a, a2a_seconds = verdict(OP, a2a_spec, out)
-    property_line, search_seconds = "-", 0.0
-    if not merged.startswith("not loaded"):
+    if merged.startswith("not loaded"):
+        return "-", merged, "-", seconds
+    property_line = "-"
+    if examples:
         searched, search_seconds = dcpcheck(
             "run", "--op", OP, "--kernel", spec, "--property-only",
             "--examples", str(examples), "--home", str(out / "home"),
         )  # fmt: skip
-        property_line = property_verdict(searched)
-    shaped = shape(spec) if not merged.startswith("not loaded") else "-"
-    a2a_shaped = shape(a2a_spec) if not a2a.startswith("not loaded") else "-"
-    total = seconds + a2a_seconds + search_seconds
+        property_line, seconds = property_verdict(searched), seconds + search_seconds
+    return shape(spec), merged, property_line, seconds
+
+
+def judge(version: str, out: Path, examples: int) -> str:
+    """One row of the group merges' table (module docstring)."""
+    shaped, merged, property_line, seconds = judged(f"vllm=={version}", out, examples)
+    a2a_shaped, a2a, _, a2a_seconds = judged(f"vllm=={version}:dcp_a2a_lse_reduce", out, 0)
+    total = seconds + a2a_seconds
     return (
         f"| {version} | {shaped} | {merged} | {property_line} | {a2a_shaped} | {a2a} "
         f"| {total:.0f} |"
     )
 
 
+def judge_state_merge(version: str, out: Path, examples: int) -> str:
+    """One row of the ``merge_attn_states`` table (module docstring)."""
+    shaped, merged, property_line, seconds = judged(
+        f"vllm=={version}:merge_attn_states", out, examples
+    )
+    return f"| {version} | {shaped} | {merged} | {property_line} | {seconds:.0f} |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/lse-combine"))
     parser.add_argument("--examples", type=int, default=100)
+    parser.add_argument("--state-merge", action="store_true", help="merge_attn_states")
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.state_merge:
+        print(
+            "| release | merge_attn_states: file / empty chunks | cases pass / fail / N/A | "
+            "property search | s |\n|---|---|---|---|---|"
+        )
+        for version in args.versions:
+            print(judge_state_merge(version, args.out, args.examples), flush=True)
+        return
     print(
         "| release | cp_lse_ag_out_rs: file / parameters | cases pass / fail / N/A | "
         "property search | dcp_a2a_lse_reduce: file / parameters | cases | s |\n"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 FUSED_NORM_ROPE = "fused-norm-rope"
 SLOT_MAPPING = "slot-mapping"
 LSE_COMBINE = "lse-combine"
+SPARSE_TOPK_REMAP = "sparse-topk-remap"
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ OPS: dict[str, Op] = {
     LSE_COMBINE: Op(
         "the merge of the ranks' partial attentions by their LSE (docs/lse-combine.md)",
         # where cp_lse_ag_out_rs and dcp_a2a_lse_reduce lived, oldest first; then where
-        # the Triton decode attention that produces the partials lived
+        # the Triton decode attention that produces the partials lived, and
+        # merge_attn_states
         (
             "vllm/attention/ops/common.py",
             "vllm/v1/attention/ops/common.py",
@@ -57,9 +59,23 @@ OPS: dict[str, Op] = {
             "vllm/v1/attention/ops/dcp.py",
             "vllm/attention/ops/triton_decode_attention.py",
             "vllm/v1/attention/ops/triton_decode_attention.py",
+            "vllm/attention/ops/triton_merge_attn_states.py",
+            "vllm/v1/attention/ops/triton_merge_attn_states.py",
         ),
         "cp_lse_ag_out_rs",
         "dcpcheck.ops.lse_combine",
+    ),
+    SPARSE_TOPK_REMAP: Op(
+        "each rank's local slots of a sparse attention's top-k token picks "
+        "(docs/sparse-topk-remap.md)",
+        # where the converters lived, oldest first: beside the FlashMLA sparse backend,
+        # then in the sparse backends' shared utilities
+        (
+            "vllm/v1/attention/backends/mla/flashmla_sparse.py",
+            "vllm/v1/attention/backends/mla/sparse_utils.py",
+        ),
+        "triton_convert_req_index_to_global_index",
+        "dcpcheck.ops.sparse_topk_remap",
     ),
 }
 """Name -> the op (``Op``)."""

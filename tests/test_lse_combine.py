@@ -5,6 +5,7 @@ mutant, scenario files, and the command line."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -310,7 +311,7 @@ def test_run_replays_a_saved_failure_and_refuses_a_function_it_does_not_judge(
     assert replay.exit_code == 1
     refused = invoke("run", "--op", "lse-combine", "--kernel", "vllm==0.33.0:correct_attn_out")
     assert refused.exit_code == 2
-    assert "judges cp_lse_ag_out_rs and dcp_a2a_lse_reduce only" in refused.output
+    assert "judges cp_lse_ag_out_rs, dcp_a2a_lse_reduce, merge_attn_states only" in refused.output
 
 
 def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_with_the_reason():
@@ -461,3 +462,52 @@ def test_paths_agree_and_masks_agree_fail_on_a_path_that_differs_where_it_differ
     [*found] = unmasked["masks_agree"].findings
     assert found and all(f.ownership == "a rank holds none of it" for f in found)
     assert all(r.skipped == ONE_PATH for r in judge_paths(combine, case, merged, launch_all))
+
+
+def test_launcher_torchrun_runs_the_named_scenarios_on_a_process_per_rank(tmp_path):
+    report = tmp_path / "report.json"
+    done = invoke(
+        "run", "--op", "lse-combine", "--launcher", "torchrun", "--dcp", "2",
+        "--scenario", "base2-sink-speculative", "--scenario", "decode-empty-ranks",
+        "--kernel", "mutant/base-ignored", "--json", str(report), "--home", str(tmp_path),
+    )  # fmt: skip
+    assert done.exit_code == 1, done.output
+    assert "2 processes, one per rank" in done.output
+    cases = json.loads(report.read_text())["cases"]
+    assert [(c["scenario"], c["status"]) for c in cases] == [
+        ("base2-sink-speculative", "fail"),
+        ("decode-empty-ranks", "pass"),
+    ]
+    assert len(list((tmp_path / "failures").glob("base2-sink-speculative-*.toml"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--dcp", "1,4"), "--dcp must name one size N > 1"),
+        (("--dcp", "4", "--property-only"), "the property search does not"),
+        (("--dcp", "4", "--op", "slot-mapping"), "the slot-mapping op has no real-rank mode"),
+    ],
+)
+def test_launcher_torchrun_refuses_what_real_ranks_cannot_do(args, said):
+    done = invoke("run", "--op", "lse-combine", "--launcher", "torchrun", *args)
+    assert done.exit_code == 2 and said in done.output
+
+
+def test_a_rank_that_dies_makes_every_case_of_the_real_rank_run_a_crash():
+    from dcpcheck.cli.op_run import RealRanks, judge_cases
+    from dcpcheck.ops.lse_combine import PACKAGE
+
+    def died(size, jobs, timeout_s):
+        raise RuntimeError(f"{size} real ranks: rank(s) 1 did not finish cleanly")
+
+    op = dataclasses.replace(PACKAGE, run_on_real_ranks=died)
+    scenarios = PACKAGE.load_scenarios(["decode-empty-ranks", "empty-lse-zero"], SCENARIOS)
+    cases = judge_cases(
+        op, scenarios, "default", (2,), DEVICE, None, False, real_ranks=RealRanks(2, None)
+    )
+    assert [(r.scenario, r.status) for r in cases.results] == [
+        ("decode-empty-ranks", "crash"),
+        ("empty-lse-zero", "crash"),
+    ]
+    assert all("rank(s) 1 did not finish" in r.error for r in cases.results)

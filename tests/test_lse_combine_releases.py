@@ -125,6 +125,25 @@ def test_a_merge_that_needs_more_than_its_file_and_the_stand_ins_is_refused(tmp_
         routine_of(source, "cp_lse_ag_out_rs", "t")
 
 
+def test_a_merge_that_takes_its_buffers_from_vllms_workspace_gets_stale_ones(tmp_path):
+    """The all-to-all of 0.21.0 - 0.23.0 asks vLLM's workspace manager for its buffers."""
+    from dcpcheck.ops.lse_combine.vllm import routine_of
+
+    source = tmp_path / "dcp_alltoall.py"
+    source.write_text(
+        "from vllm.v1.worker.workspace import (\n"
+        "    current_workspace_manager, is_workspace_manager_initialized)\n"
+        "def dcp_a2a_lse_reduce(cp_attn_out, cp_attn_lse, cp_group):\n"
+        "    assert is_workspace_manager_initialized()\n"
+        "    wanted = ((2, 3), torch.float32)\n"
+        "    return current_workspace_manager().get_simultaneous(wanted, wanted)\n"
+    )
+    send, receive = routine_of(source, "dcp_a2a_lse_reduce", "t")(None, None, None)
+    assert send.shape == receive.shape == (2, 3)
+    assert send.isnan().all() and receive.isnan().all()
+    assert send.data_ptr() != receive.data_ptr()
+
+
 # -- the all-to-all merge ----------------------------------------------------------------
 
 
@@ -171,3 +190,86 @@ def test_the_triton_mla_backends_bf16_lse_breaks_the_bound_whichever_merge_runs(
             assert result.status == status
             if status == "fail":
                 assert {c.check for c in result.failed_checks} == {"merged_out"}
+
+
+# -- merge_attn_states, folded as MLA's prefill folds context chunks ----------------------
+
+STATE_MERGE_VERSIONS = ("0.10.2", "0.12.0", "0.26.0", "0.28.0", "0.33.0")
+"""0.10.2 (head strides assumed), 0.12.0 (strides read), 0.26.0 (its callers mask an empty
+chunk with the file's ``mask_empty_context``), 0.28.0 and 0.33.0 (they neutralize a request
+no chunk covers)."""
+
+
+@functools.cache
+def state_merge(version: str):
+    """Release ``version``'s ``merge_attn_states`` as ``--kernel vllm==X:merge_attn_states``
+    loads it."""
+    from dcpcheck.ops.lse_combine.vllm_state_merge import VllmStateMerge
+
+    release(version)  # fetched (or skipped) as the other tests fetch it
+    kernel = kernels.load(f"vllm=={version}:merge_attn_states")
+    assert isinstance(kernel, VllmStateMerge)
+    return kernel
+
+
+def judge_state_merge(version: str, batch: CombineBatch, dcp_size: int) -> CaseResult:
+    scenario = CombineScenario("t", "a test batch", batch, (dcp_size,))
+    [result] = run_scenario(state_merge(version), "m", scenario, (dcp_size,), BACKEND.device)
+    return result
+
+
+def test_each_release_runs_what_its_callers_do_to_an_empty_chunk():
+    from dcpcheck.ops.lse_combine.vllm_state_merge import EMPTIES
+
+    said = {version: state_merge(version).empties for version in STATE_MERGE_VERSIONS}
+    assert said == {
+        "0.10.2": EMPTIES[0],
+        "0.12.0": EMPTIES[0],
+        "0.26.0": EMPTIES[1],
+        "0.28.0": EMPTIES[2],
+        "0.33.0": EMPTIES[2],
+    }
+
+
+@pytest.mark.parametrize("version", STATE_MERGE_VERSIONS)
+def test_every_merge_attn_states_folds_full_chunks_right(version):
+    for size in (2, 4):
+        for batch in (FULL, dataclasses.replace(FULL, return_lse=True, head_dim=24)):
+            result = judge_state_merge(version, batch, size)
+            assert result.status == "pass", [c.findings for c in result.failed_checks]
+
+
+@pytest.mark.parametrize("version", ("0.10.2", "0.12.0"))
+def test_before_0_26_an_empty_chunks_nan_poisons_exactly_its_requests_rows(version):
+    result = judge_state_merge(version, EMPTY_NAN, 4)
+    assert result.status == "fail"
+    [check] = result.failed_checks
+    assert check.check == "empty_shards"
+    assert {f.token for f in check.findings} == {0}  # the 2-token request's row
+    assert all(f.max_error == "NaN or inf" for f in check.findings)
+
+
+@pytest.mark.parametrize("version", ("0.26.0", "0.28.0", "0.33.0"))
+def test_from_0_26_an_empty_chunk_weighs_nothing_whatever_it_holds(version):
+    for empty in ("neg-inf-nan", "pos-inf-zeros", "nan-nan", "zero-garbage"):
+        result = judge_state_merge(version, dataclasses.replace(EMPTY_NAN, empty=empty), 4)
+        assert result.status == "pass", (empty, [c.findings for c in result.failed_checks])
+
+
+@pytest.mark.parametrize(
+    ("batch", "size", "reason"),
+    [
+        (FULL, 1, "at DCP1 there is one"),
+        (dataclasses.replace(FULL, base_e=False), 2, "cannot be told an LSE's base"),
+        (dataclasses.replace(FULL, masked=False), 2, "always know each chunk's context lengths"),
+        (dataclasses.replace(FULL, requests=((3, 3),)), 4, "sees none of a rank's positions"),
+    ],
+)
+def test_what_merge_attn_states_callers_never_hand_it_is_not_applicable(batch, size, reason):
+    result = judge_state_merge("0.33.0", batch, size)
+    assert result.status == "not_applicable" and reason in result.error
+
+
+def test_speculative_rows_that_see_every_rank_are_judged():
+    result = judge_state_merge("0.33.0", dataclasses.replace(FULL, requests=((40, 3),)), 4)
+    assert result.status == "pass"

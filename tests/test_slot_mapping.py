@@ -334,11 +334,11 @@ def test_the_default_run_judges_every_op_and_one_report_tells_them_apart(tmp_pat
     )
     assert done.exit_code == 0, done.output
     written = json.loads(report.read_text())
-    assert written["op"] == "fused-norm-rope,slot-mapping,lse-combine"
+    assert written["op"] == "fused-norm-rope,slot-mapping,lse-combine,sparse-topk-remap"
     names = [case["scenario"] for case in written["cases"]]
     others = [
         f"{op}/{path.stem}"
-        for op in ("slot-mapping", "lse-combine")
+        for op in ("slot-mapping", "lse-combine", "sparse-topk-remap")
         for path in sorted((SCENARIOS.parent / op).glob("*.toml"))
     ]
     fused = names[: len(names) - len(others)]

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dcpcheck.cases.toml_tables import known
+from dcpcheck.cases import limits
+from dcpcheck.cases.toml_tables import Key, known, read_table
 
 SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
 """The scenarios shipped with the repository."""
@@ -77,3 +78,36 @@ def op_of(path: Path) -> str | None:
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         return None
     return op if isinstance(op, str) else None
+
+
+def read_op_scenario(path: Path, keys: dict[str, Key], op: str) -> dict[str, Any]:
+    """The keys of an op package's scenario file, read strictly, with what every op's file
+    must say checked: the ``op``, a ``name`` that is a valid name, a ``description`` that
+    is not blank, ``dcp`` sizes within the limits and the ``seed``. The op checks its own
+    keys. ``ScenarioError`` of one line naming the file (and the key) otherwise."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise ScenarioError(f"{where}: no such scenario file")
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
+    values = read_table(table, keys, where, ScenarioError)
+
+    def fail(key: str, problem: str) -> None:
+        raise ScenarioError(f"{where}: key '{key}': {problem}")
+
+    if values["op"] != op:
+        fail("op", f"expected {op!r} in a {op} scenario, got {values['op']!r}")
+    if NAME_PATTERN.fullmatch(values["name"]) is None:
+        fail("name", f"{values['name']!r} is not a valid name ({NAME_PATTERN.pattern})")
+    if not values["description"].strip():
+        fail("description", "must say what the scenario catches, got a blank string")
+    sizes = values["dcp"]
+    if not sizes or any(not 1 <= n <= limits.DCP_SIZE_MAX for n in sizes):
+        fail("dcp", f"must name DCP sizes in 1..{limits.DCP_SIZE_MAX}, got {sizes}")
+    if not 0 <= values["seed"] <= limits.SEED_MAX:
+        fail("seed", f"must be in 0..{limits.SEED_MAX}, got {values['seed']}")
+    return values

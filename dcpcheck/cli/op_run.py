@@ -3,10 +3,13 @@
 reports, the saved failures and the exit codes every run shares. The op is reached only
 through its ``OpPackage``, so this module serves every op package alike.
 
-The options it takes are the named-scenario options of ``run`` and the property search's
-``--property-only``, ``--examples`` and ``--seed`` (the op's own search); the others
-(profiles, token streams, the oracle switch, isolation, real ranks, the sanitizer, the
-fused op's encodings) belong to the fused op's harness and are refused with one line.
+The options it takes are the named-scenario options of ``run``, the property search's
+``--property-only``, ``--examples`` and ``--seed`` (the op's own search), and, for an op
+with a real-rank mode, ``--launcher torchrun`` and ``--rank-timeout``: each scenario's
+cases at the one DCP size given run with a process per rank (``OpPackage.
+run_on_real_ranks``). The others (profiles, token streams, the oracle switch, isolation,
+the sanitizer, the fused op's encodings) belong to the fused op's harness and are refused
+with one line.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ RUN_OPTIONS = {
     "junit_path",
     "home",
     "fail_fast",
+    "launcher",
+    "rank_timeout",
 }
 """The ``run`` options an op package's runs take (module docstring)."""
 
@@ -109,6 +114,42 @@ def _search(op: OpPackage, kernel, kernel_name, search, dcp_sizes, device, home:
     return result
 
 
+@dataclass(frozen=True)
+class RealRanks:
+    """A run with a process per rank: the one DCP size, how long a collective waits (None:
+    the op's own limit)."""
+
+    size: int
+    timeout_s: float | None
+
+    def run(self, op: OpPackage, kernel_name: str, scenarios: list) -> list[list[CaseResult]]:
+        """Each of ``scenarios``' case at ``size``, all on one set of rank processes (one
+        start of torch and Triton per rank); a rank that dies or hangs makes every case a
+        crash naming the ranks."""
+        jobs = [(kernel_name, scenario.source) for scenario in scenarios]
+        try:
+            results = op.run_on_real_ranks(self.size, jobs, self.timeout_s)  # type: ignore[misc]
+        except RuntimeError as exc:  # the op's RealRanksError: one line naming the ranks
+            return [[CaseResult(s.name, self.size, "crash", error=str(exc))] for s in scenarios]
+        return [[result] for result in results]
+
+
+def _real_ranks(op: OpPackage, params: dict, dcp_sizes, search: Search | None) -> RealRanks | None:
+    """What ``--launcher torchrun`` asks of ``op`` (module docstring), or None without it."""
+    if params["launcher"] != "torchrun":
+        if params["rank_timeout"] is not None:
+            raise InputError("--rank-timeout needs --launcher torchrun")
+        return None
+    if op.run_on_real_ranks is None:
+        raise InputError(f"--launcher torchrun: the {op.name} op has no real-rank mode")
+    if search is not None:
+        raise InputError("--launcher torchrun runs named scenarios; the property search does not")
+    sizes = [n for n in dcp_sizes or () if n != 1]
+    if len(sizes) != 1 or len(dcp_sizes) != 1:
+        raise InputError("--launcher torchrun: --dcp must name one size N > 1")
+    return RealRanks(sizes[0], params["rank_timeout"])
+
+
 @dataclass
 class OpCases:
     """What an op package's cases left: their results (scenario names prefixed with the
@@ -131,15 +172,22 @@ def judge_cases(
     fail_fast: bool,
     search: Search | None = None,
     prefixed: bool = False,
+    real_ranks: RealRanks | None = None,
 ) -> OpCases:
-    """``scenarios`` of ``op`` on ``kernel_name``, then its property search if asked;
-    failures saved under ``home``. A Ctrl-C or SIGTERM keeps what ran (``stopped``)."""
+    """``scenarios`` of ``op`` on ``kernel_name`` (on ``real_ranks`` when given), then its
+    property search if asked; failures saved under ``home``. A Ctrl-C or SIGTERM keeps
+    what ran (``stopped``)."""
     kernel, kernel_files = _kernel(op, kernel_name)
     cases = OpCases([], {}, kernel_files)
     try:
-        for scenario in scenarios:
+        on_ranks = real_ranks.run(op, kernel_name, scenarios) if real_ranks else None
+        for index, scenario in enumerate(scenarios):
             sizes = dcp_sizes or scenario.dcp_sizes
-            for result in op.run_scenario(kernel, kernel_name, scenario, sizes, device):
+            if on_ranks is None:
+                ran = op.run_scenario(kernel, kernel_name, scenario, sizes, device)
+            else:
+                ran = on_ranks[index]
+            for result in ran:
                 if prefixed:
                     result = dataclasses.replace(result, scenario=f"{op.name}/{result.scenario}")
                 cases.results.append(result)
@@ -171,15 +219,19 @@ def run_cases(
     home: Path | None,
     fail_fast: bool,
     search: Search | None = None,
+    real_ranks: RealRanks | None = None,
 ) -> int:
     """Run ``op``'s cases of ``scenarios``, then its property search if asked, then report
     them; the exit code."""
     backend = open_backend(device)
     with kernel_errors():
         kernel_name = op.canonical(kernel_name)
+    if real_ranks is not None:
+        err.print(f"[bold]ranks:[/] {real_ranks.size} processes, one per rank (torch.distributed)")
     cases = judge_cases(
-        op, scenarios, kernel_name, dcp_sizes, backend.device, home, fail_fast, search
-    )
+        op, scenarios, kernel_name, dcp_sizes, backend.device, home, fail_fast, search,
+        real_ranks=real_ranks,
+    )  # fmt: skip
     config = RunConfig(kernel_name, dcp_sizes)
     try:
         partial = cases.stopped is not None
@@ -221,6 +273,7 @@ def run_op(ctx: click.Context) -> int:
         )  # fmt: skip
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
+    real_ranks = _real_ranks(op, params, dcp_sizes, search)
     paths = (params["json_path"], params["junit_path"])
     preflight.check_report_paths(*paths)
     home = params["home"]
@@ -228,7 +281,7 @@ def run_op(ctx: click.Context) -> int:
         preflight.check_home(home)
     return run_cases(
         op, scenarios, params["kernel_name"], dcp_sizes, params["device"], paths, home,
-        params["fail_fast"], search,
+        params["fail_fast"], search, real_ranks,
     )  # fmt: skip
 
 

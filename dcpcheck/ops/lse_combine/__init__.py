@@ -36,6 +36,12 @@ def _search():
     return search
 
 
+def _run_on_real_ranks(*args: Any) -> Any:
+    from dcpcheck.ops.lse_combine import real_ranks
+
+    return real_ranks.run_on_real_ranks(*args)
+
+
 def _selftest(backend: Any, on_row: Any = None) -> Any:
     from dcpcheck.ops.lse_combine import selftest
 
@@ -56,4 +62,5 @@ PACKAGE = OpPackage(
     search=lambda *args: _search().search(*args),
     save_search=lambda *args: _search().save_outcome(*args),
     selftest=_selftest,
+    run_on_real_ranks=_run_on_real_ranks,
 )

@@ -209,7 +209,10 @@ class TorchGroup:
                 f"reduce_scatter of dim {dim} of size {moved.shape[0]} over {self.world_size} ranks"
             )
         out = moved.new_empty((moved.shape[0] // self.world_size, *moved.shape[1:]))
-        self._dist.reduce_scatter_tensor(out, moved)
+        # torch 2.13 renamed it reduce_scatter_single and deprecated the old name; 2.11 has
+        # only the old one
+        scatter = getattr(self._dist, "reduce_scatter_single", None)
+        (scatter or self._dist.reduce_scatter_tensor)(out, moved)
         return out.movedim(0, dim).contiguous()
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:

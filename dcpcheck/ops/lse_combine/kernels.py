@@ -4,6 +4,8 @@
 * ``vllm==X.Y.Z``: a released vLLM's ``cp_lse_ag_out_rs``, from whichever of its files
   the release has (``dcpcheck.ops.lse_combine.vllm``), fetched and cached by
   ``dcpcheck.kernels.releases``; ``vllm==X.Y.Z:dcp_a2a_lse_reduce`` its all-to-all merge;
+  ``vllm==X.Y.Z:merge_attn_states`` its two-partial merge folded over the ranks' partials
+  as MLA's prefill folds context chunks (``vllm_state_merge``);
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the op's
   protocol.
 
@@ -26,7 +28,7 @@ from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops.lse_combine import kernel as project_kernel
-from dcpcheck.ops.lse_combine import mutants, vllm, vllm_attention
+from dcpcheck.ops.lse_combine import mutants, vllm, vllm_attention, vllm_state_merge
 from dcpcheck.ops.lse_combine.attention import mla_decode_attention
 from dcpcheck.ops.lse_combine.contract import CombineKernel, DecodeAttention
 
@@ -55,10 +57,9 @@ def release_of(spec: str) -> releases.ReleaseSpec | None:
     """``spec`` as a vLLM release of this op; ``KernelSpecError`` for a version that is
     no version, or a function the op does not know."""
     release = loading.release_of(spec, vllm.FUNCTION)
-    if release is not None and release.function not in vllm.FUNCTIONS:
-        raise KernelSpecError(
-            f"{spec}: the {LSE_COMBINE} op judges {' and '.join(vllm.FUNCTIONS)} only"
-        )
+    judged = (*vllm.FUNCTIONS, vllm_state_merge.FUNCTION)
+    if release is not None and release.function not in judged:
+        raise KernelSpecError(f"{spec}: the {LSE_COMBINE} op judges {', '.join(judged)} only")
     return release
 
 
@@ -117,6 +118,9 @@ def load(spec: str) -> CombineKernel:
     if spec in KERNELS:
         return KERNELS[spec]
     release = release_of(spec)
+    if release is not None and release.function == vllm_state_merge.FUNCTION:
+        path = Path(_state_merge_file(release).path)
+        return vllm_state_merge.load(path, release.version, release.name)
     if release is not None:
         path = Path(_release_file(release.version, release.name, release.function).path)
         merge = _release_merge(path, release.version, release.name, release.function)
@@ -139,6 +143,10 @@ def _release_merge(path: Path, version: str, name: str, function: str) -> vllm.V
         raise KernelLoadError(str(exc)) from None
 
 
+def _state_merge_file(release: releases.ReleaseSpec) -> JudgedFile:
+    return _release_file(release.version, release.name, release.function, vllm_state_merge.MEMBERS)
+
+
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel
     and mutant modules for a registry name, a release's files, else what
@@ -147,6 +155,8 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         sources = (project_kernel.__file__, mutants.__file__)
         return tuple(loading.judged_file(Path(source)) for source in sources)
     release = release_of(spec)
+    if release is not None and release.function == vllm_state_merge.FUNCTION:
+        return (_state_merge_file(release),)
     if release is not None:
         judged = _release_file(release.version, release.name, release.function)
         other = next(f for f in vllm.FUNCTIONS if f != release.function)

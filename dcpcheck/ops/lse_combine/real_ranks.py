@@ -57,7 +57,7 @@ def _rank_main(rank: int, world_size: int, port: int, jobs, timeout_s: float, an
 
     backend = select_backend("cpu")
     from dcpcheck.ops import op_cases
-    from dcpcheck.ops.lse_combine import PACKAGE, runner
+    from dcpcheck.ops.lse_combine import kernels, runner, scenario
 
     dist.init_process_group(
         "gloo",
@@ -75,10 +75,10 @@ def _rank_main(rank: int, world_size: int, port: int, jobs, timeout_s: float, an
         )
         results = []
         for spec, path in jobs:
-            kernel = PACKAGE.kernel(spec)
-            scenario = PACKAGE.load_scenario(Path(path))
+            kernel = kernels.load(spec)
+            loaded = scenario.load_scenario(Path(path))
             results += op_cases.run_scenario(
-                real, kernel, spec, scenario, (world_size,), backend.device
+                real, kernel, spec, loaded, (world_size,), backend.device
             )
         if rank == 0:
             answers.put(results)
@@ -87,10 +87,12 @@ def _rank_main(rank: int, world_size: int, port: int, jobs, timeout_s: float, an
 
 
 def run_on_real_ranks(
-    world_size: int, jobs: list[tuple[str, Path]], timeout_s: float = DEFAULT_TIMEOUT_S
+    world_size: int, jobs: list[tuple[str, Path]], timeout_s: float | None = None
 ) -> list[CaseResult]:
     """Every ``(kernel spec, scenario file)`` of ``jobs`` at DCP ``world_size``, on that
-    many processes (module docstring): rank 0's ``CaseResult`` s, in the jobs' order."""
+    many processes (module docstring): rank 0's ``CaseResult`` s, in the jobs' order.
+    ``timeout_s`` (``DEFAULT_TIMEOUT_S`` when None) bounds every collective."""
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     context = mp.get_context("spawn")
     answers = context.SimpleQueue()
     port = _free_port()

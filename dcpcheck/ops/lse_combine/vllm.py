@@ -14,9 +14,11 @@ needs of that file (``loading.definitions_alone``): its correction kernel, the c
 or the JIT warm-up class that launches it, the empty-shard mask; what it imports from
 the op's other files of the release is taken alone from them the same way. Its other
 globals are Triton, torch, ``torch.distributed`` as ``dist`` (``TorchDistributed``),
-``dataclass``, and from 0.30.0 vLLM's warm-up base class and kernel launcher, stood in for
-by ``dcpcheck.adapters.shims.vllm.jit_warmup`` (which says what vLLM's launcher does). A
-release whose merge needs anything else is refused with one line naming it.
+``dataclass``, from 0.30.0 vLLM's warm-up base class and kernel launcher, stood in for
+by ``dcpcheck.adapters.shims.vllm.jit_warmup`` (which says what vLLM's launcher does), and
+for the all-to-all of 0.21.0 - 0.23.0 vLLM's workspace manager, which hands it its send
+and receive buffers (``dcpcheck.adapters.shims.vllm.workspace``: stale ones). A release
+whose merge needs anything else is refused with one line naming it.
 
 Its API grew: ``return_lse`` (0.11.1), ``is_lse_base_on_e`` (0.12.0), ``seq_lens`` and
 ``query_start_loc`` (the empty-shard mask, 0.28.0); the all-to-all's, ``out`` (0.29.0),
@@ -47,21 +49,26 @@ import triton
 import triton.language as tl
 
 from dcpcheck.adapters.protocol import AdapterError
-from dcpcheck.adapters.shims.vllm import jit_warmup
+from dcpcheck.adapters.shims.vllm import jit_warmup, workspace
 from dcpcheck.kernels.loading import definitions_alone
 from dcpcheck.op_registry import LSE_COMBINE, OPS
-from dcpcheck.ops.lse_combine import vllm_attention
+from dcpcheck.ops.lse_combine import vllm_attention, vllm_state_merge
 from dcpcheck.ops.lse_combine.case import CombineBatch
 from dcpcheck.ops.lse_combine.collectives import TorchDistributed
 from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
 
-MEMBERS = tuple(m for m in OPS[LSE_COMBINE].wheel_members if m not in vllm_attention.MEMBERS)
-"""The files the merges lived in, oldest first; a release has one of them."""
+MEMBERS = tuple(
+    m
+    for m in OPS[LSE_COMBINE].wheel_members
+    if m not in vllm_attention.MEMBERS + vllm_state_merge.MEMBERS
+)
+"""The files the group merges lived in, oldest first; a release has one of them."""
 
 FUNCTION = OPS[LSE_COMBINE].function
 A2A_FUNCTION = "dcp_a2a_lse_reduce"
 FUNCTIONS = (FUNCTION, A2A_FUNCTION)
-"""The routines a spec may name (``vllm==X`` is the first)."""
+"""The group merges a spec may name (``vllm==X`` is the first); each is the other's
+counterpart (``paths``)."""
 
 PARAMETERS = ("cp_attn_out", "cp_attn_lse", "cp_group")
 """The routine's first parameters in every release."""
@@ -78,7 +85,9 @@ def routine_of(
     """The release's ``function`` taken alone from ``path`` (module docstring), with what
     it imports from the release's other files of the op (``neighbours``: module name ->
     file)."""
-    warmup = {name: getattr(jit_warmup, name) for name in jit_warmup.STANDS_IN_FOR}
+    warmup = {
+        name: getattr(shim, name) for shim in (jit_warmup, workspace) for name in shim.STANDS_IN_FOR
+    }
     provided = {
         "torch": torch,
         "triton": triton,

@@ -24,17 +24,16 @@ File format (``scenario_to_toml`` writes exactly this)::
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.scenario_files import (
-    NAME_PATTERN,
     SCENARIO_DIR,
     ScenarioError,
     load_named,
+    read_op_scenario,
     scenario_files,
 )
 from dcpcheck.cases.toml_tables import (
@@ -101,17 +100,12 @@ class SlotMappingScenario:
 
 
 def _check(values: dict[str, Any], where: str) -> None:
-    """Every value within what the op and ``dcpcheck.cases.limits`` allow."""
+    """The op's own keys within what it and ``dcpcheck.cases.limits`` allow (the keys
+    every op's file has are ``read_op_scenario``'s)."""
 
     def fail(key: str, problem: str) -> None:
         raise ScenarioError(f"{where}: key '{key}': {problem}")
 
-    if values["op"] != OP:
-        fail("op", f"expected {OP!r} in a {OP} scenario, got {values['op']!r}")
-    if NAME_PATTERN.fullmatch(values["name"]) is None:
-        fail("name", f"{values['name']!r} is not a valid name ({NAME_PATTERN.pattern})")
-    if not values["description"].strip():
-        fail("description", "must say what the scenario catches, got a blank string")
     sizes, sharded, interleave = values["block_sizes"], values["sharded"], values["interleave"]
     if not 1 <= len(sizes) <= GROUPS_MAX:
         fail("block_sizes", f"must name 1 to {GROUPS_MAX} cache groups, got {len(sizes)}")
@@ -132,10 +126,6 @@ def _check(values: dict[str, Any], where: str) -> None:
             check_kernel_block_sizes(tuple(sizes), tuple(kernel), interleave)
         except ValueError as error:
             fail("kernel_block_sizes", str(error))
-    if not values["dcp"] or any(not 1 <= n <= limits.DCP_SIZE_MAX for n in values["dcp"]):
-        fail("dcp", f"must name DCP sizes in 1..{limits.DCP_SIZE_MAX}, got {values['dcp']}")
-    if not 0 <= values["seed"] <= limits.SEED_MAX:
-        fail("seed", f"must be in 0..{limits.SEED_MAX}, got {values['seed']}")
     if not 0 <= values["padding"] <= limits.PADDING_MAX:
         fail("padding", f"must be in 0..{limits.PADDING_MAX}, got {values['padding']}")
     requests = values["requests"]
@@ -172,14 +162,7 @@ def load_scenario(path: Path) -> SlotMappingScenario:
     """Read and check one scenario file of the op, wherever it lies."""
     path = Path(path)
     where = str(path)
-    if not path.is_file():
-        raise ScenarioError(f"{where}: no such scenario file")
-    try:
-        with path.open("rb") as file:
-            table = tomllib.load(file)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
-    values = read_table(table, _KEYS, where, ScenarioError)
+    values = read_op_scenario(path, _KEYS, OP)
     _check(values, where)
     batch = SlotMappingBatch(
         requests=_requests(values["requests"], where),

@@ -1,0 +1,148 @@
+"""One case of the sparse-topk-remap op: a batch of query rows with their top-k picks at one
+DCP size, every rank's inputs, and every rank's launch into guarded outputs.
+
+A batch is requests (a context length and a number of query rows), then padding rows. Row
+``j`` of a request of ``rows`` rows sees the first ``context - rows + 1 + j`` positions (a
+speculative decode's rows are causal), and picks up to ``topk - unused`` of them at random;
+``duplicates`` of those picks are replaced by copies of other picks of the row; the rest
+of the row is ``-1``, and the row is shuffled, so unused picks lie between used ones.
+Padding rows (a CUDA graph's) pick nothing and point at the first request's table row.
+
+The block table gives every request distinct block ids, shuffled by the seed, as wide as
+one rank storing the whole context needs (DCP1): so a slot read from the wrong column or
+the wrong request is another block's, never the right one by chance. Every rank gets the
+same table, as the write side's oracle (``reference.slot_mapping``) uses it.
+
+Each rank's outputs are views into larger buffers: rows past the last are a guard band,
+and the buffers start as :data:`POISON`, so an entry never written and a write past the
+end are both seen (``checks``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import torch
+
+from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
+
+POISON = -7_777_777
+"""Every output entry before a launch: no kernel writes it, as entries are ``>= -1``."""
+
+GUARD_ROWS = 2
+"""Rows after the last in every output buffer, which no launch may write."""
+
+
+@dataclass(frozen=True)
+class RemapBatch:
+    """What a case of the op is drawn from (module docstring)."""
+
+    requests: tuple[tuple[int, int], ...]  # (context length, query rows)
+    topk: int
+    block_size: int = 64
+    interleave: int = 1
+    compact: bool = False
+    count_valid: bool = False
+    unused: int = 0  # picks of every row left -1 beyond what a short context leaves
+    duplicates: int = 0  # picks of every row that repeat another of its picks
+    padding: int = 0
+    seed: int = 0
+
+    @property
+    def num_rows(self) -> int:
+        return sum(rows for _, rows in self.requests) + self.padding
+
+    @property
+    def summary(self) -> str:
+        """The batch in a few words, as a shrunk failure is reported."""
+        contexts = ", ".join(str(context) for context, _ in self.requests)
+        packed = "compacted" if self.compact else "in place"
+        return (
+            f"{len(self.requests)} request(s) of context {contexts}, {self.num_rows} row(s), "
+            f"top-{self.topk} {packed}, block size {self.block_size}, "
+            f"interleave {self.interleave}"
+        )
+
+
+@dataclass(frozen=True)
+class RemapCase:
+    """Every rank's inputs at one DCP size, and what each launch left (``launch_all``)."""
+
+    batch: RemapBatch
+    dcp_size: int
+    ranks: tuple[RemapInputs, ...]
+    outs: tuple[torch.Tensor, ...] = ()  # per rank: [rows + GUARD_ROWS, topk]
+    counts: tuple[torch.Tensor, ...] = ()  # per rank: [rows + GUARD_ROWS], if asked
+
+    @property
+    def num_rows(self) -> int:
+        return self.batch.num_rows
+
+    def out(self, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s entries as the kernel left them (no guard rows), on the CPU."""
+        return self.outs[rank][: self.num_rows].cpu()
+
+    def valid_counts(self, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s valid counts as the kernel left them (no guard rows)."""
+        return self.counts[rank][: self.num_rows].cpu()
+
+
+def _picks(batch: RemapBatch, shuffle: random.Random) -> tuple[list[int], list[list[int]]]:
+    """Every row's request and picks (module docstring)."""
+    requests, picks = [], []
+    for index, (context, rows) in enumerate(batch.requests):
+        for row in range(rows):
+            seen = context - rows + 1 + row
+            chosen = shuffle.sample(range(seen), min(seen, batch.topk - batch.unused))
+            for copy in range(min(batch.duplicates, len(chosen) - 1)):
+                chosen[copy] = chosen[-1 - copy]
+            chosen += [NO_SLOT] * (batch.topk - len(chosen))
+            shuffle.shuffle(chosen)
+            requests.append(index)
+            picks.append(chosen)
+    requests += [0] * batch.padding
+    picks += [[NO_SLOT] * batch.topk for _ in range(batch.padding)]
+    return requests, picks
+
+
+def _block_table(batch: RemapBatch, shuffle: random.Random) -> torch.Tensor:
+    """Distinct shuffled block ids, a row per request, as wide as DCP1 needs."""
+    longest = max(context for context, _ in batch.requests)
+    width = -(-longest // batch.block_size)
+    ids = list(range(len(batch.requests) * width))
+    shuffle.shuffle(ids)
+    return torch.tensor(ids, dtype=torch.int32).view(len(batch.requests), width)
+
+
+def build_case(batch: RemapBatch, dcp_size: int, device: torch.device) -> RemapCase:
+    """Every rank's inputs for ``batch`` at ``dcp_size`` (not launched yet)."""
+    shuffle = random.Random(batch.seed)
+    table = _block_table(batch, shuffle)
+    requests, picks = _picks(batch, shuffle)
+    shared = RemapInputs(
+        req_id=torch.tensor(requests, dtype=torch.int32, device=device),
+        block_table=table.to(device),
+        token_indices=torch.tensor(picks, dtype=torch.int32, device=device).view(-1, batch.topk),
+        block_size=batch.block_size,
+        dcp_size=dcp_size,
+        dcp_rank=0,
+        interleave=batch.interleave,
+        compact=batch.compact,
+    )
+    ranks = tuple(replace(shared, dcp_rank=rank) for rank in range(dcp_size))
+    return RemapCase(batch, dcp_size, ranks)
+
+
+def launch_all(kernel: RemapKernel, case: RemapCase) -> RemapCase:
+    """Launch ``kernel`` on every rank, each into its own poisoned, guarded buffers."""
+    outs, counts = [], []
+    rows, topk = case.num_rows, case.batch.topk
+    for inputs in case.ranks:
+        device = inputs.token_indices.device
+        out = torch.full((rows + GUARD_ROWS, topk), POISON, dtype=torch.int32, device=device)
+        count = torch.full((rows + GUARD_ROWS,), POISON, dtype=torch.int32, device=device)
+        kernel(inputs, out[:rows], count[:rows] if case.batch.count_valid else None)
+        outs.append(out)
+        counts.append(count)
+    return replace(case, outs=tuple(outs), counts=tuple(counts))

@@ -1,0 +1,233 @@
+"""The sparse-topk-remap op's contract, each check a small function over a launched case
+that returns a ``CheckResult``:
+
+* ``slots``: each rank's row holds exactly the slots the oracle gives the row's picks on
+  that rank (``reference.sparse_topk_remap``, the write side's slots): column by column
+  when not compacted, as a set when compacted (the order there is not part of the API);
+  slots are integers, there is no tolerance;
+* ``partition``: the rows read back into picks, without the oracle: each rank's slots
+  decoded through its own block table into the positions they hold (a position decoded
+  on a rank is one that rank stores, so no two ranks can read one pick), which must be
+  picks of the row; over the ranks, every pick of the row read;
+* ``unused``: a pick of ``-1`` yields nothing (its column stays ``-1`` when not compacted;
+  a row of unused picks, a padding row's, is ``-1`` on every rank);
+* ``compaction``: a compacted row is its slots and then ``-1``, nothing after the first
+  ``-1``;
+* ``valid_counts``: where the caller asks for them, each row's count is the number of its
+  entries that are slots;
+* ``guard``: nothing written past the last row, and the inputs left as they were.
+
+A finding names the field (``out``, ``valid_counts``), the rank and the first bad row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from dcpcheck.cases.verdicts import CheckResult, Finding
+from dcpcheck.ops.sparse_topk_remap.case import POISON, RemapCase, launch_all
+from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
+from reference import sparse_topk_remap as oracle
+
+CHECKS = ("slots", "partition", "unused", "compaction", "valid_counts", "guard")
+"""The checks of this module, in the order reports list them."""
+
+INPUT_TENSORS = ("req_id", "block_table", "token_indices")
+"""The tensors of a rank's inputs, which a launch must leave as they were."""
+
+
+def expected_slots(inputs: RemapInputs) -> torch.Tensor:
+    """The oracle's entries of one rank, column by column (``[rows, k]``, on the CPU)."""
+    return oracle.rank_slots(
+        inputs.req_id,
+        inputs.block_table,
+        inputs.token_indices,
+        inputs.block_size,
+        inputs.dcp_size,
+        inputs.dcp_rank,
+        inputs.interleave,
+    )
+
+
+def _finding(field: str, rank: int | None, rows: list[int], detail: str) -> Finding:
+    return Finding(
+        field=field,
+        rank=rank,
+        detail=detail.format(count=len(rows), first=rows[0]),
+        token=rows[0],
+        count=len(rows),
+        tokens=tuple(rows),
+    )
+
+
+def _slots_of(row: torch.Tensor) -> set[int]:
+    return {int(s) for s in row.tolist() if s != NO_SLOT}
+
+
+def check_slots(case: RemapCase) -> CheckResult:
+    """Each rank's rows hold exactly the oracle's slots (module docstring)."""
+    findings = []
+    for rank, inputs in enumerate(case.ranks):
+        got, want = case.out(rank).to(torch.int64), expected_slots(inputs)
+        if case.batch.compact:
+            bad = [t for t in range(case.num_rows) if _slots_of(got[t]) != _slots_of(want[t])]
+            detail = "{count} row(s) hold other slots than the rank stores their picks at"
+        else:
+            bad = (got != want).any(dim=1).nonzero().flatten().tolist()
+            detail = "{count} row(s) differ from the oracle's slots, column by column"
+        if bad:
+            unwritten = bool((got[bad[0]] == POISON).any())
+            suffix = " (row {first} has entries never written)" if unwritten else ""
+            findings.append(_finding("out", rank, bad, detail + suffix))
+    return CheckResult("slots", tuple(findings))
+
+
+def _positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
+    """The position each slot of row ``row`` holds on the rank of ``inputs``, read back
+    through the rank's block table: the column of the slot's block is the virtual block
+    (``block_size * dcp_size`` positions), its offset the rank's local index there, whose
+    runs of ``interleave`` are the rank's among every rank's (None: a slot in no block of
+    the row's request)."""
+    table = inputs.block_table[int(inputs.req_id[row])].cpu().tolist()
+    column_of = {block: column for column, block in enumerate(table)}
+    size, ranks, interleave = inputs.block_size, inputs.dcp_size, inputs.interleave
+    positions: list[int | None] = []
+    for slot in slots:
+        column = column_of.get(slot // size)
+        if column is None:
+            positions.append(None)
+            continue
+        local = column * size + slot % size  # the rank's local index of the token
+        runs, within = divmod(local, interleave)
+        positions.append((runs * ranks + inputs.dcp_rank) * interleave + within)
+    return positions
+
+
+def check_partition(case: RemapCase) -> CheckResult:
+    """The ranks' slots, read back into positions, are the row's picks, and every pick is
+    read (module docstring)."""
+    picks = case.ranks[0].token_indices.cpu()
+    picked_rows = [{int(p) for p in row.tolist() if p >= 0} for row in picks]
+    findings = []
+    read: list[set[int]] = [set() for _ in range(case.num_rows)]
+    for rank, inputs in enumerate(case.ranks):
+        out = case.out(rank)
+        foreign = []
+        for row in range(case.num_rows):
+            slots = [int(s) for s in out[row].tolist() if s >= 0]
+            for position in _positions_of_slots(inputs, row, slots):
+                if position is None or position not in picked_rows[row]:
+                    foreign.append(row)
+                    break
+                read[row].add(position)
+        if foreign:
+            detail = "{count} row(s) read a slot that holds no pick of the row on this rank"
+            findings.append(_finding("out", rank, sorted(set(foreign)), detail))
+    missed = [row for row in range(case.num_rows) if picked_rows[row] - read[row]]
+    if missed:
+        detail = "{count} row(s) have a pick no rank reads"
+        findings.append(_finding("out", None, missed, detail))
+    return CheckResult("partition", tuple(findings))
+
+
+def check_unused(case: RemapCase) -> CheckResult:
+    """A pick of ``-1`` yields nothing (module docstring)."""
+    picks = case.ranks[0].token_indices.cpu()
+    unused = picks < 0
+    empty = unused.all(dim=1)
+    findings = []
+    for rank in range(case.dcp_size):
+        out = case.out(rank)
+        if case.batch.compact:
+            bad = empty & (out != NO_SLOT).any(dim=1)
+            detail = "{count} row(s) of unused picks are not -1"
+        else:
+            bad = (unused & (out != NO_SLOT)).any(dim=1)
+            detail = "{count} row(s) have a slot in a column whose pick is -1"
+        if bad.any():
+            findings.append(_finding("out", rank, bad.nonzero().flatten().tolist(), detail))
+    return CheckResult("unused", tuple(findings))
+
+
+def check_compaction(case: RemapCase) -> CheckResult:
+    """A compacted row is its slots, then ``-1`` (module docstring)."""
+    if not case.batch.compact:
+        return CheckResult("compaction", skipped="the caller does not ask for packed rows")
+    findings = []
+    for rank in range(case.dcp_size):
+        tail = case.out(rank) == NO_SLOT
+        # after the first -1, every entry is -1: the running "seen a -1" never clears
+        after_gap = tail.to(torch.int32).cummax(dim=1).values.bool()
+        bad = (after_gap & ~tail).any(dim=1)
+        if bad.any():
+            detail = "{count} row(s) have a slot after a -1"
+            findings.append(_finding("out", rank, bad.nonzero().flatten().tolist(), detail))
+    return CheckResult("compaction", tuple(findings))
+
+
+def check_valid_counts(case: RemapCase) -> CheckResult:
+    """Each row's count is the number of its slots (module docstring)."""
+    if not case.batch.count_valid:
+        return CheckResult("valid_counts", skipped="the caller does not ask for the counts")
+    findings = []
+    for rank in range(case.dcp_size):
+        slots = (case.out(rank) >= 0).sum(dim=1).to(torch.int32)
+        bad = case.valid_counts(rank) != slots
+        if bad.any():
+            detail = "{count} row(s) counted other than their slots"
+            findings.append(
+                _finding("valid_counts", rank, bad.nonzero().flatten().tolist(), detail)
+            )
+    return CheckResult("valid_counts", tuple(findings))
+
+
+def check_guard(case: RemapCase, before: tuple[RemapInputs, ...]) -> CheckResult:
+    """Nothing written past the last row; every input as it was (``before``: copies)."""
+    findings = []
+    for rank, (inputs, kept) in enumerate(zip(case.ranks, before, strict=True)):
+        guards = [("out", case.outs[rank][case.num_rows :])]
+        guards.append(("valid_counts", case.counts[rank][case.num_rows :]))
+        if not case.batch.count_valid:
+            guards.append(("valid_counts", case.counts[rank][: case.num_rows]))
+        for field, guard in guards:
+            written = int((guard.cpu() != POISON).sum())
+            if written:
+                detail = f"{written} entries written that the caller did not hand over"
+                findings.append(Finding(field=field, rank=rank, detail=detail, count=written))
+        for name in INPUT_TENSORS:
+            if not torch.equal(getattr(inputs, name).cpu(), getattr(kept, name).cpu()):
+                findings.append(Finding(field=name, rank=rank, detail="an input was modified"))
+    return CheckResult("guard", tuple(findings))
+
+
+def snapshot(case: RemapCase) -> tuple[RemapInputs, ...]:
+    """Copies of every rank's input tensors, taken before a launch (``check_guard``)."""
+    return tuple(
+        replace(inputs, **{name: getattr(inputs, name).clone() for name in INPUT_TENSORS})
+        for inputs in case.ranks
+    )
+
+
+def check_launched(case: RemapCase, before: tuple[RemapInputs, ...]) -> tuple[CheckResult, ...]:
+    """Every check of the op on a launched case, in the order reports list them."""
+    return (
+        check_slots(case),
+        check_partition(case),
+        check_unused(case),
+        check_compaction(case),
+        check_valid_counts(case),
+        check_guard(case, before),
+    )
+
+
+def judge(kernel: RemapKernel, case: RemapCase) -> tuple[CheckResult, ...]:
+    """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
+    before = snapshot(case)
+    return check_launched(launch_all(kernel, case), before)
+
+
+def skipped(reason: str) -> tuple[CheckResult, ...]:
+    """Every check of this module, skipped for ``reason`` (reported, never passed)."""
+    return tuple(CheckResult(name, skipped=reason) for name in CHECKS)

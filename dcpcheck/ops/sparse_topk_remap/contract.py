@@ -1,0 +1,71 @@
+"""The sparse-topk-remap op's protocol: ``kernel(inputs, out, valid_counts) -> None``, called
+once on every rank of a DCP group, each with its own rank.
+
+A sparse MLA backend's indexer picks, for every query row, ``k`` tokens of the row's
+request by their position in it (``-1`` for an unused pick); before attending, each rank
+turns the picks into the local cache slots it stores them at. A rank's inputs:
+
+* ``req_id`` (int32, ``[rows]``): each row's row of the block table;
+* ``block_table`` (int32, ``[requests, max blocks]``): the rank's block table, as the
+  write side used it (``reference.slot_mapping``): under DCP a block holds
+  ``block_size`` of the rank's tokens out of ``block_size * dcp_size`` positions;
+* ``token_indices`` (int32, ``[rows, k]``): the picks; a pick may repeat within a row;
+* ``block_size``, ``dcp_size``, ``dcp_rank``, ``interleave``: the cache's layout (the
+  interleave divides the block size);
+* ``compact``: whether the rank's slots are to be packed to the front of each row.
+
+The kernel writes ``out`` (int32, ``[rows, k]``, owned by the caller):
+
+* not compacted, column by column: ``out[t, j]`` is the local slot of pick
+  ``token_indices[t, j]`` when this rank stores it, else ``-1``;
+* compacted: the row's slots in its first columns, in any order, and ``-1`` after them.
+
+and, when the caller passes it, ``valid_counts`` (int32, ``[rows]``): how many of the
+row's entries are slots (not ``-1``).
+
+Picks past the request's length are not part of the contract (an indexer does not emit
+them); the cases draw none. What every entry must be is ``reference.sparse_topk_remap``,
+whose slots are the write side's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+NO_SLOT = -1
+"""An entry that names no slot: a pick of ``-1``, another rank's token, the packed tail."""
+
+
+@dataclass(frozen=True)
+class RemapInputs:
+    """One rank's inputs of the op (module docstring)."""
+
+    req_id: torch.Tensor
+    block_table: torch.Tensor
+    token_indices: torch.Tensor
+    block_size: int
+    dcp_size: int
+    dcp_rank: int
+    interleave: int
+    compact: bool
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dcp_rank < self.dcp_size:
+            raise ValueError(f"dcp_rank {self.dcp_rank} outside 0..{self.dcp_size - 1}")
+        if self.block_size % self.interleave:
+            raise ValueError(
+                f"the block size {self.block_size} must be a multiple of the interleave "
+                f"{self.interleave}"
+            )
+
+    @property
+    def topk(self) -> int:
+        return self.token_indices.shape[1]
+
+
+RemapKernel = Callable[[RemapInputs, torch.Tensor, torch.Tensor | None], None]
+"""``kernel(inputs, out, valid_counts)``: writes every entry of ``out`` and, when it is not
+None, of ``valid_counts``."""

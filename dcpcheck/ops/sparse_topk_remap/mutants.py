@@ -1,0 +1,78 @@
+"""Wrong kernels of the op, each the project's with one bug a sparse backend under DCP has
+had or could have, for the checks to be shown catching (``checks``). Each wraps the kernel
+from outside (what it is asked, or what it leaves), so the kernel a reader studies holds
+no code that is not the kernel."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs
+from dcpcheck.ops.sparse_topk_remap.kernel import BLOCK_K, remap
+
+
+def dcp_ignored(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None) -> None:
+    """The converter that does not know DCP, called under DCP: every rank reads every pick
+    at the slot one rank storing the whole context would have put it."""
+    remap(replace(inputs, dcp_size=1, dcp_rank=0), out, counts)
+
+
+def interleave_ignored(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None) -> None:
+    """Picks dealt to the ranks one at a time whatever the interleave the writes used."""
+    remap(replace(inputs, interleave=1), out, counts)
+
+
+def rank_shifted(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None) -> None:
+    """Each rank keeps the next rank's picks: still a partition, the wrong one."""
+    remap(replace(inputs, dcp_rank=(inputs.dcp_rank + 1) % inputs.dcp_size), out, counts)
+
+
+def compaction_one_late(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """Packed rows start one entry late: a ``-1`` first, and a full row's last slot lost."""
+    remap(inputs, out, counts)
+    if inputs.compact:
+        out[:, 1:] = out[:, :-1].clone()
+        out[:, 0] = NO_SLOT
+
+
+def last_tile_dropped(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None) -> None:
+    """A top-k wider than one tile loses its last tile: those picks never converted (a
+    grid of ``k // BLOCK_K - 1`` tiles, or a loop that stops one short)."""
+    topk = inputs.topk
+    if topk <= BLOCK_K:
+        remap(inputs, out, counts)
+        return
+    kept = (topk - 1) // BLOCK_K * BLOCK_K
+    remap(replace(inputs, token_indices=inputs.token_indices[:, :kept]), out[:, :kept], counts)
+
+
+def unused_read_as_token_zero(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """A pick of ``-1`` converted as position 0 (a mask that tests ``p != -1`` after a
+    clamp): the rank that stores the request's first token reads it for every unused pick."""
+    picks = inputs.token_indices.clamp(min=0)
+    remap(replace(inputs, token_indices=picks), out, counts)
+
+
+def counts_of_the_row(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None) -> None:
+    """The count of every pick of the row that is not ``-1``, on every rank, not of the
+    rank's own slots (the count taken before the ranks' filter)."""
+    remap(inputs, out, counts)
+    if counts is not None:
+        counts.copy_((inputs.token_indices >= 0).sum(dim=1).to(torch.int32))
+
+
+MUTANTS = (
+    dcp_ignored,
+    interleave_ignored,
+    rank_shifted,
+    compaction_one_late,
+    last_tile_dropped,
+    unused_read_as_token_zero,
+    counts_of_the_row,
+)

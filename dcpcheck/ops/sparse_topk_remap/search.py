@@ -1,0 +1,94 @@
+"""The sparse-topk-remap op's property search: Hypothesis draws batches (top-k widths up to
+2048 across the kernel's tiles, block sizes and interleaves, contexts short and long,
+speculative rows, unused and repeated picks, padding rows, packed or in-place rows) and a
+DCP size; every rank is launched and checked, and a failure is shrunk to its smallest
+batch and saved as a scenario file of the op, which ``dcpcheck repro`` replays.
+
+Shrinking goes toward one request of a short context and one row, a top-16 in place,
+block size 16 at interleave 1, no unused or repeated pick, no padding, and DCP2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from hypothesis import strategies as st
+
+from dcpcheck.cases.verdicts import CaseResult
+from dcpcheck.ops import op_cases
+from dcpcheck.ops.op_cases import SearchOutcome
+from dcpcheck.ops.sparse_topk_remap.case import RemapBatch
+from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
+from dcpcheck.ops.sparse_topk_remap.runner import OP_CASES, run_scenario
+from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
+
+DCP_SIZES = (2, 4, 8, 1)
+"""Drawn DCP sizes, the first the one shrinking settles on."""
+
+TOPKS = (16, 1, 3, 64, 256, 257, 512, 2048)
+"""Top-k widths: within one tile of the project's kernel (256), one past it, and
+DeepSeek's 2048 (eight tiles)."""
+
+INTERLEAVES = (1, 2, 4, 16, 64)
+BLOCK_MULTIPLES = (16, 1, 2, 4)
+"""A block size is the interleave times one of these."""
+
+
+@st.composite
+def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[RemapBatch, int]:
+    """A batch of the op and the DCP size it runs at (module docstring)."""
+    dcp_size = draw(st.sampled_from(dcp_sizes))
+    interleave = draw(st.sampled_from(INTERLEAVES))
+    topk = draw(st.sampled_from(TOPKS))
+    # half the contexts shorter than most top-k widths, half long enough to fill them
+    contexts = st.one_of(st.integers(1, 64), st.integers(1, 6000))
+    requests = draw(
+        st.lists(
+            contexts.flatmap(
+                lambda context: st.tuples(st.just(context), st.integers(1, min(context, 3)))
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    batch = RemapBatch(
+        requests=tuple(requests),
+        topk=topk,
+        block_size=interleave * draw(st.sampled_from(BLOCK_MULTIPLES)),
+        interleave=interleave,
+        compact=draw(st.booleans()),
+        count_valid=draw(st.booleans()),
+        unused=draw(st.one_of(st.just(0), st.integers(0, topk))),
+        duplicates=draw(st.one_of(st.just(0), st.integers(0, 4))),
+        padding=draw(st.integers(0, 3)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+    return batch, dcp_size
+
+
+def search(
+    kernel: RemapKernel,
+    kernel_name: str,
+    examples: int,
+    device: torch.device,
+    dcp_sizes: tuple[int, ...] | None = None,
+    seed: int | None = None,
+) -> SearchOutcome:
+    """Run ``examples`` drawn batches through every check (module docstring); the smallest
+    failing one, as a scenario of the op, when any fails."""
+
+    def run(scenario: RemapScenario, size: int) -> CaseResult:
+        [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
+        return result
+
+    def scenario_of(batch: RemapBatch, size: int) -> RemapScenario:
+        return RemapScenario("drawn", "a batch drawn by the property search", batch, (size,))
+
+    return op_cases.search(run, batches(dcp_sizes or DCP_SIZES), scenario_of, examples, seed)
+
+
+def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
+    """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
+    return op_cases.save_search(OP_CASES, outcome, kernel_name, home)

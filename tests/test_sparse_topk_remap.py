@@ -1,0 +1,275 @@
+"""The sparse-topk-remap op: its oracle (``reference.sparse_topk_remap``) against slots
+worked out by hand and against the write side's; the project's Triton kernel against the
+oracle on every shipped scenario and on drawn batches; each contract check (``checks``)
+failing a kernel that breaks it and only that way; each mutant of the catalogue caught by a
+shipped scenario and found and shrunk by the property search; the scenario files and the
+command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from dcpcheck.cases.scenario_files import ScenarioError
+from dcpcheck.ops.sparse_topk_remap import checks, mutants, search
+from dcpcheck.ops.sparse_topk_remap.case import POISON, RemapBatch, build_case
+from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs
+from dcpcheck.ops.sparse_topk_remap.kernel import remap
+from dcpcheck.ops.sparse_topk_remap.runner import run_scenario
+from dcpcheck.ops.sparse_topk_remap.scenario import (
+    SCENARIOS,
+    RemapScenario,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
+from reference import slot_mapping
+from reference import sparse_topk_remap as oracle
+from tests.conftest import BACKEND
+
+DEVICE = BACKEND.device
+
+# -- the oracle --------------------------------------------------------------------------
+
+
+def test_the_oracle_gives_each_pick_its_owners_local_slot_worked_out_by_hand():
+    """Block size 4, two ranks, runs of 2: positions 0 1 | 2 3 | 4 5 go to ranks 0, 1, 0;
+    rank 0 stores 0 1 4 5 at its local indices 0 1 2 3, rank 1 stores 2 3 at 0 1, all in
+    the request's first block (id 7), so at slots 28 - 31."""
+    picks = torch.tensor([[0, 1, 2, 3, 4, 5, -1]], dtype=torch.int32)
+    table = torch.tensor([[7, 3]], dtype=torch.int32)
+    row = torch.tensor([0], dtype=torch.int32)
+    rank_0 = oracle.rank_slots(row, table, picks, 4, 2, 0, 2)
+    rank_1 = oracle.rank_slots(row, table, picks, 4, 2, 1, 2)
+    assert rank_0.tolist() == [[28, 29, -1, -1, 30, 31, -1]]
+    assert rank_1.tolist() == [[-1, -1, 28, 29, -1, -1, -1]]
+    # at DCP1 every pick in its own slot: block 7 holds 0 - 3, block 3 holds 4 - 7
+    single = oracle.rank_slots(row, table, picks, 4, 1, 0, 2)
+    assert single.tolist() == [[28, 29, 30, 31, 12, 13, -1]]
+
+
+def test_the_oracle_reads_what_the_write_side_wrote():
+    """Every position of a request, as the write side's slot mapping places it on its
+    owner, is where the read side's oracle looks for it."""
+    context, block, ranks, interleave = 300, 16, 4, 2
+    table = torch.randperm(64, generator=torch.Generator().manual_seed(0))[:19].view(1, 19)
+    table = table.to(torch.int32)
+    positions = torch.arange(context)
+    for rank in range(ranks):
+        written = slot_mapping.slot_mappings(
+            torch.tensor([0, context], dtype=torch.int32), positions,
+            torch.tensor([0], dtype=torch.int32), table[None], [block], [True], ranks, rank,
+            interleave, context,
+        )[0]  # fmt: skip
+        read = oracle.rank_slots(
+            torch.tensor([0], dtype=torch.int32), table, positions[None].to(torch.int32),
+            block, ranks, rank, interleave,
+        )[0]  # fmt: skip
+        assert torch.equal(written, read)
+        owned = oracle.owners(positions[None], ranks, interleave)[0] == rank
+        assert bool((read[owned] >= 0).all()) and bool((read[~owned] == NO_SLOT).all())
+
+
+# -- the project's kernel ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", load_scenarios([]), ids=lambda s: s.name)
+def test_the_projects_kernel_passes_every_shipped_scenario(scenario):
+    for result in run_scenario(remap, "default", scenario, scenario.dcp_sizes, DEVICE):
+        assert result.status == "pass", [c.findings for c in result.failed_checks]
+        assert all(c.skipped is None for c in result.checks if c.check != "compaction") or (
+            not scenario.batch.count_valid
+        )
+
+
+def test_the_search_passes_the_projects_kernel():
+    outcome = search.search(remap, "default", 25, DEVICE)
+    assert outcome.passed and outcome.examples_run == 25
+
+
+# -- each check fails a kernel that breaks it --------------------------------------------
+
+PACKED = RemapBatch(
+    requests=((300, 1), (9, 2)), topk=32, block_size=16, interleave=2, compact=True,
+    count_valid=True, duplicates=1, padding=1, seed=11,
+)  # fmt: skip
+IN_PLACE = dataclasses.replace(PACKED, compact=False)
+
+
+def failed(kernel, batch: RemapBatch, size: int) -> dict[str, set]:
+    """The checks ``kernel`` fails on ``batch`` at DCP ``size``, with the rows each names."""
+    case = build_case(batch, size, DEVICE)
+    return {
+        c.check: {f.token for f in c.findings} for c in checks.judge(kernel, case) if c.findings
+    }
+
+
+def test_every_check_passes_the_projects_kernel_packed_and_in_place():
+    for batch in (PACKED, IN_PLACE):
+        for size in (1, 2, 4):
+            assert failed(remap, batch, size) == {}
+
+
+def test_slots_and_partition_fail_the_converter_that_does_not_know_dcp():
+    found = failed(mutants.dcp_ignored, IN_PLACE, 2)
+    assert {"slots", "partition"} <= found.keys()
+    assert failed(mutants.dcp_ignored, IN_PLACE, 1) == {}  # at DCP1 it is the converter
+
+
+def test_partition_names_the_rows_whose_picks_no_rank_reads():
+    """The last tile dropped: the picks past the first 256 of a row are read by no rank."""
+    wide = dataclasses.replace(IN_PLACE, requests=((600, 1), (40, 1)), topk=512, padding=0)
+    found = failed(mutants.last_tile_dropped, wide, 2)
+    assert found["partition"] == {0}  # the 40-token row's picks all lie in its first tile
+
+
+def test_unused_fails_an_unused_pick_read_as_the_first_token():
+    found = failed(mutants.unused_read_as_token_zero, IN_PLACE, 2)
+    assert "unused" in found
+    rows_with_unused = {1, 2, 3}  # the 9-token request's rows and the padding row
+    assert found["unused"] <= rows_with_unused
+
+
+def test_compaction_fails_rows_packed_one_entry_late_and_only_packed_ones():
+    assert "compaction" in failed(mutants.compaction_one_late, PACKED, 2)
+    assert failed(mutants.compaction_one_late, IN_PLACE, 2) == {}
+
+
+def test_valid_counts_fail_counts_of_the_whole_row():
+    found = failed(mutants.counts_of_the_row, PACKED, 2)
+    assert found.keys() == {"valid_counts"}
+
+
+def _write_past_the_end(inputs: RemapInputs, out: torch.Tensor, counts) -> None:
+    remap(inputs, out, counts)
+    torch.as_strided(out, (out.shape[0] + 1, out.shape[1]), out.stride())[-1] = NO_SLOT
+
+
+def _modify_the_picks(inputs: RemapInputs, out: torch.Tensor, counts) -> None:
+    remap(inputs, out, counts)
+    inputs.token_indices[0, 0] = 0
+
+
+def _count_unasked(inputs: RemapInputs, out: torch.Tensor, counts) -> None:
+    remap(inputs, out, counts)
+    if counts is None:  # writes where the caller handed no count buffer: the next row's
+        out[-1, 0] = POISON
+
+
+@pytest.mark.parametrize(
+    ("kernel", "field"),
+    [(_write_past_the_end, "out"), (_modify_the_picks, "token_indices")],
+)
+def test_guard_fails_a_write_past_the_last_row_and_a_modified_input(kernel, field):
+    case = build_case(PACKED, 2, DEVICE)
+    results = {c.check: c for c in checks.judge(kernel, case)}
+    assert field in {f.field for f in results["guard"].findings}
+
+
+def test_a_row_never_written_is_named_so():
+    def unwritten(inputs, out, counts):
+        remap(inputs, out, counts)
+        out[0] = POISON
+
+    case = build_case(IN_PLACE, 2, DEVICE)
+    [slots] = [c for c in checks.judge(unwritten, case) if c.check == "slots"]
+    assert any("never written" in f.detail for f in slots.findings)
+
+
+def test_checks_the_caller_does_not_ask_are_skipped_not_passed():
+    unasked = dataclasses.replace(IN_PLACE, count_valid=False)
+    results = {c.check: c for c in checks.judge(remap, build_case(unasked, 2, DEVICE))}
+    assert results["compaction"].skipped and results["valid_counts"].skipped
+
+
+# -- the catalogue -----------------------------------------------------------------------
+
+
+def test_the_selftest_passes_the_kernel_and_each_mutant_fails_a_shipped_scenario():
+    from dcpcheck.ops.sparse_topk_remap import selftest
+
+    report = selftest.run_selftest(BACKEND)
+    assert report.passed
+    assert [row.kernel for row in report.mutants] == [
+        f"mutant/{m.__name__.replace('_', '-')}" for m in mutants.MUTANTS
+    ]
+    assert {row.status.value for row in report.mutants} == {"caught"}
+
+
+@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
+def test_the_search_finds_and_shrinks_every_mutant(mutant):
+    outcome = search.search(mutant, mutant.__name__, 80, DEVICE)
+    assert not outcome.passed, f"{mutant.__name__} survived 80 examples"
+    shrunk = outcome.failure
+    assert isinstance(shrunk, RemapScenario)
+    assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows == 1
+    if mutant is mutants.last_tile_dropped:
+        assert shrunk.batch.topk == 257  # the smallest width with a second tile
+    if mutant is mutants.interleave_ignored:
+        assert shrunk.batch.interleave > 1
+
+
+# -- scenario files ----------------------------------------------------------------------
+
+
+def test_a_scenario_file_reads_back_as_written(tmp_path):
+    for scenario in load_scenarios([]):
+        path = tmp_path / f"{scenario.name}.toml"
+        path.write_text(scenario_to_toml(scenario))
+        assert load_scenario(path) == scenario
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (("topk = 64", "topk = 5000"), "key 'topk': must be in 1..4096"),
+        (("block_size = 16", "block_size = 2048"), "key 'block_size': must be in 1..1024"),
+        (("unused = 0", "unused = 65"), "key 'unused': must be in 0..topk (64)"),
+        (("context = 1\nrows = 1", "context = 1\nrows = 2"), "key 'requests[0].rows'"),
+        (("seed = 1", "seed = 1\ncolour = 3"), "colour"),
+    ],
+)
+def test_a_bad_scenario_file_is_one_line_naming_the_key(tmp_path, change, said):
+    text = (SCENARIOS / "decode-short-contexts.toml").read_text()
+    old, new = change
+    assert old in text
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(path)
+    assert said in str(error.value) and "\n" not in str(error.value)
+
+
+# -- the command line --------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_run_judges_the_op_and_saves_a_failure_that_repro_replays(tmp_path):
+    report = tmp_path / "report.json"
+    done = invoke("run", "--op", "sparse-topk-remap", "--json", str(report))
+    assert done.exit_code == 0, done.output
+    assert json.loads(report.read_text())["op"] == "sparse-topk-remap"
+    done = invoke(
+        "run", "--op", "sparse-topk-remap", "--kernel", "mutant/rank-shifted",
+        "--scenario", "decode-short-contexts", "--dcp", "2", "--home", str(tmp_path),
+    )  # fmt: skip
+    assert done.exit_code == 1 and "slots" in done.output
+    [saved] = (tmp_path / "failures").glob("*.toml")
+    assert invoke("repro", str(saved), "--kernel", "mutant/rank-shifted").exit_code == 1
+    assert invoke("repro", str(saved)).exit_code == 0
+
+
+def test_a_release_is_refused_in_one_line_until_the_op_judges_releases():
+    done = invoke("run", "--op", "sparse-topk-remap", "--kernel", "vllm==0.33.0")
+    assert done.exit_code == 2 and "does not judge vLLM's releases yet" in done.output
