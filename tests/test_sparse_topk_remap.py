@@ -226,9 +226,9 @@ def test_a_scenario_file_reads_back_as_written(tmp_path):
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        (("topk = 64", "topk = 5000"), "key 'topk': must be in 1..4096"),
+        (("topk = 128", "topk = 5000"), "key 'topk': must be in 1..4096"),
         (("block_size = 16", "block_size = 2048"), "key 'block_size': must be in 1..1024"),
-        (("unused = 0", "unused = 65"), "key 'unused': must be in 0..topk (64)"),
+        (("unused = 0", "unused = 129"), "key 'unused': must be in 0..topk (128)"),
         (("context = 1\nrows = 1", "context = 1\nrows = 2"), "key 'requests[0].rows'"),
         (("seed = 1", "seed = 1\ncolour = 3"), "colour"),
     ],
@@ -270,6 +270,60 @@ def test_run_judges_the_op_and_saves_a_failure_that_repro_replays(tmp_path):
     assert invoke("repro", str(saved)).exit_code == 0
 
 
-def test_a_release_is_refused_in_one_line_until_the_op_judges_releases():
-    done = invoke("run", "--op", "sparse-topk-remap", "--kernel", "vllm==0.33.0")
-    assert done.exit_code == 2 and "does not judge vLLM's releases yet" in done.output
+def test_a_function_the_op_does_not_judge_is_refused_in_one_line():
+    done = invoke("run", "--op", "sparse-topk-remap", "--kernel", "vllm==0.33.0:flash_mla")
+    assert done.exit_code == 2
+    assert "judges triton_convert_req_index_to_global_index and" in done.output
+
+
+# -- read agrees with write, end to end --------------------------------------------------
+
+READ_SCENARIOS = ("reads-interleave-block", "reads-near-max-packed")
+
+
+def read_write_fails(reader, writer_name: str, name: str, size: int = 2):
+    """The end-to-end check of shipped scenario ``name`` at DCP ``size``, ``reader``
+    reading what the fused op's ``writer_name`` wrote."""
+    from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+    from dcpcheck.ops.fused_norm_rope.scenario import load_scenario as load_fused
+    from dcpcheck.ops.sparse_topk_remap import read_write
+
+    [scenario] = load_scenarios([name])
+    batch = scenario.batch
+    written = load_fused(SCENARIOS.parent / f"{batch.write_side}.toml")
+    check = read_write.read_agrees_with_write(
+        reader, load_kernel(writer_name), written, size, DEVICE, batch.topk, batch.seed,
+        batch.compact, batch.count_valid,
+    )  # fmt: skip
+    return check.findings
+
+
+@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
+def test_read_write_catches_every_reader_mutant(mutant):
+    assert any(read_write_fails(mutant, "default", name) for name in READ_SCENARIOS)
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [
+        "mutant/block-offset-off-by-one",
+        "mutant/block-offset-swapped",
+        "mutant/foreign-rows-write-cache",
+    ],
+)
+def test_read_write_catches_a_writer_that_puts_an_owned_entry_elsewhere(writer):
+    findings = read_write_fails(remap, writer, "reads-interleave-block")
+    assert any("not their pick's" in f.detail for f in findings)
+
+
+def test_read_write_passes_a_writer_whose_cache_is_right_whatever_else_it_misses():
+    """PR 54908's regression leaves outputs unwritten; what it writes to the cache is right."""
+    assert read_write_fails(remap, "regress/pre-54908", "reads-interleave-block") == ()
+
+
+def test_a_read_write_scenario_must_name_a_scenario_of_the_fused_op(tmp_path):
+    text = (SCENARIOS / "reads-interleave-block.toml").read_text()
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace('write_side = "interleave-block"', 'write_side = "nowhere"'))
+    with pytest.raises(ScenarioError, match="key 'write_side': 'nowhere' is not a scenario"):
+        load_scenario(path)

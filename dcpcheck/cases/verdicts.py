@@ -56,7 +56,10 @@ class CheckResult:
 def format_finding(check: str, f) -> str:
     """One line a kernel engineer can act on."""
     where = f"rank {f.rank}" if f.rank is not None else "all ranks"
-    token = f", first bad token {f.token} ({f.ownership})" if f.token is not None else ""
+    token = ""
+    if f.token is not None:
+        owned = f" ({f.ownership})" if f.ownership is not None else ""
+        token = f", first bad token {f.token}{owned}"
     err = f", max error {f.max_error}" if f.max_error else ""
     return f"{check}: {f.field} on {where}{token}{err}: {f.detail}"
 

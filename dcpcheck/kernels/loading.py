@@ -209,6 +209,36 @@ def release_of(
         raise KernelSpecError(f"{spec}: {exc}") from None
 
 
+def release_file(version: str, name: str, function: str, members: tuple[str, ...]) -> JudgedFile:
+    """The file of release ``version`` (``name``) that defines ``function``: the newest of
+    ``members`` (the files the routine lived in, oldest first) it has that does (a moved
+    routine can leave its old file behind). ``KernelLoadError`` with one line when none
+    does."""
+    found = release_file_defining(version, function, members)
+    if found is None:
+        raise KernelLoadError(f"{name}: none of {', '.join(members)} defines {function}")
+    return found
+
+
+def release_file_defining(
+    version: str, function: str, members: tuple[str, ...]
+) -> JudgedFile | None:
+    """:func:`release_file`, or None when no file of ``members`` the release has defines
+    ``function``; a fetch that fails for any other reason raises."""
+    for member in reversed(members):
+        if releases.lacks(version, member):
+            continue
+        try:
+            kept = fetch_release(version, member)
+        except KernelLoadError:
+            if releases.lacks(version, member):  # learnt by this fetch
+                continue
+            raise
+        if f"def {function}(" in kept.path.read_text(encoding="utf-8"):
+            return JudgedFile(str(kept.path), kept.sha256)
+    return None
+
+
 def canonical_spec(spec: str) -> str:
     """``spec`` as reports and replays spell it: a release with its version normalised
     (``vllm==0.30`` is ``vllm==0.30.0``), anything else as given."""
@@ -260,6 +290,8 @@ def _free_names(node: ast.stmt) -> set[str]:
     names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in in_annotations]
     local = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
     local |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+    nested = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef  # a class body's methods
+    local |= {n.name for n in ast.walk(node) if isinstance(n, nested) and n is not node}
     local |= {
         alias.asname or alias.name.split(".")[0]
         for i in ast.walk(node)

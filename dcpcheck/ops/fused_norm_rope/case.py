@@ -425,6 +425,20 @@ def _rank_rows(per_rank: torch.Tensor, device: torch.device) -> torch.Tensor:
     return rows
 
 
+def prefix_mla_entries(scenario: Scenario, act: Activations) -> torch.Tensor:
+    """The MLA cache entries of the cached-prefix tokens (``[P, entry bytes]`` uint8, in
+    ``SlotMappings.prefix_*`` order), as the harness pre-writes them (module docstring)."""
+    return reference.encode_mla_entries(
+        act.prefix_kv,
+        act.prefix_kpe,
+        scenario.cache_layout.value,
+        scenario.torch_dtype,
+        scenario.mla_scale,
+        ds_mla_scale=ds_mla_scale_of(scenario).value,
+        nvfp4_scale=reference.NVFP4_SCALE_DIV,
+    )
+
+
 def build_case(
     scenario: Scenario,
     dcp_size: int,
@@ -466,16 +480,7 @@ def build_case(
     idx_bytes = index_entry_bytes(preset.index_head_dim)
     case_seed = seed * 1_000_003 + dcp_size
     storage_gen = torch.Generator(device=device).manual_seed(case_seed)
-    ds_mla_scale = ds_mla_scale_of(scenario)
-    prefix_entries = reference.encode_mla_entries(
-        act.prefix_kv,
-        act.prefix_kpe,
-        scenario.cache_layout.value,
-        dtype,
-        scenario.mla_scale,
-        ds_mla_scale=ds_mla_scale.value,
-        nvfp4_scale=reference.NVFP4_SCALE_DIV,
-    )
+    prefix_entries = prefix_mla_entries(scenario, act)
     prefix_index_values, prefix_index_scales = reference.encode_index_entries(act.prefix_index)
 
     mla_storages = _random_storages(

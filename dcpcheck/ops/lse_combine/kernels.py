@@ -63,38 +63,6 @@ def release_of(spec: str) -> releases.ReleaseSpec | None:
     return release
 
 
-def _release_file(
-    version: str,
-    name: str,
-    function: str = vllm.FUNCTION,
-    members: tuple[str, ...] = vllm.MEMBERS,
-) -> JudgedFile:
-    """The file of release ``version`` that defines ``function``: the newest of
-    ``members`` (the merges' files, or the decode attention's) it has that does (a moved
-    routine can leave its old file behind)."""
-    found = _file_defining(version, function, members)
-    if found is None:
-        raise KernelLoadError(f"{name}: none of {', '.join(members)} defines {function}")
-    return found
-
-
-def _file_defining(version: str, function: str, members: tuple[str, ...]) -> JudgedFile | None:
-    """``_release_file``, or None when no file of ``members`` the release has defines
-    ``function``; a fetch that fails for any other reason raises."""
-    for member in reversed(members):
-        if releases.lacks(version, member):
-            continue
-        try:
-            kept = loading.fetch_release(version, member)
-        except KernelLoadError:
-            if releases.lacks(version, member):  # learnt by this fetch
-                continue
-            raise
-        if f"def {function}(" in kept.path.read_text(encoding="utf-8"):
-            return JudgedFile(str(kept.path), kept.sha256)
-    return None
-
-
 def _neighbours(version: str) -> dict[str, Path]:
     """The op's files release ``version`` has in the cache, by module name: what a
     routine may import from its sibling files."""
@@ -122,10 +90,12 @@ def load(spec: str) -> CombineKernel:
         path = Path(_state_merge_file(release).path)
         return vllm_state_merge.load(path, release.version, release.name)
     if release is not None:
-        path = Path(_release_file(release.version, release.name, release.function).path)
+        path = Path(
+            loading.release_file(release.version, release.name, release.function, vllm.MEMBERS).path
+        )
         merge = _release_merge(path, release.version, release.name, release.function)
         other = next(f for f in vllm.FUNCTIONS if f != release.function)
-        found = _file_defining(release.version, other, vllm.MEMBERS)
+        found = loading.release_file_defining(release.version, other, vllm.MEMBERS)
         if found is None:
             return merge  # the release has one path
         counterpart = _release_merge(Path(found.path), release.version, release.name, other)
@@ -144,7 +114,9 @@ def _release_merge(path: Path, version: str, name: str, function: str) -> vllm.V
 
 
 def _state_merge_file(release: releases.ReleaseSpec) -> JudgedFile:
-    return _release_file(release.version, release.name, release.function, vllm_state_merge.MEMBERS)
+    return loading.release_file(
+        release.version, release.name, release.function, vllm_state_merge.MEMBERS
+    )
 
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
@@ -158,9 +130,9 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     if release is not None and release.function == vllm_state_merge.FUNCTION:
         return (_state_merge_file(release),)
     if release is not None:
-        judged = _release_file(release.version, release.name, release.function)
+        judged = loading.release_file(release.version, release.name, release.function, vllm.MEMBERS)
         other = next(f for f in vllm.FUNCTIONS if f != release.function)
-        counterpart = _file_defining(release.version, other, vllm.MEMBERS)
+        counterpart = loading.release_file_defining(release.version, other, vllm.MEMBERS)
         files = [Path(judged.path)]
         if counterpart is not None:  # the paths checks run it too
             files.append(Path(counterpart.path))
@@ -194,7 +166,7 @@ def load_attention(spec: str) -> DecodeAttention:
     release = loading.release_of(spec, vllm_attention.FUNCTION)
     if release is not None:
         path = Path(
-            _release_file(
+            loading.release_file(
                 release.version, release.name, release.function, vllm_attention.MEMBERS
             ).path
         )
@@ -216,6 +188,8 @@ def attention_files(spec: str) -> tuple[JudgedFile, ...]:
     release = loading.release_of(spec, vllm_attention.FUNCTION)
     if release is not None:
         return (
-            _release_file(release.version, release.name, release.function, vllm_attention.MEMBERS),
+            loading.release_file(
+                release.version, release.name, release.function, vllm_attention.MEMBERS
+            ),
         )
     return loading.spec_files(spec)

@@ -66,6 +66,23 @@ class RemapBatch:
 
 
 @dataclass(frozen=True)
+class ReadWriteBatch:
+    """A case of the end-to-end check (``read_write``): the fused op's scenario that
+    writes, and how the rows read."""
+
+    write_side: str  # a scenario of the fused op in ``scenarios/``, by name
+    topk: int
+    compact: bool = False
+    count_valid: bool = False
+    seed: int = 0
+
+    @property
+    def summary(self) -> str:
+        packed = "packed" if self.compact else "in place"
+        return f"the picks of {self.write_side}'s tokens, top-{self.topk} {packed}"
+
+
+@dataclass(frozen=True)
 class RemapCase:
     """Every rank's inputs at one DCP size, and what each launch left (``launch_all``)."""
 
@@ -129,6 +146,7 @@ def build_case(batch: RemapBatch, dcp_size: int, device: torch.device) -> RemapC
         dcp_rank=0,
         interleave=batch.interleave,
         compact=batch.compact,
+        count_valid=batch.count_valid,
     )
     ranks = tuple(replace(shared, dcp_rank=rank) for rank in range(dcp_size))
     return RemapCase(batch, dcp_size, ranks)
@@ -142,7 +160,7 @@ def launch_all(kernel: RemapKernel, case: RemapCase) -> RemapCase:
         device = inputs.token_indices.device
         out = torch.full((rows + GUARD_ROWS, topk), POISON, dtype=torch.int32, device=device)
         count = torch.full((rows + GUARD_ROWS,), POISON, dtype=torch.int32, device=device)
-        kernel(inputs, out[:rows], count[:rows] if case.batch.count_valid else None)
+        kernel(inputs, out[:rows], count[:rows] if inputs.count_valid else None)
         outs.append(out)
         counts.append(count)
     return replace(case, outs=tuple(outs), counts=tuple(counts))

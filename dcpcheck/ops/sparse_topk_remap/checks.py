@@ -84,7 +84,7 @@ def check_slots(case: RemapCase) -> CheckResult:
     return CheckResult("slots", tuple(findings))
 
 
-def _positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
+def positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
     """The position each slot of row ``row`` holds on the rank of ``inputs``, read back
     through the rank's block table: the column of the slot's block is the virtual block
     (``block_size * dcp_size`` positions), its offset the rank's local index there, whose
@@ -117,7 +117,7 @@ def check_partition(case: RemapCase) -> CheckResult:
         foreign = []
         for row in range(case.num_rows):
             slots = [int(s) for s in out[row].tolist() if s >= 0]
-            for position in _positions_of_slots(inputs, row, slots):
+            for position in positions_of_slots(inputs, row, slots):
                 if position is None or position not in picked_rows[row]:
                     foreign.append(row)
                     break

@@ -12,7 +12,8 @@ turns the picks into the local cache slots it stores them at. A rank's inputs:
 * ``token_indices`` (int32, ``[rows, k]``): the picks; a pick may repeat within a row;
 * ``block_size``, ``dcp_size``, ``dcp_rank``, ``interleave``: the cache's layout (the
   interleave divides the block size);
-* ``compact``: whether the rank's slots are to be packed to the front of each row.
+* ``compact``: whether the rank's slots are to be packed to the front of each row;
+* ``count_valid``: whether the caller hands a ``valid_counts`` buffer to fill.
 
 The kernel writes ``out`` (int32, ``[rows, k]``, owned by the caller):
 
@@ -51,6 +52,7 @@ class RemapInputs:
     dcp_rank: int
     interleave: int
     compact: bool
+    count_valid: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.dcp_rank < self.dcp_size:

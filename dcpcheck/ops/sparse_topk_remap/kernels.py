@@ -2,6 +2,9 @@
 
 * ``default``: the project's Triton kernel (``kernel``); ``mutant/NAME``: it with one bug
   (``mutants``);
+* ``vllm==X.Y.Z``: a released vLLM's converters as its sparse backends call them;
+  ``vllm==X.Y.Z:FUNCTION`` one of them alone (``dcpcheck.ops.sparse_topk_remap.vllm``),
+  fetched and cached by ``dcpcheck.kernels.releases``;
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the op's
   protocol.
 
@@ -12,11 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dcpcheck.kernels import loading
-from dcpcheck.kernels.loading import JudgedFile, KernelSpecError
+from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.kernels import loading, releases
+from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops.sparse_topk_remap import kernel as project_kernel
-from dcpcheck.ops.sparse_topk_remap import mutants
+from dcpcheck.ops.sparse_topk_remap import mutants, vllm
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
 
 
@@ -36,34 +40,63 @@ DESCRIPTIONS: dict[str, str] = {
 """What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
 
 
-def _refuse_release(spec: str) -> None:
-    """A ``vllm==X`` spec is refused in one line: the op has no adapter of vLLM's
-    converters yet, and a spec it cannot honour must not fall through to a file lookup."""
-    if loading.release_of(spec, "triton_convert_req_index_to_global_index") is not None:
+def release_of(spec: str) -> releases.ReleaseSpec | None:
+    """``spec`` as a vLLM release of this op; ``KernelSpecError`` for a version that is no
+    version, or a function the op does not judge."""
+    release = loading.release_of(spec, vllm.CONVERT)
+    if release is not None and release.function not in vllm.FUNCTIONS:
         raise KernelSpecError(
-            f"{spec}: the {SPARSE_TOPK_REMAP} op does not judge vLLM's releases yet; give "
-            "the project's kernel, a mutant, or module:function"
+            f"{spec}: the {SPARSE_TOPK_REMAP} op judges {' and '.join(vllm.FUNCTIONS)} only"
         )
+    return release
+
+
+def _files(release: releases.ReleaseSpec) -> tuple[JudgedFile, JudgedFile | None]:
+    """The release's files that define the converter and the filter (None: it has none)."""
+    where = (release.version, release.name)
+    convert = loading.release_file(*where, vllm.CONVERT, vllm.MEMBERS)
+    filtered = loading.release_file_defining(release.version, vllm.FILTER, vllm.MEMBERS)
+    if release.function == vllm.FILTER and filtered is None:
+        loading.release_file(*where, vllm.FILTER, vllm.MEMBERS)  # raises, one line
+    return convert, filtered
 
 
 def load(spec: str) -> RemapKernel:
     """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""
     if spec in KERNELS:
         return KERNELS[spec]
-    _refuse_release(spec)
-    return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
+    release = release_of(spec)
+    if release is None:
+        return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
+    convert_file, filter_file = _files(release)
+    try:
+        convert = vllm.function_of(Path(convert_file.path), vllm.CONVERT, release.name)
+        filtered = None
+        if filter_file is not None:
+            filtered = vllm.function_of(Path(filter_file.path), vllm.FILTER, release.name)
+        named = release.function if ":" in spec else None
+        return vllm.VllmRemap(convert, filtered, release.name, release.version, named)
+    except AdapterError as exc:  # the revision's: bisect skips it
+        raise KernelLoadError(str(exc)) from None
 
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel and
-    mutant modules for a registry name, else what ``loading.spec_files`` names."""
+    mutant modules for a registry name, a release's files, else what ``loading.spec_files``
+    names."""
     if spec in KERNELS:
         sources = (project_kernel.__file__, mutants.__file__)
         return tuple(loading.judged_file(Path(source)) for source in sources)
-    _refuse_release(spec)
-    return loading.spec_files(spec)
+    release = release_of(spec)
+    if release is None:
+        return loading.spec_files(spec)
+    files = [f for f in _files(release) if f is not None]
+    return tuple(dict.fromkeys(files))
 
 
 def canonical(spec: str) -> str:
-    """``spec`` as reports and replays spell it."""
-    return spec
+    """``spec`` as reports and replays spell it: a release's version normalised."""
+    release = release_of(spec)
+    if release is None:
+        return spec
+    return release.name + (f":{release.function}" if ":" in spec else "")

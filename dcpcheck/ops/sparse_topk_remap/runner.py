@@ -1,7 +1,8 @@
 """The sparse-topk-remap op's cases, one per scenario and DCP size, as ``CaseResult`` s: the
 run's data model the reports and the console already speak. A case builds every rank's
 inputs, launches the kernel on each rank and runs the checks; a kernel that cannot be
-asked the case has them skipped with the reason.
+asked the case has them skipped with the reason. A scenario that names the fused op's
+scenario it reads (``write_side``) runs the end-to-end check instead (``read_write``).
 """
 
 from __future__ import annotations
@@ -11,19 +12,34 @@ from functools import partial
 
 import torch
 
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.op_cases import not_applicable, raising, with_skips
-from dcpcheck.ops.sparse_topk_remap import checks
-from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
+from dcpcheck.ops.sparse_topk_remap import checks, read_write
+from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
 from dcpcheck.ops.sparse_topk_remap.scenario import SCENARIOS, RemapScenario, scenario_to_toml
 
 
-def _judged(kernel: RemapKernel, batch: RemapBatch, size: int, device) -> list[CheckResult]:
+def _judged(
+    kernel: RemapKernel, batch: RemapBatch | ReadWriteBatch, size: int, device
+) -> list[CheckResult]:
     """Every check of the op on one case, or every check skipped with the reason the
-    kernel cannot be asked it. A kernel that raises propagates (the case's error)."""
+    kernel cannot be asked it; for a scenario of the end-to-end check, that check, with
+    the project's kernel of the fused op writing. A kernel that raises propagates (the
+    case's error)."""
+    if isinstance(batch, ReadWriteBatch):
+        from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+        from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+
+        written = load_scenario(SCENARIO_DIR / f"{batch.write_side}.toml")
+        check = read_write.read_agrees_with_write(
+            raising(kernel), load_kernel("default"), written, size, device, batch.topk,
+            batch.seed, batch.compact, batch.count_valid,
+        )  # fmt: skip
+        return [check]
     case = build_case(batch, size, device)
     reason = not_applicable(kernel, case.ranks)
     if reason:

@@ -21,10 +21,24 @@ File format (``scenario_to_toml`` writes exactly this)::
     [[requests]]                          # one or more
     context = 300                         # tokens the request holds
     rows = 1                              # optional, default 1: query rows (speculative)
+
+A scenario of the end-to-end check (``read_write``) names the fused op's scenario that
+writes instead of requests and a cache layout of its own::
+
+    op = "sparse-topk-remap"
+    name = "reads-interleave-block"
+    description = "what it catches"
+    write_side = "interleave-block"       # a scenario of the fused op, in scenarios/
+    topk = 128
+    compact = false                       # optional
+    count_valid = false                   # optional
+    dcp = [1, 2, 4]
+    seed = 0                              # the picks
 """
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +48,7 @@ from dcpcheck.cases.scenario_files import (
     SCENARIO_DIR,
     ScenarioError,
     load_named,
+    op_of,
     read_op_scenario,
     scenario_files,
 )
@@ -47,7 +62,7 @@ from dcpcheck.cases.toml_tables import (
     table_array,
     toml_literal,
 )
-from dcpcheck.ops.sparse_topk_remap.case import RemapBatch
+from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch
 
 OP = "sparse-topk-remap"
 
@@ -77,6 +92,18 @@ _KEYS: dict[str, Key] = {
     "requests": Key("array of tables ([[requests]])", table_array),
 }
 
+_READ_WRITE_KEYS: dict[str, Key] = {
+    "op": Key("string", string),
+    "name": Key("string", string),
+    "description": Key("string", string),
+    "write_side": Key("string", string),
+    "topk": Key("integer", integer),
+    "compact": Key("boolean", boolean, False),
+    "count_valid": Key("boolean", boolean, False),
+    "dcp": Key("array of integers", integer_array),
+    "seed": Key("integer", integer),
+}
+
 _REQUEST_KEYS: dict[str, Key] = {
     "context": Key("integer", integer),
     "rows": Key("integer", integer, 1),
@@ -89,7 +116,7 @@ class RemapScenario:
 
     name: str
     description: str
-    batch: RemapBatch
+    batch: RemapBatch | ReadWriteBatch
     dcp_sizes: tuple[int, ...]
     source: Path | None = field(default=None, compare=False)
 
@@ -150,10 +177,33 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
     return tuple(parsed)
 
 
+def _read_write_scenario(path: Path) -> RemapScenario:
+    """A scenario of the end-to-end check (module docstring)."""
+    where = str(path)
+    values = read_op_scenario(path, _READ_WRITE_KEYS, OP)
+    written = SCENARIO_DIR / f"{values['write_side']}.toml"
+    if op_of(written) is not None or not written.is_file():
+        raise ScenarioError(
+            f"{where}: key 'write_side': {values['write_side']!r} is not a scenario of the "
+            f"fused op in {SCENARIO_DIR}"
+        )
+    if not 1 <= values["topk"] <= TOPK_MAX:
+        raise ScenarioError(f"{where}: key 'topk': must be in 1..{TOPK_MAX}, got {values['topk']}")
+    batch = ReadWriteBatch(
+        values["write_side"], values["topk"], values["compact"], values["count_valid"],
+        values["seed"],
+    )  # fmt: skip
+    return RemapScenario(
+        values["name"], values["description"], batch, tuple(values["dcp"]), source=path
+    )
+
+
 def load_scenario(path: Path) -> RemapScenario:
     """Read and check one scenario file of the op, wherever it lies."""
     path = Path(path)
     where = str(path)
+    if path.is_file() and "write_side" in _top_keys(path):
+        return _read_write_scenario(path)
     values = read_op_scenario(path, _KEYS, OP)
     _check(values, where)
     batch = RemapBatch(
@@ -179,9 +229,32 @@ def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[RemapSce
     return load_named(scenario_files(patterns, root, f"{OP} scenario"), load_scenario)
 
 
+def _top_keys(path: Path) -> set[str]:
+    """The top-level keys of a TOML file (none when it is not TOML: the strict reader then
+    says why)."""
+    try:
+        with path.open("rb") as file:
+            return set(tomllib.load(file))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return set()
+
+
 def scenario_to_toml(scenario: RemapScenario) -> str:
     """The TOML text of ``scenario``, every key spelled out (module docstring)."""
     b = scenario.batch
+    if isinstance(b, ReadWriteBatch):
+        pairs: list[tuple[str, object]] = [
+            ("op", OP),
+            ("name", scenario.name),
+            ("description", scenario.description),
+            ("write_side", b.write_side),
+            ("topk", b.topk),
+            ("compact", b.compact),
+            ("count_valid", b.count_valid),
+            ("dcp", list(scenario.dcp_sizes)),
+            ("seed", b.seed),
+        ]
+        return "\n".join(f"{key} = {toml_literal(value)}" for key, value in pairs) + "\n"
     top: list[tuple[str, object]] = [
         ("op", OP),
         ("name", scenario.name),

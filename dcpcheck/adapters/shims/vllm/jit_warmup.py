@@ -134,6 +134,7 @@ def _never(*args: Any, **kwargs: Any) -> Any:
 
 TritonWarmupTensor = _never
 triton_scalar_specialization_rep = _never
+zip_inputs = _never
 
 STANDS_IN_FOR = (
     "VllmJitKernel",
@@ -143,5 +144,6 @@ STANDS_IN_FOR = (
     "WarmupIntRange",
     "TritonWarmupTensor",
     "triton_scalar_specialization_rep",
+    "zip_inputs",
 )
 """The names of vLLM's warm-up modules this stand-in gives."""

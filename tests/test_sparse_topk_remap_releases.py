@@ -1,0 +1,134 @@
+"""vLLM's converters of top-k picks to slots (``dcpcheck.ops.sparse_topk_remap.vllm``),
+judged in the releases where their API or their callers change, as ``dcpcheck run --op
+sparse-topk-remap --kernel vllm==X`` judges them: 0.12.0 (the converter beside FlashMLA's
+sparse backend, no counts), 0.17.0 (moved to ``sparse_utils.py``, counts; still no sparse
+backend runs under DCP), 0.28.0 (the filter, which FlashInfer's sparse backend calls packed
+with counts), 0.29.0 (FlashMLA's sparse backend calls it in place too), 0.33.0 (the
+converter knows DCP, in a warm-up class). The wheels are the other ops' (one download keeps
+every op's files), skipped only where the registry is unreachable and the release is not
+cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+
+from dcpcheck.cases.verdicts import CaseResult
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.sparse_topk_remap import kernels
+from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
+from dcpcheck.ops.sparse_topk_remap.runner import run_scenario
+from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
+from dcpcheck.ops.sparse_topk_remap.vllm import CONVERT, FILTER, VllmRemap
+from reference import sparse_topk_remap as oracle
+from tests.conftest import BACKEND, registry_problem
+
+PACKED = RemapBatch(
+    requests=((900, 1), (40, 2)), topk=128, block_size=64, interleave=4, compact=True,
+    count_valid=True, duplicates=1, padding=1, seed=21,
+)  # fmt: skip
+"""What FlashInfer's sparse backend asks under DCP: packed rows and their counts."""
+
+IN_PLACE = dataclasses.replace(PACKED, compact=False, count_valid=False)
+"""What FlashMLA's sparse backend asks under DCP (fp8, mixed batch): picks in place."""
+
+
+@functools.cache
+def release(spec: str) -> VllmRemap:
+    """The kernel ``--kernel SPEC`` loads."""
+    try:
+        kernel = kernels.load(spec)
+    except KernelLoadError as exc:
+        problem = registry_problem()
+        if problem is not None:
+            pytest.skip(f"{spec} is not cached and the registry is unreachable: {problem}")
+        raise AssertionError(f"the registry answers, yet {spec} did not load: {exc}") from exc
+    assert isinstance(kernel, VllmRemap)
+    return kernel
+
+
+def judge(spec: str, batch: RemapBatch, size: int) -> CaseResult:
+    scenario = RemapScenario("t", "a test batch", batch, (size,))
+    [result] = run_scenario(release(spec), spec, scenario, (size,), BACKEND.device)
+    return result
+
+
+@pytest.mark.parametrize("version", ("0.12.0", "0.17.0"))
+def test_before_0_25_no_sparse_backend_runs_under_dcp(version):
+    for size in (2, 4):
+        result = judge(f"vllm=={version}", IN_PLACE, size)
+        assert result.status == "not_applicable"
+        assert "runs no sparse MLA backend under DCP" in result.error
+    assert judge(f"vllm=={version}", IN_PLACE, 1).status == "pass"
+
+
+def test_the_converter_that_does_not_know_dcp_reads_wrong_slots_on_exactly_those_rows():
+    """0.17.0's converter called under DCP, as no caller of its release does: each rank
+    reads every pick, at the slot one rank storing everything would have put it."""
+    result = judge(f"vllm==0.17.0:{CONVERT}", IN_PLACE, 2)
+    assert result.status == "fail"
+    [slots] = [c for c in result.failed_checks if c.check == "slots"]
+    case = build_case(IN_PLACE, 2, BACKEND.device)
+    for finding in slots.findings:
+        inputs = case.ranks[finding.rank]
+        single = oracle.rank_slots(
+            inputs.req_id, inputs.block_table, inputs.token_indices, inputs.block_size, 1, 0, 1
+        )
+        owned = oracle.rank_slots(
+            inputs.req_id, inputs.block_table, inputs.token_indices, inputs.block_size, 2,
+            finding.rank, inputs.interleave,
+        )  # fmt: skip
+        wrong = (single != owned).any(dim=1).nonzero().flatten().tolist()
+        assert list(finding.tokens) == wrong
+
+
+@pytest.mark.parametrize("version", ("0.28.0", "0.29.0", "0.33.0"))
+def test_from_0_25_the_filter_reads_what_the_write_side_wrote(version):
+    for size in (2, 4):
+        result = judge(f"vllm=={version}", PACKED, size)
+        assert result.status == "pass", [c.findings for c in result.failed_checks]
+
+
+def test_picks_in_place_are_asked_under_dcp_from_0_29_when_flashmla_calls_the_filter():
+    early = judge("vllm==0.28.0", IN_PLACE, 2)
+    assert (
+        early.status == "not_applicable" and "FlashInfer sparse MLA (packed, counts)" in early.error
+    )
+    for version in ("0.29.0", "0.33.0"):
+        assert judge(f"vllm=={version}", IN_PLACE, 2).status == "pass"
+
+
+def test_from_0_30_the_converter_knows_dcp_itself():
+    assert judge(f"vllm==0.33.0:{CONVERT}", PACKED, 4).status == "pass"
+    assert judge(f"vllm==0.29.0:{CONVERT}", IN_PLACE, 4).status == "fail"
+
+
+def test_what_the_api_cannot_be_asked_is_not_applicable_with_the_reason():
+    narrow = dataclasses.replace(IN_PLACE, topk=64)
+    assert "multiple of 128" in judge("vllm==0.33.0", narrow, 2).error
+    assert (
+        "has no counts"
+        in judge("vllm==0.12.0", dataclasses.replace(IN_PLACE, count_valid=True), 1).error
+    )
+    assert (
+        "does not pack"
+        in judge("vllm==0.17.0", dataclasses.replace(PACKED, count_valid=False), 1).error
+    )
+    assert "only under DCP" in judge(f"vllm==0.33.0:{FILTER}", PACKED, 1).error
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        (f"vllm==0.17.0:{FILTER}", f"defines {FILTER}"),
+        ("vllm==0.10.2", f"defines {CONVERT}"),
+    ],
+)
+def test_a_release_without_the_converter_says_so_in_one_line(spec, said):
+    release("vllm==0.17.0")  # fetched (or skipped) as the other tests fetch it
+    with pytest.raises(KernelLoadError, match=said) as error:
+        kernels.load(spec)
+    assert "\n" not in str(error.value)
