@@ -2,7 +2,8 @@
 # The GPU acceptance runs: kernel/oracle/adapter/release and harness tests, the release
 # matrix with and without the oracle, the slot-mapping op's release matrix, the release
 # bisect, the default run, the property search on releases, the selftest, the merge's
-# release matrix and the decode chain's token streams through every release, and
+# release matrices (its group merges and merge_attn_states), the sparse read side's
+# release matrix, the decode chain's token streams through every release, and
 # compute-sanitizer (tests, slowdown, and every shipped scenario under each tool:
 # sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
@@ -31,6 +32,7 @@ for job in $JOBS; do
           tests/test_slot_mapping_releases.py tests/test_interpreter_masks.py \
           tests/test_interpreter_dots.py tests/test_lse_combine.py \
           tests/test_lse_combine_releases.py tests/test_chain.py \
+          tests/test_sparse_topk_remap.py tests/test_sparse_topk_remap_releases.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
@@ -59,7 +61,12 @@ for job in $JOBS; do
     lse-combine)  # vLLM's merges in every release, and the bf16-LSE measurement
       ( timed python3 benchmarks/lse_combine_matrix.py --out "$OUT/lse-combine" \
           > "$OUT/lse_combine_matrix.md" 2>&1
+        timed python3 benchmarks/lse_combine_matrix.py --state-merge --out "$OUT/lse-combine" \
+          > "$OUT/merge_attn_states_matrix.md" 2>&1
         timed python3 benchmarks/lse_precision.py --shift 20 > "$OUT/lse_precision.md" 2>&1 ) & ;;
+    sparse-topk-remap)  # vLLM's converters in every release, as their backends call them
+      ( timed python3 benchmarks/sparse_topk_remap_matrix.py --out "$OUT/sparse-topk-remap" \
+          > "$OUT/sparse_topk_remap_matrix.md" 2>&1 ) & ;;
     chain)  # token streams through every release's slot mappings, attention and merge
       ( timed python3 benchmarks/chain_matrix.py --out "$OUT/chain" \
           > "$OUT/chain_matrix.md" 2>&1 ) & ;;

@@ -51,7 +51,13 @@ def verdict(op: str, spec: str, out: Path) -> tuple[str, float]:
         + ", ".join(sorted(seen["what"]))
         for name, seen in sorted(found.items())
     ]
+    errors = [
+        f"{c['scenario']} at DCP {c['dcp']}: {(c['error'] or '').splitlines()[0][:80]}"
+        for c in cases
+        if c["status"] not in ("pass", "fail", "not_applicable")
+    ]
     text = f"{counts[0]} / {counts[1]} / {counts[2]}"
+    text += f"; ERROR {'; '.join(errors)}" if errors else ""
     text += f"; FAIL {'; '.join(failing)}" if failing else ""
     text += f"; skipped: {'; '.join(sorted(skipped))}" if skipped else ""
     return text, seconds

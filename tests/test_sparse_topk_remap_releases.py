@@ -132,3 +132,15 @@ def test_a_release_without_the_converter_says_so_in_one_line(spec, said):
     with pytest.raises(KernelLoadError, match=said) as error:
         kernels.load(spec)
     assert "\n" not in str(error.value)
+
+
+def test_read_write_through_a_release_runs_where_its_callers_run():
+    """The end-to-end scenario read by a release: not applicable where no backend runs
+    under DCP, judged (and right) where one does."""
+    from dcpcheck.ops.sparse_topk_remap.scenario import load_scenarios
+
+    [scenario] = load_scenarios(["reads-interleave-block"])
+    [early] = run_scenario(release("vllm==0.17.0"), "e", scenario, (2,), BACKEND.device)
+    assert early.status == "not_applicable" and "under DCP" in early.error
+    [late] = run_scenario(release("vllm==0.29.0"), "l", scenario, (2,), BACKEND.device)
+    assert late.status == "pass", [c.findings for c in late.failed_checks]

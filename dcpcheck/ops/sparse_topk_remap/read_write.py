@@ -144,7 +144,7 @@ def read_agrees_with_write(
     """The check of the module docstring on ``scenario`` at ``dcp_size``: ``writer`` (a
     kernel of the fused op) writes, ``reader`` (one of this op) reads, packed or in place,
     with counts or without. A reader that cannot be asked this is reported skipped with its
-    reason; a kernel that raises propagates (``KernelError`` for the writer)."""
+    reason; a kernel that raises propagates as a ``KernelError``."""
     case = build_case(scenario, dcp_size, device)
     requests, picks = _picks(case, topk, seed)
     ranks = [
@@ -165,6 +165,7 @@ def read_agrees_with_write(
     if reason:
         return CheckResult(CHECK, skipped=reason)
     fused_runner.launch_all(writer, case)  # type: ignore[arg-type]
+    reader = op_cases.raising(reader)
     row_of, written, kv_fp32 = _written(case)
     picked = [{int(p) for p in row.tolist() if p >= 0} for row in picks]
     read: list[dict[int, int]] = [{} for _ in picked]  # position -> times read

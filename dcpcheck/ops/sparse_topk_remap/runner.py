@@ -36,7 +36,7 @@ def _judged(
 
         written = load_scenario(SCENARIO_DIR / f"{batch.write_side}.toml")
         check = read_write.read_agrees_with_write(
-            raising(kernel), load_kernel("default"), written, size, device, batch.topk,
+            kernel, load_kernel("default"), written, size, device, batch.topk,
             batch.seed, batch.compact, batch.count_valid,
         )  # fmt: skip
         return [check]
