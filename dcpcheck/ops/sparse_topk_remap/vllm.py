@@ -172,7 +172,7 @@ class VllmRemap:
             if not any((c.compact, c.count) == (compact, count) for c in callers):
                 asked = ", ".join(
                     f"{c.backend} ({'packed' if c.compact else 'in place'}, "
-                    f"{'counts' if c.count else 'no counts'})"
+                    f"{'counts' if c.count else 'no counts'}; {c.where} in {c.since})"
                     for c in callers
                 )
                 return f"no caller of {self.name}'s {FILTER} asks this under DCP: {asked}"
