@@ -429,8 +429,7 @@ def test_the_property_search_saves_the_rule_it_failed_under(tmp_path):
     scenario (amax by default); the shrunk file names ``amax``, so a replay with the
     option absent still demands it, while a kernel that declares ``pow2`` is judged by its
     own rule. Under ``--ds-mla-scale pow2`` the same search finds nothing."""
-    # enough examples that fp8_ds_mla scenarios are drawn however the draws fall
-    space = {"profile": search.PROFILES["smoke"], "examples": 40, "home": tmp_path}
+    space = {"profile": search.PROFILES["smoke"], "examples": 20, "home": tmp_path}
     found = search.search(oracle_writing_pow2, search.SearchConfig("w", **space), BACKEND)
     assert not found.passed
     assert found.shrunk.cache_layout is CacheLayout.FP8_DS_MLA

@@ -25,6 +25,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.seeded_draws import seed_alone
 from dcpcheck.cases.verdicts import (
     CaseResult,
     CheckResult,
@@ -204,7 +205,8 @@ def search(
             raise AssertionError(result.status)
 
     try:
-        hypothesis_seed(DEFAULT_SEED if seed is None else seed)(property_holds)()
+        with seed_alone():
+            hypothesis_seed(DEFAULT_SEED if seed is None else seed)(property_holds)()
     except AssertionError:
         _, scenario, result = failing[-1]  # Hypothesis replays the shrunk failure last
         return SearchOutcome(ran, skipped, failing[0][0], scenario, result)

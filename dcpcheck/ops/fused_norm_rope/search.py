@@ -50,6 +50,7 @@ from hypothesis.errors import Flaky
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
+from dcpcheck.cases.seeded_draws import seed_alone
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.ops.fused_norm_rope import strategies
 from dcpcheck.ops.fused_norm_rope.contract import PRESETS, DsMlaScale, Kernel
@@ -304,7 +305,7 @@ def search(
 
     start = time.perf_counter()
     try:
-        with hypothesis_storage(config.hypothesis_dir):
+        with hypothesis_storage(config.hypothesis_dir), seed_alone():
             test()
     except ScenarioFailed as failure:
         shrunk, failing, flaky = failure.scenario, failure.results, False
