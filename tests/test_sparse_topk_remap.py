@@ -270,8 +270,10 @@ def test_run_judges_the_op_and_saves_a_failure_that_repro_replays(tmp_path):
     assert invoke("repro", str(saved)).exit_code == 0
 
 
-def test_a_function_the_op_does_not_judge_is_refused_in_one_line():
-    done = invoke("run", "--op", "sparse-topk-remap", "--kernel", "vllm==0.33.0:flash_mla")
+@pytest.mark.parametrize("function", ["flash_mla", "fused_norm_rope"])
+def test_a_function_the_op_does_not_judge_is_refused_in_one_line(function):
+    """The fused op's own function too: not taken for this op's default."""
+    done = invoke("run", "--op", "sparse-topk-remap", "--kernel", f"vllm==0.33.0:{function}")
     assert done.exit_code == 2
     assert "judges triton_convert_req_index_to_global_index and" in done.output
 

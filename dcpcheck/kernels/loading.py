@@ -241,13 +241,14 @@ def release_file_defining(
 
 def canonical_spec(spec: str) -> str:
     """``spec`` as reports and replays spell it: a release with its version normalised
-    (``vllm==0.30`` is ``vllm==0.30.0``), anything else as given."""
+    (``vllm==0.30`` is ``vllm==0.30.0``) and the function it names kept as named, anything
+    else as given. The function stays even when it is the fused op's: the op the spec is
+    for is not known here, and another op must see the function it was given (to refuse
+    one it does not judge), not its own default in its place."""
     release = release_of(spec)
     if release is None:
         return spec
-    if release.function == releases.DEFAULT_FUNCTION:
-        return release.name
-    return f"{release.name}:{release.function}"
+    return f"{release.name}:{release.function}" if ":" in spec else release.name
 
 
 def fetch_release(version: str, member: str = releases.KERNEL_MEMBER) -> releases.KeptFile:

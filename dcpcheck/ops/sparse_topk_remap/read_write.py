@@ -23,6 +23,7 @@ the rows whose picks they moved.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -130,6 +131,62 @@ def _reads(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None):
     return at[:, 0], at[:, 1], out[at[:, 0], at[:, 1]], holes
 
 
+@dataclass(frozen=True)
+class _Picked:
+    """What the rows picked and what each picked token's entry must be."""
+
+    requests: torch.Tensor  # [rows] int32
+    picks: torch.Tensor  # [rows, topk] int32
+    row_of: dict[tuple[int, int], int]  # (request, position) -> row of ``written``
+    written: torch.Tensor  # [tokens, entry bytes] uint8
+    kv_fp32: torch.Tensor  # [tokens, kv] fp32
+
+    @property
+    def sets(self) -> list[set[int]]:
+        return [{int(p) for p in row.tolist() if p >= 0} for row in self.picks]
+
+
+def _rank_findings(
+    scenario: Scenario,
+    picked: _Picked,
+    inputs: RemapInputs,
+    out: torch.Tensor,
+    counts: torch.Tensor | None,
+    entries: torch.Tensor,
+    read: list[dict[int, int]],
+) -> list[Finding]:
+    """One rank's reads judged (module docstring); every read counted in ``read``."""
+    rank, sets = inputs.dcp_rank, picked.sets
+    rows, columns, slots, holes = _reads(inputs, out, counts)
+    findings = []
+    if holes.any():
+        findings.append(
+            _finding(rank, holes.nonzero().flatten().tolist(), "read a -1 inside their count")
+        )
+    stray, keys, at = [], [], []
+    reads = zip(rows.tolist(), columns.tolist(), slots.tolist(), strict=True)
+    for index, (row, column, slot) in enumerate(reads):
+        [position] = positions_of_slots(inputs, row, [slot])
+        # in place, a column's slot is its own pick's
+        allowed = sets[row] if inputs.compact else {int(picked.picks[row, column])}
+        if position is None or position not in allowed or slot >= entries.shape[0]:
+            stray.append(row)
+            continue
+        read[row][position] = read[row].get(position, 0) + 1
+        keys.append(picked.row_of[(int(picked.requests[row]), position)])
+        at.append(index)
+    if stray:
+        findings.append(_finding(rank, stray, "read a slot that holds no pick of theirs"))
+    if keys:
+        tokens = torch.tensor(keys, dtype=torch.int64)
+        actual = entries[slots[at]]
+        wrong = _wrong_entries(scenario, actual, picked.written[tokens], picked.kv_fp32[tokens])
+        if wrong.any():
+            detail = "read an entry that is not their pick's"
+            findings.append(_finding(rank, rows[at][wrong].tolist(), detail))
+    return findings
+
+
 def read_agrees_with_write(
     reader: RemapKernel,
     writer: object,
@@ -166,48 +223,22 @@ def read_agrees_with_write(
         return CheckResult(CHECK, skipped=reason)
     fused_runner.launch_all(writer, case)  # type: ignore[arg-type]
     reader = op_cases.raising(reader)
-    row_of, written, kv_fp32 = _written(case)
-    picked = [{int(p) for p in row.tolist() if p >= 0} for row in picks]
-    read: list[dict[int, int]] = [{} for _ in picked]  # position -> times read
+    picked = _Picked(requests, picks, *_written(case))
+    read: list[dict[int, int]] = [{} for _ in range(picks.shape[0])]  # position -> reads
     findings = []
     for launch, inputs in zip(case.ranks, ranks, strict=True):
         out = torch.full(picks.shape, NO_SLOT, dtype=torch.int32, device=device)
-        counts = torch.zeros(picks.shape[0], dtype=torch.int32, device=device)
-        reader(inputs, out, counts if count_valid else None)
-        rows, columns, slots, holes = _reads(inputs, out, counts if count_valid else None)
-        if holes.any():
-            detail = "read a -1 inside their count"
-            findings.append(_finding(launch.rank, holes.nonzero().flatten().tolist(), detail))
+        counts = (
+            torch.zeros(picks.shape[0], dtype=torch.int32, device=device) if count_valid else None
+        )
+        reader(inputs, out, counts)
         entries = launch.mla.view.cpu().reshape(-1, launch.mla.view.shape[-1])
-        stray, keys, at = [], [], []
-        reads = zip(rows.tolist(), columns.tolist(), slots.tolist(), strict=True)
-        for index, (row, column, slot) in enumerate(reads):
-            [position] = positions_of_slots(inputs, row, [slot])
-            # in place, a column's slot is its own pick's
-            wanted = picked[row] if compact else {int(picks[row, column])}
-            if position is None or position not in wanted or slot >= entries.shape[0]:
-                stray.append(row)
-                continue
-            read[row][position] = read[row].get(position, 0) + 1
-            keys.append(row_of[(int(requests[row]), position)])
-            at.append(index)
-        if stray:
-            findings.append(
-                _finding(launch.rank, stray, "read a slot that holds no pick of theirs")
-            )
-        if keys:
-            wanted = torch.tensor(keys, dtype=torch.int64)
-            actual = entries[slots[at]]
-            wrong = _wrong_entries(scenario, actual, written[wanted], kv_fp32[wanted])
-            if wrong.any():
-                bad = rows[at][wrong].tolist()
-                findings.append(
-                    _finding(launch.rank, bad, "read an entry that is not their pick's")
-                )
-    unread = [row for row in range(len(picked)) if picked[row] - read[row].keys()]
+        findings += _rank_findings(scenario, picked, inputs, out, counts, entries, read)
+    sets = picked.sets
+    unread = [row for row, wanted in enumerate(sets) if wanted - read[row].keys()]
     if unread:
         findings.append(_finding(None, unread, "have a pick no rank reads"))
-    twice = [row for row in range(len(picked)) if any(n > 1 for n in read[row].values())]
+    twice = [row for row in range(len(sets)) if any(n > 1 for n in read[row].values())]
     if twice:  # the picks are distinct: attention would weigh such a token twice
         findings.append(_finding(None, twice, "read a pick more than once"))
     return CheckResult(CHECK, tuple(findings))
