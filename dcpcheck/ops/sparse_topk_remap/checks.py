@@ -15,7 +15,8 @@ that returns a ``CheckResult``:
   ``-1``;
 * ``valid_counts``: where the caller asks for them, each row's count is the number of its
   entries that are slots;
-* ``guard``: nothing written past the last row, and the inputs left as they were.
+* ``guard``: nothing written past the last row, nor to a count buffer the caller did not
+  hand over, and the inputs left as they were.
 
 A finding names the field (``out``, ``valid_counts``), the rank and the first bad row.
 """
