@@ -273,3 +273,11 @@ def test_what_merge_attn_states_callers_never_hand_it_is_not_applicable(batch, s
 def test_speculative_rows_that_see_every_rank_are_judged():
     result = judge_state_merge("0.33.0", dataclasses.replace(FULL, requests=((40, 3),)), 4)
     assert result.status == "pass"
+
+
+def test_the_search_draws_only_what_merge_attn_states_callers_ask():
+    """Every drawn example is judged: none is a base-2, unmasked, speculative or DCP1 case."""
+    from dcpcheck.ops.lse_combine import search
+
+    outcome = search.search(state_merge("0.33.0"), "m", 6, BACKEND.device)
+    assert outcome.passed and outcome.examples_run == 6 and outcome.not_applicable == 0

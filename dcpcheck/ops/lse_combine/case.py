@@ -89,6 +89,22 @@ class CombineBatch:
 
 
 @dataclass(frozen=True)
+class Askable:
+    """What a merge can be asked, for one whose callers never ask the rest (an adapter's
+    ``askable``): the property search then draws only that, so its examples judge the merge rather
+    than go not applicable."""
+
+    base_2: bool = True
+    unmasked: bool = True
+    speculative: bool = True  # requests of several query rows
+    dcp1: bool = True
+
+
+ASK_EVERYTHING = Askable()
+"""What a merge that judges any case of the op can be asked."""
+
+
+@dataclass(frozen=True)
 class CombineCase:
     """A batch at one DCP size: every rank's inputs (without the group) and what the
     oracle says the merge is."""

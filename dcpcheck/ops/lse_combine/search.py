@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.ops import op_cases
-from dcpcheck.ops.lse_combine.case import EMPTY_SHARDS, NEEDS_LENGTHS, CombineBatch
+from dcpcheck.ops.lse_combine.case import (
+    ASK_EVERYTHING,
+    EMPTY_SHARDS,
+    NEEDS_LENGTHS,
+    Askable,
+    CombineBatch,
+)
 from dcpcheck.ops.lse_combine.contract import CombineKernel
 from dcpcheck.ops.lse_combine.runner import OP_CASES, run_scenario
 from dcpcheck.ops.lse_combine.scenario import CombineScenario
@@ -37,8 +43,13 @@ fp32 ``exp`` overflows (88.7) or underflows, one far past both."""
 
 
 @st.composite
-def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[CombineBatch, int]:
-    """A batch of the op and the DCP size it runs at (module docstring)."""
+def batches(
+    draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES, askable: Askable = ASK_EVERYTHING
+) -> tuple[CombineBatch, int]:
+    """A batch of the op and the DCP size it runs at (module docstring), of what
+    ``askable`` allows."""
+    if not askable.dcp1:
+        dcp_sizes = tuple(size for size in dcp_sizes if size > 1) or dcp_sizes
     dcp_size = draw(st.sampled_from(dcp_sizes))
     most = max(dcp_sizes)
     heads = most * draw(st.sampled_from(HEADS_PER_RANK))  # every drawn size divides it
@@ -47,13 +58,16 @@ def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[Com
     requests = draw(
         st.lists(
             contexts.flatmap(
-                lambda context: st.tuples(st.just(context), st.integers(1, min(context, 3)))
+                lambda context: st.tuples(
+                    st.just(context),
+                    st.integers(1, min(context, 3) if askable.speculative else 1),
+                )
             ),
             min_size=1,
             max_size=4,
         )
     )
-    masked = not draw(st.booleans())  # shrinks to masked
+    masked = not (askable.unmasked and draw(st.booleans()))  # shrinks to masked
     # most batches without a sink or a shift: a large LSE hides what a small one shows (an
     # empty shard's LSE of 0 weighs next to nothing beside an LSE of 20)
     logits = st.one_of(st.just(0.0), st.sampled_from(LOGITS))
@@ -65,7 +79,7 @@ def batches(draw: Callable, dcp_sizes: tuple[int, ...] = DCP_SIZES) -> tuple[Com
         heads=heads,
         head_dim=draw(st.sampled_from(HEAD_DIMS)),
         dtype=draw(st.sampled_from(DTYPES)),
-        base_e=not draw(st.booleans()),
+        base_e=not (askable.base_2 and draw(st.booleans())),
         return_lse=draw(st.booleans()),
         masked=masked,
         empty=draw(st.sampled_from(encodings)),
@@ -96,7 +110,7 @@ def search(
     def scenario_of(batch: CombineBatch, size: int) -> CombineScenario:
         return CombineScenario("drawn", "a batch drawn by the property search", batch, (size,))
 
-    drawn = batches(dcp_sizes or DCP_SIZES)
+    drawn = batches(dcp_sizes or DCP_SIZES, getattr(kernel, "askable", ASK_EVERYTHING))
     return op_cases.search(run, drawn, scenario_of, examples, seed)
 
 

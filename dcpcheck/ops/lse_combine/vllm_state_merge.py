@@ -64,7 +64,7 @@ import torch
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import KernelLoadError
-from dcpcheck.ops.lse_combine.case import CombineBatch
+from dcpcheck.ops.lse_combine.case import Askable, CombineBatch
 from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
 from reference import lse_combine as oracle
 
@@ -83,6 +83,9 @@ PARAMETERS = ("output", "prefix_output", "prefix_lse", "suffix_output", "suffix_
 EMPTIES = ("merged as left", "masked by the release", "neutralized by the caller")
 """What a release's callers do to an empty chunk's rows (module docstring), in order."""
 
+CALLERS_ASK = Askable(base_2=False, unmasked=False, speculative=False, dcp1=False)
+"""What its callers ask of it (``VllmStateMerge.not_applicable``)."""
+
 NEUTRALIZED_FROM = "0.28.0"
 """The first release whose caller never merges an empty chunk's rows."""
 
@@ -98,6 +101,8 @@ class VllmStateMerge:
     mask: Callable[..., None] | None = None
     """The release's ``mask_empty_context``, where its callers run it."""
     function: str = FUNCTION
+    askable: Askable = CALLERS_ASK
+    """What its callers ask (``not_applicable``), which the property search draws."""
 
     def __post_init__(self) -> None:
         parameters = tuple(inspect.signature(self.routine).parameters)
