@@ -83,6 +83,8 @@ PARAMETERS = ("output", "prefix_output", "prefix_lse", "suffix_output", "suffix_
 EMPTIES = ("merged as left", "masked by the release", "neutralized by the caller")
 """What a release's callers do to an empty chunk's rows (module docstring), in order."""
 
+LEFT, MASKED, NEUTRALIZED = EMPTIES
+
 CALLERS_ASK = Askable(base_2=False, unmasked=False, speculative=False, dcp1=False)
 """What its callers ask of it (``VllmStateMerge.not_applicable``)."""
 
@@ -111,7 +113,7 @@ class VllmStateMerge:
                 f"{self.name}: {self.function} takes ({', '.join(parameters)}), not the "
                 f"({', '.join(PARAMETERS)}, ...) its callers fill"
             )
-        if self.empties not in EMPTIES or (self.empties == EMPTIES[1]) != (self.mask is not None):
+        if self.empties not in EMPTIES or (self.empties == MASKED) != (self.mask is not None):
             raise AdapterError(f"{self.name}: empties {self.empties!r} and the mask disagree")
 
     def not_applicable(self, asked: tuple[CombineBatch, int]) -> str | None:
@@ -172,7 +174,7 @@ class VllmStateMerge:
     ) -> None:
         """Do to one chunk's partial what the release's caller does to its empty requests
         (module docstring), in place."""
-        if self.empties == EMPTIES[0]:
+        if self.empties == LEFT:
             return
         offsets = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=lengths.device)
         offsets[1:] = torch.cumsum(lengths, 0)
@@ -207,11 +209,11 @@ def load(path: Path, version: str, name: str) -> VllmStateMerge:
         raise KernelLoadError(f"{name}: {path} has no {FUNCTION}")
     mask = getattr(module, MASK_FUNCTION, None)
     if mask is not None:
-        empties = EMPTIES[1]
+        empties = MASKED
     elif releases.version_key(version) >= releases.version_key(NEUTRALIZED_FROM):
-        empties = EMPTIES[2]
+        empties = NEUTRALIZED
     else:
-        empties = EMPTIES[0]
+        empties = LEFT
     try:
         return VllmStateMerge(routine, name, empties, mask)
     except AdapterError as exc:

@@ -22,6 +22,7 @@ the rows whose picks they moved.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
@@ -141,7 +142,7 @@ class _Picked:
     written: torch.Tensor  # [tokens, entry bytes] uint8
     kv_fp32: torch.Tensor  # [tokens, kv] fp32
 
-    @property
+    @functools.cached_property
     def sets(self) -> list[set[int]]:
         return [{int(p) for p in row.tolist() if p >= 0} for row in self.picks]
 
@@ -204,10 +205,11 @@ def read_agrees_with_write(
     reason; a kernel that raises propagates as a ``KernelError``."""
     case = build_case(scenario, dcp_size, device)
     requests, picks = _picks(case, topk, seed)
+    table = _tables(case).to(device)
     ranks = [
         RemapInputs(
             req_id=requests.to(device),
-            block_table=_tables(case).to(device),
+            block_table=table,
             token_indices=picks.to(device),
             block_size=scenario.block_size,
             dcp_size=dcp_size,

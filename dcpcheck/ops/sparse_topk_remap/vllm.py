@@ -36,6 +36,7 @@ under DCP before 0.30.0 is the converter that does not know DCP.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -115,6 +116,12 @@ def function_of(path: Path, function: str, where: str) -> Callable[..., object]:
     return definitions_alone(path, function, provided, where)[function]  # type: ignore[return-value]
 
 
+@functools.cache
+def _parameters(function: Callable[..., object]) -> tuple[str, ...]:
+    """A converter's parameters, read once: every case asks them."""
+    return tuple(inspect.signature(function).parameters)
+
+
 @dataclass(frozen=True)
 class VllmRemap:
     """A release's converters under the op's protocol (module docstring). ``named``: the
@@ -133,15 +140,12 @@ class VllmRemap:
         for function in (self.convert, self.filter):
             if function is None:
                 continue
-            parameters = tuple(inspect.signature(function).parameters)
+            parameters = _parameters(function)
             if parameters[:3] != ("req_id", "block_table", "token_indices"):
                 raise AdapterError(
                     f"{self.name}: {function.__name__} takes ({', '.join(parameters)}), not the "
                     "(req_id, block_table, token_indices, ...) the adapter knows"
                 )
-
-    def _parameters(self, function: Callable[..., object]) -> tuple[str, ...]:
-        return tuple(inspect.signature(function).parameters)
 
     def _routine(self, size: int) -> Callable[..., object]:
         """The converter a case at DCP ``size`` calls (module docstring)."""
@@ -177,7 +181,7 @@ class VllmRemap:
                 )
                 return f"no caller of {self.name}'s {FILTER} asks this under DCP: {asked}"
         routine = self._routine(size)
-        parameters = self._parameters(routine)
+        parameters = _parameters(routine)
         if routine is self.convert:
             if count and "return_valid_counts" not in parameters:
                 return f"{self.name}'s {CONVERT} has no counts"
@@ -192,7 +196,7 @@ class VllmRemap:
         self, inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | None
     ) -> None:
         routine = self._routine(inputs.dcp_size)
-        parameters = self._parameters(routine)
+        parameters = _parameters(routine)
         given: dict[str, object] = {
             "BLOCK_SIZE": inputs.block_size,
             "NUM_TOPK_TOKENS": inputs.topk,
