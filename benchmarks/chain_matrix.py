@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from op_matrix import add_jobs_option, print_rows
 from slot_mapping_matrix import RELEASES
 
 STAGES = ("slot-mapping", "fused-norm-rope", "attention", "merge")
@@ -74,14 +75,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/chain"))
     parser.add_argument("--dcp", default="1,2,4,8")
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
+    add_jobs_option(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(
         "| release | slot mappings | fused op | attention | merge | streams | "
         "first divergence | s |\n|---|---|---|---|---|---|---|---|"
     )
-    for version in args.versions:
-        print(judge(version, args.out, args.dcp), flush=True)
+    print_rows(lambda version: judge(version, args.out, args.dcp), args.versions, args.jobs)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
 set -u
 OUT=${OUT:-out}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the scripts import dcpcheck from the checkout
 mkdir -p "$OUT"
 JOBS=${1:-"tests matrix bisect"}
 timed() {  # run "$@", then print its wall time and exit code
@@ -20,7 +21,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 for job in $JOBS; do
   case $job in
     tests)
-      ( python3 -m pytest -q -p no:cacheprovider tests/test_kernel.py \
+      ( python3 -m pytest -q -p no:cacheprovider -n 8 --durations=30 tests/test_kernel.py \
           tests/test_golden_vectors_kernel.py tests/test_golden_vectors_reference.py \
           tests/test_ds_mla_scale.py tests/test_vllm_adapter.py tests/test_releases.py \
           tests/test_token_streams.py tests/test_checks.py tests/test_mutants.py \
@@ -30,7 +31,7 @@ for job in $JOBS; do
           tests/test_fused_checks.py tests/test_cost.py tests/test_hash_cli.py \
           tests/test_compile_ahead.py tests/test_slot_mapping.py \
           tests/test_slot_mapping_releases.py tests/test_interpreter_masks.py \
-          tests/test_interpreter_dots.py tests/test_lse_combine.py \
+          tests/test_interpreter_dots.py tests/test_interpreter_scalars.py tests/test_lse_combine.py \
           tests/test_lse_combine_releases.py tests/test_chain.py \
           tests/test_sparse_topk_remap.py tests/test_sparse_topk_remap_releases.py \
           > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
@@ -60,10 +61,10 @@ for job in $JOBS; do
           > "$OUT/slot_mapping_matrix.md" 2>&1 ) & ;;
     lse-combine)  # vLLM's merges in every release, and the bf16-LSE measurement
       ( timed python3 benchmarks/lse_combine_matrix.py --out "$OUT/lse-combine" \
-          > "$OUT/lse_combine_matrix.md" 2>&1
-        timed python3 benchmarks/lse_combine_matrix.py --state-merge --out "$OUT/lse-combine" \
-          > "$OUT/merge_attn_states_matrix.md" 2>&1
-        timed python3 benchmarks/lse_precision.py --shift 20 > "$OUT/lse_precision.md" 2>&1 ) & ;;
+          > "$OUT/lse_combine_matrix.md" 2>&1 ) &
+      ( timed python3 benchmarks/lse_combine_matrix.py --state-merge --out "$OUT/lse-combine" \
+          > "$OUT/merge_attn_states_matrix.md" 2>&1 ) &
+      ( timed python3 benchmarks/lse_precision.py --shift 20 > "$OUT/lse_precision.md" 2>&1 ) & ;;
     sparse-topk-remap)  # vLLM's converters in every release, as their backends call them
       ( timed python3 benchmarks/sparse_topk_remap_matrix.py --out "$OUT/sparse-topk-remap" \
           > "$OUT/sparse_topk_remap_matrix.md" 2>&1 ) & ;;

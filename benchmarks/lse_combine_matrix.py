@@ -28,7 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from op_matrix import dcpcheck, property_verdict, verdict
+from op_matrix import add_jobs_option, dcpcheck, print_rows, property_verdict, verdict
 from slot_mapping_matrix import RELEASES
 
 OP = "lse-combine"
@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("--state-merge", action="store_true", help="merge_attn_states")
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
+    add_jobs_option(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.state_merge:
@@ -97,16 +98,15 @@ def main() -> None:
             "| release | merge_attn_states: file / empty chunks | cases pass / fail / N/A | "
             "property search | s |\n|---|---|---|---|---|"
         )
-        for version in args.versions:
-            print(judge_state_merge(version, args.out, args.examples), flush=True)
+        row = lambda version: judge_state_merge(version, args.out, args.examples)
+        print_rows(row, args.versions, args.jobs)
         return
     print(
         "| release | cp_lse_ag_out_rs: file / parameters | cases pass / fail / N/A | "
         "property search | dcp_a2a_lse_reduce: file / parameters | cases | s |\n"
         "|---|---|---|---|---|---|---|"
     )
-    for version in args.versions:
-        print(judge(version, args.out, args.examples), flush=True)
+    print_rows(lambda version: judge(version, args.out, args.examples), args.versions, args.jobs)
 
 
 if __name__ == "__main__":

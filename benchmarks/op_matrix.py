@@ -1,13 +1,43 @@
-"""What the release matrices of the op packages share: running ``python -m dcpcheck``, and
-reading one release's verdict over an op's shipped scenarios from its JSON report."""
+"""What the release matrices share: running ``python -m dcpcheck``, reading one release's
+verdict over an op's shipped scenarios from its JSON report, and judging the releases
+several at a time.
+
+Why several at a time: a row is a few ``dcpcheck`` processes, each spending most of its
+seconds on one core (imports, Triton's compiler, the interpreter) and little on the GPU;
+one release after another leaves a 16-core GPU box idle and took the runbook past ten
+minutes. Rows are still printed in release order.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+DEFAULT_JOBS = max(1, (os.cpu_count() or 1) // 4)
+"""Releases judged at once by one matrix: a quarter of the cores, since the runbook runs
+its matrices side by side (``gpu_releases.sh``)."""
+
+
+def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--jobs", type=int, default=DEFAULT_JOBS, help="releases judged at once (module doc)"
+    )
+
+
+def print_rows(judge: Callable[[str], str], versions: Sequence[str], jobs: int) -> None:
+    """``judge(version)`` of every version, ``jobs`` at a time on threads (each row runs
+    its own processes), each row printed in ``versions``' order as soon as it and every
+    row before it are done."""
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for row in pool.map(judge, versions):
+            print(row, flush=True)
 
 
 def dcpcheck(*args: str) -> tuple[subprocess.CompletedProcess, float]:

@@ -20,7 +20,11 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+
+from op_matrix import add_jobs_option
 
 RELEASES = (
     "0.27.0",
@@ -109,6 +113,7 @@ def main() -> None:
     parser.add_argument("--dcp", default="1,2,4,8")
     parser.add_argument("--out", type=Path, default=Path("out/releases"))
     parser.add_argument("--oracle", default="on,off", help="on, off or on,off")
+    add_jobs_option(parser)
     parser.add_argument("extra", nargs="*", help="more `dcpcheck run` options, after --")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -118,8 +123,11 @@ def main() -> None:
         print("| release | " + " | ".join(f"DCP{d}" for d in sizes) + " | checks | s |")
         print("| --- | " + " | ".join("---" for _ in sizes) + " | --- | --- |")
         all_limits: dict[str, dict[str, str]] = {}
-        for version in args.releases.split(","):
-            doc = run_release(version, args.dcp, oracle, args.extra, args.out)
+        versions = args.releases.split(",")
+        judge = partial(run_release, dcp=args.dcp, oracle=oracle, extra=args.extra, out=args.out)
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            docs = pool.map(judge, versions)
+        for version, doc in zip(versions, docs, strict=True):
             text, counts, limits = summarize(doc)
             all_limits[version] = limits
             cells = " | ".join(text.get(int(d), "-") for d in sizes)

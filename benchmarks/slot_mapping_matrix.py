@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from op_matrix import dcpcheck, property_verdict, verdict
+from op_matrix import add_jobs_option, dcpcheck, print_rows, property_verdict, verdict
 
 OP = "slot-mapping"
 
@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/slot-mapping"))
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
+    add_jobs_option(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(
@@ -90,8 +91,7 @@ def main() -> None:
         "the V1 runner's BlockTable.compute_slot_mapping | s |"
     )
     print("|---|---|---|---|---|---|---|")
-    for version in args.versions:
-        print(judge(version, args.out, args.examples), flush=True)
+    print_rows(lambda version: judge(version, args.out, args.examples), args.versions, args.jobs)
 
 
 if __name__ == "__main__":

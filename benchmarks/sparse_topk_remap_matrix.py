@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from op_matrix import dcpcheck, property_verdict, verdict
+from op_matrix import add_jobs_option, dcpcheck, print_rows, property_verdict, verdict
 from slot_mapping_matrix import RELEASES
 
 OP = "sparse-topk-remap"
@@ -46,14 +46,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/sparse-topk-remap"))
     parser.add_argument("--examples", type=int, default=50)
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
+    add_jobs_option(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     print(
         "| release | as its callers call them: pass / fail / N/A | property search | "
         f"{CONVERT} alone | s |\n|---|---|---|---|---|"
     )
-    for version in args.versions:
-        print(judge(version, args.out, args.examples), flush=True)
+    print_rows(lambda version: judge(version, args.out, args.examples), args.versions, args.jobs)
 
 
 if __name__ == "__main__":

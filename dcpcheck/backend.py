@@ -33,10 +33,19 @@ class Backend:
     """How the interpreter reads integer masks (dcpcheck.interpreter_masks)."""
     dots: str = field(default="", compare=False)
     """How the interpreter multiplies bf16 blocks (dcpcheck.interpreter_dots)."""
+    scalars: str = field(default="", compare=False)
+    """How the interpreter turns loaded scalars into integers (dcpcheck.interpreter_scalars)."""
 
     def describe(self) -> str:
         if self.interpreted:
-            notes = (self.fp8_cast, self.language_patch, self.dtype_paths, self.masks, self.dots)
+            notes = (
+                self.fp8_cast,
+                self.language_patch,
+                self.dtype_paths,
+                self.masks,
+                self.dots,
+                self.scalars,
+            )
             notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)
             return f"cpu (Triton interpreter, TRITON_INTERPRET=1: no CUDA device in use{note})"
@@ -98,6 +107,7 @@ def select_backend(device: str = "auto") -> Backend:
         from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
         from dcpcheck.interpreter_jit import install_constexprs
         from dcpcheck.interpreter_masks import install_boolean_masks
+        from dcpcheck.interpreter_scalars import install_scalar_index
 
         install_constexprs()
 
@@ -108,6 +118,7 @@ def select_backend(device: str = "auto") -> Backend:
             dtype_paths=install_dtype_fast_paths(),
             masks=install_boolean_masks(),
             dots=install_bf16_dots(),
+            scalars=install_scalar_index(),
         )
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():

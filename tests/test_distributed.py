@@ -237,6 +237,14 @@ def test_one_nccl_rank_reports_what_the_simulated_run_reports(tmp_path):
     config = RunConfig("default", (1,))
     results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)
     results.append(token_stream_case(kernel, config, BACKEND))
-    simulated = json.loads(report.to_json(results, kernel="default", backend="cuda", partial=False))
+    simulated = json.loads(
+        report.to_json(
+            results,
+            kernel="default",
+            backend="cuda",
+            partial=False,
+            kernel_files=judged_files("default"),
+        )
+    )
     assert code == EXIT_OK
     assert json.loads(path.read_text()) == simulated

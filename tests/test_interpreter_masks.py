@@ -27,9 +27,13 @@ def _folded_scalar(x_ptr, out_ptr, end, flag, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _negated_scalar(x_ptr, out_ptr, end, sharded, BLOCK: tl.constexpr):
+def _negated_scalar(x_ptr, out_ptr, end, sharded_ptr, BLOCK: tl.constexpr):
     rows = tl.arange(0, BLOCK)
-    kept = ~(sharded != 0) | (rows < end)  # a negated scalar or a block
+    # The flag is read from memory, as vLLM's slot-mapping kernel reads a group's: a plain
+    # integer argument of 1 is a compile-time constant on a GPU, where ``~(1 != 0)`` is
+    # Python's ``~True``, -2, and no mask.
+    sharded = tl.load(sharded_ptr) != 0
+    kept = ~sharded | (rows < end)  # a negated scalar or a block
     tl.store(out_ptr + rows, tl.load(x_ptr + rows, mask=kept, other=-1))
 
 
@@ -60,7 +64,8 @@ def test_a_block_folded_with_a_scalar_is_a_mask(flag, expected):
     [(1, [10, 11, 12, -1, -1, -1, -1, -1]), (0, list(range(10, 10 + BLOCK)))],
 )
 def test_a_negated_scalar_or_a_block_is_a_mask(sharded, expected):
-    assert _run(_negated_scalar, 3, sharded) == expected
+    flag = torch.tensor([sharded], dtype=torch.int32, device=BACKEND.device)
+    assert _run(_negated_scalar, 3, flag) == expected
 
 
 @pytest.mark.skipif(not BACKEND.interpreted, reason="the interpreter's correction only")

@@ -37,7 +37,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpOutputs,
 )
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
-from tests.conftest import requires_cuda
+from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import fast_stages, oracle_kernel, skips_foreign_kv
 
 DCP_SIZES = (2, 4, 8)
@@ -274,11 +274,11 @@ def test_a_kernel_without_k_outputs_prefills_from_the_caches(layout):
     streams as a kernel with K outputs); its NaN K outputs are never read."""
     config = LAYOUTS[layout]
     comparison = compare_streams(
-        CacheOnlyK(oracle_kernel), config, DCP_SIZES, torch.device("cpu"), stages=FAST
+        CacheOnlyK(oracle_kernel), config, DCP_SIZES, BACKEND.device, stages=FAST
     )
     assert_identical(comparison)
     if layout == "auto":
-        with_k = compare_streams(oracle_kernel, config, (1,), torch.device("cpu"), stages=FAST)
+        with_k = compare_streams(oracle_kernel, config, (1,), BACKEND.device, stages=FAST)
         assert comparison.digests[0].stream == with_k.digests[0].stream
 
 
@@ -289,6 +289,6 @@ def test_a_cache_only_k_kernel_that_skips_foreign_q_diverges():
             outputs.q_out[inputs.slot_mapping < 0] = float("nan")
 
     comparison = compare_streams(
-        CacheOnlyK(skips_foreign_q), CONFIG, (4,), torch.device("cpu"), stages=FAST
+        CacheOnlyK(skips_foreign_q), CONFIG, (4,), BACKEND.device, stages=FAST
     )
     assert_diverges_at_dcp(comparison, 4)
