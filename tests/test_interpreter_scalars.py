@@ -1,4 +1,5 @@
-"""Triton's CPU interpreter takes a loaded scalar as a loop bound (``dcpcheck.interpreter_scalars``).
+"""Triton's CPU interpreter takes a loaded scalar as a loop bound
+(``dcpcheck.interpreter_scalars``).
 
 A scalar loaded from memory is a one-element, one-dimensional array inside the interpreter;
 a ``range`` over loaded bounds needs it as an integer, which NumPy 2 gives only for a
