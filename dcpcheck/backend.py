@@ -54,6 +54,10 @@ class Backend:
 
 _selected: Backend | None = None
 
+RECORD_ENV = "DCPCHECK_RECORD_LAUNCHES"
+"""A folder: set, the interpreted backend records every launch of the project's kernels
+there (``dcpcheck.gpu_fit``)."""
+
 
 KERNEL_MODULES = (
     "dcpcheck.ops.fused_norm_rope.kernel",
@@ -64,6 +68,7 @@ KERNEL_MODULES = (
     "dcpcheck.ops.slot_mapping.kernel",
     "dcpcheck.ops.lse_combine.kernel",
     "dcpcheck.ops.lse_combine.attention",
+    "dcpcheck.ops.sparse_topk_remap.kernel",
 )
 """The project's kernel modules: once one is imported, its ``@triton.jit`` functions are
 defined, compiled or interpreted for good (the registry and the loaders define none)."""
@@ -120,6 +125,10 @@ def select_backend(device: str = "auto") -> Backend:
             dots=install_bf16_dots(),
             scalars=install_scalar_index(),
         )
+        if os.environ.get(RECORD_ENV):
+            from dcpcheck.gpu_fit import record_to
+
+            record_to(os.environ[RECORD_ENV])
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():
             raise BackendError("kernels were defined under TRITON_INTERPRET=1; cannot use cuda")

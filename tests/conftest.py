@@ -12,7 +12,16 @@ import tempfile
 import pytest
 import torch
 
-from dcpcheck.backend import current_backend
+from dcpcheck import gpu_fit
+from dcpcheck.backend import RECORD_ENV, current_backend
+
+# Every process of the session records its launches of the project's kernels (the workers
+# and the commands tests start inherit the folder); the process that made the folder checks
+# them against the manifest at the end (pytest_sessionfinish). A caller that set the folder
+# (``python -m dcpcheck.gpu_fit record``) reads the records itself.
+CHECKS_LAUNCHES = RECORD_ENV not in os.environ
+if CHECKS_LAUNCHES:
+    os.environ[RECORD_ENV] = tempfile.mkdtemp(prefix="dcpcheck-launches-")
 
 # Every dcpcheck process a test starts (about 150, isolated workers included) imports the
 # package afresh. Where PYTHONDONTWRITEBYTECODE is set (this project's CI machine sets it),
@@ -62,3 +71,27 @@ def registry_problem() -> str | None:
         return None
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     return lines[-1] if lines else f"pip index exited {done.returncode}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session when a launch was made that the manifest does not list: its fit on a
+    GPU is unchecked (``tests/test_gpu_fit.py``)."""
+    if not CHECKS_LAUNCHES:
+        return
+    listed = set(gpu_fit.read_manifest())
+    new = sorted(c.describe() for c in gpu_fit.recorded(os.environ[RECORD_ENV]) - listed)
+    if new:
+        session.config.unlisted_launches = new
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    new = getattr(config, "unlisted_launches", ())
+    if new:
+        terminalreporter.section("launches missing from the GPU-fit manifest", red=True)
+        for line in new:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(
+            f"{len(new)} launch config(s) not in {gpu_fit.MANIFEST.name}: regenerate it with "
+            f"`{gpu_fit.RECORD_COMMAND}` and commit it"
+        )

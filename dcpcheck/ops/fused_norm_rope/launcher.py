@@ -20,6 +20,7 @@ from __future__ import annotations
 import triton
 
 from dcpcheck.backend import current_backend
+from dcpcheck.gpu_fit import on_gpu_as
 from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
     DsMlaScale,
@@ -128,9 +129,13 @@ def launch(
     block_rope = triton.next_power_of_2(shape.rope_dim)
     block_index = triton.next_power_of_2(max(shape.index_dim, 1))
     block_topk = triton.next_power_of_2(max(shape.topk, 1))
+    # What a GPU launch takes where the interpreter's differs (dcpcheck.gpu_fit.on_gpu_as).
+    register_cap = GPU_MAXNREG if maxnreg is None else maxnreg
+    gpu_values: dict[str, int] = {} if register_cap is None else {"maxnreg": register_cap}
     if block_tokens is None:
         widest = max(block_q, block_kv, block_index, block_topk)
         block_tokens = tokens_per_program(shape.num_tokens, widest, interpreted)
+        gpu_values["BLOCK_T"] = GPU_TOKENS_PER_PROGRAM
     elif block_tokens < 1 or block_tokens & (block_tokens - 1):
         raise ValueError(f"block_tokens: expected a power of two, got {block_tokens}")
 
@@ -160,35 +165,39 @@ def launch(
 
     programs = triton.cdiv(shape.num_tokens, block_tokens)
     fused_kernel = kernel_of(variant)
-    for first, last in task_ranges:
-        fused_kernel[(programs * (last - first + 1),)](  # sub-task fastest
-            inputs.q_c, inputs.q_c.stride(0), inputs.q_weight,
-            outputs.q_out, outputs.q_out.stride(0),
-            inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
-            outputs.kv_out, outputs.kv_out.stride(0),
-            inputs.k_pe, inputs.k_pe.stride(0), outputs.kpe_out, outputs.kpe_out.stride(0),
-            index_k, index_k.stride(0), index_weight, index_bias, index_out, index_out.stride(0),
-            outputs.topk_indices, outputs.topk_indices.stride(0),
-            inputs.positions, inputs.cos_sin, inputs.cos_sin.stride(0), slots, index_slots,
-            caches.mla, caches.mla.stride(0), caches.mla.stride(1), caches.mla.shape[0],
-            index_cache, index_cache.stride(0),
-            shape.num_tokens, inputs.block_size, float(inputs.eps),
-            1.0 if inputs.mla_scale is None else float(inputs.mla_scale),
-            Q_DIM=shape.q_dim, KV_DIM=shape.kv_dim, ROPE_DIM=shape.rope_dim,
-            INDEX_DIM=max(shape.index_dim, 1), TOPK=shape.topk,
-            BLOCK_Q=block_q, BLOCK_KV=block_kv, BLOCK_ROPE=block_rope, BLOCK_INDEX=block_index,
-            BLOCK_TOPK=block_topk, BLOCK_T=block_tokens,
-            FIRST_TASK=first, LAST_TASK=last,
-            CACHE_LAYOUT=LAYOUT_CODES[inputs.cache_layout], DS_MLA_POW2=ds_mla_pow2,
-            HAS_SLOTS=shape.writes_mla_cache,
-            WRITES_INDEX_CACHE=shape.writes_index_cache,
-            INDEX_ROPE_NEOX=not inputs.index_rope_interleaved,
-            INDEX_SHUFFLED=shape.writes_index_cache and inputs.index_format.shuffled,
-            INDEX_SCALE_MX=shape.writes_index_cache and inputs.index_format.scale is IndexScale.MX,
-            enable_fp_fusion=False,  # see "Rounding" in the module docstring
-            num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
-            **_register_cap(GPU_MAXNREG if maxnreg is None else maxnreg),
-        )
+    with on_gpu_as(**gpu_values):
+        for first, last in task_ranges:
+            fused_kernel[(programs * (last - first + 1),)](  # sub-task fastest
+                inputs.q_c, inputs.q_c.stride(0), inputs.q_weight,
+                outputs.q_out, outputs.q_out.stride(0),
+                inputs.kv_c, inputs.kv_c.stride(0), inputs.kv_weight,
+                outputs.kv_out, outputs.kv_out.stride(0),
+                inputs.k_pe, inputs.k_pe.stride(0), outputs.kpe_out, outputs.kpe_out.stride(0),
+                index_k, index_k.stride(0), index_weight, index_bias,
+                index_out, index_out.stride(0),
+                outputs.topk_indices, outputs.topk_indices.stride(0),
+                inputs.positions, inputs.cos_sin, inputs.cos_sin.stride(0), slots, index_slots,
+                caches.mla, caches.mla.stride(0), caches.mla.stride(1), caches.mla.shape[0],
+                index_cache, index_cache.stride(0),
+                shape.num_tokens, inputs.block_size, float(inputs.eps),
+                1.0 if inputs.mla_scale is None else float(inputs.mla_scale),
+                Q_DIM=shape.q_dim, KV_DIM=shape.kv_dim, ROPE_DIM=shape.rope_dim,
+                INDEX_DIM=max(shape.index_dim, 1), TOPK=shape.topk,
+                BLOCK_Q=block_q, BLOCK_KV=block_kv, BLOCK_ROPE=block_rope, BLOCK_INDEX=block_index,
+                BLOCK_TOPK=block_topk, BLOCK_T=block_tokens,
+                FIRST_TASK=first, LAST_TASK=last,
+                CACHE_LAYOUT=LAYOUT_CODES[inputs.cache_layout], DS_MLA_POW2=ds_mla_pow2,
+                HAS_SLOTS=shape.writes_mla_cache,
+                WRITES_INDEX_CACHE=shape.writes_index_cache,
+                INDEX_ROPE_NEOX=not inputs.index_rope_interleaved,
+                INDEX_SHUFFLED=shape.writes_index_cache and inputs.index_format.shuffled,
+                INDEX_SCALE_MX=(
+                    shape.writes_index_cache and inputs.index_format.scale is IndexScale.MX
+                ),
+                enable_fp_fusion=False,  # see "Rounding" in the module docstring
+                num_warps=GPU_NUM_WARPS if num_warps is None else num_warps,
+                **_register_cap(register_cap),
+            )
 
 
 def _register_cap(maxnreg: int | None) -> dict[str, int]:

@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from dcpcheck.backend import current_backend
+from dcpcheck.gpu_fit import on_gpu_as
 from dcpcheck.ops.lse_combine.contract import AttentionInputs
 
 BLOCK_N = 32
@@ -154,25 +155,29 @@ def decode_attention(
     tile = tiles(dim, interpreted)
     if rows:
         grid = (rows, triton.cdiv(heads, BLOCK_H), triton.cdiv(dim, tile.block_dv))
-        _decode_kernel[grid](
-            q.contiguous(),
-            k_cache.contiguous(),
-            v_cache.contiguous(),
-            block_table,
-            seq_lens,
-            out,
-            lse,
-            scale,
-            block_table.stride(0),
-            HEADS=heads,
-            BLOCK_H=BLOCK_H,
-            DIM=dim,
-            BLOCK_DK=tile.block_dk,
-            BLOCK_DV=tile.block_dv,
-            PAGE=page_size,
-            BLOCK_N=tile.block_n,
-            **({} if interpreted else {"num_stages": GPU_NUM_STAGES}),
-        )
+        # Recorded for the GPU's tiles and stages (dcpcheck.gpu_fit.on_gpu_as).
+        with on_gpu_as(
+            BLOCK_DK=GPU_TILES.block_dk, BLOCK_DV=GPU_TILES.block_dv, num_stages=GPU_NUM_STAGES
+        ):
+            _decode_kernel[grid](
+                q.contiguous(),
+                k_cache.contiguous(),
+                v_cache.contiguous(),
+                block_table,
+                seq_lens,
+                out,
+                lse,
+                scale,
+                block_table.stride(0),
+                HEADS=heads,
+                BLOCK_H=BLOCK_H,
+                DIM=dim,
+                BLOCK_DK=tile.block_dk,
+                BLOCK_DV=tile.block_dv,
+                PAGE=page_size,
+                BLOCK_N=tile.block_n,
+                **({} if interpreted else {"num_stages": GPU_NUM_STAGES}),
+            )
     return out, lse
 
 

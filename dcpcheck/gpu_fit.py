@@ -1,0 +1,435 @@
+"""Which launches of the project's Triton kernels the project makes, and whether each fits
+a GPU: compiles for sm_90 and sm_100 and stays within their shared memory.
+
+A kernel that runs under Triton's interpreter can still fail to launch on a GPU: the
+interpreter has no shared memory, so a tile too large for a GPU program passes every CPU
+test. This module closes that gap without a GPU in two halves.
+
+Recording. While a :class:`Recorder` is installed, every successful interpreted launch of a
+``@triton.jit`` function defined in one of the project's kernel modules
+(``dcpcheck.backend.KERNEL_MODULES``) becomes a :class:`LaunchConfig`: what Triton keys a
+binary on, computed by Triton's own binder for a CUDA target (each argument's type, a
+pointer's or integer's divisibility by 16, an integer equal to 1 as a constexpr, the
+constexprs, ``num_warps``, ``num_stages`` with the CUDA backend's defaults filled in).
+Setting :data:`RECORD_ENV` to a folder makes every dcpcheck process that picks the
+interpreted backend record there (one JSON-lines file per process, a line per new config),
+so a test suite's workers and the commands its tests start all record.
+
+A launcher whose GPU launch differs from its interpreted one (wider tiles under the
+interpreter, pipeline stages only on a GPU) launches inside :func:`on_gpu_as`, which names
+the GPU's values: the record is the launch a GPU would make.
+
+Checking. :func:`check_fit` compiles configs ahead of time for each target in a pool of
+worker processes, outside the interpreter, and returns one :class:`FitResult` each: the
+shared memory the binary asks, or why it did not compile.
+
+Margin for older Tritons: the project supports Triton 3.1 onwards, and the same launch asks
+different shared memory of different releases (the whole-row attention tile: 327,680 B on
+Triton 3.9, 458,880 B on 3.6, 1.4x). Only the installed Triton is compiled with here, so a
+launch passes only below :data:`SHARED_MEMORY_LIMIT` / :data:`OLDEST_TRITON_MARGIN`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dcpcheck.backend import KERNEL_MODULES, RECORD_ENV
+
+TARGETS = (90, 100)
+"""Compute capabilities checked: Hopper (H100, H200) and Blackwell (B200)."""
+
+SHARED_MEMORY_LIMIT = 232_448
+"""Shared memory a program may use on sm_90 (H100, H200); sm_100 is held to the same."""
+
+OLDEST_TRITON_MARGIN = 1.5
+"""How much more shared memory an older supported Triton may ask for the same launch than
+the installed one (3.6 asked 1.4x what 3.9 did): the check's headroom (module docstring)."""
+
+SHARED_MEMORY_BUDGET = int(SHARED_MEMORY_LIMIT / OLDEST_TRITON_MARGIN)
+"""The most shared memory a launch may ask of the installed Triton and pass."""
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = REPO / "tests" / "fixtures" / "gpu_launches.json"
+"""Every distinct launch config the gate and the test suite make, checked by the suite."""
+
+COMPILE_TEST = "tests/test_gpu_fit.py::test_every_recorded_launch_compiles_and_fits_each_target"
+
+RECORD_COMMAND = "python -m dcpcheck.gpu_fit record"
+"""Regenerates :data:`MANIFEST`: runs the gate and the test suite, recording."""
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One launch as Triton compiles it: a binary per distinct config."""
+
+    kernel: str  # "module:qualname"
+    signature: tuple[tuple[str, str], ...]  # (argument, Triton type: "*bf16", "i32", "constexpr")
+    attrs: tuple[tuple[str, str], ...]  # (argument, Triton's specialization code: "D")
+    constexprs: tuple[tuple[str, Any], ...]  # (argument, value)
+    options: tuple[tuple[str, Any], ...]  # num_warps, num_stages and any other option given
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "signature": dict(self.signature),
+            "attrs": dict(self.attrs),
+            "constexprs": dict(self.constexprs),
+            "options": dict(self.options),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchConfig:
+        return cls(
+            data["kernel"],
+            tuple(data["signature"].items()),
+            tuple(data["attrs"].items()),
+            tuple(data["constexprs"].items()),
+            tuple(data["options"].items()),
+        )
+
+    def describe(self) -> str:
+        """One line: the kernel, its constexprs, options and specialized arguments."""
+        values = [f"{k}={v}" for k, v in (*self.constexprs, *self.options)]
+        types = [f"{k}:{t}" for k, t in self.signature if t != "constexpr"]
+        attrs = [f"{k}%16" for k, code in self.attrs if code == "D"]
+        return f"{self.kernel}[{', '.join(values)}]({', '.join(types)}; {', '.join(attrs)})"
+
+
+def _json_key(config: LaunchConfig) -> str:
+    return json.dumps(config.to_json(), sort_keys=True)
+
+
+# --- Recording --------------------------------------------------------------------------
+
+_gpu_values: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def on_gpu_as(**values: Any) -> Iterator[None]:
+    """Launches inside take ``values`` (constexprs or options such as ``num_stages``) on a
+    GPU in place of the interpreter's: what a recorder records (module docstring)."""
+    saved = dict(_gpu_values)
+    _gpu_values.update(values)
+    try:
+        yield
+    finally:
+        _gpu_values.clear()
+        _gpu_values.update(saved)
+
+
+def _plain(value: Any) -> Any:
+    """A constexpr or option value as JSON holds it."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"cannot record launch value {value!r} ({type(value).__name__})")
+
+
+class Recorder:
+    """Turns interpreted launches of kernels defined in ``modules`` into configs: each new
+    one is added to ``configs`` and handed to ``sink``."""
+
+    def __init__(self, modules: Collection[str], sink=None) -> None:
+        from triton.backends.compiler import GPUTarget
+        from triton.backends.nvidia.compiler import CUDAOptions
+        from triton.compiler import make_backend
+
+        self.modules = frozenset(modules)
+        self.sink = sink
+        self.configs: set[LaunchConfig] = set()
+        self._backend = make_backend(GPUTarget("cuda", TARGETS[0], 32))
+        self._defaults = {"num_warps": CUDAOptions.num_warps, "num_stages": CUDAOptions.num_stages}
+        self._binders: dict[int, Any] = {}
+
+    def _binder(self, function: Any) -> Any:
+        """Triton's binder of a compiled twin of ``function``, or None for a kernel defined
+        outside ``modules`` (or a copy of one loaded under another name)."""
+        key = id(function)
+        if key not in self._binders:
+            self._binders[key] = None
+            fn = function.fn
+            owner = sys.modules.get(fn.__module__)
+            if fn.__module__ in self.modules and getattr(owner, fn.__name__, None) is function:
+                from triton.runtime.jit import JITFunction, create_function_from_signature
+
+                twin = JITFunction(
+                    fn,
+                    do_not_specialize=function.kwargs.get("do_not_specialize"),
+                    do_not_specialize_on_alignment=function.kwargs.get(
+                        "do_not_specialize_on_alignment"
+                    ),
+                )
+                binder = create_function_from_signature(twin.signature, twin.params, self._backend)
+                self._binders[key] = (f"{fn.__module__}:{fn.__qualname__}", binder)
+        return self._binders[key]
+
+    def saw(self, function: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Record one launch ``function[grid](*args, **kwargs)``, GPU values applied."""
+        known = self._binder(function)
+        if known is None:
+            return
+        name, binder = known
+        bound, specialization, options = binder(*args, **{**kwargs, **_gpu_values})
+        names = list(bound)
+        config = LaunchConfig(
+            name,
+            tuple(zip(names, (s[0] for s in specialization), strict=True)),
+            tuple(
+                (n, s[1])
+                for n, s in zip(names, specialization, strict=True)
+                if s[1] and s[0] != "constexpr"
+            ),
+            tuple(
+                (n, _plain(s[1]))
+                for n, s in zip(names, specialization, strict=True)
+                if s[0] == "constexpr"
+            ),
+            tuple(sorted({**self._defaults, **{k: _plain(v) for k, v in options.items()}}.items())),
+        )
+        if config not in self.configs:
+            self.configs.add(config)
+            if self.sink is not None:
+                self.sink(config)
+
+
+_recorders: list[Recorder] = []
+
+
+def _install_hook() -> None:
+    """Route every interpreted launch past the installed recorders, once per process."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launch = InterpretedFunction.run
+    if getattr(launch, "records_launches", False):
+        return
+
+    def run(self, *args, grid, warmup, **kwargs):
+        result = launch(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if not warmup:
+            for recorder in _recorders:
+                recorder.saw(self, args, kwargs)
+        return result
+
+    run.records_launches = True
+    InterpretedFunction.run = run
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder) -> Iterator[Recorder]:
+    """``recorder`` sees every interpreted launch inside the ``with``."""
+    _install_hook()
+    _recorders.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _recorders.remove(recorder)
+
+
+def record_to(folder: str | Path) -> None:
+    """Record every launch of the project's kernels in this process to ``folder`` for good
+    (:data:`RECORD_ENV`); called by the interpreted backend when it is chosen."""
+    folder = Path(folder)
+
+    def append(config: LaunchConfig) -> None:
+        with open(folder / f"launches-{os.getpid()}.jsonl", "a", encoding="utf-8") as out:
+            out.write(_json_key(config) + "\n")
+
+    _install_hook()
+    _recorders.append(Recorder(KERNEL_MODULES, append))
+
+
+def recorded(folder: str | Path) -> set[LaunchConfig]:
+    """Every config the processes recording to ``folder`` recorded."""
+    return {
+        LaunchConfig.from_json(json.loads(line))
+        for path in sorted(Path(folder).glob("launches-*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line
+    }
+
+
+def read_manifest(path: Path = MANIFEST) -> list[LaunchConfig]:
+    return [LaunchConfig.from_json(c) for c in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def write_manifest(configs: Iterable[LaunchConfig], path: Path = MANIFEST) -> None:
+    """``configs`` as a sorted JSON list: the same set always writes the same file."""
+    rows = sorted({_json_key(c) for c in configs})
+    path.write_text("[\n" + ",\n".join(rows) + "\n]\n", encoding="utf-8")
+
+
+# --- Checking ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """One config compiled for one target: its shared memory, or why it did not compile."""
+
+    config: LaunchConfig
+    arch: int
+    shared: int | None
+    error: str | None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the launch would not run on the target (one line), or None when it fits."""
+        where = f"sm_{self.arch}: {self.config.describe()}"
+        if self.error is not None:
+            return f"does not compile for {where}: {self.error}"
+        if self.shared > SHARED_MEMORY_BUDGET:
+            return (
+                f"needs {self.shared:,} B of shared memory, over {SHARED_MEMORY_BUDGET:,} "
+                f"({SHARED_MEMORY_LIMIT:,} / margin {OLDEST_TRITON_MARGIN} for older "
+                f"Tritons) for {where}"
+            )
+        return None
+
+
+def _compile(config: LaunchConfig, arch: int) -> dict[str, Any]:
+    """Compile ``config`` for ``arch`` in this (uninterpreted) process."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    module, qualname = config.kernel.split(":")
+    fn: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    attrs = {(fn.arg_names.index(n),): backend.parse_attr(code) for n, code in config.attrs}
+    source = triton.compiler.ASTSource(fn, dict(config.signature), dict(config.constexprs), attrs)
+    try:
+        kernel = triton.compile(source, target=target, options=dict(config.options))
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [""])[0]
+        return {"shared": None, "error": f"{type(error).__name__}: {first}"}
+    return {"shared": kernel.metadata.shared, "error": None}
+
+
+def _worker() -> None:
+    """Compile the (config, arch) lines on stdin, a result line each on stdout."""
+    for line in sys.stdin:
+        item = json.loads(line)
+        result = _compile(LaunchConfig.from_json(item["config"]), item["arch"])
+        print(json.dumps(result), flush=True)
+
+
+def check_fit(
+    configs: Iterable[LaunchConfig],
+    archs: Iterable[int] = TARGETS,
+    jobs: int | None = None,
+    pythonpath: Iterable[str] = (),
+) -> list[FitResult]:
+    """Compile every config for every arch in ``jobs`` worker processes (default: one per
+    core) outside the interpreter; Triton's on-disk cache (``TRITON_CACHE_DIR``) keeps
+    binaries between calls. ``pythonpath`` adds where kernel modules outside the package
+    are imported from."""
+    items = [(c, a) for c in sorted(set(configs), key=_json_key) for a in archs]
+    todo: queue.Queue[int] = queue.Queue()
+    for index in range(len(items)):
+        todo.put(index)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", RECORD_ENV)}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *pythonpath, env.get("PYTHONPATH", "")])
+    results: list[FitResult | None] = [None] * len(items)
+
+    def serve() -> None:
+        with subprocess.Popen(
+            [sys.executable, "-m", "dcpcheck.gpu_fit", "compile"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        ) as worker:
+            while True:
+                try:
+                    index = todo.get_nowait()
+                except queue.Empty:
+                    break
+                config, arch = items[index]
+                worker.stdin.write(json.dumps({"config": config.to_json(), "arch": arch}) + "\n")
+                worker.stdin.flush()
+                answer = json.loads(worker.stdout.readline())
+                results[index] = FitResult(config, arch, answer["shared"], answer["error"])
+            worker.stdin.close()
+
+    threads = [
+        threading.Thread(target=serve) for _ in range(min(jobs or os.cpu_count() or 1, len(items)))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    missing = [items[i][0].describe() for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RuntimeError(f"compile worker died before compiling {missing[0]}")
+    return results
+
+
+# --- Command line -----------------------------------------------------------------------
+
+
+def _record(jobs: int) -> int:
+    """Record the gate (``dcpcheck run --dcp 4``) and the test suite into the manifest."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="dcpcheck-launches-")
+    env = {**os.environ, RECORD_ENV: folder}
+    commands = (
+        [sys.executable, "-m", "dcpcheck", "run", "--dcp", "4"],
+        # The suite less the compile check, which reads the manifest and launches nothing.
+        [sys.executable, "-m", "pytest", "-q", "-n", str(jobs), "--deselect", COMPILE_TEST],
+    )
+    for command in commands:
+        done = subprocess.run(command, env=env, cwd=REPO)
+        if done.returncode != 0:
+            print(f"{' '.join(command[1:])} exited {done.returncode}: manifest not written")
+            return 1
+    configs = recorded(folder)
+    write_manifest(configs)
+    print(f"{len(configs)} launch configs written to {MANIFEST.relative_to(REPO)}")
+    return 0
+
+
+def _check(jobs: int) -> int:
+    """Compile the manifest for every target; print what does not fit."""
+    results = check_fit(read_manifest(), jobs=jobs)
+    problems = [r.problem for r in results if r.problem]
+    for problem in problems:
+        print(problem)
+    largest = max((r for r in results if r.shared is not None), key=lambda r: r.shared)
+    print(
+        f"{len(results)} compiles, {len(problems)} not fitting; largest {largest.shared:,} B "
+        f"at sm_{largest.arch}: {largest.config.describe()}"
+    )
+    return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    """``record`` (regenerate the manifest), ``check`` (compile it), ``compile`` (a worker)."""
+    usage = "usage: python -m dcpcheck.gpu_fit {record|check} [jobs]"
+    if argv[:1] == ["compile"]:
+        _worker()
+        return 0
+    if not argv or argv[0] not in ("record", "check") or len(argv) > 2:
+        print(usage)
+        return 2
+    jobs = int(argv[1]) if len(argv) == 2 else os.cpu_count() or 1
+    return _record(jobs) if argv[0] == "record" else _check(jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

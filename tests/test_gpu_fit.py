@@ -1,0 +1,115 @@
+"""Every launch the gate and the test suite make of the project's kernels compiles for sm_90
+and sm_100 within their shared memory (``dcpcheck.gpu_fit``); the check rejects a kernel
+that does not fit, and the recorder captures launches as Triton keys them."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+from dcpcheck import gpu_fit
+from dcpcheck.gpu_fit import LaunchConfig, Recorder, check_fit, read_manifest, recording
+from tests.conftest import BACKEND
+
+
+def test_every_recorded_launch_compiles_and_fits_each_target(capsys):
+    configs = read_manifest()
+    started = time.perf_counter()
+    results = check_fit(configs)
+    took = time.perf_counter() - started
+    problems = [r.problem for r in results if r.problem]
+    assert not problems, "\n".join(problems)
+    assert {r.arch for r in results} == set(gpu_fit.TARGETS)
+    assert len(results) == len(configs) * len(gpu_fit.TARGETS)
+    largest = max(results, key=lambda r: r.shared)
+    with capsys.disabled():
+        print(
+            f"\n{len(configs)} launch configs x {len(gpu_fit.TARGETS)} targets compiled in "
+            f"{took:.1f} s; largest {largest.shared:,} B at sm_{largest.arch}: "
+            f"{largest.config.describe()}"
+        )
+
+
+OLD_ATTENTION = LaunchConfig(
+    "tests.fixtures.oversized_attention:_decode_kernel",
+    signature=(
+        *((p, "*fp32") for p in ("q_ptr", "k_ptr", "v_ptr")),
+        *((p, "*i32") for p in ("table_ptr", "lens_ptr")),
+        *((p, "*fp32") for p in ("out_ptr", "lse_ptr")),
+        ("scale", "fp32"),
+        ("table_row_stride", "i32"),
+        *((p, "constexpr") for p in ("HEADS", "BLOCK_H", "DIM", "BLOCK_D", "PAGE", "BLOCK_N")),
+    ),
+    attrs=tuple((p, "D") for p in ("q_ptr", "k_ptr", "v_ptr", "table_ptr", "lens_ptr", "out_ptr")),
+    constexprs=(
+        ("HEADS", 128),
+        ("BLOCK_H", 16),
+        ("DIM", 576),
+        ("BLOCK_D", 1024),
+        ("PAGE", 64),
+        ("BLOCK_N", 32),
+    ),
+    options=(("num_stages", 3), ("num_warps", 4)),
+)
+"""The whole-row decode attention at MLA's width with Triton's default stages."""
+
+
+def test_the_check_rejects_a_kernel_over_the_shared_memory_of_a_gpu():
+    (result,) = check_fit([OLD_ATTENTION], archs=(90,))
+    assert result.error is None
+    assert result.shared > gpu_fit.SHARED_MEMORY_LIMIT  # 327,680 B with Triton 3.9
+    assert result.problem.startswith(f"needs {result.shared:,} B of shared memory, over ")
+    assert "sm_90: tests.fixtures.oversized_attention:_decode_kernel[HEADS=128" in result.problem
+
+
+def test_the_check_reports_a_launch_that_does_not_compile():
+    broken = LaunchConfig(
+        OLD_ATTENTION.kernel,
+        OLD_ATTENTION.signature,
+        OLD_ATTENTION.attrs,
+        tuple((k, 1000 if k == "BLOCK_D" else v) for k, v in OLD_ATTENTION.constexprs),
+        OLD_ATTENTION.options,
+    )
+    (result,) = check_fit([broken], archs=(90,))
+    assert result.shared is None
+    assert result.problem.startswith("does not compile for sm_90: ")
+    assert "BLOCK_D=1000" in result.problem
+
+
+@triton.jit
+def _scaled_copy(src, dst, n, factor, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offsets, tl.load(src + offsets, mask=offsets < n) * factor, mask=offsets < n)
+
+
+def test_the_recorder_captures_a_launch_as_triton_keys_it():
+    src = torch.ones(48, dtype=torch.float32, device=BACKEND.device)
+    dst = torch.zeros_like(src)
+    with recording(Recorder({__name__})) as recorder:
+        _scaled_copy[(3,)](src, dst, 48, 2.0, BLOCK=16)
+        assert torch.equal(dst, torch.full_like(src, 2.0))  # launched as well as recorded
+        _scaled_copy[(3,)](src, dst, 48, 2.0, BLOCK=16)  # the same config again
+        with gpu_fit.on_gpu_as(BLOCK=32, num_warps=2):
+            _scaled_copy[(3,)](src[1:], dst, 47, 2.0, BLOCK=16)
+    name = f"{__name__}:_scaled_copy"
+    types = (("src", "*fp32"), ("dst", "*fp32"), ("n", "i32"), ("factor", "fp32"))
+    signature = (*types, ("BLOCK", "constexpr"))
+    assert recorder.configs == {
+        LaunchConfig(
+            name,
+            signature,
+            attrs=(("src", "D"), ("dst", "D"), ("n", "D")),
+            constexprs=(("BLOCK", 16),),
+            options=(("num_stages", 3), ("num_warps", 4)),
+        ),
+        LaunchConfig(
+            name,
+            signature,
+            attrs=(("dst", "D"),),  # src + 1 element is 4-byte aligned, 47 is odd
+            constexprs=(("BLOCK", 32),),
+            options=(("num_stages", 3), ("num_warps", 2)),
+        ),
+    }
