@@ -74,24 +74,34 @@ def registry_problem() -> str | None:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the session when a launch was made that the manifest does not list: its fit on a
-    GPU is unchecked (``tests/test_gpu_fit.py``)."""
+    """Check the launches the session made that the manifest does not list: each is
+    compiled for every target here and fails the session unless it fits (the manifest's
+    own launches are ``tests/test_gpu_fit.py``'s). Listed or not, no launch goes unchecked;
+    an unlisted one that fits is named so the manifest can be regenerated."""
     if not CHECKS_LAUNCHES:
         return
-    listed = set(gpu_fit.read_manifest())
-    new = sorted(c.describe() for c in gpu_fit.recorded(os.environ[RECORD_ENV]) - listed)
-    if new:
-        session.config.unlisted_launches = new
+    unlisted = gpu_fit.recorded(os.environ[RECORD_ENV]) - set(gpu_fit.read_manifest())
+    if not unlisted:
+        return
+    results = gpu_fit.check_fit(unlisted)
+    session.config.unlisted_launches = sorted(c.describe() for c in unlisted)
+    session.config.unfit_launches = [r.problem for r in results if r.problem]
+    if session.config.unfit_launches:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    new = getattr(config, "unlisted_launches", ())
-    if new:
-        terminalreporter.section("launches missing from the GPU-fit manifest", red=True)
-        for line in new:
+    unlisted = getattr(config, "unlisted_launches", ())
+    unfit = getattr(config, "unfit_launches", ())
+    if unfit:
+        terminalreporter.section("launches that do not fit a GPU", red=True)
+        for line in unfit:
+            terminalreporter.write_line(line)
+    if unlisted:
+        terminalreporter.section("launches missing from the GPU-fit manifest", yellow=True)
+        for line in unlisted:
             terminalreporter.write_line(line)
         terminalreporter.write_line(
-            f"{len(new)} launch config(s) not in {gpu_fit.MANIFEST.name}: regenerate it with "
-            f"`{gpu_fit.RECORD_COMMAND}` and commit it"
+            f"{len(unlisted)} launch config(s) not in {gpu_fit.MANIFEST.name}, "
+            f"{len(unfit)} of them not fitting: regenerate it with `{gpu_fit.RECORD_COMMAND}`"
         )
