@@ -140,5 +140,6 @@ def _launch(make_op, preset, count, layout, device, shared, changes):
         caches = replace(caches, index=None)
     return replace(inputs, **changes), outputs, caches
 
+
 if __name__ == "__main__":
     main()

@@ -97,6 +97,7 @@ COLLECTOR_NAME = "dcpcheck"
 SCENARIO_DIRS_INI = "dcpcheck_scenario_dirs"
 """The ini option naming a repository's own scenario directories."""
 
+
 @functools.cache
 def fresh_process_path() -> tuple[Path, ...]:
     """The directories a fresh Python process started here searches for modules (its

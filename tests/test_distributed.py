@@ -176,8 +176,16 @@ def test_token_digests_match_simulated_ranks(tmp_path, world_size):
 @requires_interpreter
 def test_a_crashed_rank_is_named_and_no_process_is_left(tmp_path, capfd):
     marker = str(tmp_path / "crash.json")
-    argv = ["run", "--scenario", "decode-single-dcp4", "--no-tokens", "--json", marker,
-            "--kernel", "tests.test_distributed:crashes_on_rank_2"]
+    argv = [
+        "run",
+        "--scenario",
+        "decode-single-dcp4",
+        "--no-tokens",
+        "--json",
+        marker,
+        "--kernel",
+        "tests.test_distributed:crashes_on_rank_2",
+    ]
     code = launcher.launch(4, argv, LAUNCH_TIMEOUT_S)
     err = capfd.readouterr().err
     assert code == EXIT_FAIL
@@ -189,8 +197,16 @@ def test_a_crashed_rank_is_named_and_no_process_is_left(tmp_path, capfd):
 @requires_interpreter
 def test_a_hung_rank_is_named_within_the_timeout(tmp_path, capfd):
     marker = str(tmp_path / "hang.json")
-    argv = ["run", "--scenario", "decode-single-dcp4", "--no-tokens", "--json", marker,
-            "--kernel", "tests.test_distributed:hangs_on_rank_1"]
+    argv = [
+        "run",
+        "--scenario",
+        "decode-single-dcp4",
+        "--no-tokens",
+        "--json",
+        marker,
+        "--kernel",
+        "tests.test_distributed:hangs_on_rank_1",
+    ]
     start = time.monotonic()
     code = launcher.launch(2, argv, HANG_TIMEOUT_S)
     elapsed = time.monotonic() - start

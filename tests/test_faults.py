@@ -210,9 +210,7 @@ def test_a_byte_past_the_cache_end_fails_guard_bands():
         ("writes_before_output_start_on_one_token", "q_out", "before the output's start", -1),
     ],
 )
-def test_a_write_outside_an_output_fails_guard_bands_naming_the_output(
-    function, field, side, row
-):
+def test_a_write_outside_an_output_fails_guard_bands_naming_the_output(function, field, side, row):
     results = run_in_process(function)
     assert statuses(results) == {f"{FAULT_HITS}[dcp4]": "fail", f"{FAULT_SPARES}[dcp4]": "pass"}
     hit = by_scenario(results)[FAULT_HITS]
@@ -283,9 +281,7 @@ def test_a_crash_reaches_every_report_and_its_scenario_is_saved(tmp_path):
         ("--isolate", signal.SIGTERM, 143, "terminated"),  # a CI job's timeout
     ],
 )
-def test_ctrl_c_writes_the_partial_report_and_leaves_no_worker(
-    tmp_path, isolate, stop, code, how
-):
+def test_ctrl_c_writes_the_partial_report_and_leaves_no_worker(tmp_path, isolate, stop, code, how):
     """``slow_then_hangs_on_profiling_call`` passes ``mixed-prefill-decode-padding`` and
     hangs on ``profiling-call``; Ctrl-C (or SIGTERM) then must keep the first case."""
     json_path, marker = tmp_path / "r.json", tmp_path / "hanging"

@@ -32,8 +32,7 @@ NEGATIVE_NANS = (1 << 23) - 1
 
 
 @triton.jit
-def _disagreements(count_ptr, first_ptr, base, NAN_KEEPS_SIGN: tl.constexpr,
-                   BLOCK: tl.constexpr):
+def _disagreements(count_ptr, first_ptr, base, NAN_KEEPS_SIGN: tl.constexpr, BLOCK: tl.constexpr):
     patterns = base + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     bits = patterns.to(tl.uint32).to(tl.int32, bitcast=True)
     x = bits.to(tl.float32, bitcast=True)

@@ -110,7 +110,10 @@ def _run_case(case: dict[str, torch.Tensor], layout: CacheLayout, device: torch.
         mla=torch.zeros(NUM_BLOCKS, block_size, entry_bytes, dtype=torch.uint8, device=device),
         index=(
             torch.zeros(
-                NUM_BLOCKS, block_size, index_entry_bytes(index_dim), dtype=torch.uint8,
+                NUM_BLOCKS,
+                block_size,
+                index_entry_bytes(index_dim),
+                dtype=torch.uint8,
                 device=device,
             )
             if has_indexer

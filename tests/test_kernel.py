@@ -279,9 +279,13 @@ def _owned_slots(slots: torch.Tensor | None) -> torch.Tensor:
     return slots[slots >= 0]
 
 
-def assert_mla_entries_close(layout: CacheLayout, act_dtype: torch.dtype,
-                             actual: torch.Tensor, expected: torch.Tensor,
-                             kv_fp32: torch.Tensor) -> None:
+def assert_mla_entries_close(
+    layout: CacheLayout,
+    act_dtype: torch.dtype,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    kv_fp32: torch.Tensor,
+) -> None:
     """Owned MLA entries (``[N, E]`` uint8), part by part in the layout's formats, with
     the harness's per-part tolerances (and its slack, from the oracle's ``kv_fp32`` of
     the entries' tokens)."""
@@ -316,7 +320,10 @@ def assert_caches_match(launch: Launch, ref: reference.FusedReference) -> None:
     if mla_owned.numel():
         owned_tokens = torch.nonzero(inputs.slot_mapping.cpu() >= 0).flatten()
         assert_mla_entries_close(
-            inputs.cache_layout, inputs.q_c.dtype, entries[mla_owned], expected_entries[mla_owned],
+            inputs.cache_layout,
+            inputs.q_c.dtype,
+            entries[mla_owned],
+            expected_entries[mla_owned],
             ref.kv_fp32.cpu()[owned_tokens],
         )
 
@@ -348,10 +355,7 @@ def assert_caches_match(launch: Launch, ref: reference.FusedReference) -> None:
 
 def _cpu(ref: reference.FusedReference) -> reference.FusedReference:
     return reference.FusedReference(
-        **{
-            name: None if value is None else value.cpu()
-            for name, value in vars(ref).items()
-        }
+        **{name: None if value is None else value.cpu() for name, value in vars(ref).items()}
     )
 
 
@@ -390,8 +394,15 @@ def test_mixed_slots_match_oracle(device, layout, act_dtype, indexer):
 
 @pytest.mark.parametrize("num_tokens", [1, 5])
 def test_few_tokens_all_owned(device, num_tokens):
-    run_and_check(build_launch(device, num_tokens=num_tokens, owned_fraction=1.0,
-                               index_owned_fraction=1.0, layout=CacheLayout.FP8_DS_MLA))
+    run_and_check(
+        build_launch(
+            device,
+            num_tokens=num_tokens,
+            owned_fraction=1.0,
+            index_owned_fraction=1.0,
+            layout=CacheLayout.FP8_DS_MLA,
+        )
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=[x.value for x in LAYOUTS])
@@ -686,8 +697,14 @@ def test_fp8_and_ue8m0_encoders_match_torch(device):
     ratios that are exact powers of two and one ulp above them."""
     x = _fp8_probe_values()
     powers = torch.tensor([2.0**k for k in range(-12, 8)]) * 448.0
-    amax = torch.cat([powers, torch.nextafter(powers, powers * 2), torch.rand(100) * 100,
-                      torch.tensor([0.0, 1e-5, 1e-4])])
+    amax = torch.cat(
+        [
+            powers,
+            torch.nextafter(powers, powers * 2),
+            torch.rand(100) * 100,
+            torch.tensor([0.0, 1e-5, 1e-4]),
+        ]
+    )
     n = triton.next_power_of_2(max(x.numel(), amax.numel()))
     x = torch.cat([x, torch.zeros(n - x.numel())]).to(device)
     amax = torch.cat([amax, torch.ones(n - amax.numel())]).to(device)
@@ -740,8 +757,9 @@ def test_nvfp4_ds_mla_entries_equal_the_oracle_bytewise(device, seed, act_dtype)
     """Every owned nvfp4_ds_mla entry equals the oracle's byte for byte: e2m1 codes and
     their nibble order, unscaled e4m3 RoPE bytes, e4m3 tile scales at their permuted
     bytes. One token's latent is all zeros, so its tiles take the 2^-9 floor scale."""
-    launch = build_launch(device, layout=CacheLayout.NVFP4_DS_MLA, act_dtype=act_dtype,
-                          owned_fraction=1.0, seed=seed)
+    launch = build_launch(
+        device, layout=CacheLayout.NVFP4_DS_MLA, act_dtype=act_dtype, owned_fraction=1.0, seed=seed
+    )
     launch.inputs.kv_c[3] = 0.0
     fused_norm_rope(launch.inputs, launch.outputs, launch.caches)
     ref = oracle(launch.inputs)
@@ -786,11 +804,18 @@ def test_addresses_past_int32_on_gpu(device):
     needed = 2.2e9 + 2 * 1.2e9 * 2 + 1e9
     if torch.cuda.mem_get_info(device)[0] < needed:
         pytest.skip(f"needs {needed / 1e9:.1f} GB of free GPU memory")
-    launch = build_launch(device, num_tokens=3, layout=CacheLayout.FP8_DS_MLA, indexer=False,
-                          block_size=block_size, seed=41)
+    launch = build_launch(
+        device,
+        num_tokens=3,
+        layout=CacheLayout.FP8_DS_MLA,
+        indexer=False,
+        block_size=block_size,
+        seed=41,
+    )
     row_gap = 1_200_000_000
-    wide = torch.zeros(2 * row_gap + launch.inputs.q_c.shape[1], dtype=torch.bfloat16,
-                       device=device)
+    wide = torch.zeros(
+        2 * row_gap + launch.inputs.q_c.shape[1], dtype=torch.bfloat16, device=device
+    )
     far_q = wide.as_strided(launch.inputs.q_c.shape, (row_gap, 1))
     far_q.copy_(launch.inputs.q_c)
     launch.inputs.q_c = far_q
@@ -805,8 +830,13 @@ def test_addresses_past_int32_on_gpu(device):
     assert_outputs_match(launch, ref)
     owned = launch.inputs.slot_mapping[[0, 2]]
     written = reference.read_mla_cache(mla, owned).cpu()
-    assert_mla_entries_close(CacheLayout.FP8_DS_MLA, torch.bfloat16, written,
-                             ref.mla_entries[[0, 2]].cpu(), ref.kv_fp32[[0, 2]].cpu())
+    assert_mla_entries_close(
+        CacheLayout.FP8_DS_MLA,
+        torch.bfloat16,
+        written,
+        ref.mla_entries[[0, 2]].cpu(),
+        ref.kv_fp32[[0, 2]].cpu(),
+    )
     untouched = mla[-2:].reshape(-1, DS_MLA_ENTRY_BYTES)
     others = torch.ones(untouched.shape[0], dtype=torch.bool, device=device)
     others[owned - (entries - 2 * block_size)] = False

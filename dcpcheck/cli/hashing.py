@@ -248,7 +248,7 @@ def _rank_list(ranks: list[int]) -> str:
 
 
 def _finite(value: float) -> float | None:
-    """``value``, or ``None`` for NaN/inf (a diverging run's NaN logits): JSON has no NaN,
+    """``value``, or ``None`` for NaN/inf (a margin or bound of NaN logits): JSON has no NaN,
     and strict readers (JavaScript, jq) reject Python's ``NaN`` literal."""
     return value if math.isfinite(value) else None
 
@@ -289,6 +289,7 @@ def streams_json(
             divergence = {
                 **asdict(first),
                 "baseline_margin": _finite(first.baseline_margin),
+                "bound": _finite(first.bound),
                 "margin": _finite(first.margin),
                 "near_tie": first.near_tie,
                 "summary": first.describe(),
@@ -316,6 +317,9 @@ def streams_json(
         "error": error,
         "identical": comparison is not None and comparison.identical,
         "min_dcp1_margin": None if comparison is None else _finite(comparison.min_baseline_margin),
+        "min_dcp1_margin_over_bound": (
+            None if comparison is None else _finite(comparison.min_baseline_clearance)
+        ),
         "digests": streams,
         "first_divergence": divergence,
     }

@@ -190,9 +190,7 @@ def _release_slot_mapping(version: str) -> Stage:
     and its attention backends (``get_dcp_local_seq_lens``) compute them."""
     kernels = _slot_mapping_kernels()
     name = f"vllm=={version}"
-    slots = _first(
-        [f"{name}:compute_slot_mapping", name], kernels.load, lambda r: r.slot_mappings
-    )
+    slots = _first([f"{name}:compute_slot_mapping", name], kernels.load, lambda r: r.slot_mappings)
     lengths = _first(
         [f"{name}:get_dcp_local_seq_lens", name], kernels.load, lambda r: r.local_seq_lens
     )
@@ -396,4 +394,3 @@ def rank_slots(
         routines.local_seq_lens(seq_lens, lens)
         local.append(lens)
     return torch.stack(slots), torch.stack(local)
-

@@ -78,6 +78,7 @@ DEFAULT_CASE_TIMEOUT_S = 300.0
 DCP1 baseline run and, on a GPU, Triton's compilation of the kernel for new shapes (tens of
 seconds for a large kernel); a hang is still reported within minutes, not never."""
 
+
 def resolve_case_timeout(
     isolate: bool, timeout: float | None, *, timeout_option: str, isolate_option: str
 ) -> float | None:

@@ -138,8 +138,11 @@ def fp8_e4m3_values(codes):
     exponent = (codes >> E4M3_MANTISSA_BITS) & 0xF
     mantissa = codes & 0x7
     normal_bits = ((exponent << E4M3_MANTISSA_BITS) + REBIAS + mantissa) << DROPPED_MANTISSA_BITS
-    magnitude = tl.where(exponent == 0, mantissa.to(tl.float32) * E4M3_SUBNORMAL_STEP,
-                         normal_bits.to(tl.float32, bitcast=True))
+    magnitude = tl.where(
+        exponent == 0,
+        mantissa.to(tl.float32) * E4M3_SUBNORMAL_STEP,
+        normal_bits.to(tl.float32, bitcast=True),
+    )
     return tl.where(sign != 0, -magnitude, magnitude)
 
 
@@ -159,9 +162,14 @@ def e2m1_codes(x):
     (0.25, 1.25, 2.5, 5) is passed only strictly above it, one above an odd code (0.75,
     1.75, 3.5) already at it."""
     magnitude = tl.abs(x)
-    code = ((magnitude > 0.25).to(tl.int32) + (magnitude >= 0.75).to(tl.int32)
-            + (magnitude > 1.25).to(tl.int32) + (magnitude >= 1.75).to(tl.int32)
-            + (magnitude > 2.5).to(tl.int32) + (magnitude >= 3.5).to(tl.int32)
-            + (magnitude > 5.0).to(tl.int32))
+    code = (
+        (magnitude > 0.25).to(tl.int32)
+        + (magnitude >= 0.75).to(tl.int32)
+        + (magnitude > 1.25).to(tl.int32)
+        + (magnitude >= 1.75).to(tl.int32)
+        + (magnitude > 2.5).to(tl.int32)
+        + (magnitude >= 3.5).to(tl.int32)
+        + (magnitude > 5.0).to(tl.int32)
+    )
     sign = (x.to(tl.int32, bitcast=True) >> 31) & 1
     return code | (sign << E2M1_SIGN_BIT)

@@ -25,9 +25,20 @@ UE8M0_REPLICATED = tl.constexpr(0x01010101)
 
 
 @triton.jit
-def store_index_entries(index_cache_ptr, index_block_stride, cache_block_size, slots, owned,
-                        lanes, lane_ok, codes, scale, INDEX_DIM: tl.constexpr,
-                        SHUFFLED: tl.constexpr, SCALE_MX: tl.constexpr):
+def store_index_entries(
+    index_cache_ptr,
+    index_block_stride,
+    cache_block_size,
+    slots,
+    owned,
+    lanes,
+    lane_ok,
+    codes,
+    scale,
+    INDEX_DIM: tl.constexpr,
+    SHUFFLED: tl.constexpr,
+    SCALE_MX: tl.constexpr,
+):
     """Store each owned token's fp8 ``codes`` ``[BLOCK_T, BLOCK_INDEX]`` and power-of-two
     ``scale`` ``[BLOCK_T]`` at its ``slots`` entry (module docstring)."""
     slots = tl.where(owned, slots, 0)

@@ -195,8 +195,7 @@ def _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride):
 
 
 @triton.jit
-def _mla_entry(slots, owned, live, cache_block_size, block_stride, entry_stride,
-               mla_num_blocks):
+def _mla_entry(slots, owned, live, cache_block_size, block_stride, entry_stride, mla_num_blocks):
     """Byte offsets of the MLA entries to store and which rows store one: the owned rows,
     at ``_paged_entry``."""
     entry = _paged_entry(slots, owned, cache_block_size, block_stride, entry_stride)
@@ -253,8 +252,17 @@ def _rope_pairing(lanes, ROPE_DIM: tl.constexpr, NEOX: tl.constexpr):
 
 
 @triton.jit
-def _rotate(x, x_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
-            ROPE_DIM: tl.constexpr):
+def _rotate(
+    x,
+    x_partner,
+    freq,
+    first,
+    rotated,
+    positions,
+    cos_sin_ptr,
+    cos_sin_stride,
+    ROPE_DIM: tl.constexpr,
+):
     """RoPE of a tile whose plane partners are ``x_partner``: ``r1 = x1*cos - x2*sin``,
     ``r2 = x2*cos + x1*sin`` on the ``rotated`` lanes, ``x`` unchanged elsewhere.
 
@@ -275,8 +283,20 @@ def _rotate(x, x_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_
 
 
 @triton.jit
-def _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
-            eps, Q_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, HAS_SLOTS: tl.constexpr):
+def _q_task(
+    q_ptr,
+    q_stride,
+    q_weight_ptr,
+    q_out_ptr,
+    q_out_stride,
+    slot_ptr,
+    tokens,
+    live,
+    eps,
+    Q_DIM: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
+):
     x = _load_rows(q_ptr, q_stride, tokens, live, Q_DIM, BLOCK_Q)
     q = _rms_norm(x, q_weight_ptr, eps, Q_DIM, BLOCK_Q)
     _store_rows(q_out_ptr, q_out_stride, tokens, live, q, Q_DIM, BLOCK_Q)
@@ -297,10 +317,21 @@ def _ds_mla_tile_scales(amax, POW2: tl.constexpr):
 
 
 @triton.jit
-def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.constexpr,
-                       ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
-                       BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
-                       CACHE_LAYOUT: tl.constexpr, DS_MLA_POW2: tl.constexpr):
+def _write_mla_entries(
+    cache_ptr,
+    entry,
+    owned,
+    kv,
+    kpe,
+    mla_scale,
+    KV_DIM: tl.constexpr,
+    ROPE_DIM: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    BLOCK_ROPE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    CACHE_LAYOUT: tl.constexpr,
+    DS_MLA_POW2: tl.constexpr,
+):
     """Encode fp32 ``kv``/``kpe`` tiles into the MLA cache entries at byte offsets ``entry``;
     ``DS_MLA_POW2`` picks the fp8_ds_mla tile-scale rule (module docstring)."""
     kv_lanes = tl.arange(0, BLOCK_KV)
@@ -317,8 +348,11 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         kv_codes = fp8_e4m3_codes(tl.math.div_rn(kv, mla_scale))
         kpe_codes = fp8_e4m3_codes(tl.math.div_rn(kpe, mla_scale))
         tl.store(entry_ptr[:, None] + kv_lanes[None, :], kv_codes.to(tl.uint8), mask=kv_mask)
-        tl.store(entry_ptr[:, None] + KV_DIM + rope_lanes[None, :], kpe_codes.to(tl.uint8),
-                 mask=rope_mask)
+        tl.store(
+            entry_ptr[:, None] + KV_DIM + rope_lanes[None, :],
+            kpe_codes.to(tl.uint8),
+            mask=rope_mask,
+        )
     elif CACHE_LAYOUT == LAYOUT_NVFP4_DS_MLA:
         write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T)
     else:
@@ -330,8 +364,11 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
         codes = fp8_e4m3_codes(tl.math.div_rn(tiles, scales[:, :, None]))
         tile_ids = tl.arange(0, DS_MLA_NUM_TILES)
         tile_lanes = tl.arange(0, DS_MLA_TILE_WIDTH)
-        nope_ptr = (entry_ptr[:, None, None] + tile_ids[None, :, None] * DS_MLA_TILE_WIDTH
-                    + tile_lanes[None, None, :])
+        nope_ptr = (
+            entry_ptr[:, None, None]
+            + tile_ids[None, :, None] * DS_MLA_TILE_WIDTH
+            + tile_lanes[None, None, :]
+        )
         tl.store(nope_ptr, codes.to(tl.uint8), mask=owned[:, None, None])
         scale_ptr = entry_ptr[:, None] + DS_MLA_SCALES_OFFSET + tile_ids[None, :] * 4
         tl.store(scale_ptr.to(tl.pointer_type(tl.float32)), scales, mask=owned[:, None])
@@ -340,14 +377,38 @@ def _write_mla_entries(cache_ptr, entry, owned, kv, kpe, mla_scale, KV_DIM: tl.c
 
 
 @triton.jit
-def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
-             kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
-             positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
-             mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
-             cache_block_size, tokens, live, eps, mla_scale,
-             KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_KV: tl.constexpr,
-             BLOCK_ROPE: tl.constexpr, BLOCK_T: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
-             DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr):
+def _kv_task(
+    kv_ptr,
+    kv_stride,
+    kv_weight_ptr,
+    kv_out_ptr,
+    kv_out_stride,
+    kpe_ptr,
+    kpe_stride,
+    kpe_out_ptr,
+    kpe_out_stride,
+    positions_ptr,
+    cos_sin_ptr,
+    cos_sin_stride,
+    slot_ptr,
+    mla_cache_ptr,
+    mla_block_stride,
+    mla_entry_stride,
+    mla_num_blocks,
+    cache_block_size,
+    tokens,
+    live,
+    eps,
+    mla_scale,
+    KV_DIM: tl.constexpr,
+    ROPE_DIM: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    BLOCK_ROPE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    CACHE_LAYOUT: tl.constexpr,
+    DS_MLA_POW2: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
+):
     # KV: RMSNorm of the latent.
     x = _load_rows(kv_ptr, kv_stride, tokens, live, KV_DIM, BLOCK_KV)
     kv = _rms_norm(x, kv_weight_ptr, eps, KV_DIM, BLOCK_KV)
@@ -356,34 +417,71 @@ def _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
     freq, partner, first = _rope_pairing(lanes, ROPE_DIM, False)
     rotated = lanes < ROPE_DIM
     k = _load_rows(kpe_ptr, kpe_stride, tokens, live, ROPE_DIM, BLOCK_ROPE)
-    k_partner = tl.load(kpe_ptr + tokens[:, None] * kpe_stride + partner[None, :],
-                        mask=live[:, None] & rotated[None, :], other=0.0).to(tl.float32)
+    k_partner = tl.load(
+        kpe_ptr + tokens[:, None] * kpe_stride + partner[None, :],
+        mask=live[:, None] & rotated[None, :],
+        other=0.0,
+    ).to(tl.float32)
     positions = _rope_positions(positions_ptr, tokens, live)
-    kpe = _rotate(k, k_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
-                  ROPE_DIM)
+    kpe = _rotate(
+        k, k_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride, ROPE_DIM
+    )
 
     if HAS_SLOTS:
         slots, owned = _local_slots(slot_ptr, tokens, live)
     _store_rows(kv_out_ptr, kv_out_stride, tokens, live, kv, KV_DIM, BLOCK_KV)
     _store_rows(kpe_out_ptr, kpe_out_stride, tokens, live, kpe, ROPE_DIM, BLOCK_ROPE)
     if HAS_SLOTS:
-        entry, stored = _mla_entry(slots, owned, live, cache_block_size, mla_block_stride,
-                                   mla_entry_stride, mla_num_blocks)
+        entry, stored = _mla_entry(
+            slots, owned, live, cache_block_size, mla_block_stride, mla_entry_stride, mla_num_blocks
+        )
         if CACHE_LAYOUT == LAYOUT_AUTO:
             kv = kv.to(kv_out_ptr.dtype.element_ty)
             kpe = kpe.to(kv_out_ptr.dtype.element_ty)
-        _write_mla_entries(mla_cache_ptr, entry, stored, kv, kpe, mla_scale, KV_DIM, ROPE_DIM,
-                           BLOCK_KV, BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2)
+        _write_mla_entries(
+            mla_cache_ptr,
+            entry,
+            stored,
+            kv,
+            kpe,
+            mla_scale,
+            KV_DIM,
+            ROPE_DIM,
+            BLOCK_KV,
+            BLOCK_ROPE,
+            BLOCK_T,
+            CACHE_LAYOUT,
+            DS_MLA_POW2,
+        )
 
 
 @triton.jit
-def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
-                    index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
-                    cos_sin_stride, slot_ptr, index_slot_ptr, index_cache_ptr,
-                    index_block_stride, cache_block_size, tokens, live, eps,
-                    INDEX_DIM: tl.constexpr, ROPE_DIM: tl.constexpr, BLOCK_INDEX: tl.constexpr,
-                    NEOX: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
-                    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr):
+def _indexer_k_task(
+    index_ptr,
+    index_stride,
+    index_weight_ptr,
+    index_bias_ptr,
+    index_out_ptr,
+    index_out_stride,
+    positions_ptr,
+    cos_sin_ptr,
+    cos_sin_stride,
+    slot_ptr,
+    index_slot_ptr,
+    index_cache_ptr,
+    index_block_stride,
+    cache_block_size,
+    tokens,
+    live,
+    eps,
+    INDEX_DIM: tl.constexpr,
+    ROPE_DIM: tl.constexpr,
+    BLOCK_INDEX: tl.constexpr,
+    NEOX: tl.constexpr,
+    WRITES_INDEX_CACHE: tl.constexpr,
+    INDEX_SHUFFLED: tl.constexpr,
+    INDEX_SCALE_MX: tl.constexpr,
+):
     lanes = tl.arange(0, BLOCK_INDEX)
     lane_ok = lanes < INDEX_DIM
     # LayerNorm * w + b over the whole head.
@@ -396,15 +494,18 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
     freq, partner, first = _rope_pairing(lanes, ROPE_DIM, NEOX)
     rotated = lanes < ROPE_DIM
     partner_mask = live[:, None] & rotated[None, :]
-    x_partner = tl.load(index_ptr + tokens[:, None] * index_stride + partner[None, :],
-                        mask=partner_mask, other=0.0).to(tl.float32)
+    x_partner = tl.load(
+        index_ptr + tokens[:, None] * index_stride + partner[None, :], mask=partner_mask, other=0.0
+    ).to(tl.float32)
     weight_partner = tl.load(index_weight_ptr + partner, mask=rotated, other=0.0)
     bias_partner = tl.load(index_bias_ptr + partner, mask=rotated, other=0.0)
-    y_partner = ((x_partner - mean[:, None]) * inv_std[:, None] * weight_partner[None, :]
-                 + bias_partner[None, :])
+    y_partner = (x_partner - mean[:, None]) * inv_std[:, None] * weight_partner[
+        None, :
+    ] + bias_partner[None, :]
     positions = _rope_positions(positions_ptr, tokens, live)
-    k = _rotate(y, y_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride,
-                ROPE_DIM)
+    k = _rotate(
+        y, y_partner, freq, first, rotated, positions, cos_sin_ptr, cos_sin_stride, ROPE_DIM
+    )
     _store_rows(index_out_ptr, index_out_stride, tokens, live, k, INDEX_DIM, BLOCK_INDEX)
 
     if WRITES_INDEX_CACHE:
@@ -415,14 +516,32 @@ def _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
         amax = tl.max(tl.where(lane_ok[None, :], tl.abs(k), 0.0), axis=1)
         scale = ue8m0_scale(amax)
         codes = fp8_e4m3_codes(tl.math.div_rn(k, scale[:, None]))
-        store_index_entries(index_cache_ptr, index_block_stride, cache_block_size, slots,
-                            owned, lanes, lane_ok, codes, scale, INDEX_DIM, INDEX_SHUFFLED,
-                            INDEX_SCALE_MX)
+        store_index_entries(
+            index_cache_ptr,
+            index_block_stride,
+            cache_block_size,
+            slots,
+            owned,
+            lanes,
+            lane_ok,
+            codes,
+            scale,
+            INDEX_DIM,
+            INDEX_SHUFFLED,
+            INDEX_SCALE_MX,
+        )
 
 
 @triton.jit
-def _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK: tl.constexpr,
-                    BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr):
+def _topk_fill_task(
+    topk_ptr,
+    topk_stride,
+    tokens,
+    live,
+    TOPK: tl.constexpr,
+    BLOCK_TOPK: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
     fill = tl.full((BLOCK_T, BLOCK_TOPK), -1, tl.int32)
     _store_rows(topk_ptr, topk_stride, tokens, live, fill, TOPK, BLOCK_TOPK)
 
@@ -434,45 +553,147 @@ def _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK: tl.constexpr,
 
 @triton.jit(do_not_specialize=["num_tokens", "cache_block_size", "mla_num_blocks"])
 def _fused_norm_rope_kernel(
-    q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride,
-    kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
-    kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
-    index_ptr, index_stride, index_weight_ptr, index_bias_ptr, index_out_ptr, index_out_stride,
-    topk_ptr, topk_stride,
-    positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr, index_slot_ptr,
-    mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
-    index_cache_ptr, index_block_stride, num_tokens, cache_block_size, eps, mla_scale,
-    Q_DIM: tl.constexpr, KV_DIM: tl.constexpr, ROPE_DIM: tl.constexpr,
-    INDEX_DIM: tl.constexpr, TOPK: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, BLOCK_ROPE: tl.constexpr,
-    BLOCK_INDEX: tl.constexpr, BLOCK_TOPK: tl.constexpr, BLOCK_T: tl.constexpr,
-    FIRST_TASK: tl.constexpr, LAST_TASK: tl.constexpr, CACHE_LAYOUT: tl.constexpr,
-    DS_MLA_POW2: tl.constexpr, HAS_SLOTS: tl.constexpr, WRITES_INDEX_CACHE: tl.constexpr,
+    q_ptr,
+    q_stride,
+    q_weight_ptr,
+    q_out_ptr,
+    q_out_stride,
+    kv_ptr,
+    kv_stride,
+    kv_weight_ptr,
+    kv_out_ptr,
+    kv_out_stride,
+    kpe_ptr,
+    kpe_stride,
+    kpe_out_ptr,
+    kpe_out_stride,
+    index_ptr,
+    index_stride,
+    index_weight_ptr,
+    index_bias_ptr,
+    index_out_ptr,
+    index_out_stride,
+    topk_ptr,
+    topk_stride,
+    positions_ptr,
+    cos_sin_ptr,
+    cos_sin_stride,
+    slot_ptr,
+    index_slot_ptr,
+    mla_cache_ptr,
+    mla_block_stride,
+    mla_entry_stride,
+    mla_num_blocks,
+    index_cache_ptr,
+    index_block_stride,
+    num_tokens,
+    cache_block_size,
+    eps,
+    mla_scale,
+    Q_DIM: tl.constexpr,
+    KV_DIM: tl.constexpr,
+    ROPE_DIM: tl.constexpr,
+    INDEX_DIM: tl.constexpr,
+    TOPK: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    BLOCK_ROPE: tl.constexpr,
+    BLOCK_INDEX: tl.constexpr,
+    BLOCK_TOPK: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    FIRST_TASK: tl.constexpr,
+    LAST_TASK: tl.constexpr,
+    CACHE_LAYOUT: tl.constexpr,
+    DS_MLA_POW2: tl.constexpr,
+    HAS_SLOTS: tl.constexpr,
+    WRITES_INDEX_CACHE: tl.constexpr,
     INDEX_ROPE_NEOX: tl.constexpr,
-    INDEX_SHUFFLED: tl.constexpr, INDEX_SCALE_MX: tl.constexpr,
+    INDEX_SHUFFLED: tl.constexpr,
+    INDEX_SCALE_MX: tl.constexpr,
 ):
     program = tl.program_id(0).to(tl.int64)  # int64 before any multiply; "Grid" in module doc
     tokens = (program // (LAST_TASK - FIRST_TASK + 1)) * BLOCK_T + tl.arange(0, BLOCK_T)
     live = tokens < num_tokens
     # A launch of one sub-task makes it a constexpr: the branches below resolve at compile time.
-    task = (FIRST_TASK if FIRST_TASK == LAST_TASK
-            else (program % (LAST_TASK - FIRST_TASK + 1)).to(tl.int32) + FIRST_TASK)
+    task = (
+        FIRST_TASK
+        if FIRST_TASK == LAST_TASK
+        else (program % (LAST_TASK - FIRST_TASK + 1)).to(tl.int32) + FIRST_TASK
+    )
     if task == TASK_INDEXER_K:
-        _indexer_k_task(index_ptr, index_stride, index_weight_ptr, index_bias_ptr,
-                        index_out_ptr, index_out_stride, positions_ptr, cos_sin_ptr,
-                        cos_sin_stride, slot_ptr, index_slot_ptr, index_cache_ptr,
-                        index_block_stride, cache_block_size, tokens, live, eps, INDEX_DIM,
-                        ROPE_DIM, BLOCK_INDEX, INDEX_ROPE_NEOX, WRITES_INDEX_CACHE,
-                        INDEX_SHUFFLED, INDEX_SCALE_MX)
+        _indexer_k_task(
+            index_ptr,
+            index_stride,
+            index_weight_ptr,
+            index_bias_ptr,
+            index_out_ptr,
+            index_out_stride,
+            positions_ptr,
+            cos_sin_ptr,
+            cos_sin_stride,
+            slot_ptr,
+            index_slot_ptr,
+            index_cache_ptr,
+            index_block_stride,
+            cache_block_size,
+            tokens,
+            live,
+            eps,
+            INDEX_DIM,
+            ROPE_DIM,
+            BLOCK_INDEX,
+            INDEX_ROPE_NEOX,
+            WRITES_INDEX_CACHE,
+            INDEX_SHUFFLED,
+            INDEX_SCALE_MX,
+        )
     elif task == TASK_TOPK_FILL:
         _topk_fill_task(topk_ptr, topk_stride, tokens, live, TOPK, BLOCK_TOPK, BLOCK_T)
     elif task == TASK_KV:
-        _kv_task(kv_ptr, kv_stride, kv_weight_ptr, kv_out_ptr, kv_out_stride,
-                 kpe_ptr, kpe_stride, kpe_out_ptr, kpe_out_stride,
-                 positions_ptr, cos_sin_ptr, cos_sin_stride, slot_ptr,
-                 mla_cache_ptr, mla_block_stride, mla_entry_stride, mla_num_blocks,
-                 cache_block_size, tokens, live, eps, mla_scale, KV_DIM, ROPE_DIM, BLOCK_KV,
-                 BLOCK_ROPE, BLOCK_T, CACHE_LAYOUT, DS_MLA_POW2, HAS_SLOTS)
+        _kv_task(
+            kv_ptr,
+            kv_stride,
+            kv_weight_ptr,
+            kv_out_ptr,
+            kv_out_stride,
+            kpe_ptr,
+            kpe_stride,
+            kpe_out_ptr,
+            kpe_out_stride,
+            positions_ptr,
+            cos_sin_ptr,
+            cos_sin_stride,
+            slot_ptr,
+            mla_cache_ptr,
+            mla_block_stride,
+            mla_entry_stride,
+            mla_num_blocks,
+            cache_block_size,
+            tokens,
+            live,
+            eps,
+            mla_scale,
+            KV_DIM,
+            ROPE_DIM,
+            BLOCK_KV,
+            BLOCK_ROPE,
+            BLOCK_T,
+            CACHE_LAYOUT,
+            DS_MLA_POW2,
+            HAS_SLOTS,
+        )
     elif LAST_TASK == TASK_Q:  # compile-time: a launch that stops at KV holds no Q code
-        _q_task(q_ptr, q_stride, q_weight_ptr, q_out_ptr, q_out_stride, slot_ptr, tokens, live,
-                eps, Q_DIM, BLOCK_Q, HAS_SLOTS)
+        _q_task(
+            q_ptr,
+            q_stride,
+            q_weight_ptr,
+            q_out_ptr,
+            q_out_stride,
+            slot_ptr,
+            tokens,
+            live,
+            eps,
+            Q_DIM,
+            BLOCK_Q,
+            HAS_SLOTS,
+        )

@@ -240,10 +240,7 @@ def check_launch(
             raise ValueError(f"mla_scale: the fp8 layout needs a finite scale > 0, got {scale}")
     elif inputs.mla_scale is not None:
         raise ValueError(f"mla_scale: the {layout.value} layout takes none, got {inputs.mla_scale}")
-    if (
-        layout in (CacheLayout.FP8_DS_MLA, CacheLayout.NVFP4_DS_MLA)
-        and rope_dim != DS_MLA_ROPE_DIM
-    ):
+    if layout in (CacheLayout.FP8_DS_MLA, CacheLayout.NVFP4_DS_MLA) and rope_dim != DS_MLA_ROPE_DIM:
         raise ValueError(f"k_pe: {layout.value} needs rope_dim {DS_MLA_ROPE_DIM}, got {rope_dim}")
     if inputs.block_size < 1:
         raise ValueError(f"block_size: expected >= 1, got {inputs.block_size}")

@@ -40,8 +40,9 @@ NVFP4_RATIO_FLOOR = tl.constexpr(NVFP4_SCALE_FLOOR)
 
 
 @triton.jit
-def write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask,
-                               BLOCK_T: tl.constexpr):
+def write_nvfp4_ds_mla_entries(
+    entry_ptr, owned, kv, kpe, rope_lanes, rope_mask, BLOCK_T: tl.constexpr
+):
     """nvfp4_ds_mla entries (``contract.NVFP4_DS_MLA_ENTRY_BYTES``): 32 tiles of 16 NoPE
     values as e2m1 pairs, the 64 RoPE values as unscaled e4m3, the 32 e4m3 tile scales at
     their permuted bytes (KV_DIM == BLOCK_KV == 512, ROPE_DIM == 64 here)."""
@@ -59,10 +60,16 @@ def write_nvfp4_ds_mla_entries(entry_ptr, owned, kv, kpe, rope_lanes, rope_mask,
     byte_lanes = tl.arange(0, NVFP4_NOPE_BYTES)
     tl.store(entry_ptr[:, None] + byte_lanes[None, :], packed.to(tl.uint8), mask=owned[:, None])
     kpe_codes = fp8_e4m3_codes(kpe)
-    tl.store(entry_ptr[:, None] + NVFP4_ROPE_OFFSET + rope_lanes[None, :],
-             kpe_codes.to(tl.uint8), mask=rope_mask)
+    tl.store(
+        entry_ptr[:, None] + NVFP4_ROPE_OFFSET + rope_lanes[None, :],
+        kpe_codes.to(tl.uint8),
+        mask=rope_mask,
+    )
     # Tile s's scale sits at scale byte 8*(s & 3) + (s >> 2) (contract.nvfp4_scale_position).
     tile_ids = tl.arange(0, NVFP4_NUM_TILES)
     positions = 8 * (tile_ids & 3) + (tile_ids >> 2)
-    tl.store(entry_ptr[:, None] + NVFP4_SCALES_OFFSET + positions[None, :],
-             scale_codes.to(tl.uint8), mask=owned[:, None])
+    tl.store(
+        entry_ptr[:, None] + NVFP4_SCALES_OFFSET + positions[None, :],
+        scale_codes.to(tl.uint8),
+        mask=owned[:, None],
+    )
