@@ -38,6 +38,7 @@ from dcpcheck.e2e.chain import (
 from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
     STREAM_INTERLEAVE,
+    STREAM_SEED,
     StreamComparison,
     StreamConfig,
     compare_streams,
@@ -86,7 +87,7 @@ STREAM_OPTIONS = (
         help="Positions a rank stores in a row (vLLM's cp_kv_cache_interleave_size); must "
         "divide the block size (4). Releases before 0.11.1 take 1 only.",
     ),
-    seed_option("Weights, prompts and cache bytes.", default=0),
+    seed_option("Weights, prompts and cache bytes.", default=STREAM_SEED),
 )
 """The token-stream model's options, ``hash_config``'s arguments (``stream_options``)."""
 

@@ -128,6 +128,13 @@ prompts are prefilled."""
 CPU_PRESET, GPU_PRESET = "small-neox", "deepseek-v3.2"
 """Model widths by backend: small on the CPU interpreter, real MLA dims on a GPU."""
 
+STREAM_SEED = 1
+"""The seed of ``dcpcheck hash`` and ``dcpcheck run``'s streams: with it, every DCP1 step
+of the CPU preset's streams, in every cache layout, has a top-2 margin past its
+:func:`margin_bound` (at least 1.67 times it; seed 0's ``fp8_ds_mla`` streams have a step
+at 0.35 times), so no divergence from them can be excused as a near-tie
+(``tests/test_token_streams.py``, which also checks the GPU preset on a GPU)."""
+
 
 def stream_config_for(
     backend: Backend,
@@ -137,7 +144,7 @@ def stream_config_for(
     prompts: int = 3,
     steps: int = 8,
     interleave: int = STREAM_INTERLEAVE,
-    seed: int = 0,
+    seed: int = STREAM_SEED,
 ) -> StreamConfig:
     """The configuration ``dcpcheck hash`` and ``dcpcheck run`` use on ``backend``."""
     return StreamConfig(
