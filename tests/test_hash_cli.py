@@ -61,6 +61,9 @@ def test_hash_json_has_each_streams_full_sha256_and_tokens(monkeypatch, capsys, 
     digest = doc["digests"][0]["stream"]
     assert all(s["stream"] == digest and s["matches_dcp1"] for s in doc["digests"])
     assert doc["identical"] is True and doc["first_divergence"] is None and doc["error"] is None
+    # The narrowest DCP1 margin over its rounding bound (below 1 here: these short streams
+    # are not the default ones, whose every step clears its bound).
+    assert doc["min_dcp1_margin_over_bound"] > 0
     assert (doc["kernel"], doc["model"]["prompts"], doc["model"]["steps"]) == ("default", 2, 3)
     # On screen: the full digest once, with every run that produced it.
     assert f"{digest}  DCP1 rank 0; DCP4 ranks 0-3" in out.splitlines()
@@ -99,10 +102,12 @@ def test_a_diverging_kernel_exits_1_and_its_json_records_the_first_divergence(
         token,
     )
     assert divergence["baseline_token"] == baseline["tokens"][request][step]
-    # pre-54908 leaves K rows unwritten (NaN) on foreign ranks: a wide DCP1 margin, NaN
-    # logits here, which strict JSON has no literal for.
+    # pre-54908 leaves K rows unwritten (NaN) on foreign ranks: a DCP1 margin past its
+    # rounding bound, NaN logits here, which strict JSON has no literal for.
     assert divergence["near_tie"] is False and divergence["margin"] is None
-    assert divergence["baseline_margin"] > 0.02
+    assert divergence["finite"] is False
+    assert divergence["baseline_margin"] > divergence["bound"] > 0
+    assert "with non-finite logits): genuine divergence" in divergence["summary"]
     assert not any(s["matches_dcp1"] for s in others)
     differing = {s["stream"] for s in others}
     assert differing and baseline["stream"] not in differing

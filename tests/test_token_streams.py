@@ -2,7 +2,8 @@
 
 A correct kernel must give the same SHA256 stream digests at every DCP size and on every
 rank; a kernel with a DCP flaw must not, and the report must point at the first diverging
-token with a wide DCP1 margin (a genuine bug, not a near-tie). Most tests use the oracle
+token with a DCP1 margin past its rounding bound, or NaN logits (a genuine bug, not a
+near-tie). Most tests use the oracle
 kernel (fast on the CPU); one small test runs the project's Triton kernels through the
 registry, on the interpreter here and natively on a GPU.
 
@@ -20,14 +21,18 @@ import pytest
 import torch
 
 from dcpcheck.e2e.token_streams import (
-    NEAR_TIE_MARGIN,
+    CPU_PRESET,
+    GPU_PRESET,
     Divergence,
     StreamComparison,
     StreamConfig,
+    Streams,
+    bf16_ulp,
     build_model,
     compare_streams,
     generate,
     prompt_tokens,
+    stream_config_for,
     token_digest,
 )
 from dcpcheck.ops.fused_norm_rope.contract import (
@@ -37,8 +42,9 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpOutputs,
 )
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
 from tests.conftest import BACKEND, requires_cuda
-from tests.kernels_under_test import fast_stages, oracle_kernel, skips_foreign_kv
+from tests.kernels_under_test import fast_stages, oracle_kernel, skips_foreign_kv, torch_merge
 
 DCP_SIZES = (2, 4, 8)
 CONFIG = StreamConfig(steps=12)
@@ -71,7 +77,7 @@ def assert_diverges_at_dcp(comparison: StreamComparison, dcp_size: int) -> None:
     assert divergence is not None
     assert divergence.dcp_size == dcp_size
     assert not divergence.near_tie, divergence.describe()
-    assert divergence.baseline_margin >= NEAR_TIE_MARGIN
+    assert not divergence.finite or divergence.baseline_margin > divergence.bound
     baseline = comparison.runs[0]
     assert divergence.baseline_token == int(baseline.tokens[0, divergence.request, divergence.step])
     assert divergence.token != divergence.baseline_token
@@ -98,6 +104,35 @@ def test_correct_kernel_gives_identical_streams_at_every_dcp_size(oracle_streams
     for request in tokens:  # the streams are not degenerate
         assert len(set(request.tolist())) > 1
     assert torch.isfinite(comparison.runs[0].margins).all()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_correct_kernels_margins_move_less_than_their_bound_between_dcp_sizes(
+    oracle_streams, layout
+):
+    """The bound that decides a near-tie covers what the arithmetic of another DCP size
+    does to every step's margin (identical tokens, so every step is comparable)."""
+    comparison = oracle_streams[layout]
+    baseline = comparison.runs[0]
+    assert (baseline.bounds[0] > 0).all() and torch.isfinite(baseline.bounds).all()
+    for run in comparison.runs[1:]:
+        assert run.finite.all()
+        moved = (run.margins - baseline.margins[0]).abs()
+        assert (moved <= baseline.bounds[0]).all(), (
+            run.dcp_size,
+            (moved / baseline.bounds[0]).max(),
+        )
+
+
+def test_the_bound_is_one_bf16_step_per_element_of_the_lm_heads_input():
+    assert bf16_ulp(torch.tensor([1.0, 1.5, 0.75, -3.0, 2.0**-10])).tolist() == [
+        2.0**-7,
+        2.0**-7,
+        2.0**-8,
+        2.0**-6,
+        2.0**-17,
+    ]
+    assert torch.tensor(1.0 + 2.0**-7).bfloat16().float() != 1.0  # one step up is bf16's
 
 
 @pytest.mark.parametrize("interleave", [2, 4])
@@ -149,6 +184,7 @@ def test_generation_is_deterministic(device, oracle_streams):
     assert first.dcp_size == 4
     assert torch.equal(again.tokens, first.tokens)
     assert torch.equal(again.margins, first.margins)
+    assert torch.equal(again.bounds, first.bounds)
 
 
 def test_prompts_have_distinct_lengths():
@@ -200,11 +236,57 @@ def test_every_weight_is_a_draw_of_its_own():
     assert len(set(firsts.values())) == len(firsts)
 
 
-def test_divergence_below_the_threshold_is_a_near_tie():
-    near = Divergence(4, 1, 0, 5, 17, 18, NEAR_TIE_MARGIN / 2, NEAR_TIE_MARGIN / 3)
+def test_a_divergence_is_a_near_tie_only_within_the_bound_with_finite_logits():
+    near = Divergence(4, 1, 0, 5, 17, 18, 0.004, 0.003, bound=0.009, finite=True)
     assert near.near_tie
-    assert "near-tie" in near.describe()
-    assert not Divergence(4, 1, 0, 5, 17, 18, 0.5, float("nan")).near_tie
+    assert "near-tie" in near.describe() and "rounding bound 0.009" in near.describe()
+    # The H200's merge mutant: a DCP1 margin of 0.0168 is past a bound of about 0.009.
+    assert not Divergence(4, 1, 0, 5, 17, 18, 0.0168, 0.01, bound=0.009, finite=True).near_tie
+    # NaN logits are never rounding, however narrow the DCP1 margin.
+    nan = Divergence(4, 1, 0, 0, 21, 0, 0.004, float("nan"), bound=0.009, finite=False)
+    assert not nan.near_tie
+    assert "here nan with non-finite logits): genuine divergence" in nan.describe()
+    # A non-finite row whose top two are finite (an inf elsewhere) is genuine too.
+    assert not Divergence(4, 1, 0, 0, 21, 0, 0.004, 0.004, bound=0.009, finite=False).near_tie
+
+
+def assert_no_step_within_its_bound(streams: Streams) -> None:
+    """Every DCP1 step's margin is past its rounding bound: no divergence from these
+    streams can be excused as a near-tie."""
+    assert streams.dcp_size == 1 and streams.finite.all()
+    clearance = streams.margins[0] / streams.bounds[0]
+    assert (clearance > 1).all(), f"a step's margin is {clearance.min():.3g}x its bound"
+
+
+@pytest.mark.parametrize("layout", list(CacheLayout))
+def test_the_default_cpu_streams_have_no_near_tie(device, layout):
+    """``dcpcheck hash`` and ``dcpcheck run`` on the CPU (every layout ``hash`` takes)."""
+    config = stream_config_for(BACKEND, layout, preset=CPU_PRESET)
+    assert_no_step_within_its_bound(generate(load_kernel("default"), config, 1, device))
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", list(CacheLayout))
+def test_the_default_gpu_streams_have_no_near_tie(device, layout):
+    config = stream_config_for(BACKEND, layout, preset=GPU_PRESET)
+    assert_no_step_within_its_bound(generate(load_kernel("default"), config, 1, device))
+
+
+def drops_the_last_shard(inputs: CombineInputs) -> Merged:
+    """A wrong merge with finite output: the last rank's partial gets no weight."""
+    last = inputs.group.rank_in_group == inputs.group.world_size - 1
+    lse = torch.full_like(inputs.partial_lse, float("-inf")) if last else inputs.partial_lse
+    return torch_merge(dataclasses.replace(inputs, partial_lse=lse))
+
+
+def test_a_wrong_merge_with_finite_logits_is_a_genuine_divergence(device):
+    stages = dataclasses.replace(
+        FAST, merge=dataclasses.replace(FAST.merge, kernel=drops_the_last_shard)
+    )
+    comparison = compare_streams(oracle_kernel, CONFIG, (4,), device, stages=stages)
+    assert_diverges_at_dcp(comparison, 4)
+    assert comparison.first_divergence.finite
 
 
 def test_config_rejects_inconsistent_fields():

@@ -38,6 +38,7 @@ from dcpcheck.e2e.chain import (
 from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
     STREAM_INTERLEAVE,
+    STREAM_SEED,
     StreamComparison,
     StreamConfig,
     compare_streams,
@@ -86,7 +87,7 @@ STREAM_OPTIONS = (
         help="Positions a rank stores in a row (vLLM's cp_kv_cache_interleave_size); must "
         "divide the block size (4). Releases before 0.11.1 take 1 only.",
     ),
-    seed_option("Weights, prompts and cache bytes.", default=0),
+    seed_option("Weights, prompts and cache bytes.", default=STREAM_SEED),
 )
 """The token-stream model's options, ``hash_config``'s arguments (``stream_options``)."""
 
@@ -248,7 +249,7 @@ def _rank_list(ranks: list[int]) -> str:
 
 
 def _finite(value: float) -> float | None:
-    """``value``, or ``None`` for NaN/inf (a diverging run's NaN logits): JSON has no NaN,
+    """``value``, or ``None`` for NaN/inf (a margin or bound of NaN logits): JSON has no NaN,
     and strict readers (JavaScript, jq) reject Python's ``NaN`` literal."""
     return value if math.isfinite(value) else None
 
@@ -289,6 +290,7 @@ def streams_json(
             divergence = {
                 **asdict(first),
                 "baseline_margin": _finite(first.baseline_margin),
+                "bound": _finite(first.bound),
                 "margin": _finite(first.margin),
                 "near_tie": first.near_tie,
                 "summary": first.describe(),
@@ -316,6 +318,9 @@ def streams_json(
         "error": error,
         "identical": comparison is not None and comparison.identical,
         "min_dcp1_margin": None if comparison is None else _finite(comparison.min_baseline_margin),
+        "min_dcp1_margin_over_bound": (
+            None if comparison is None else _finite(comparison.min_baseline_clearance)
+        ),
         "digests": streams,
         "first_divergence": divergence,
     }

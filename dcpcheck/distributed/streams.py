@@ -9,8 +9,9 @@ does. Collectives move the fp32 partials bit for bit, so every rank computes exa
 computes when simulated: token streams, digests and the first divergence are identical to
 the simulated mode's (checked by ``tests/test_distributed.py``).
 
-Rank 0 runs the DCP1 baseline alone (one rank needs no collective), gathers the tokens and
-top-2 margins of every rank and compares them with ``token_streams.compare_runs``.
+Rank 0 runs the DCP1 baseline alone (one rank needs no collective), gathers the tokens,
+top-2 margins, their bounds and finite flags of every rank and compares them with
+``token_streams.compare_runs``.
 """
 
 from __future__ import annotations
@@ -89,7 +90,6 @@ class AllGatherExchange:
             for request in range(len(own))
         ]
 
-
     def run_group(self, work: Callable[[Group, int], T]) -> list[T]:
         """``work`` on this process's rank, meeting the other processes in the default
         process group's collectives (``TorchGroup``)."""
@@ -131,11 +131,11 @@ def compare_streams_distributed(
     recording = ErrorRecordingKernel(kernel)
     group.progress.working("generating token streams")
     stages = stages if stages is not None else default_stages()
-    tokens, margins = generate_ranks(
+    recorded = generate_ranks(
         recording, model, config, AllGatherExchange(group), group.world_size, stages
     )
     gathered = group.gather_to_root(
-        (tokens, margins, recording.error), "the gathering of token streams on rank 0"
+        (recorded, recording.error), "the gathering of token streams on rank 0"
     )
     if gathered is None:
         return None
@@ -143,8 +143,7 @@ def compare_streams_distributed(
     runs = [
         Streams(
             group.world_size,
-            torch.cat([rank_tokens for rank_tokens, _, _ in gathered]),
-            torch.cat([rank_margins for _, rank_margins, _ in gathered]),
+            *(torch.cat(field) for field in zip(*(rank for rank, _ in gathered), strict=True)),
         )
     ]
     if group.world_size != BASELINE_DCP_SIZE:
@@ -160,7 +159,7 @@ def compare_streams_distributed(
         except Exception as exc:  # the kernel under test raised in the DCP1 run
             raise KernelError(f"{type(exc).__name__}: {exc}") from exc
         runs.insert(0, Streams(BASELINE_DCP_SIZE, *baseline))
-    errors = [f"rank {rank}: {error}" for rank, (_, _, error) in enumerate(gathered) if error]
+    errors = [f"rank {rank}: {error}" for rank, (_, error) in enumerate(gathered) if error]
     if errors:
         raise KernelError(errors[0])
     return compare_runs(config, runs)

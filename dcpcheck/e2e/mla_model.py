@@ -453,8 +453,12 @@ class MlaModel:
         h = reference.rms_norm(x, layer.mlp_norm, self.preset.eps)
         return x + torch.nn.functional.silu(h @ layer.mlp_up) @ layer.mlp_down
 
+    def head_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the LM head multiplies: the final norm of the residual stream ``x``."""
+        return reference.rms_norm(x, self.final_norm, self.preset.eps)
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return reference.rms_norm(x, self.final_norm, self.preset.eps) @ self.lm_head
+        return self.head_input(x) @ self.lm_head
 
     # -- the forward pass over all ranks --------------------------------------------------
 
@@ -468,7 +472,8 @@ class MlaModel:
         exchange: ShardExchange | None = None,
         chain: DecodeChain | None = None,
     ) -> list[torch.Tensor]:
-        """Logits ``[T, vocab]`` of every local rank for one step (module docstring).
+        """The residual stream ``[T, hidden]`` after the last layer, of every local rank, for
+        one step (module docstring); :meth:`logits` turns rows of it into logits.
 
         ``exchange`` says which ranks run here and how their shard partials are gathered;
         ``None`` simulates every rank of ``step`` in this process. ``tokens[j]`` ``[T]`` are
@@ -494,8 +499,7 @@ class MlaModel:
                 layer_caches = [caches[j][index] for j in range(len(ranks))]
                 attended = chain.attend(self, layer, step, queries, layer_caches, spec, exchange)
                 hidden = [
-                    self._after_attention(layer, hidden[j], attended[j])
-                    for j in range(len(ranks))
+                    self._after_attention(layer, hidden[j], attended[j]) for j in range(len(ranks))
                 ]
                 continue
             # Each rank attends with its own queries over its own shard; every rank then
@@ -522,7 +526,7 @@ class MlaModel:
                 )
                 for j in range(len(ranks))
             ]
-        return [self.logits(x) for x in hidden]
+        return hidden
 
     def _attend(
         self,

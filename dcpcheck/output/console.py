@@ -195,7 +195,8 @@ def print_streams(comparison: StreamComparison) -> None:
     if comparison.identical:
         out.print(
             f"[green]identical streams[/] (narrowest DCP1 top-2 logit margin "
-            f"{comparison.min_baseline_margin:.3g})"
+            f"{comparison.min_baseline_margin:.3g}; every DCP1 margin at least "
+            f"{comparison.min_baseline_clearance:.3g}x its rounding bound)"
         )
     else:
         out.print(
