@@ -97,6 +97,12 @@ COLLECTOR_NAME = "dcpcheck"
 SCENARIO_DIRS_INI = "dcpcheck_scenario_dirs"
 """The ini option naming a repository's own scenario directories."""
 
+ADAPTER_NAMES = ("auto", "native", "vllm")
+"""``--dcpcheck-adapter``'s choices: ``adapters.ADAPTER_NAMES``, spelled out here because
+that module imports torch. A choice pytest checks is refused naming the option typed; one
+left to the kernel's load would be refused under ``--dcpcheck-kernel``."""
+
+
 @functools.cache
 def fresh_process_path() -> tuple[Path, ...]:
     """The directories a fresh Python process started here searches for modules (its
@@ -284,7 +290,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dcpcheck-adapter",
         default="auto",
-        metavar="auto|native|vllm",
+        choices=ADAPTER_NAMES,
         help="How to call the kernel: auto recognises vLLM's fused_norm_rope signatures "
         "(default auto).",
     )

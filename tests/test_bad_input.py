@@ -15,11 +15,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 import pytest
 import torch
 
 from dcpcheck.cases.limits import BLOCK_SIZE_MAX, DCP_SIZE_MAX, PADDING_MAX, SEED_MAX
-from dcpcheck.cli import main
+from dcpcheck.cli import cli, main
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios, scenario_to_toml
 
 REPO = Path(__file__).parents[1]
@@ -230,7 +231,49 @@ BAD_INPUTS: dict[str, BadInput] = {
         "neither kernel(inputs, outputs, caches) nor a known vLLM",
         {"k.py": "def fused(x):\n    pass\n"},
     ),
+    "an option the op does not take": BadInput(
+        ("run", "--op", "slot-mapping", "--profile", "thorough"),
+        2,
+        "--op slot-mapping does not take --profile",
+    ),
+    "the off side of a flag pair the op does not take": BadInput(
+        ("run", "--op", "lse-combine", "--no-isolate", "--stats"),
+        2,
+        "--op lse-combine does not take --no-isolate, --stats",
+    ),
+    "an option the op's selftest does not take": BadInput(
+        ("selftest", "--op", "slot-mapping", "--mutant", "padding-left-alone"),
+        2,
+        "--op slot-mapping does not take --mutant",
+    ),
+    "an option the replay of an op's file does not take": BadInput(
+        ("repro", str(REPO / "scenarios/slot-mapping/decode-single.toml"), "--runs", "2"),
+        2,
+        "repro of a slot-mapping scenario file does not take --runs",
+    ),
+    "an option real ranks do not take": BadInput(
+        ("run", "--launcher", "torchrun", "--dcp", "2", "--profile", "ci"),
+        2,
+        "--launcher torchrun does not support --profile",
+    ),
 }
+
+
+def unspellable_names() -> set[str]:
+    """Each name a command keeps an option's value under that is none of its option
+    strings (``profile_name`` of ``--profile``), as the option it is not
+    (``--profile-name``) and, when no English word (``patterns``), as itself: an error
+    line naming one names what nobody can type."""
+    names = set()
+    for command in cli.commands.values():
+        for param in command.params:
+            option = "--" + param.name.replace("_", "-")
+            if isinstance(param, click.Option) and option not in param.opts:
+                names |= {option, param.name} if "_" in param.name else {option}
+    return names
+
+
+UNSPELLABLE = unspellable_names()
 
 IN_A_REAL_PROCESS = [
     "scenario dir missing",
@@ -240,6 +283,7 @@ IN_A_REAL_PROCESS = [
     "case timeout zero",
     "repro of a missing file",
     "kernel file with a syntax error",
+    "an option the op does not take",
 ]
 
 
@@ -265,6 +309,7 @@ def test_bad_input_is_one_line_and_its_exit_code(name, tmp_path, monkeypatch, ca
     assert exited.value.code == bad.code, stderr
     [line] = error_lines(stderr)
     assert bad.message.format(tmp=tmp_path) in line
+    assert not [name for name in UNSPELLABLE if name in line]
 
 
 @pytest.mark.parametrize("name", IN_A_REAL_PROCESS)
@@ -281,6 +326,7 @@ def test_a_shell_sees_the_same_line_and_no_traceback(name, tmp_path):
     assert "Traceback" not in done.stderr
     [line] = error_lines(done.stderr)
     assert bad.message.format(tmp=tmp_path) in line
+    assert not [name for name in UNSPELLABLE if name in line]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")

@@ -20,7 +20,7 @@ import torch
 from dcpcheck import pytest_plugin
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
-from dcpcheck.ops.fused_norm_rope import runner
+from dcpcheck.ops.fused_norm_rope import adapters, runner
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 from dcpcheck.pytest_plugin import verdict_of
@@ -319,13 +319,24 @@ def test_a_case_where_no_check_applies_is_skipped_not_passed(pytester, monkeypat
         ("--dcpcheck-dcp=1,x", "--dcpcheck-dcp: 'x' is not an integer*"),
         ("--dcpcheck-dcp=0", "--dcpcheck-dcp: DCP size must be >= 1, got 0"),
         ("--dcpcheck-scenario=no-such-*", "--dcpcheck-scenario: no scenario matches no-such-*"),
-        ("--dcpcheck-adapter=magic", "--dcpcheck-kernel: unknown adapter 'magic'*"),
     ],
 )
 def test_bad_options_are_usage_errors(pytester, option, message):
     result = run(pytester, "--dcpcheck-kernel=default", option, "--co")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_an_unknown_adapter_is_refused_under_the_adapter_option(pytester):
+    """Not under ``--dcpcheck-kernel``, as when the kernel's load refused it."""
+    result = run(pytester, "--dcpcheck-kernel=default", "--dcpcheck-adapter=magic", "--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*error: argument --dcpcheck-adapter: invalid choice: 'magic'*"])
+    assert "--dcpcheck-kernel" not in result.stderr.str()
+
+
+def test_the_adapter_choices_are_the_adapters():
+    assert pytest_plugin.ADAPTER_NAMES == adapters.ADAPTER_NAMES
 
 
 def test_unknown_kernel_is_a_usage_error(pytester):

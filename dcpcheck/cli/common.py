@@ -345,9 +345,27 @@ def given_options(ctx: click.Context) -> set[str]:
     }
 
 
+def typed_option(param: click.Parameter, value: object) -> str:
+    """How the user spells ``param`` on the command line to get ``value``: one of its
+    option strings, never the name its value is kept under (``--profile``, not
+    ``profile_name``). Of a flag pair (``--isolate/--no-isolate``) the side that gives
+    ``value``; of an option with a short and a long string (``-x``, ``--fail-fast``) the
+    long one, as the help names it (click keeps no record of which one was typed)."""
+    strings = param.opts
+    if isinstance(param, click.Option) and param.is_flag and param.secondary_opts and not value:
+        strings = param.secondary_opts
+    return max(strings, key=len)
+
+
 def refuse_options(ctx: click.Context, allowed: set[str], refusal: str) -> None:
-    """Exit 2, ``refusal`` then the options, for every option given on the command line
-    outside ``allowed``."""
-    refused = sorted(f"--{name.replace('_', '-')}" for name in given_options(ctx) - allowed)
+    """Exit 2, ``refusal`` then the options as typed (``typed_option``), for every option
+    given on the command line outside ``allowed``: the off side of a flag pair
+    (``--no-isolate``) too, since the option is as foreign to the command as its on side."""
+    refused = sorted(
+        typed_option(param, ctx.params[param.name])
+        for param in ctx.command.params
+        if param.name not in allowed
+        and ctx.get_parameter_source(param.name) is click.core.ParameterSource.COMMANDLINE
+    )
     if refused:
         raise InputError(f"{refusal} {', '.join(refused)}")

@@ -42,6 +42,7 @@ from dcpcheck.cli.common import (
     scenario_option,
     seed_option,
     stop_reason,
+    typed_option,
     warn,
 )
 from dcpcheck.cli.kernel_process import (
@@ -425,8 +426,8 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
         name = command_param.name
         if name not in given or name not in RANK_OPTIONS:
             continue
-        flag = command_param.opts[0]
         value = ctx.params[name]
+        flag = typed_option(command_param, value)
         if command_param.is_flag:
             argv.append(flag)
         elif command_param.multiple:
@@ -495,7 +496,8 @@ def repro_command(
     if it passes."""
     named = op_of(file)
     if named in packaged():
-        op_run.refuse_other_options(ctx, named, op_run.REPRO_OPTIONS)
+        refusal = f"repro of a {named} scenario file does not take"  # no --op was typed
+        refuse_options(ctx, op_run.REPRO_OPTIONS, refusal)
         raise SystemExit(op_run.repro_op(named, file, kernel_name, dcp_text, device, json_path))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
