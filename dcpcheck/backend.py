@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from dcpcheck.kernel_modules import KERNEL_MODULES
+
 
 class BackendError(ValueError):
     """The requested device cannot be used in this process."""
@@ -53,25 +55,6 @@ class Backend:
 
 
 _selected: Backend | None = None
-
-RECORD_ENV = "DCPCHECK_RECORD_LAUNCHES"
-"""A folder: set, the interpreted backend records every launch of the project's kernels
-there (``dcpcheck.gpu_fit``)."""
-
-
-KERNEL_MODULES = (
-    "dcpcheck.ops.fused_norm_rope.kernel",
-    "dcpcheck.ops.fused_norm_rope.fp8_codes",
-    "dcpcheck.ops.fused_norm_rope.launch_checks",
-    "dcpcheck.ops.fused_norm_rope.tolerance_kernel",
-    "dcpcheck.cases.seeded_kernel",
-    "dcpcheck.ops.slot_mapping.kernel",
-    "dcpcheck.ops.lse_combine.kernel",
-    "dcpcheck.ops.lse_combine.attention",
-    "dcpcheck.ops.sparse_topk_remap.kernel",
-)
-"""The project's kernel modules: once one is imported, its ``@triton.jit`` functions are
-defined, compiled or interpreted for good (the registry and the loaders define none)."""
 
 
 def _kernel_modules_loaded() -> bool:
@@ -125,10 +108,9 @@ def select_backend(device: str = "auto") -> Backend:
             dots=install_bf16_dots(),
             scalars=install_scalar_index(),
         )
-        if os.environ.get(RECORD_ENV):
-            from dcpcheck.gpu_fit import record_to
+        from dcpcheck.gpu_fit import record_if_asked
 
-            record_to(os.environ[RECORD_ENV])
+        record_if_asked()
     elif os.environ.get("TRITON_INTERPRET") == "1":
         if _kernel_modules_loaded():
             raise BackendError("kernels were defined under TRITON_INTERPRET=1; cannot use cuda")

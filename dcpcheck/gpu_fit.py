@@ -7,7 +7,7 @@ test. This module closes that gap without a GPU in two halves.
 
 Recording. While a :class:`Recorder` is installed, every successful interpreted launch of a
 ``@triton.jit`` function defined in one of the project's kernel modules
-(``dcpcheck.backend.KERNEL_MODULES``) becomes a :class:`LaunchConfig`: what Triton keys a
+(``dcpcheck.kernel_modules``) becomes a :class:`LaunchConfig`: what Triton keys a
 binary on, computed by Triton's own binder for a CUDA target (each argument's type, a
 pointer's or integer's divisibility by 16, an integer equal to 1 as a constexpr, the
 constexprs, ``num_warps``, ``num_stages`` with the CUDA backend's defaults filled in).
@@ -43,7 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dcpcheck.backend import KERNEL_MODULES, RECORD_ENV
+from dcpcheck.kernel_modules import KERNEL_MODULES
+
+RECORD_ENV = "DCPCHECK_RECORD_LAUNCHES"
+"""A folder: set, every dcpcheck process that picks the interpreter records its launches of
+the project's kernels there (:func:`record_if_asked`)."""
 
 TARGETS = (90, 100)
 """Compute capabilities checked: Hopper (H100, H200) and Blackwell (B200)."""
@@ -234,13 +238,16 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
         _recorders.remove(recorder)
 
 
-def record_to(folder: str | Path) -> None:
-    """Record every launch of the project's kernels in this process to ``folder`` for good
-    (:data:`RECORD_ENV`); called by the interpreted backend when it is chosen."""
-    folder = Path(folder)
+def record_if_asked() -> None:
+    """Where :data:`RECORD_ENV` names a folder, record every launch of the project's
+    kernels in this process there for good, one JSON line per new config; called by the
+    backend when it picks the interpreter."""
+    folder = os.environ.get(RECORD_ENV)
+    if not folder:
+        return
 
     def append(config: LaunchConfig) -> None:
-        with open(folder / f"launches-{os.getpid()}.jsonl", "a", encoding="utf-8") as out:
+        with open(Path(folder) / f"launches-{os.getpid()}.jsonl", "a", encoding="utf-8") as out:
             out.write(_json_key(config) + "\n")
 
     _install_hook()

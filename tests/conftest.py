@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from dcpcheck import gpu_fit
-from dcpcheck.backend import RECORD_ENV, current_backend
+from dcpcheck.backend import current_backend
+from dcpcheck.gpu_fit import RECORD_ENV
 
 # Every process of the session records its launches of the project's kernels (the workers
 # and the commands tests start inherit the folder); the process that made the folder checks

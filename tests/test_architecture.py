@@ -19,16 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
-    # the device, every exit code, every file the tool writes, the names of the ops
+    # the device (and whether a launch fits one), every exit code, every file the tool
+    # writes, the names of the ops
     (
         "dcpcheck",
         "dcpcheck.backend",
+        "dcpcheck.gpu_fit",
+        "dcpcheck.kernel_modules",
         "dcpcheck.interpreter_fp8",
         "dcpcheck.interpreter_calls",
         "dcpcheck.interpreter_dtypes",
         "dcpcheck.interpreter_masks",
         "dcpcheck.interpreter_jit",
         "dcpcheck.interpreter_dots",
+        "dcpcheck.interpreter_scalars",
         "dcpcheck.exit_codes",
         "dcpcheck.files",
         "dcpcheck.op_registry",

@@ -1,0 +1,21 @@
+"""The modules that define the project's Triton kernels.
+
+Two parts of the tool need the list and neither may import the other's side: the backend
+(``dcpcheck.backend``), which refuses to switch once one of them is imported, since
+Triton fixes a kernel as compiled or interpreted when it is defined; and the GPU-fit
+recorder (``dcpcheck.gpu_fit``), which records the launches of exactly these kernels.
+"""
+
+KERNEL_MODULES = (
+    "dcpcheck.ops.fused_norm_rope.kernel",
+    "dcpcheck.ops.fused_norm_rope.fp8_codes",
+    "dcpcheck.ops.fused_norm_rope.launch_checks",
+    "dcpcheck.ops.fused_norm_rope.tolerance_kernel",
+    "dcpcheck.cases.seeded_kernel",
+    "dcpcheck.ops.slot_mapping.kernel",
+    "dcpcheck.ops.lse_combine.kernel",
+    "dcpcheck.ops.lse_combine.attention",
+    "dcpcheck.ops.sparse_topk_remap.kernel",
+)
+"""Once one is imported, its ``@triton.jit`` functions are defined, compiled or
+interpreted for good (the registry and the loaders define none)."""
