@@ -1,9 +1,10 @@
 """The tiny model's token streams through every release's DCP decode chain, and the table.
 
-For each release: ``python -m dcpcheck hash --dcp 1,2,4,8 --kernel vllm==X --json ...``,
-whose decode steps run the release's slot-mapping routines, its ``fused_norm_rope`` (from
-0.28.0; the project's before), its Triton decode attention and its merge, each as the
-release's runner and MLA backend call them (``dcpcheck.e2e.chain``). A row gives where each
+For each release, in its own process (``op_matrix``): ``dcpcheck hash --dcp 1,2,4,8
+--kernel vllm==X --json ...``, whose decode steps run the release's slot-mapping routines,
+its ``fused_norm_rope`` (from 0.28.0; the project's before), its Triton decode attention
+and its merge, each as the release's runner and MLA backend call them
+(``dcpcheck.e2e.chain``). A row gives where each
 stage came from, whether every DCP size gave the DCP1 streams, the first divergence, and
 the wall time. A release whose runner takes an interleave of 1 only runs at 1 (the
 streams' own interleave of 4 is refused, exit 2). Used for BENCHMARKS.md's chain table:
@@ -19,12 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from op_matrix import add_jobs_option, print_rows
+from op_matrix import add_row_options, dcpcheck, finish_row, print_rows
 from slot_mapping_matrix import RELEASES
 
 STAGES = ("slot-mapping", "fused-norm-rope", "attention", "merge")
@@ -44,15 +42,13 @@ def _short(stage: dict | None) -> str:
 def judge(version: str, out: Path, sizes: str) -> str:
     """One row of the table (module docstring)."""
     report = out / f"{version}.json"
-    command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", sizes]
-    command += ["--kernel", f"vllm=={version}", "--json", str(report)]
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    command = ["hash", "--dcp", sizes, "--kernel", f"vllm=={version}", "--json", str(report)]
+    done, seconds = dcpcheck(*command)
     interleave = ""
     if done.returncode == 2 and "interleave" in done.stderr:  # its runner's 1 only
         interleave = " (interleave 1)"
-        done = subprocess.run([*command, "--interleave", "1"], capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+        done, more_seconds = dcpcheck(*command, "--interleave", "1")
+        seconds += more_seconds
     if not report.is_file():
         why = (done.stderr.strip().splitlines() or ["?"])[-1][-160:]
         return f"| {version} | - | - | - | - | exit {done.returncode}: {why} | | {seconds:.0f} |"
@@ -75,14 +71,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/chain"))
     parser.add_argument("--dcp", default="1,2,4,8")
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_jobs_option(parser)
+    add_row_options(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        finish_row(judge(args.row, args.out, args.dcp))
     print(
         "| release | slot mappings | fused op | attention | merge | streams | "
         "first divergence | s |\n|---|---|---|---|---|---|---|---|"
     )
-    print_rows(lambda version: judge(version, args.out, args.dcp), args.versions, args.jobs)
+    print_rows(args.versions, args.jobs)
 
 
 if __name__ == "__main__":

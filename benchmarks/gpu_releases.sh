@@ -7,9 +7,16 @@
 # compute-sanitizer (tests, slowdown, and every shipped scenario under each tool:
 # sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
+#
+# The jobs run side by side. The matrices judge each release in one process of their own
+# (benchmarks/op_matrix.py), at most $MATRIX_SLOTS such processes at once across all of
+# them; with the test job's $TEST_WORKERS, the selftest and the bisect, that is about one
+# process a core on a 16-core box. Each job prints its wall time.
 set -u
 OUT=${OUT:-out}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the scripts import dcpcheck from the checkout
+export MATRIX_SLOTS=${MATRIX_SLOTS:-8}
+TEST_WORKERS=${TEST_WORKERS:-6}
 mkdir -p "$OUT"
 JOBS=${1:-"tests matrix bisect"}
 timed() {  # run "$@", then print its wall time and exit code
@@ -21,7 +28,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 for job in $JOBS; do
   case $job in
     tests)
-      ( python3 -m pytest -q -p no:cacheprovider -n 8 --durations=30 tests/test_kernel.py \
+      ( timed python3 -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --durations=30 tests/test_kernel.py \
           tests/test_golden_vectors_kernel.py tests/test_golden_vectors_reference.py \
           tests/test_ds_mla_scale.py tests/test_vllm_adapter.py tests/test_releases.py \
           tests/test_token_streams.py tests/test_checks.py tests/test_mutants.py \
@@ -34,7 +41,7 @@ for job in $JOBS; do
           tests/test_interpreter_dots.py tests/test_interpreter_scalars.py tests/test_lse_combine.py \
           tests/test_lse_combine_releases.py tests/test_chain.py \
           tests/test_sparse_topk_remap.py tests/test_sparse_topk_remap_releases.py \
-          > "$OUT/tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/tests.log" ) & ;;
+          > "$OUT/tests.log" 2>&1 ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
           > "$OUT/sanitizer_tests.log" 2>&1; echo "pytest exit $?" >> "$OUT/sanitizer_tests.log"
@@ -44,11 +51,9 @@ for job in $JOBS; do
         ( timed python3 -m dcpcheck run --no-tokens --dcp 4 --sanitize $tool \
             --json "$OUT/sanitize_$tool.json" > "$OUT/sanitize_$tool.log" 2>&1 ) &
       done ;;
-    matrix)
-      ( python3 benchmarks/release_matrix.py --out "$OUT/releases" --oracle on \
-          > "$OUT/matrix_on.md" 2>&1 ) &
-      ( python3 benchmarks/release_matrix.py --out "$OUT/releases" --oracle off -- --no-tokens \
-          > "$OUT/matrix_off.md" 2>&1 ) & ;;
+    matrix)  # oracle on and off, the token streams with the oracle on only
+      ( timed python3 benchmarks/release_matrix.py --jobs 9 --out "$OUT/releases" \
+          > "$OUT/release_matrix.md" 2>&1 ) & ;;
     bisect)
       ( timed python3 -m dcpcheck bisect \
           --releases 0.28.0,0.29.0,0.30.0,0.31.0,0.32.0,0.33.0 --find first-fixed \
@@ -57,19 +62,17 @@ for job in $JOBS; do
           timed python3 -m dcpcheck run --dcp 4 --kernel $k > "$OUT/run_${k//\//-}.log" 2>&1
         done ) & ;;
     slot-mapping)  # vLLM's slot-mapping kernel in every release that has it
-      ( timed python3 benchmarks/slot_mapping_matrix.py --out "$OUT/slot-mapping" \
+      ( timed python3 benchmarks/slot_mapping_matrix.py --jobs 37 --out "$OUT/slot-mapping" \
           > "$OUT/slot_mapping_matrix.md" 2>&1 ) & ;;
     lse-combine)  # vLLM's merges in every release, and the bf16-LSE measurement
-      ( timed python3 benchmarks/lse_combine_matrix.py --out "$OUT/lse-combine" \
+      ( timed python3 benchmarks/lse_combine_matrix.py --jobs 37 --out "$OUT/lse-combine" \
           > "$OUT/lse_combine_matrix.md" 2>&1 ) &
-      ( timed python3 benchmarks/lse_combine_matrix.py --state-merge --out "$OUT/lse-combine" \
-          > "$OUT/merge_attn_states_matrix.md" 2>&1 ) &
       ( timed python3 benchmarks/lse_precision.py --shift 20 > "$OUT/lse_precision.md" 2>&1 ) & ;;
     sparse-topk-remap)  # vLLM's converters in every release, as their backends call them
-      ( timed python3 benchmarks/sparse_topk_remap_matrix.py --out "$OUT/sparse-topk-remap" \
+      ( timed python3 benchmarks/sparse_topk_remap_matrix.py --jobs 37 --out "$OUT/sparse-topk-remap" \
           > "$OUT/sparse_topk_remap_matrix.md" 2>&1 ) & ;;
     chain)  # token streams through every release's slot mappings, attention and merge
-      ( timed python3 benchmarks/chain_matrix.py --out "$OUT/chain" \
+      ( timed python3 benchmarks/chain_matrix.py --jobs 37 --out "$OUT/chain" \
           > "$OUT/chain_matrix.md" 2>&1 ) & ;;
     property)
       for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do
@@ -82,4 +85,4 @@ for job in $JOBS; do
   esac
 done
 wait
-tail -n 3 "$OUT"/*.log; cat "$OUT"/matrix_*.md 2>/dev/null
+tail -n 3 "$OUT"/*.log; tail -n 1 "$OUT"/*.md

@@ -1,49 +1,150 @@
-"""What the release matrices share: running ``python -m dcpcheck``, reading one release's
-verdict over an op's shipped scenarios from its JSON report, and judging the releases
-several at a time.
+"""What the release matrices share: one process per release row, ``dcpcheck`` commands run
+inside it, and reading one release's verdict over an op's shipped scenarios from its JSON
+report.
 
-Why several at a time: a row is a few ``dcpcheck`` processes, each spending most of its
-seconds on one core (imports, Triton's compiler, the interpreter) and little on the GPU;
-one release after another leaves a 16-core GPU box idle and took the runbook past ten
-minutes. Rows are still printed in release order.
+Why a process per row, and commands inside it: a command's own process spends seconds
+importing torch and Triton, creating a CUDA context and hashing Triton's cache key before
+it judges anything, and a row is several commands (an op's routines, its property search,
+its shape). A row's commands share one process, so each release's files are loaded once
+per matrix; rows still get a process each, so a release that crashes or hangs takes only
+its own row. Each matrix script runs itself with ``--row VERSION`` for a row and prints the
+lines that process prints, in release order.
+
+How many rows run at once: ``--jobs`` per matrix, and, when ``$MATRIX_SLOTS`` is set, at
+most that many row processes across every matrix that shares the variable (a lock file
+per slot in the temporary folder), so the runbook's matrices side by side keep a 16-core
+box busy without starving its other jobs (``gpu_releases.sh``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import gc
+import io
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-DEFAULT_JOBS = max(1, (os.cpu_count() or 1) // 4)
-"""Releases judged at once by one matrix: a quarter of the cores, since the runbook runs
-its matrices side by side (``gpu_releases.sh``)."""
+DEFAULT_JOBS = max(1, (os.cpu_count() or 1) // 2)
+"""Rows one matrix judges at once when ``$MATRIX_SLOTS`` does not bound them all."""
+
+SLOTS_VARIABLE = "MATRIX_SLOTS"
+"""Row processes allowed at once across the matrices that share it (module docstring)."""
+
+ROW_VARIABLE = "MATRIX_ROW"
+"""Set in a row process, which judges its row and starts no rows of its own."""
+
+SLOT_POLL_S = 0.2
+"""How often a row waiting for a slot tries the slots again."""
 
 
-def add_jobs_option(parser: argparse.ArgumentParser) -> None:
+def add_row_options(parser: argparse.ArgumentParser) -> None:
+    """``--jobs`` and ``--row`` (module docstring)."""
     parser.add_argument(
-        "--jobs", type=int, default=DEFAULT_JOBS, help="releases judged at once (module doc)"
+        "--jobs", type=int, default=DEFAULT_JOBS, help="rows judged at once (module doc)"
+    )
+    parser.add_argument(
+        "--row", metavar="VERSION", help="judge VERSION's row in this process and print it"
     )
 
 
-def print_rows(judge: Callable[[str], str], versions: Sequence[str], jobs: int) -> None:
-    """``judge(version)`` of every version, ``jobs`` at a time on threads (each row runs
-    its own processes), each row printed in ``versions``' order as soon as it and every
-    row before it are done."""
+@contextlib.contextmanager
+def _slot() -> Iterator[None]:
+    """Hold one of ``$MATRIX_SLOTS`` slots (none when it is unset) while the block runs."""
+    count = int(os.environ.get(SLOTS_VARIABLE) or 0)
+    if count <= 0:
+        yield
+        return
+    folder = Path(tempfile.gettempdir()) / f"dcpcheck-matrix-slots-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    while True:
+        for index in range(count):
+            with open(folder / str(index), "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                yield  # the lock goes with the file's closing, or the process's end
+                return
+        time.sleep(SLOT_POLL_S)
+
+
+def _row_process(version: str) -> list[str]:
+    """This script's row of ``version`` from its own process (module docstring): the lines
+    it printed, or one line saying how it ended without them."""
+    # --row first: after a ``--`` it would be one of the script's passed-on arguments
+    command = [sys.executable, sys.argv[0], "--row", version, *sys.argv[1:]]
+    with _slot():
+        env = {**os.environ, ROW_VARIABLE: version}
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        return lines
+    said = (done.stderr.strip().splitlines() or ["?"])[-1][-200:]
+    return [f"| {version} | row process exit {done.returncode}: {said} |"]
+
+
+def rows(versions: Sequence[str], jobs: int) -> Iterator[list[str]]:
+    """Each version's row lines, in ``versions``' order, each as soon as it and every row
+    before it are done; ``jobs`` row processes at once."""
+    if os.environ.get(ROW_VARIABLE):
+        raise SystemExit(f"the row process of {os.environ[ROW_VARIABLE]} was not given --row")
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        for row in pool.map(judge, versions):
-            print(row, flush=True)
+        yield from pool.map(_row_process, versions)
+
+
+def print_rows(versions: Sequence[str], jobs: int) -> None:
+    """:func:`rows` of a one-line-per-row table, printed as they come."""
+    for lines in rows(versions, jobs):
+        print("\n".join(lines), flush=True)
+
+
+def finish_row(*lines: str) -> None:
+    """Print a row process's lines and leave without torch's interpreter teardown (which
+    costs more than some rows' commands; ``dcpcheck.cli.command_line`` says why)."""
+    print("\n".join(lines), flush=True)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def dcpcheck(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """``dcpcheck ARGS`` in this process, as its own process would end: the exit code,
+    stdout and stderr (a traceback included); and the wall time."""
+    from dcpcheck.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "dcpcheck", *args], capture_output=True, text=True)
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except Exception:  # as the process would have died: a traceback, exit 1
+            traceback.print_exc()
+            code = 1
+    _release_device_memory()
+    done = subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
     return done, time.perf_counter() - start
+
+
+def _release_device_memory() -> None:
+    """Hand the GPU memory a command's tensors left in torch's cache back to the device, as
+    the command's own process would at its exit: the runbook's processes share one GPU, and
+    a row holding its peak through its later commands ran others out of memory."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _short(reason: str) -> str:
@@ -93,9 +194,15 @@ def verdict(op: str, spec: str, out: Path) -> tuple[str, float]:
     return text, seconds
 
 
-def property_verdict(searched: subprocess.CompletedProcess) -> str:
-    """The ``property:`` line of a ``--property-only`` run, without its label."""
-    return next(
+def property_search(op: str, spec: str, examples: int, out: Path) -> tuple[str, float]:
+    """``spec``'s property search over ``examples`` examples: the ``property:`` line of its
+    ``--property-only`` run, without its label; and the wall time."""
+    searched, seconds = dcpcheck(
+        "run", "--op", op, "--kernel", spec, "--property-only",
+        "--examples", str(examples), "--home", str(out / "home"),
+    )  # fmt: skip
+    line = next(
         (line for line in searched.stdout.splitlines() if line.startswith("property:")),
         f"(no property line, exit {searched.returncode})",
-    ).removeprefix("property: ")
+    )
+    return line.removeprefix("property: "), seconds

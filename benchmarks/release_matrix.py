@@ -1,11 +1,12 @@
 """Judge every released vLLM ``fused_norm_rope`` and print the verdict table.
 
-For each release: ``python -m dcpcheck run --kernel vllm==X --dcp 1,2,4,8`` over the
-shipped scenarios (token streams included), once with the oracle and once with
-``--oracle off``; the JSON reports are kept under ``--out``. The table gives, per DCP size,
-the exit verdict and the fields of the failing findings (with where the first bad token
-is: foreign/owned/padding), and per release how many checks ran and were skipped and
-every limitation with its reason. Used for the README's and BENCHMARKS.md's release table:
+For each release, in one process (``op_matrix``): ``dcpcheck run --kernel vllm==X --dcp
+1,2,4,8`` over the shipped scenarios, once with the oracle (token streams included) and
+once with ``--oracle off`` (without them: the streams do not use the oracle, so they run
+once); the JSON reports are kept under ``--out``. The table gives, per DCP size, the exit
+verdict and the fields of the failing findings (with where the first bad token is:
+foreign/owned/padding), and per release how many checks ran and were skipped and every
+limitation with its reason. Used for the README's and BENCHMARKS.md's release table:
 
     DCPCHECK_CACHE=.dcpcheck-cache python3 benchmarks/release_matrix.py --out out/releases
 
@@ -16,15 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 
-from op_matrix import add_jobs_option
+from op_matrix import add_row_options, dcpcheck, finish_row, rows
 
 RELEASES = (
     "0.27.0",
@@ -40,30 +36,39 @@ RELEASES = (
 
 
 def run_release(version: str, dcp: str, oracle: str, extra: list[str], out: Path) -> dict:
+    """The release's report at ``oracle``, with the run's exit code and wall time."""
     report = out / f"vllm-{version}-oracle-{oracle}.json"
-    command = [
-        sys.executable,
-        "-m",
-        "dcpcheck",
-        "run",
-        "--kernel",
-        f"vllm=={version}",
-        "--dcp",
-        dcp,
-        "--oracle",
-        oracle,
-        "--json",
-        str(report),
-        *extra,
-    ]
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    done, seconds = dcpcheck(
+        "run", "--kernel", f"vllm=={version}", "--dcp", dcp, "--oracle", oracle,
+        "--json", str(report), *extra,
+    )  # fmt: skip
     if not report.is_file():
-        raise SystemExit(f"vllm=={version}: no report (exit {done.returncode}): {done.stderr}")
+        said = (done.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": f"no report (exit {done.returncode}): {said}", "seconds": seconds}
     doc = json.loads(report.read_text())
     doc["exit"], doc["seconds"] = done.returncode, seconds
     return doc
+
+
+def judge(version: str, dcp: str, oracles: list[str], extra: list[str], out: Path) -> list[str]:
+    """The release's row at each oracle setting (module docstring), each a JSON line: the
+    table's line and the limitations."""
+    lines = []
+    for oracle in oracles:
+        tokens = ["--no-tokens"] if oracle == "off" and "on" in oracles else []
+        doc = run_release(version, dcp, oracle, [*extra, *tokens], out)
+        if "error" in doc:
+            line, limits = f"| {version} | {doc['error']} | | {doc['seconds']:.1f} |", {}
+        else:
+            text, counts, limits = summarize(doc)
+            cells = " | ".join(text.get(int(d), "-") for d in dcp.split(","))
+            ran = counts["pass"] + counts["fail"]
+            line = (
+                f"| {version} (exit {doc['exit']}) | {cells} | {ran} ran, "
+                f"{counts['skip']} skipped | {doc['seconds']:.1f} |"
+            )
+        lines.append(json.dumps({"line": line, "limits": limits}))
+    return lines
 
 
 def summarize(doc: dict) -> tuple[dict[int, str], Counter, dict[str, str]]:
@@ -113,34 +118,29 @@ def main() -> None:
     parser.add_argument("--dcp", default="1,2,4,8")
     parser.add_argument("--out", type=Path, default=Path("out/releases"))
     parser.add_argument("--oracle", default="on,off", help="on, off or on,off")
-    add_jobs_option(parser)
+    add_row_options(parser)
     parser.add_argument("extra", nargs="*", help="more `dcpcheck run` options, after --")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for oracle in args.oracle.split(","):
+    oracles = args.oracle.split(",")
+    if args.row:
+        finish_row(*judge(args.row, args.dcp, oracles, args.extra, args.out))
+    versions = args.releases.split(",")
+    table: dict[str, list[dict]] = {oracle: [] for oracle in oracles}
+    for version, lines in zip(versions, rows(versions, args.jobs), strict=True):
+        for oracle, line in zip(oracles, lines, strict=False):
+            row = json.loads(line) if line.startswith("{") else {"line": line, "limits": {}}
+            table[oracle].append({"version": version, **row})
+    for oracle in oracles:
         print(f"\n### oracle {oracle}\n")
         sizes = args.dcp.split(",")
         print("| release | " + " | ".join(f"DCP{d}" for d in sizes) + " | checks | s |")
         print("| --- | " + " | ".join("---" for _ in sizes) + " | --- | --- |")
-        all_limits: dict[str, dict[str, str]] = {}
-        versions = args.releases.split(",")
-        judge = partial(run_release, dcp=args.dcp, oracle=oracle, extra=args.extra, out=args.out)
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            docs = pool.map(judge, versions)
-        for version, doc in zip(versions, docs, strict=True):
-            text, counts, limits = summarize(doc)
-            all_limits[version] = limits
-            cells = " | ".join(text.get(int(d), "-") for d in sizes)
-            ran = counts["pass"] + counts["fail"]
-            print(
-                f"| {version} (exit {doc['exit']}) | {cells} | {ran} ran, "
-                f"{counts['skip']} skipped | {doc['seconds']:.1f} |",
-                flush=True,
-            )
+        print("\n".join(row["line"] for row in table[oracle]))
         print("\nLimitations (skipped, with the reason):")
-        for version, limits in all_limits.items():
-            for check, reason in sorted(limits.items()):
-                print(f"- {version} `{check}`: {reason}")
+        for row in table[oracle]:
+            for check, reason in sorted(row["limits"].items()):
+                print(f"- {row['version']} `{check}`: {reason}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Judge vLLM's routines of the slot-mapping op in every release that has them and print
 the verdict table.
 
-For each release: ``python -m dcpcheck run --op slot-mapping --kernel vllm==X --dcp
-1,2,4,8`` over the op's shipped scenarios (the GPU model runner's slot-mapping and
-local-length kernels), its property search (``--property-only --examples N``), and the
-same run of ``vllm==X:get_dcp_local_seq_lens`` and of ``vllm==X:compute_slot_mapping``
-(the V1 runner's block table); the JSON reports are kept under ``--out``.
+For each release, in one process (``op_matrix``): ``dcpcheck run --op slot-mapping
+--kernel vllm==X --dcp 1,2,4,8`` over the op's shipped scenarios (the GPU model runner's
+slot-mapping and local-length kernels), its property search (``--property-only --examples
+N``), and the same run of ``vllm==X:get_dcp_local_seq_lens`` and of
+``vllm==X:compute_slot_mapping`` (the V1 runner's block table); the JSON reports are kept
+under ``--out``.
 A row gives the slot kernel's parameters that changed (its API shape), what the adapter
 read from the caller, the cases passed, failed and not applicable, the findings, why
 checks were skipped, the property verdict and the wall time. Used for BENCHMARKS.md's
@@ -20,11 +21,9 @@ package registry reachable.)
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
-from op_matrix import add_jobs_option, dcpcheck, print_rows, property_verdict, verdict
+from op_matrix import add_row_options, finish_row, print_rows, property_search, verdict
 
 OP = "slot-mapping"
 
@@ -42,18 +41,16 @@ SHAPE_PARAMETERS = ("num_tokens", "idx_mapping", "cp_rank", "kernel_block_sizes"
 
 
 def shape(version: str) -> str:
-    """The release kernel's shape parameters and what was read from its caller."""
-    probe = (
-        "import sys; from dcpcheck.backend import select_backend; select_backend('cpu'); "
-        "from dcpcheck.ops.slot_mapping.kernels import load; "
-        f"k = load('vllm=={version}').slot_mappings; "
-        f"print(' '.join(p for p in {SHAPE_PARAMETERS!r} if p in k.parameters) or '-'); "
-        "print(('padded' if k.caller.padded else 'scheduled') + ' rows: ' + k.caller.evidence "
-        "if k.caller else '')"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    lines = done.stdout.strip().splitlines() or [f"(no shape: {done.stderr.strip()[-200:]})"]
-    return " / ".join(line for line in lines if line)
+    """The release kernel's shape parameters and what was read from its caller (after a
+    run of it in this process: the backend is chosen and the release is loaded)."""
+    from dcpcheck.ops.slot_mapping.kernels import load
+
+    kernel = load(f"vllm=={version}").slot_mappings
+    parameters = " ".join(p for p in SHAPE_PARAMETERS if p in kernel.parameters) or "-"
+    if kernel.caller is None:
+        return parameters
+    rows = "padded" if kernel.caller.padded else "scheduled"
+    return f"{parameters} / {rows} rows: {kernel.caller.evidence}"
 
 
 def judge(version: str, out: Path, examples: int) -> str:
@@ -62,14 +59,10 @@ def judge(version: str, out: Path, examples: int) -> str:
     function, function_seconds = verdict(OP, f"vllm=={version}:get_dcp_local_seq_lens", out)
     v1_table, v1_seconds = verdict(OP, f"vllm=={version}:compute_slot_mapping", out)
     search_seconds = 0.0
-    property_line = "-"
+    property_line = shaped = "-"
     if not runner.startswith("not loaded"):
-        searched, search_seconds = dcpcheck(
-            "run", "--op", OP, "--kernel", f"vllm=={version}", "--property-only",
-            "--examples", str(examples), "--home", str(out / "home"),
-        )  # fmt: skip
-        property_line = property_verdict(searched)
-    shaped = shape(version) if not runner.startswith("not loaded") else "-"
+        property_line, search_seconds = property_search(OP, f"vllm=={version}", examples, out)
+        shaped = shape(version)
     total = seconds + function_seconds + v1_seconds + search_seconds
     return (
         f"| {version} | {shaped} | {runner} | {property_line} | {function} | {v1_table} "
@@ -82,16 +75,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/slot-mapping"))
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_jobs_option(parser)
+    add_row_options(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        finish_row(judge(args.row, args.out, args.examples))
     print(
         "| release | slot kernel's shape parameters / caller rows | the GPU runner's routines: "
         "cases pass / fail / N/A | their property search | get_dcp_local_seq_lens | "
         "the V1 runner's BlockTable.compute_slot_mapping | s |"
     )
     print("|---|---|---|---|---|---|---|")
-    print_rows(lambda version: judge(version, args.out, args.examples), args.versions, args.jobs)
+    print_rows(args.versions, args.jobs)
 
 
 if __name__ == "__main__":

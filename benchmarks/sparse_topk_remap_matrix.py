@@ -1,11 +1,12 @@
 """Judge vLLM's converters of top-k picks to slots in every release and print the verdict
 table.
 
-For each release: ``python -m dcpcheck run --op sparse-topk-remap --kernel vllm==X --dcp
-1,2,4,8`` over the op's shipped scenarios (the converters as the release's sparse backends
-call them) and its property search (``--property-only --examples N``), and the same run of
-``vllm==X:triton_convert_req_index_to_global_index`` (the converter alone, under DCP too);
-the JSON reports are kept under ``--out``. Used for BENCHMARKS.md's table:
+For each release, in one process (``op_matrix``): ``dcpcheck run --op sparse-topk-remap
+--kernel vllm==X --dcp 1,2,4,8`` over the op's shipped scenarios (the converters as the
+release's sparse backends call them) and its property search (``--property-only --examples
+N``), and the same run of ``vllm==X:triton_convert_req_index_to_global_index`` (the
+converter alone, under DCP too); the JSON reports are kept under ``--out``. Used for
+BENCHMARKS.md's table:
 
     python3 benchmarks/sparse_topk_remap_matrix.py --out out/sparse-topk-remap
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from op_matrix import add_jobs_option, dcpcheck, print_rows, property_verdict, verdict
+from op_matrix import add_row_options, finish_row, print_rows, property_search, verdict
 from slot_mapping_matrix import RELEASES
 
 OP = "sparse-topk-remap"
@@ -32,11 +33,7 @@ def judge(version: str, out: Path, examples: int) -> str:
     alone, alone_seconds = verdict(OP, f"{spec}:{CONVERT}", out)
     property_line, search_seconds = "-", 0.0
     if not called.startswith("not loaded"):
-        searched, search_seconds = dcpcheck(
-            "run", "--op", OP, "--kernel", spec, "--property-only",
-            "--examples", str(examples), "--home", str(out / "home"),
-        )  # fmt: skip
-        property_line = property_verdict(searched)
+        property_line, search_seconds = property_search(OP, spec, examples, out)
     total = seconds + alone_seconds + search_seconds
     return f"| {version} | {called} | {property_line} | {alone} | {total:.0f} |"
 
@@ -46,14 +43,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/sparse-topk-remap"))
     parser.add_argument("--examples", type=int, default=50)
     parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_jobs_option(parser)
+    add_row_options(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        finish_row(judge(args.row, args.out, args.examples))
     print(
         "| release | as its callers call them: pass / fail / N/A | property search | "
         f"{CONVERT} alone | s |\n|---|---|---|---|---|"
     )
-    print_rows(lambda version: judge(version, args.out, args.examples), args.versions, args.jobs)
+    print_rows(args.versions, args.jobs)
 
 
 if __name__ == "__main__":

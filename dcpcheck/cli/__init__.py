@@ -37,16 +37,18 @@ for command in (
     cli.add_command(command)
 
 
-def main() -> None:
-    """Entry point: click's errors become one line on stderr with their exit code.
+def main(args: list[str] | None = None) -> None:
+    """Entry point: ``dcpcheck ARGS`` (the command line's when None); click's errors become
+    one line on stderr with their exit code, and every way out is ``SystemExit``.
 
     Under torchrun (``torchrun --nproc-per-node N -m dcpcheck run ...``) this process is
     one rank of a real-rank run: ``dcpcheck.cli.ranks`` takes over."""
-    if sys.argv[1:2] in (["run"], ["hash"]) and in_torchrun_environment():
-        ranks.main(sys.argv[1:])
+    args = sys.argv[1:] if args is None else list(args)
+    if args[:1] in (["run"], ["hash"]) and in_torchrun_environment():
+        ranks.main(args)
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Interrupted as exc:
