@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import gc
 import io
 import json
 import os
@@ -132,19 +131,8 @@ def dcpcheck(*args: str) -> tuple[subprocess.CompletedProcess, float]:
         except Exception:  # as the process would have died: a traceback, exit 1
             traceback.print_exc()
             code = 1
-    _release_device_memory()
     done = subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
     return done, time.perf_counter() - start
-
-
-def _release_device_memory() -> None:
-    """Hand the GPU memory a command's tensors left in torch's cache back to the device, as
-    the command's own process would at its exit: the runbook's processes share one GPU, and
-    a row holding its peak through its later commands ran others out of memory."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        gc.collect()
-        torch.cuda.empty_cache()
 
 
 def _short(reason: str) -> str:
