@@ -231,6 +231,12 @@ def test_a_write_outside_an_output_fails_guard_bands_naming_the_output(
 # The command line: reports, saved failures, Ctrl-C
 
 
+def _interruptible() -> None:
+    """Ctrl-C as a terminal delivers it: a suite started in the background by a shell
+    without job control inherits SIGINT ignored, and so would the command it tests."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def dcpcheck(*args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "dcpcheck", *args],
@@ -238,6 +244,7 @@ def dcpcheck(*args: str, **popen) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,
         **popen,
     )
 
