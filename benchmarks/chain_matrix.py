@@ -4,10 +4,10 @@ For each release, in its own process (``op_matrix``): ``dcpcheck hash --dcp 1,2,
 --kernel vllm==X --json ...``, whose decode steps run the release's slot-mapping routines,
 its ``fused_norm_rope`` (from 0.28.0; the project's before), its Triton decode attention
 and its merge, each as the release's runner and MLA backend call them
-(``dcpcheck.e2e.chain``). A row gives where each
-stage came from, whether every DCP size gave the DCP1 streams, the first divergence, and
-the wall time. A release whose runner takes an interleave of 1 only runs at 1 (the
-streams' own interleave of 4 is refused, exit 2). Used for BENCHMARKS.md's chain table:
+(``dcpcheck.e2e.chain``). A row gives where each stage came from, whether every DCP size
+gave the DCP1 streams, the first divergence, and the wall time. A release whose runner
+takes an interleave of 1 only runs at 1 (the streams' own interleave of 4 is refused, exit
+2). Used for BENCHMARKS.md's chain table:
 
     python3 benchmarks/chain_matrix.py --out out/chain
 
