@@ -11,20 +11,39 @@
 # The jobs run side by side. The matrices judge each release in one process of their own
 # (benchmarks/op_matrix.py), at most $MATRIX_SLOTS such processes at once across all of
 # them; with the test job's $TEST_WORKERS, the selftest and the bisect, that is about one
-# process a core on a 16-core box. Each job prints its wall time.
+# process a core on a 16-core box, each on one CPU thread (OMP_NUM_THREADS: torch's
+# intra-op threads, 16 a process by default, would oversubscribe the cores many times).
+# Each job prints its wall time; the matrices print each row's wall time, CPU time and
+# peak of GPU memory to OUT/*_rows.log, and OUT/gpu_memory.log samples the GPU's memory
+# per process every $MONITOR_S seconds.
 set -u
 OUT=${OUT:-out}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the scripts import dcpcheck from the checkout
 export MATRIX_SLOTS=${MATRIX_SLOTS:-8}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 TEST_WORKERS=${TEST_WORKERS:-6}
+MONITOR_S=${MONITOR_S:-5}
 mkdir -p "$OUT"
 JOBS=${1:-"tests matrix bisect"}
 timed() {  # run "$@", then print its wall time and exit code
   local start=$SECONDS; "$@"; local rc=$?
   echo "$((SECONDS - start)) s wall, exit $rc"
 }
+monitor() {  # every MONITOR_S s: seconds since start, the GPU's memory, then each process's
+  local start=$SECONDS
+  while sleep "$MONITOR_S"; do
+    echo "t=$((SECONDS - start)) s $(nvidia-smi --query-gpu=memory.used,utilization.gpu \
+      --format=csv,noheader) load $(cut -d' ' -f1 /proc/loadavg)"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader |
+      while IFS=', ' read -r pid used unit; do
+        echo "  $used $unit $(ps -o args= -p "$pid" | cut -c1-150)"
+      done
+  done
+}
 nvidia-smi -L
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+monitor > "$OUT/gpu_memory.log" 2>&1 &
+MONITOR=$!
 for job in $JOBS; do
   case $job in
     tests)
@@ -53,7 +72,7 @@ for job in $JOBS; do
       done ;;
     matrix)  # oracle on and off, the token streams with the oracle on only
       ( timed python3 benchmarks/release_matrix.py --jobs 9 --out "$OUT/releases" \
-          > "$OUT/release_matrix.md" 2>&1 ) & ;;
+          > "$OUT/release_matrix.md" 2> "$OUT/release_rows.log" ) & ;;
     bisect)
       ( timed python3 -m dcpcheck bisect \
           --releases 0.28.0,0.29.0,0.30.0,0.31.0,0.32.0,0.33.0 --find first-fixed \
@@ -63,17 +82,17 @@ for job in $JOBS; do
         done ) & ;;
     slot-mapping)  # vLLM's slot-mapping kernel in every release that has it
       ( timed python3 benchmarks/slot_mapping_matrix.py --jobs 37 --out "$OUT/slot-mapping" \
-          > "$OUT/slot_mapping_matrix.md" 2>&1 ) & ;;
+          > "$OUT/slot_mapping_matrix.md" 2> "$OUT/slot_mapping_rows.log" ) & ;;
     lse-combine)  # vLLM's merges in every release, and the bf16-LSE measurement
       ( timed python3 benchmarks/lse_combine_matrix.py --jobs 37 --out "$OUT/lse-combine" \
-          > "$OUT/lse_combine_matrix.md" 2>&1 ) &
+          > "$OUT/lse_combine_matrix.md" 2> "$OUT/lse_combine_rows.log" ) &
       ( timed python3 benchmarks/lse_precision.py --shift 20 > "$OUT/lse_precision.md" 2>&1 ) & ;;
     sparse-topk-remap)  # vLLM's converters in every release, as their backends call them
       ( timed python3 benchmarks/sparse_topk_remap_matrix.py --jobs 37 --out "$OUT/sparse-topk-remap" \
-          > "$OUT/sparse_topk_remap_matrix.md" 2>&1 ) & ;;
+          > "$OUT/sparse_topk_remap_matrix.md" 2> "$OUT/sparse_topk_remap_rows.log" ) & ;;
     chain)  # token streams through every release's slot mappings, attention and merge
       ( timed python3 benchmarks/chain_matrix.py --jobs 37 --out "$OUT/chain" \
-          > "$OUT/chain_matrix.md" 2>&1 ) & ;;
+          > "$OUT/chain_matrix.md" 2> "$OUT/chain_rows.log" ) & ;;
     property)
       for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do
         ( timed python3 -m dcpcheck run --kernel vllm==$v --dcp 1 --property-only \
@@ -84,5 +103,6 @@ for job in $JOBS; do
       ( timed python3 -m dcpcheck selftest --profile thorough > "$OUT/selftest.log" 2>&1 ) & ;;
   esac
 done
-wait
+for child in $(jobs -p); do [ "$child" = "$MONITOR" ] || wait "$child"; done
+kill "$MONITOR"
 tail -n 3 "$OUT"/*.log; tail -n 1 "$OUT"/*.md

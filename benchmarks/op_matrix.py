@@ -45,6 +45,11 @@ ROW_VARIABLE = "MATRIX_ROW"
 SLOT_POLL_S = 0.2
 """How often a row waiting for a slot tries the slots again."""
 
+COST_PREFIX = "row cost:"
+"""Starts the stderr line in which a row process states its CPU seconds and its peak of
+GPU memory held; the matrix prints them with the row's wall time to its own stderr, so a
+runbook side by side shows which rows wait (wall over CPU) and which hold the GPU."""
+
 
 def add_row_options(parser: argparse.ArgumentParser) -> None:
     """``--jobs`` and ``--row`` (module docstring)."""
@@ -84,7 +89,12 @@ def _row_process(version: str) -> list[str]:
     command = [sys.executable, sys.argv[0], "--row", version, *sys.argv[1:]]
     with _slot():
         env = {**os.environ, ROW_VARIABLE: version}
+        start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - start
+    costs = [line for line in done.stderr.splitlines() if line.startswith(COST_PREFIX)]
+    cost = costs[-1].removeprefix(COST_PREFIX).strip() if costs else "no cost line"
+    print(f"row {version}: {wall:.1f} s wall, {cost}", file=sys.stderr, flush=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0 and lines:
         return lines
@@ -111,6 +121,11 @@ def finish_row(*lines: str) -> None:
     """Print a row process's lines and leave without torch's interpreter teardown (which
     costs more than some rows' commands; ``dcpcheck.cli.command_line`` says why)."""
     print("\n".join(lines), flush=True)
+    used = os.times()
+    cpu = used.user + used.system + used.children_user + used.children_system
+    torch = sys.modules.get("torch")
+    peak = torch.cuda.max_memory_reserved() if torch and torch.cuda.is_initialized() else 0
+    print(f"{COST_PREFIX} {cpu:.1f} s CPU, {peak / 2**30:.1f} GiB GPU peak", file=sys.stderr)
     sys.stderr.flush()
     os._exit(0)
 

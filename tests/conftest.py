@@ -54,6 +54,17 @@ def device() -> torch.device:
     return BACKEND.device
 
 
+@pytest.fixture(autouse=True)
+def _release_cuda_cache():
+    """Hand the memory a test's tensors held back to the GPU when it ends. Torch's caching
+    allocator keeps a process's peak: a worker that ran the 65,536-token shapes would hold
+    tens of GiB through every later test, which processes sharing the GPU (the runbook's
+    other jobs, the other workers) then lack."""
+    yield
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def pytest_report_header(config):
     return f"dcpcheck backend: {BACKEND.describe()}"
 
