@@ -26,17 +26,17 @@ class Backend:
     device: torch.device
     interpreted: bool
     fp8_cast: str = field(default="", compare=False)
-    """What was done about the interpreter's fp8 cast (dcpcheck.interpreter_fp8), if any."""
+    """What was done about the interpreter's fp8 cast (dcpcheck.interpreter.fp8), if any."""
     language_patch: str = field(default="", compare=False)
-    """How often the interpreter patches ``triton.language`` (dcpcheck.interpreter_calls)."""
+    """How often the interpreter patches ``triton.language`` (dcpcheck.interpreter.calls)."""
     dtype_paths: str = field(default="", compare=False)
-    """Whether the interpreter's bf16 casts take the fast path (dcpcheck.interpreter_dtypes)."""
+    """Whether the interpreter's bf16 casts take the fast path (dcpcheck.interpreter.dtypes)."""
     masks: str = field(default="", compare=False)
-    """How the interpreter reads integer masks (dcpcheck.interpreter_masks)."""
+    """How the interpreter reads integer masks (dcpcheck.interpreter.masks)."""
     dots: str = field(default="", compare=False)
-    """How the interpreter multiplies bf16 blocks (dcpcheck.interpreter_dots)."""
+    """How the interpreter multiplies bf16 blocks (dcpcheck.interpreter.dots)."""
     scalars: str = field(default="", compare=False)
-    """How the interpreter turns loaded scalars into integers (dcpcheck.interpreter_scalars)."""
+    """How the interpreter turns loaded scalars into integers (dcpcheck.interpreter.scalars)."""
 
     def describe(self) -> str:
         if self.interpreted:
@@ -89,25 +89,9 @@ def select_backend(device: str = "auto") -> Backend:
         return _selected
     if chosen.interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
-        from dcpcheck.interpreter_calls import install_language_patch_once
-        from dcpcheck.interpreter_dots import install_bf16_dots
-        from dcpcheck.interpreter_dtypes import install_dtype_fast_paths
-        from dcpcheck.interpreter_fp8 import install_fp8_cast_correction
-        from dcpcheck.interpreter_jit import install_constexprs
-        from dcpcheck.interpreter_masks import install_boolean_masks
-        from dcpcheck.interpreter_scalars import install_scalar_index
+        from dcpcheck.interpreter import install
 
-        install_constexprs()
-
-        chosen = replace(
-            chosen,
-            fp8_cast=install_fp8_cast_correction().summary(),
-            language_patch=install_language_patch_once(),
-            dtype_paths=install_dtype_fast_paths(),
-            masks=install_boolean_masks(),
-            dots=install_bf16_dots(),
-            scalars=install_scalar_index(),
-        )
+        chosen = replace(chosen, **install())
         from dcpcheck.gpu_fit import record_if_asked
 
         record_if_asked()

@@ -76,7 +76,7 @@ def test_the_count_finds_a_nan_given_its_sign():
 
 def test_the_kernel_encodes_with_the_instruction_only_where_there_is_one(device):
     """The interpreter runs the integer encoding (its own cast is wrong,
-    ``dcpcheck.interpreter_fp8``); a GPU with the instruction runs the instruction."""
+    ``dcpcheck.interpreter.fp8``); a GPU with the instruction runs the instruction."""
     instruction = device.type == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
     expected = fp8_e4m3_codes_by_instruction if instruction else fp8_e4m3_codes_by_arithmetic
     assert fp8_codes.fp8_e4m3_codes is expected

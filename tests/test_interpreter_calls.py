@@ -1,4 +1,4 @@
-"""The interpreter patches ``triton.language`` once per launch (dcpcheck.interpreter_calls):
+"""The interpreter patches ``triton.language`` once per launch (dcpcheck.interpreter.calls):
 a launch whose helpers all see modules it patched calls Triton's own ``_patch_lang`` once,
 the language is restored after it, and the kernel computes what it did before."""
 
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck import interpreter_calls
+from dcpcheck.interpreter import calls as interpreter_calls
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(

@@ -1,5 +1,5 @@
 """Triton's CPU interpreter multiplies bf16 blocks as a GPU does
-(``dcpcheck.interpreter_dots``).
+(``dcpcheck.interpreter.dots``).
 
 The interpreter keeps bf16 as raw 16-bit patterns and its ``tl.dot`` multiplied those as
 integers. The same kernel runs here on the backend in use (compiled on a GPU, through the
@@ -43,7 +43,7 @@ def test_widening_keeps_every_bf16_value():
     import triton.language as tl
     from triton.runtime import interpreter
 
-    from dcpcheck.interpreter_dots import _widened
+    from dcpcheck.interpreter.dots import _widened
 
     bits = np.arange(1 << 16, dtype=np.uint16)
     widened = _widened(interpreter, interpreter.TensorHandle(bits, tl.bfloat16))

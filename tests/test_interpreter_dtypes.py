@@ -1,5 +1,5 @@
 """The interpreter's bf16 <-> fp32 casts and dtype lookup take a fast path
-(dcpcheck.interpreter_dtypes) that gives Triton's own bits: on every probe, on subnormals
+(dcpcheck.interpreter.dtypes) that gives Triton's own bits: on every probe, on subnormals
 (left to Triton), and through a kernel; a fast path that differed would not be installed."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck import interpreter_dtypes
 from dcpcheck.backend import Backend
-from dcpcheck.interpreter_dtypes import (
+from dcpcheck.interpreter import dtypes as interpreter_dtypes
+from dcpcheck.interpreter.dtypes import (
     install_dtype_fast_paths,
     narrow_fp32,
     probe_disagreements,

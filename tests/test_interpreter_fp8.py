@@ -1,5 +1,5 @@
 """The CPU writes the GPU's fp8 bytes: Triton's interpreter, corrected by
-``dcpcheck.interpreter_fp8``, casts fp32, fp16 and bf16 to ``tl.float8e4nv`` exactly as
+``dcpcheck.interpreter.fp8``, casts fp32, fp16 and bf16 to ``tl.float8e4nv`` exactly as
 Hopper's ``cvt.rn.satfinite.e4m3x2`` does.
 
 What is compared with what: a tiny ``@triton.jit`` kernel storing ``x.to(tl.float8e4nv)``
@@ -20,9 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck import interpreter_fp8
 from dcpcheck.backend import Backend
-from dcpcheck.interpreter_fp8 import (
+from dcpcheck.interpreter import fp8 as interpreter_fp8
+from dcpcheck.interpreter.fp8 import (
     Fp8CastCorrection,
     e4m3_bytes_like_gpu,
     install_fp8_cast_correction,
@@ -180,7 +180,7 @@ def test_every_nan_is_0x7f_and_infinities_saturate():
 def test_the_probe_finds_this_tritons_cast_wrong():
     mistakes = probe_mistakes(original_create_fp_to_fp())
     assert "fp32 1.9897 -> 0x38 (GPU 0x40)" in mistakes, (
-        "Triton's interpreter now casts to fp8e4nv correctly: dcpcheck.interpreter_fp8 and "
+        "Triton's interpreter now casts to fp8e4nv correctly: dcpcheck.interpreter.fp8 and "
         f"this test can go ({triton.__version__})"
     )
     assert {m.split()[0] for m in mistakes} == {"fp32", "fp16", "bf16"}

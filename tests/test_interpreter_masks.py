@@ -1,4 +1,4 @@
-"""Triton's CPU interpreter reads a mask as a GPU does (``dcpcheck.interpreter_masks``).
+"""Triton's CPU interpreter reads a mask as a GPU does (``dcpcheck.interpreter.masks``).
 
 A boolean block combined with a boolean scalar comes out of the interpreter as an int32
 block of 0s and 1s, which its masked load and store refuse; compiled Triton has an ``i1``

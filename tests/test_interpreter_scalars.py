@@ -1,5 +1,5 @@
 """Triton's CPU interpreter takes a loaded scalar as a loop bound
-(``dcpcheck.interpreter_scalars``).
+(``dcpcheck.interpreter.scalars``).
 
 A scalar loaded from memory is a one-element, one-dimensional array inside the interpreter;
 a ``range`` over loaded bounds needs it as an integer, which NumPy 2 gives only for a
@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dcpcheck.interpreter_scalars import scalar_index
+from dcpcheck.interpreter.scalars import scalar_index
 from tests.conftest import BACKEND
 
 BLOCK = 4
