@@ -3,9 +3,10 @@
 # matrix with and without the oracle, the slot-mapping op's release matrix, the release
 # bisect, the default run, the property search on releases, the selftest, the merge's
 # release matrices (its group merges and merge_attn_states), the sparse read side's
-# release matrix, the decode chain's token streams through every release, and
+# release matrix, the decode chain's token streams through every release,
 # compute-sanitizer (tests, slowdown, and every shipped scenario under each tool:
-# sanitize-all). Releases come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
+# sanitize-all), and the ahead-of-time fit check under this box's Triton (fit). Releases
+# come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
 # Usage: DCPCHECK_CACHE=$PWD/.dcpcheck-cache OUT=out bash benchmarks/gpu_releases.sh [JOBS]
 #
 # The jobs run side by side. The matrices judge each release in one process of their own
@@ -99,6 +100,8 @@ for job in $JOBS; do
             --examples 300 --profile thorough --stats --home "$OUT/home-$v" \
             > "$OUT/property_$v.log" 2>&1 ) &
       done ;;
+    fit)  # every launch of the manifest compiled by this box's Triton, against the budget
+      ( timed python3 -m dcpcheck.gpu_fit check 4 > "$OUT/gpu_fit.log" 2>&1 ) & ;;
     selftest)
       ( timed python3 -m dcpcheck selftest --profile thorough > "$OUT/selftest.log" 2>&1 ) & ;;
   esac
