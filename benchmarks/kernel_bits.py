@@ -8,7 +8,7 @@ Run it in two trees on the same machine and compare the printed digests:
     python3 benchmarks/kernel_bits.py --tree OLD_CHECKOUT > old.txt
     diff old.txt new.txt && echo "the same bits"
 
-The launches: the four golden-vector cases (``shared/vectors``, launched as
+The launches: the four golden-vector cases (``tests/vectors``, launched as
 ``tests/test_golden_vectors_kernel.py`` launches them), and the real presets
 (deepseek-v3.2, glm-5) at 1, 17, 4,096 and 65,536 tokens (``--quick``: 1, 17, 4,096) for
 every cache layout, each on an indexer layer with every slot owned and on a shared layer
@@ -30,6 +30,7 @@ from pathlib import Path
 import torch  # the same in every tree; dcpcheck is imported from --tree, after the path is set
 
 HERE = Path(__file__).resolve().parent
+GOLDEN = Path("tests", "vectors", "fused_norm_rope_owned.pt")
 
 
 def main() -> None:
@@ -72,9 +73,9 @@ def main() -> None:
         total.update(digest.digest())
         print(f"{name:58} {digest.hexdigest()[:32]}")
 
-    golden = tree.parent / "shared" / "vectors" / "fused_norm_rope_owned_h200.pt"
-    if not golden.is_file():
-        golden = HERE.parents[1] / "shared" / "vectors" / "fused_norm_rope_owned_h200.pt"
+    golden = tree / GOLDEN
+    if not golden.is_file():  # a tree older than its vectors launches this tree's
+        golden = HERE.parent / GOLDEN
     from tests.test_golden_vectors_kernel import CASE_LAYOUTS, _run_case
 
     for name, case in torch.load(golden, weights_only=True).items():

@@ -17,7 +17,7 @@ def cos_sin_table(max_position: int, rope_dim: int, base: float) -> torch.Tensor
 
     ``f_i = 1 / base**(i/h)`` and the angles are ``outer(arange(max_position), f)``, all in
     fp32 and in exactly this order, because that is how the golden vectors' tables were
-    built (shared/vectors/README.md); computing the angles in fp64 would move the cos/sin
+    built (tests/vectors/README.md); computing the angles in fp64 would move the cos/sin
     of large positions by more than an fp32 ulp.
     """
     if rope_dim % 2:

@@ -1,6 +1,6 @@
-"""The project's kernel against golden vectors of vLLM's production kernel run on an H200.
+"""The project's kernel against golden vectors of vLLM's production kernel run on a GPU.
 
-``shared/vectors/fused_norm_rope_owned_h200.pt`` (see its README) holds four cases of 5
+``tests/vectors/fused_norm_rope_owned.pt`` (see its README) holds four cases of 5
 tokens, every slot owned: bf16 + ``auto`` cache + NeoX indexer, fp16 + ``auto`` +
 interleaved indexer, bf16 + ``fp8`` (scale 0.3) + interleaved indexer, bf16 +
 ``fp8_ds_mla`` on a shared layer. They are independent evidence for the layouts and the
@@ -9,28 +9,17 @@ for DCP: that kernel skips outputs of tokens without a local slot.
 
 Tolerances are those the harness uses against the oracle
 (``dcpcheck.ops.fused_norm_rope.tolerances``), for the same reason: both sides round an fp32
-pipeline once, and on the CPU Triton's interpreter truncates fp32 -> bf16 where the H200
+pipeline once, and on the CPU Triton's interpreter truncates fp32 -> bf16 where the GPU
 rounded to nearest even, so about half of the bf16 values sit one step toward zero (fp16 and
 fp8 bytes agree exactly).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
-import reference
-from dcpcheck.ops.fused_norm_rope.contract import (
-    DS_MLA_NOPE_DIM,
-    CacheLayout,
-    FusedOpCaches,
-    FusedOpInputs,
-    FusedOpOutputs,
-    index_entry_bytes,
-    mla_entry_bytes,
-)
+from dcpcheck.ops.fused_norm_rope.contract import DS_MLA_NOPE_DIM, CacheLayout
 from dcpcheck.ops.fused_norm_rope.launcher import fused_norm_rope
 from dcpcheck.ops.fused_norm_rope.tolerances import (
     DS_MLA_SCALE,
@@ -40,85 +29,22 @@ from dcpcheck.ops.fused_norm_rope.tolerances import (
     fp8_step_distance,
     ulp_distance,
 )
+from tests.vectors.make_golden_vectors import CASES, NUM_BLOCKS, VECTORS, launch
 
-VECTORS = Path(__file__).parents[2] / "shared" / "vectors" / "fused_norm_rope_owned_h200.pt"
+CASE_LAYOUTS = {case.name: case.layout for case in CASES}
 
-CASE_LAYOUTS = {
-    "mla_auto_bf16__indexer_neox": CacheLayout.AUTO,
-    "mla_auto_fp16__indexer_interleaved": CacheLayout.AUTO,
-    "mla_fp8_scale0.3__indexer_interleaved": CacheLayout.FP8,
-    "mla_fp8_ds_mla__no_indexer": CacheLayout.FP8_DS_MLA,
-}
-
-NUM_BLOCKS = 3
-"""The golden caches are [3 blocks, block_size 4, entry], started as zeros."""
-TOPK_WIDTH = 16
-TOPK_START = 7
-ROPE_DIM = 64
 DS_MLA_SCALES = slice(DS_MLA_NOPE_DIM, DS_MLA_NOPE_DIM + 16)
 DS_MLA_ROPE = slice(DS_MLA_NOPE_DIM + 16, None)
 
 
 @pytest.fixture(scope="module")
 def golden() -> dict[str, dict[str, torch.Tensor]]:
-    if not VECTORS.is_file():
-        pytest.skip(f"golden vectors not found at {VECTORS}")
     return torch.load(VECTORS, weights_only=True)
 
 
 def _run_case(case: dict[str, torch.Tensor], layout: CacheLayout, device: torch.device):
-    """Launch the kernel on one golden case as the README describes it was produced."""
-    c = {name: tensor.to(device) for name, tensor in case.items()}
-    act_dtype = c["q_c"].dtype
-    block_size = int(c["meta_block_size"])
-    has_indexer = bool(c["meta_has_indexer"])
-    num_tokens, index_dim = c["index_k"].shape
-    cos_sin = reference.cos_sin_table(
-        int(c["meta_max_pos"]), ROPE_DIM, float(c["meta_rope_base"])
-    ).to(device)
-    inputs = FusedOpInputs(
-        q_c=c["q_c"],
-        q_weight=c["q_w"],
-        kv_c=c["kv_c"],
-        kv_weight=c["kv_w"],
-        k_pe=c["k_pe"],
-        positions=c["positions"],
-        cos_sin=cos_sin,
-        eps=float(c["eps"]),
-        block_size=block_size,
-        cache_layout=layout,
-        mla_scale=float(c["mla_k_scale"]) if layout is CacheLayout.FP8 else None,
-        slot_mapping=c["slot_mapping"],
-        index_k=c["index_k"] if has_indexer else None,
-        index_weight=c["index_w"] if has_indexer else None,
-        index_bias=c["index_b"] if has_indexer else None,
-        index_rope_interleaved=bool(c["meta_index_rope_interleave"]),
-        index_slot_mapping=c["slot_mapping"] if has_indexer else None,
-    )
-    nan = float("nan")
-    outputs = FusedOpOutputs(
-        q_out=torch.full_like(c["q_c"], nan),
-        kv_out=torch.full_like(c["kv_c"], nan),
-        kpe_out=torch.full_like(c["k_pe"], nan),
-        topk_indices=torch.full(
-            (num_tokens, TOPK_WIDTH), TOPK_START, dtype=torch.int32, device=device
-        ),
-        index_k_out=torch.full_like(c["index_k"], nan) if has_indexer else None,
-    )
-    entry_bytes = mla_entry_bytes(layout, c["kv_c"].shape[1], ROPE_DIM, act_dtype)
-    caches = FusedOpCaches(
-        mla=torch.zeros(NUM_BLOCKS, block_size, entry_bytes, dtype=torch.uint8, device=device),
-        index=(
-            torch.zeros(
-                NUM_BLOCKS, block_size, index_entry_bytes(index_dim), dtype=torch.uint8,
-                device=device,
-            )
-            if has_indexer
-            else None
-        ),
-    )
-    fused_norm_rope(inputs, outputs, caches)
-    return outputs, caches
+    """The project's kernel on one golden case, launched as the vectors were made."""
+    return launch(case, layout, device, fused_norm_rope)
 
 
 def _worst(dist: torch.Tensor) -> int:

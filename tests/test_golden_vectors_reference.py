@@ -1,7 +1,7 @@
-"""The oracle against golden vectors of a production kernel run on an H200.
+"""The oracle against golden vectors of a production kernel run on a GPU.
 
-``shared/vectors/fused_norm_rope_owned_h200.pt`` holds four cases of vLLM's own fused
-kernel run natively on a GPU, every token owning its slot (shared/vectors/README.md). They
+``tests/vectors/fused_norm_rope_owned.pt`` holds four cases of vLLM's own fused
+kernel run natively on a GPU, every token owning its slot (tests/vectors/README.md). They
 are evidence from outside this project for the layouts and arithmetic of docs/fused-norm-rope.md:
 cache entry bytes, scales, RoPE pairing. The oracle is run on the same inputs, its caches built
 by ``expected_caches`` from zero caches ``[3 blocks, 4, entry]`` with the case's slot
@@ -17,7 +17,6 @@ scales exact), that is asserted too, so that a drift in the oracle shows up here
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import pytest
 import torch
@@ -33,21 +32,11 @@ from dcpcheck.ops.fused_norm_rope.tolerances import (
     fp8_step_distance,
     ulp_distance,
 )
+from tests.vectors import make_golden_vectors as golden
 
-VECTORS = Path(__file__).parents[2] / "shared" / "vectors" / "fused_norm_rope_owned_h200.pt"
-
-pytestmark = pytest.mark.skipif(
-    not VECTORS.exists(), reason=f"golden vectors not found at {VECTORS}"
-)
-
-CASES = (
-    "mla_auto_bf16__indexer_neox",
-    "mla_auto_fp16__indexer_interleaved",
-    "mla_fp8_scale0.3__indexer_interleaved",
-    "mla_fp8_ds_mla__no_indexer",
-)
-
-NUM_BLOCKS = 3
+VECTORS = golden.VECTORS
+CASES = tuple(case.name for case in golden.CASES)
+NUM_BLOCKS = golden.NUM_BLOCKS
 """The vectors' caches are [3 blocks, block_size, entry] and started as zeros (README)."""
 
 INDEX_DIM = 128

@@ -7,7 +7,7 @@ the stored format for bf16/fp16 outputs and fp8 values, two fp32 ulps for ds_mla
 scales, UE8M0 scales exactly), and cache bytes outside the owned entries bitwise. Why those
 tolerances: the op rounds an fp32 pipeline once, and on the CPU Triton's interpreter
 truncates fp32 to bf16 where the oracle rounds to nearest even
-(``shared/vectors/README.md``).
+(``tests/vectors/README.md``).
 
 The DCP cases are the point: outputs are poisoned with NaN and caches filled with seeded
 random bytes (with guard blocks on each side) before every launch, so an unwritten row

@@ -319,7 +319,7 @@ def test_exact_ties_land_norm_outputs_exactly_on_rounding_ties(dtype: torch.dtyp
 
 
 def test_exact_ties_separate_rounding_to_nearest_even_from_truncation() -> None:
-    """The interpreter's fp32->bf16 truncation (shared/vectors/README.md) and the GPU's
+    """The interpreter's fp32->bf16 truncation (tests/vectors/README.md) and the GPU's
     round-to-nearest-even disagree by one step on the tie lanes whose lower neighbour is odd:
     the regime makes that one-step allowance (tolerances.OUTPUT) carry real weight."""
     scenario = regime("exact-ties")

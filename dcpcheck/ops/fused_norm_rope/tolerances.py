@@ -103,7 +103,7 @@ OUTPUT = Tolerance(
     "bf16/fp16 outputs: the fp32 pipeline is rounded once, so a kernel whose fp32 "
     "reductions run in another order can land one step across a rounding tie; and "
     "Triton's CPU interpreter truncates fp32->bf16 where the GPU rounds to nearest "
-    "even (shared/vectors/README.md), which is again at most one step toward zero.",
+    "even (tests/vectors/README.md), which is again at most one step toward zero.",
 )
 
 FP8_VALUE = Tolerance(
