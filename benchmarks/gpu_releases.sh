@@ -14,8 +14,8 @@
 # them; with the test job's $TEST_WORKERS, the selftest and the bisect, that is about one
 # process a core on a 16-core box, each on one CPU thread (OMP_NUM_THREADS: torch's
 # intra-op threads, 16 a process by default, would oversubscribe the cores many times).
-# Each job prints its wall time; the matrices print each row's wall time, CPU time and
-# peak of GPU memory to OUT/*_rows.log, and OUT/gpu_memory.log samples the GPU's memory
+# Each job prints its wall time; the matrices print each row's wall and CPU time to
+# OUT/*_rows.log, and OUT/gpu_memory.log samples the GPU's memory
 # per process every $MONITOR_S seconds.
 set -u
 OUT=${OUT:-out}

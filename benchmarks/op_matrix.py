@@ -46,9 +46,10 @@ SLOT_POLL_S = 0.2
 """How often a row waiting for a slot tries the slots again."""
 
 COST_PREFIX = "row cost:"
-"""Starts the stderr line in which a row process states its CPU seconds and its peak of
-GPU memory held; the matrix prints them with the row's wall time to its own stderr, so a
-runbook side by side shows which rows wait (wall over CPU) and which hold the GPU."""
+"""Starts the stderr line in which a row process states its CPU seconds; the matrix prints
+them with the row's wall time to its own stderr, so a runbook side by side shows which
+rows wait (wall over CPU). What each process holds of the GPU is the runbook's monitor's
+to say: a row's cases may run in worker processes of their own."""
 
 
 def add_row_options(parser: argparse.ArgumentParser) -> None:
@@ -123,9 +124,7 @@ def finish_row(*lines: str) -> None:
     print("\n".join(lines), flush=True)
     used = os.times()
     cpu = used.user + used.system + used.children_user + used.children_system
-    torch = sys.modules.get("torch")
-    peak = torch.cuda.max_memory_reserved() if torch and torch.cuda.is_initialized() else 0
-    print(f"{COST_PREFIX} {cpu:.1f} s CPU, {peak / 2**30:.1f} GiB GPU peak", file=sys.stderr)
+    print(f"{COST_PREFIX} {cpu:.1f} s CPU", file=sys.stderr)
     sys.stderr.flush()
     os._exit(0)
 
