@@ -35,7 +35,9 @@ Options (each as for ``dcpcheck run``):
   fails its item (status ``crash`` / ``timeout``, saved like any failing case) and the
   test run goes on. On by default, whatever the kernel: a hung test run helps no one. The
   worker starts with the first item that runs (not for ``--collect-only``) and is killed
-  when pytest ends.
+  when pytest ends. It alone imports the kernel's module: one that does not load, or whose
+  import ends or hangs the worker, fails every item, none judged. Off, pytest's process
+  imports it once a child has and lived (``dcpcheck.kernels.import_probe``).
 
 Repository scenarios: list directories of scenario TOML files (format:
 ``dcpcheck.ops.fused_norm_rope.scenario``) in the ini option ``dcpcheck_scenario_dirs``,
@@ -225,15 +227,17 @@ class Plan:
 
 
 def _started(kernel, case: Callable[[], CaseResult]) -> CaseResult:
-    """``case``, its kernel's worker started first where it runs isolated."""
+    """``case``, its kernel's worker started (the kernel loaded) first where isolated."""
     from dcpcheck.harness.isolation import IsolatedKernel
+    from dcpcheck.kernels.import_probe import KernelImportLost
     from dcpcheck.kernels.loading import KernelLoadError
 
     if isinstance(kernel, IsolatedKernel) and kernel.worker_pid is None:
         try:
             kernel.start()
-        except KernelLoadError as exc:  # it loaded in this process: the environment
-            raise CaseFailure(f"the isolated worker could not start: {exc}") from None
+        except (KernelLoadError, KernelImportLost) as exc:
+            why = f"{getattr(exc, 'status', 'error').upper()}: the kernel did not load: {exc}"
+            raise CaseFailure(f"{why}; no case was judged") from None
     return case()
 
 
@@ -409,6 +413,7 @@ def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
     else the shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
     from dcpcheck.cases.scenario_files import ScenarioError
     from dcpcheck.files import default_home
+    from dcpcheck.kernels import import_probe
     from dcpcheck.kernels.loading import KernelLoadError
     from dcpcheck.ops import package
 
@@ -432,8 +437,9 @@ def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
         raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
     backend = _fix_backend(config.getoption("dcpcheck_device"))
     try:
-        kernel = op.kernel(kernel_name)
-    except KernelLoadError as exc:
+        with import_probe.probing():  # it runs in pytest's process (module docstring)
+            kernel = op.kernel(kernel_name)
+    except (KernelLoadError, import_probe.KernelImportLost) as exc:
         raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
     home = config.getoption("dcpcheck_home")
     home = Path(home) if home is not None else default_home()
@@ -463,9 +469,7 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
     from dcpcheck.cases.verdicts import RunConfig
     from dcpcheck.files import default_home
-    from dcpcheck.kernels.loading import KernelLoadError, canonical_spec
     from dcpcheck.ops.fused_norm_rope import cost
-    from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
     from dcpcheck.workflows.session import Session
 
     dcp_text = config.getoption("dcpcheck_dcp")
@@ -476,16 +480,7 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     scenarios = select_scenarios(config.getoption("dcpcheck_scenario"), roots)
     backend = _fix_backend(config.getoption("dcpcheck_device"))
     adapter = config.getoption("dcpcheck_adapter")
-    try:
-        kernel_name = canonical_spec(kernel_name)
-        kernel = load_kernel(kernel_name, adapter)
-    except KernelLoadError as exc:
-        raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
-    timeout = _case_timeout(config)
-    if timeout is not None:
-        from dcpcheck.harness.isolation import IsolatedKernel
-
-        kernel = IsolatedKernel(kernel_name, adapter, backend, timeout)
+    kernel_name, kernel = _kernel(kernel_name, adapter, backend, _case_timeout(config))
     home = config.getoption("dcpcheck_home")
     run_config = RunConfig(
         kernel_name,
@@ -519,6 +514,25 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
         streams = functools.partial(_started, kernel, session.token_streams)
         cases.append(PlannedCase(f"token-streams[dcp{run_config.token_stream_dcp}]", streams, None))
     return Plan(kernel_name, tuple(cases), _closed(kernel))
+
+
+def _kernel(spec: str, adapter: str, backend: Backend, timeout: float | None) -> tuple:
+    """The fused op's kernel and ``spec`` as reports spell it: behind a worker (``timeout``),
+    only its spec checked here, else loaded here once probed; refused, a usage error."""
+    from dcpcheck.harness.isolation import IsolatedKernel
+    from dcpcheck.kernels import import_probe
+    from dcpcheck.kernels.loading import KernelLoadError, canonical_spec
+    from dcpcheck.ops.fused_norm_rope.kernels import check_spec, load_kernel
+
+    try:
+        spec = canonical_spec(spec)
+        if timeout is None:
+            with import_probe.probing():
+                return spec, load_kernel(spec, adapter)
+        check_spec(spec, adapter)
+    except (KernelLoadError, import_probe.KernelImportLost) as exc:
+        raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
+    return spec, IsolatedKernel(spec, adapter, backend, timeout)
 
 
 def _case_timeout(config: pytest.Config) -> float | None:

@@ -27,7 +27,7 @@ from dcpcheck.distributed.group import COLLECTIVE_TIMEOUT_MARGIN_S, DistributedU
 from dcpcheck.distributed.ranks import distributed_sizes
 from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
-from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
@@ -119,12 +119,13 @@ def test_real_ranks_report_what_simulated_ranks_report(tmp_path, world_size):
 
 @requires_interpreter
 def test_real_ranks_report_a_case_the_kernel_cannot_run_as_not_applicable(tmp_path):
-    """Every rank decides alike and launches nothing; the report is the simulated one."""
+    """Every rank decides alike and launches nothing; the report is the simulated one, and
+    a run that judged no case exits as the simulated one does (125, never 0)."""
     path = tmp_path / "report.json"
     kernel = "tests.kernels_under_test:no_fp4_here"
     argv = ["run", "--dcp", "2", "--kernel", kernel, "--scenario", "nvfp4-ds-mla-cache"]
     code = launcher.launch(2, [*argv, "--json", str(path), "--no-tokens"], LAUNCH_TIMEOUT_S)
-    assert code == EXIT_OK
+    assert code == EXIT_KERNEL_LOAD
     [case] = json.loads(path.read_text())["cases"]
     assert (case["status"], case["error"]) == ("not_applicable", NoFp4Here.REASON)
 

@@ -269,6 +269,30 @@ def test_a_module_spec_imports_from_the_working_directory_and_keeps_it_on_the_pa
     assert sys.path.count(here) == 1
 
 
+def test_a_module_that_calls_sys_exit_while_imported_does_not_load(tmp_path):
+    """A load error (exit 125), never the exit status of the process importing it."""
+    path = tmp_path / "exits.py"
+    path.write_text("import sys\ndef fused(inputs, outputs, caches):\n    pass\nsys.exit(0)\n")
+    with pytest.raises(KernelLoadError, match=r"exits.py: import failed: SystemExit: 0$"):
+        load_kernel(f"{path}:fused")
+
+
+def test_a_probed_import_that_ends_its_process_ends_the_probe_not_this_one(tmp_path):
+    """Under ``probing`` (every command holds it) a child imports the module first."""
+    from dcpcheck.kernels import import_probe
+
+    path = tmp_path / "ends.py"
+    path.write_text("import os\nos._exit(0)\n")
+    with import_probe.probing(), pytest.raises(import_probe.KernelImportLost) as lost:
+        load_kernel(f"{path}:fused")
+    assert lost.value.status == "crash"
+    assert str(lost.value) == (
+        f"{path}: its import ended the process running it (exited with status 0 without answering)"
+    )
+    with import_probe.probing():  # a module that imports is then imported here
+        assert load_kernel(f"{REPO}/tests/kernels_under_test.py:oracle_kernel") is not None
+
+
 def test_import_root_is_the_directory_a_module_spec_was_found_in(
     tmp_path, monkeypatch, forget_modules
 ):
@@ -277,7 +301,8 @@ def test_import_root_is_the_directory_a_module_spec_was_found_in(
     forget_modules("dcpcheck_src_kernels")
     monkeypatch.syspath_prepend(str(src))  # what pytest's pythonpath = ["src"] does
     spec = "dcpcheck_src_kernels.kernels:oracle_kernel"
-    assert import_root(spec) is None  # not loaded yet
+    assert import_root(spec) == src.resolve()  # found without running the package's code
+    assert "dcpcheck_src_kernels" not in sys.modules
     load_kernel(spec)
     assert import_root(spec) == src.resolve()
     assert import_root("dcpcheck_src_kernels:kernels") == src.resolve()  # a package
@@ -290,8 +315,8 @@ def test_import_root_is_the_directory_a_module_spec_was_found_in(
 def test_the_stand_in_warning_is_said_once_though_an_isolated_worker_loads_the_file_too(
     tmp_path,
 ):
-    """The parent loads the kernel, then its worker loads it again (a file kernel runs
-    isolated by default): one warning on the shared stderr, not one per process."""
+    """Only the worker loads the kernel (a file kernel runs isolated by default), and only
+    the run's first worker warns: one warning on the shared stderr, not one per process."""
     kernel = tmp_path / "k.py"
     kernel.write_text(
         "from vllm.triton_utils import triton  # answered by dcpcheck's stand-in\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -226,7 +227,8 @@ def _mutate(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, di
     report = tmp_path / "mutants.json"
     command = [sys.executable, "-m", "dcpcheck", "mutate", *args, "--json", str(report)]
     command += ["--home", str(tmp_path / "home"), "--junit", str(tmp_path / "mutants.xml")]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's dcpcheck, from tmp_path
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert "Traceback" not in done.stderr, done.stderr
     return done, json.loads(report.read_text())
 
@@ -264,6 +266,26 @@ def test_mutate_on_the_projects_merge_kills_survives_and_caches(tmp_path):
     done, report = _mutate(tmp_path, *wider)
     assert done.returncode == 0, done.stdout + done.stderr
     assert {m["status"] for m in report["mutants"]} == {"killed", "equivalent"}
+
+
+def test_a_mutation_run_that_judged_no_mutant_is_not_0(tmp_path):
+    """Every mutant asked for is one the kernel's mutants file explains: none ran, so
+    there is no score, and no pass either."""
+    equivalent = ["--mutant", "kernel.py:_correct_kernel:61:constant:0.0 to 1"]
+    done, report = _mutate(tmp_path, "--op", "lse-combine", "--dcp", "2", *equivalent)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no mutant was judged: each of the 1 is explained by its mutants file" in done.stderr
+    assert report["score"] is None and report["summary"] == {"equivalent": 1}
+
+
+def test_a_kernel_that_fails_its_own_gate_still_writes_the_reports(tmp_path):
+    gate = ["--op", "lse-combine", "--kernel", "mutant/heads-rolled", "--dcp", "2"]
+    done, report = _mutate(tmp_path, *gate, "--scenario", "decode-empty-ranks", "--limit", "1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "does not pass its own gate" in done.stderr and "no mutant was judged" in done.stderr
+    assert report["partial"] is True and report["mutants"] == []
+    assert "does not pass its own gate" in report["error"]
+    assert "<error message=" in (tmp_path / "mutants.xml").read_text()
 
 
 def test_mutate_runs_a_handful_of_the_fused_kernels_mutants(tmp_path):

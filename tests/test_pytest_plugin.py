@@ -463,6 +463,36 @@ def test_items_run_in_a_worker_process_by_default(pytester):
     assert int(marker.read_text()) != os.getpid()
 
 
+@pytest.mark.parametrize(("exits", "status"), [("sys.exit(0)", "ERROR"), ("os._exit(0)", "CRASH")])
+def test_a_kernel_whose_import_exits_fails_every_item_never_passes(
+    pytester, monkeypatch, exits, status
+):
+    """Its worker, not pytest's process, imports the module; no item is judged, each
+    fails saying why, and the JUnit report says so (a run of its own: the import would
+    end this one)."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    body = f"import os, sys\nfrom tests.kernels_under_test import oracle_kernel as fused\n{exits}\n"
+    kernel = _write_kernel_file(pytester, body)
+    result = pytester.runpytest_subprocess(
+        *PLUGIN_ARGS, f"--dcpcheck-kernel={kernel}", "--dcpcheck-dcp=1", *ONE_TOKEN,
+        "--junitxml=report.xml",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"{status}: the kernel did not load: *; no case was judged"])
+    assert "the kernel did not load" in (pytester.path / "report.xml").read_text()
+
+
+def test_without_isolation_an_import_that_ends_its_process_is_a_usage_error(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    body = "import os\nfrom tests.kernels_under_test import oracle_kernel as fused\nos._exit(0)\n"
+    kernel = _write_kernel_file(pytester, body)
+    result = pytester.runpytest_subprocess(
+        *PLUGIN_ARGS, f"--dcpcheck-kernel={kernel}", "--dcpcheck-isolate=off", *ONE_TOKEN
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--dcpcheck-kernel: *its import ended the process running it*"])
+
+
 def test_the_slot_mapping_op_as_test_items(pytester):
     """One item per scenario of the op and DCP size it names, the same verdicts as
     ``dcpcheck run --op slot-mapping``, failing cases saved."""

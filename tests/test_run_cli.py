@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from dcpcheck.cli import cli
+from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
 
 REPO = Path(__file__).parents[1]
 SMALL = ["--scenario", "decode-single-dcp4", "--scenario", "mixed-prefill-decode-padding"]
@@ -239,6 +240,25 @@ def test_list_layouts_shows_bytes_per_token():
         "nvfp4_ds_mla": "352",
         **{f"index:{name}": "132" for name in ("plain", "plain+mx", "shuffled", "shuffled+mx")},
     }
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--kernel", "tests.kernels_under_test:no_fp4_here", "--scenario", "nvfp4-ds-mla-cache",
+         "--no-tokens"),
+        ("--op", "lse-combine", "--kernel", "vllm==0.29.0", "--scenario", "decode-empty-ranks"),
+    ],
+    ids=["fused", "lse-combine"],
+)  # fmt: skip
+def test_a_run_whose_every_case_is_not_applicable_judged_nothing_and_is_not_0(tmp_path, args):
+    """Nothing was launched: one line and 125 (no check calls the revision good or bad),
+    the report written with the cases as they are."""
+    path = tmp_path / "report.json"
+    result = CliRunner().invoke(cli, ["run", *args, "--dcp", "1", "--json", str(path)])
+    assert result.exit_code == EXIT_KERNEL_LOAD, result.output
+    assert "no case was judged: 1 case(s), every one not applicable here" in result.output
+    assert [c["status"] for c in json.loads(path.read_text())["cases"]] == ["not_applicable"]
 
 
 def test_a_case_the_kernel_cannot_run_here_is_not_applicable_not_passed(tmp_path):

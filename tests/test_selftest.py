@@ -15,6 +15,7 @@ from rich.console import Console
 from dcpcheck.backend import Backend
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import SelftestReport, Status
+from dcpcheck.exit_codes import EXIT_USAGE
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
 from dcpcheck.ops.fused_norm_rope.selftest import (
@@ -128,6 +129,21 @@ def test_gpu_scale_mutant_is_skipped_on_the_cpu_never_counted_as_caught():
     assert row.reason == "not applicable on the CPU (needs a GPU-sized cache)"
     assert report.passed and report.count(Status.CAUGHT) == 0
     assert "0 of 1 mutants caught, 0 missed, 1 skipped" in table_text(report)
+
+
+def test_mutants_named_that_cannot_show_here_are_refused_before_any_work():
+    """The selftest would judge none of them (the ci profile has no GPU-sized cache, nor
+    has the CPU): one line and exit 2, not a pass that caught nothing."""
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    result = CliRunner().invoke(
+        cli, ["selftest", "--op", "fused-norm-rope", "--mutant", "mutant/address-32bit"]
+    )
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "--mutant: mutant/address-32bit cannot show in this run" in result.output
+    assert "no mutant would be judged" in result.output
 
 
 def test_named_scenarios_run_cheapest_first_and_the_gpu_case_only_on_a_gpu():

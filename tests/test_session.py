@@ -152,6 +152,7 @@ def test_an_isolated_kernels_worker_builds_the_model_for_its_token_stream_job(mo
     worker.start()
     device = "cpu" if current_backend().interpreted else "cuda"
     parent_writes.send(isolation.Setup("default", "auto", device, torch.get_num_threads()))
+    assert isinstance(parent_reads.recv(), isolation.Loading)
     assert isinstance(parent_reads.recv(), isolation.Ready)
     parent_writes.send(isolation.TokenStreamJob(RunConfig("default", (2,))))
     result = parent_reads.recv()

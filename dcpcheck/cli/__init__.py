@@ -16,12 +16,16 @@ import click
 from dcpcheck.cli import bisecting, fetching, hashing, listing, mutating, ranks, run, selftest
 from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
 from dcpcheck.distributed.group import in_torchrun_environment
+from dcpcheck.kernels import import_probe
 from dcpcheck.output.console import err
 
 
 @click.group(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
-    pass
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    # A command writes its reports and exit status only if it outlives the kernel's import:
+    # an outside module it imports itself is imported in a probe first.
+    ctx.with_resource(import_probe.probing())
 
 
 for command in (

@@ -5,7 +5,7 @@ exit code before any work starts. What only ``run`` / ``repro`` use lives in ``r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -15,6 +15,7 @@ from dcpcheck.backend import BackendError, planned_device, select_backend
 from dcpcheck.cases import dcp
 from dcpcheck.cases.limits import DCP_SIZE_MAX, SEED_MAX
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
+from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -22,6 +23,7 @@ from dcpcheck.exit_codes import (
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
+from dcpcheck.kernels.import_probe import KernelImportLost
 from dcpcheck.kernels.loading import (
     JudgedFile,
     KernelLoadError,
@@ -38,13 +40,15 @@ HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels und
 Exit codes (part of the interface; `git bisect run` relies on 125):
 
 \b
-  0    every check that could run passed (a case not applicable on this machine, N/A,
-       fails nothing)
-  1    a check failed, or the kernel raised, crashed or timed out
+  0    cases ran and every check that could run passed (a case not applicable on this
+       machine, N/A, fails nothing; a run that judged no case is never 0)
+  1    a check failed, or the kernel raised, crashed or timed out (its module's import
+       too, where it ended or hung the process importing it)
   2    usage error or bad input (a --kernel name the registry does not know, a
        vllm==X the package index does not publish, a release cache that cannot be
        trusted or written, too), found before any work starts
-  125  the kernel under test could not be loaded or compiled
+  125  the kernel under test could not be loaded or compiled (its module raised while
+       imported, sys.exit included), or every case was N/A: nothing was launched
   130  interrupted (Ctrl-C): the reports so far are written, marked partial
   143  terminated (SIGTERM, e.g. a CI job's timeout): the same, under its own code
 
@@ -64,15 +68,41 @@ class InputError(click.ClickException):
 
 
 class KernelLoadFailure(click.ClickException):
-    """The kernel under test cannot be loaded: exit 125 so ``git bisect run`` skips."""
+    """The kernel under test cannot be loaded: exit 125 so ``git bisect run`` skips.
+    ``status``: what a report's record of it says (``session.kernel_load_record``)."""
+
+    exit_code = EXIT_KERNEL_LOAD
+    status = "error"
+
+
+class NothingJudged(click.ClickException):
+    """Every case of a run was not applicable here: the kernel was never launched, so the
+    revision is neither good nor bad (exit 125, ``dcpcheck.exit_codes``)."""
 
     exit_code = EXIT_KERNEL_LOAD
 
 
+def require_judged(results: Sequence[CaseResult]) -> None:
+    """:class:`NothingJudged`, one line, when ``results`` (a run's cases, its reports
+    written) hold no case that was launched."""
+    if any(result.status != "not_applicable" for result in results):
+        return
+    raise NothingJudged(
+        f"no case was judged: {len(results)} case(s), every one not applicable here "
+        "(the kernel was never launched)"
+    )
+
+
 class KernelFailed(click.ClickException):
-    """The kernel under test raised where no case can hold the error (``hash``): exit 1."""
+    """The kernel under test failed where no case can hold the error: it raised in ``hash``
+    (``status`` error), or its import ended or hung the process importing it
+    (``import_probe.KernelImportLost``: ``crash`` / ``timeout``). Exit 1."""
 
     exit_code = EXIT_FAIL
+
+    def __init__(self, message: str, status: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Interrupted(click.ClickException):
@@ -97,6 +127,12 @@ def stop_reason(stop: BaseException | None) -> tuple[str, int]:
     if isinstance(stop, Terminated):
         return "terminated", EXIT_TERMINATED
     return "interrupted", EXIT_INTERRUPTED
+
+
+def kept_reports(*paths: Path | None) -> str:
+    """What a command that stopped short says of the reports it wrote anyway."""
+    written = [str(path) for path in paths if path is not None]
+    return f"; partial report(s): {', '.join(written)}" if written else ""
 
 
 def parse_dcp_sizes(text: str) -> tuple[int, ...]:
@@ -312,13 +348,16 @@ def kernel_errors() -> Iterator[None]:
     """A kernel spec's errors as the CLI's: exit 2 for one wrong in itself
     (``KernelSpecError``: a name the registry does not know, a file without
     ``:function``, a release cache that cannot be trusted), 125 for one that does not
-    load."""
+    load, 1 for one whose import ended or hung the process importing it
+    (``KernelImportLost``: the kernel's own crash or hang, ``dcpcheck.exit_codes``)."""
     try:
         yield
     except KernelSpecError as exc:
         raise InputError(str(exc)) from None
     except KernelLoadError as exc:
         raise KernelLoadFailure(str(exc)) from None
+    except KernelImportLost as exc:
+        raise KernelFailed(str(exc), exc.status) from None
 
 
 def load(name: str, adapter: str = "auto") -> Kernel:

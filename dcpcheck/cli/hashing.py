@@ -16,6 +16,7 @@ from dcpcheck import __version__, files
 from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
+    KernelLoadFailure,
     adapter_option,
     dcp_option,
     device_option,
@@ -177,21 +178,12 @@ def hash_command(
             raise InputError(str(exc)) from None
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, interleave, seed)
-    fused, stages = chain_stages(kernel_name, adapter, stage_texts)
-    judged = chain_files(fused, stages)
-    chain = chain_json(fused, stages)
-    print_chain(fused, stages)
     backend_name = "interpreter" if backend.interpreted else "cuda"
-    try:
-        with err.status("generating token streams"):
-            comparison = compare_streams(
-                fused.kernel, stream_config, dcp_sizes, backend.device, stages
-            )
-    except ChainError as exc:  # a stage's kernel cannot be asked this chain's steps
-        raise InputError(f"the decode chain cannot run: {exc}") from None
-    except (Exception, SystemExit) as exc:  # a stage's kernel raised inside the model
-        message = f"the kernel raised: {type(exc).__name__}: {exc}"
-        if json_path is not None:  # never leave an earlier run's report in place
+
+    def failed(message: str, judged: tuple[JudgedFile, ...] = (), chain: dict | None = None):
+        """No stream compared: the report still written, saying why (never an earlier
+        run's left in place)."""
+        if json_path is not None:
             document = streams_json(
                 stream_config,
                 None,
@@ -202,6 +194,27 @@ def hash_command(
                 chain=chain,
             )
             _write_json(json_path, document)
+
+    try:
+        fused, stages = chain_stages(kernel_name, adapter, stage_texts)
+    except (KernelLoadFailure, KernelFailed) as unloaded:  # 125, or its import was lost: 1
+        failed(unloaded.message)
+        kept = "" if json_path is None else f"; report: {json_path}"
+        unloaded.message += f"; no stream was generated{kept}"
+        raise
+    judged = chain_files(fused, stages)
+    chain = chain_json(fused, stages)
+    print_chain(fused, stages)
+    try:
+        with err.status("generating token streams"):
+            comparison = compare_streams(
+                fused.kernel, stream_config, dcp_sizes, backend.device, stages
+            )
+    except ChainError as exc:  # a stage's kernel cannot be asked this chain's steps
+        raise InputError(f"the decode chain cannot run: {exc}") from None
+    except (Exception, SystemExit) as exc:  # a stage's kernel raised inside the model
+        message = f"the kernel raised: {type(exc).__name__}: {exc}"
+        failed(message, judged, chain)
         raise KernelFailed(message) from exc
     if json_path is not None:
         document = streams_json(

@@ -1,6 +1,7 @@
 """Where the kernel under test runs, for ``run`` and ``repro``: in this process, or behind a
-worker process (``--isolate``, ``--case-timeout``, ``--sanitize``), loaded here first either
-way so that a load error is one line and its exit code before any process starts."""
+worker process (``--isolate``, ``--case-timeout``, ``--sanitize``), which alone imports its
+module (``dcpcheck.harness.isolation``). A spec wrong in itself is one line and exit 2
+either way before any process starts (``kernels.check_spec``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from collections.abc import Iterator
 
 import click
 
-from dcpcheck.cli.common import InputError, KernelLoadFailure, load
+from dcpcheck.cli.common import InputError, KernelLoadFailure, kernel_errors, load
 from dcpcheck.harness import sanitizer
 from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel, resolve_case_timeout
-from dcpcheck.kernels.loading import KernelLoadError
-from dcpcheck.ops.fused_norm_rope.kernels import KERNELS
+from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, check_spec
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest, declared_ds_mla_scale
 
 isolate_option = click.option(
@@ -79,24 +79,26 @@ def kernel_under_test(
 ) -> Iterator[KernelUnderTest]:
     """The kernel, in this process (``case_timeout`` None) or behind a worker process.
 
-    The kernel is loaded here first in both cases, so a load error is one line and exit
-    125 without starting a process; leaving the ``with`` kills the worker, whatever ends it.
-    A kernel that declares an fp8_ds_mla tile-scale rule dcpcheck does not know is a load
-    error too (``runner.declared_ds_mla_scale``): its cases could not say what they demand.
+    In this process it is loaded here, its module probed first (``import_probe``, as the
+    command line asks). Behind a worker, only its spec is checked here
+    (``kernels.check_spec``) and the worker loads it: a load error or a lost import is the
+    same one line and exit code either way (``common.kernel_errors``). Leaving the ``with``
+    kills the worker, whatever ends it. A kernel that declares an fp8_ds_mla tile-scale
+    rule dcpcheck does not know is a load error too (``runner.declared_ds_mla_scale``): its
+    cases could not say what they demand.
     """
-    kernel = load(name, adapter)
-    try:
-        declared_ds_mla_scale(kernel)
-    except ValueError as exc:
-        raise KernelLoadFailure(f"{name}: {exc}") from None
     if case_timeout is None:
+        kernel = load(name, adapter)
+        try:
+            declared_ds_mla_scale(kernel)
+        except ValueError as exc:
+            raise KernelLoadFailure(f"{name}: {exc}") from None
         yield kernel
         return
-    isolated = IsolatedKernel(name, adapter, backend, case_timeout, sanitizer=sanitize)
-    try:
+    with kernel_errors():
+        check_spec(name, adapter)
+        isolated = IsolatedKernel(name, adapter, backend, case_timeout, sanitizer=sanitize)
         isolated.start()
-    except KernelLoadError as exc:
-        raise KernelLoadFailure(str(exc)) from None
     try:
         yield isolated
     finally:

@@ -135,10 +135,11 @@ def mutate_command(
     mutant (its named scenarios at DCP1 and --dcp, in a worker process of its own). Mutants
     that no input can observe are explained in KERNEL.mutants.toml next to the file.
 
-    Exit 0 when no mutant survives (or the score reaches --min-score); 1 when one does, or
-    the kernel fails its own gate; 2 for bad input (a pattern no mutant matches, a bad
-    mutants file, a gate that refuses its arguments); 125 when the kernel does not load;
-    130 when interrupted, after the report of what finished."""
+    Exit 0 when mutants were judged and none survives (or the score reaches --min-score); 1
+    when one does, when none was judged (every one explained in the mutants file or not
+    compiled: no score), or when the kernel fails its own gate; 2 for bad input (a pattern
+    no mutant matches, a bad mutants file, a gate that refuses its arguments); 125 when
+    the kernel does not load; 130 when interrupted, after the report of what finished."""
     kernel_files = _kernel_files(op, kernel_name)
     try:
         mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
@@ -174,15 +175,21 @@ def mutate_command(
         found = campaigns.mutate(gate, kernel_files, mutants, home, jobs, progress)
     except (EquivalentsError, GateError) as exc:
         raise InputError(str(exc)) from None
-    except campaigns.MutationError as exc:
-        err.print(f"dcpcheck: {exc}", markup=False)
+    except campaigns.MutationError as exc:  # the kernel fails its own gate: no mutant ran
+        report.write(campaigns.Campaign(gate, kernel_files, error=str(exc)), json_path, junit_path)
+        err.print(f"dcpcheck: {exc}; no mutant was judged", markup=False, soft_wrap=True)
         raise SystemExit(EXIT_FAIL) from None
     report.print_campaign(out, found)
     report.write(found, json_path, junit_path)
     if found.interrupted:
         raise SystemExit(EXIT_INTERRUPTED)
-    if min_score is not None:
-        passed = found.score is None or found.score >= min_score
-    else:
-        passed = not found.survivors
+    if found.score is None:
+        err.print(
+            f"dcpcheck: error: no mutant was judged: each of the {len(found.entries)} is "
+            "explained by its mutants file or did not compile",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise SystemExit(EXIT_FAIL)
+    passed = found.score >= min_score if min_score is not None else not found.survivors
     raise SystemExit(EXIT_OK if passed else EXIT_FAIL)

@@ -27,10 +27,14 @@ from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     Interrupted,
+    KernelFailed,
+    KernelLoadFailure,
+    kept_reports,
     kernel_errors,
     open_backend,
     parse_dcp_sizes,
     refuse_options,
+    require_judged,
     stop_reason,
     warn,
 )
@@ -38,6 +42,7 @@ from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.ops import OpPackage, package
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
+from dcpcheck.workflows.session import kernel_load_record
 
 RUN_OPTIONS = {
     "op",
@@ -222,31 +227,45 @@ def run_cases(
     real_ranks: RealRanks | None = None,
 ) -> int:
     """Run ``op``'s cases of ``scenarios``, then its property search if asked, then report
-    them; the exit code."""
+    them; the exit code. A kernel that never loads (exit 125), or whose import ends the
+    process importing it (exit 1), is reported too: its record
+    (``session.kernel_load_record``) in place of the cases, none judged."""
     backend = open_backend(device)
     with kernel_errors():
         kernel_name = op.canonical(kernel_name)
     if real_ranks is not None:
         err.print(f"[bold]ranks:[/] {real_ranks.size} processes, one per rank (torch.distributed)")
-    cases = judge_cases(
-        op, scenarios, kernel_name, dcp_sizes, backend.device, home, fail_fast, search,
-        real_ranks=real_ranks,
-    )  # fmt: skip
     config = RunConfig(kernel_name, dcp_sizes)
+
+    def report(results: list[CaseResult], partial: bool, kernel_files: tuple = ()) -> None:
+        try:
+            write_reports(
+                results, config, backend, *paths, partial=partial, kernel_files=kernel_files,
+                op=op.name,
+            )  # fmt: skip
+        except ReportNotWritten as exc:
+            raise InputError(str(exc)) from None
+
     try:
-        partial = cases.stopped is not None
-        write_reports(
-            cases.results, config, backend, *paths, partial=partial,
-            kernel_files=cases.kernel_files, op=op.name,
+        cases = judge_cases(
+            op, scenarios, kernel_name, dcp_sizes, backend.device, home, fail_fast, search,
+            real_ranks=real_ranks,
         )  # fmt: skip
-    except ReportNotWritten as exc:
-        raise InputError(str(exc)) from None
+    except (KernelLoadFailure, KernelFailed) as unloaded:
+        report([kernel_load_record(unloaded.status, unloaded.message)], True)
+        unloaded.message += f"; no case was judged{kept_reports(*paths)}"
+        raise
+    report(cases.results, cases.stopped is not None, cases.kernel_files)
     if cases.results:
         print_results(cases.results, cases.saved)
     if cases.stopped is not None:
         how, code = stop_reason(cases.stopped)
         raise Interrupted(f"{how} after {len(cases.results)} case(s)", code)
-    return EXIT_FAIL if any(r.failed for r in cases.results) else EXIT_OK
+    if any(r.failed for r in cases.results):
+        return EXIT_FAIL
+    if search is None:  # a property search judged what it drew
+        require_judged(cases.results)
+    return EXIT_OK
 
 
 def run_op(ctx: click.Context) -> int:

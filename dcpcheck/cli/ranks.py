@@ -181,6 +181,7 @@ def run_command(
         console.print_results(results)
         if stats:
             console.print_stats(results, time.perf_counter() - started, None)
+    common.require_judged(results)
     raise SystemExit(outcome.exit_code)
 
 

@@ -19,6 +19,8 @@ from dcpcheck.cli.common import (
     HELP,
     InputError,
     Interrupted,
+    KernelFailed,
+    KernelLoadFailure,
     adapter_option,
     announce_oracle,
     dcp_option,
@@ -30,6 +32,7 @@ from dcpcheck.cli.common import (
     given_options,
     json_option,
     junit_option,
+    kept_reports,
     kernel_files,
     kernel_option,
     kernel_option_with,
@@ -38,6 +41,7 @@ from dcpcheck.cli.common import (
     oracle_option,
     parse_dcp_sizes,
     refuse_options,
+    require_judged,
     scenario_dir_option,
     scenario_option,
     seed_option,
@@ -63,7 +67,13 @@ from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
 from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.workflows.session import RunOutcome, RunPlan, Session, run_session
+from dcpcheck.workflows.session import (
+    RunOutcome,
+    RunPlan,
+    Session,
+    kernel_load_record,
+    run_session,
+)
 
 
 @contextlib.contextmanager
@@ -306,7 +316,7 @@ def run_command(
     for op_name, cases in others.items():
         if cases.stopped is not None:
             how, code = stop_reason(cases.stopped)
-            raise Interrupted(f"{how} in the {op_name} op's cases{_kept_reports(*paths)}", code)
+            raise Interrupted(f"{how} in the {op_name} op's cases{kept_reports(*paths)}", code)
     if outcome.internal_error is not None:
         raise _internal_failure(outcome, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
@@ -315,7 +325,7 @@ def run_command(
         )
         out.print(f"report: {escape(str(written[0]))}", soft_wrap=True)
     if outcome.stopped is not None:
-        kept = _kept_reports(json_path, junit_path)
+        kept = kept_reports(json_path, junit_path)
         how, code = stop_reason(outcome.stopped)
         raise Interrupted(f"{how} after {len(outcome.results)} case(s){kept}", code)
     if outcome.searched is not None:
@@ -324,6 +334,8 @@ def run_command(
         print_stats(outcome.results, outcome.named_seconds, outcome.searched)
     if any(result.failed for cases in others.values() for result in cases.results):
         raise SystemExit(EXIT_FAIL)
+    if outcome.searched is None:  # a property search judged what it drew
+        require_judged([*outcome.results, *(r for c in others.values() for r in c.results)])
     raise SystemExit(outcome.exit_code)
 
 
@@ -362,21 +374,24 @@ def _is_the_gate(ctx: click.Context) -> bool:
 def _reported_if_stopped(loading, config, backend, paths) -> Iterator[KernelUnderTest]:
     """Enter ``loading`` (``kernel_under_test``); a Ctrl-C or SIGTERM while it loads (a
     release's first use downloads its wheel) still writes the reports, empty and partial,
-    so no earlier run's report is left to be read as this one's."""
+    so no earlier run's report is left to be read as this one's. So does a kernel that
+    never loads (exit 125) or whose import ends or hangs the process importing it (exit
+    1), its reports holding the record of it (``session.kernel_load_record``) and its
+    error line saying that no case was judged."""
     try:
         kernel = loading.__enter__()
     except KeyboardInterrupt as stop:
         _write_reports([], config, backend, paths, True, None, ())
         how, code = stop_reason(stop)
-        raise Interrupted(f"{how} loading the kernel{_kept_reports(*paths)}", code) from None
+        raise Interrupted(f"{how} loading the kernel{kept_reports(*paths)}", code) from None
+    except (KernelLoadFailure, KernelFailed) as unloaded:
+        record = kernel_load_record(unloaded.status, unloaded.message)
+        _write_reports([record], config, backend, paths, True, None, ())
+        unloaded.message += f"; no case was judged{kept_reports(*paths)}"
+        raise
     with contextlib.ExitStack() as stack:
         stack.push(loading)
         yield kernel
-
-
-def _kept_reports(json_path: Path | None, junit_path: Path | None) -> str:
-    written = [str(path) for path in (json_path, junit_path) if path is not None]
-    return f"; partial report(s): {', '.join(written)}" if written else ""
 
 
 class InternalFailure(click.ClickException):
@@ -390,7 +405,7 @@ def _internal_failure(outcome: RunOutcome, json_path, junit_path) -> InternalFai
     """The error to raise for ``outcome``'s internal error, its whole traceback printed on
     stderr first (a bug to report, so it is not cut to one line)."""
     err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
-    kept = _kept_reports(json_path, junit_path)
+    kept = kept_reports(json_path, junit_path)
     return InternalFailure(f"{outcome.internal_error.error}{kept}")
 
 
@@ -544,10 +559,11 @@ def repro_command(
     if outcomes[-1].stopped is not None:
         how, code = stop_reason(outcomes[-1].stopped)
         raise Interrupted(
-            f"{how} after {len(outcomes)} run(s){_kept_reports(json_path, None)}", code
+            f"{how} after {len(outcomes)} run(s){kept_reports(json_path, None)}", code
         )
     if runs > 1:
         _print_stability(len(outcomes), len(failed))
+    require_judged(shown.results)
     raise SystemExit(EXIT_FAIL if failed else EXIT_OK)
 
 

@@ -68,17 +68,23 @@ def _progress(status):
 
 
 def _fused(profile_name: str, mutant_names: tuple[str, ...], backend) -> SelftestReport:
-    """The fused op's selftest, its table printed."""
+    """The fused op's selftest, its table printed. Mutants named that all cannot show in
+    this run are refused before any work: the selftest would judge none of them."""
     mutants = selftest.MUTANTS
+    profile = selftest.PROFILES[profile_name]
     if mutant_names:
         known = {m.name: m for m in mutants}
         unknown = [n for n in mutant_names if n not in known]
         if unknown:
             raise InputError(f"--mutant: unknown {', '.join(unknown)} (see dcpcheck list mutants)")
         mutants = tuple(known[n] for n in mutant_names)
+        unable = selftest.gpu_scale_skip_reason(profile, backend)
+        if unable is not None and all(m.gpu_sized for m in mutants):
+            raise InputError(
+                f"--mutant: {', '.join(mutant_names)} cannot show in this run ({unable}): "
+                "no mutant would be judged"
+            )
     with err.status("selftest") as status:
-        report = selftest.run_selftest(
-            selftest.PROFILES[profile_name], backend, mutants=mutants, on_row=_progress(status)
-        )
+        report = selftest.run_selftest(profile, backend, mutants=mutants, on_row=_progress(status))
     out.print(selftest_table(report, op=FUSED_NORM_ROPE))
     return report

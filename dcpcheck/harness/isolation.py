@@ -17,6 +17,17 @@ After any of the last three, the cases of that scenario not yet reported get the
 status, marked "not run", and the next job starts a fresh worker. A healthy worker is kept
 for the whole run: starting one costs an import of torch and Triton (about 2 s).
 
+The worker, not the parent, imports the kernel: the parent of an isolated run never runs
+the kernel's module, whose import may end or hang the process running it as surely as a
+launch can (``dcpcheck.kernels.import_probe``). Starting a worker takes two answers: one
+once it is up (within ``STARTUP_TIMEOUT_S``: torch and Triton imported, the backend
+chosen), one once it has loaded the kernel (within ``case_timeout``). A kernel that raises
+while it loads is ``KernelLoadError`` (``LoadFailed``: exit 125, or 2 for a spec wrong in
+itself); a worker that dies or outlives ``case_timeout`` while it loads is
+``import_probe.KernelImportLost`` (``crash`` / ``timeout``: the kernel's own crash or
+hang, exit 1). Either way no case can run, and :meth:`IsolatedKernel.start` raises the
+same error again when asked again rather than start another worker.
+
 Processes: the worker is ``python -m dcpcheck.harness.isolation_worker`` (its side of what
 follows lives there) in a new session (its own process group), so the terminal's Ctrl-C
 reaches only the parent, which then kills the group with SIGKILL (a hung kernel may
@@ -26,16 +37,12 @@ even one whose parent was itself killed. The worker's stdout goes to the parent'
 (the parent's stdout carries the results); its stderr is inherited, so a kernel's own
 messages and a harness traceback stay visible.
 
-The parent loads the kernel too, before starting a worker (``dcpcheck.cli``): a load error
-is then one line and exit 125 without a process start. A kernel whose *import* crashes is
-outside what isolation covers; its launches, where kernels crash, are inside.
-
 Messages are pickles over two pipes (``multiprocessing.connection``), between two
 processes running this same package::
 
     parent -> worker   Setup, then one ScenarioJob, TokenStreamJob or CompileAheadJob
                        at a time
-    worker -> parent   Ready or LoadFailed, after Setup;
+    worker -> parent   Loading, then Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
 
 What decides a case's fp8_ds_mla tile-scale rule (``runner.effective_ds_mla_scale``)
@@ -54,6 +61,7 @@ compute-sanitizer, which dies with dcpcheck: dcpcheck is its ancestor, not its p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -69,7 +77,14 @@ import torch
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, CaseResult, RunConfig
 from dcpcheck.harness import sanitizer as sanitizing
-from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.kernels import substitution
+from dcpcheck.kernels.import_probe import (
+    STDERR_FD,
+    KernelImportLost,
+    child_environment,
+    describe_exit,
+)
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
@@ -77,6 +92,7 @@ DEFAULT_CASE_TIMEOUT_S = 300.0
 """Default ``--case-timeout``. Generous on purpose: the first case of a scenario includes its
 DCP1 baseline run and, on a GPU, Triton's compilation of the kernel for new shapes (tens of
 seconds for a large kernel); a hang is still reported within minutes, not never."""
+
 
 def resolve_case_timeout(
     isolate: bool, timeout: float | None, *, timeout_option: str, isolate_option: str
@@ -98,8 +114,9 @@ def resolve_case_timeout(
 
 
 STARTUP_TIMEOUT_S = 120.0
-"""Seconds a new worker may take to import torch, Triton and the kernel (about 2 s on a
-warm machine; a cold file cache or a large kernel module takes longer)."""
+"""Seconds a new worker may take to import torch and Triton and choose its backend (about
+2 s on a warm machine, longer on a cold file cache); the kernel's own import then has
+``case_timeout``."""
 
 KILL_WAIT_S = 10.0
 """Seconds to wait for a killed worker to be reaped: a process inside the GPU driver can
@@ -108,11 +125,6 @@ take a moment to die. After that it is left to the OS rather than hanging the ru
 SANITIZED_EXIT_S = 120.0
 """Seconds a sanitized worker may take to exit after its job (torch's teardown, then
 compute-sanitizer's last reports and summary) before it is killed, its log read as it is."""
-
-STDERR_FD = 2
-"""The worker's stdout goes to this process's stderr file descriptor (not ``sys.stderr``,
-which a test runner may have replaced by an object without a descriptor)."""
-
 
 # ---------------------------------------------------------------------------------------
 # Messages
@@ -127,6 +139,13 @@ class Setup:
     device: str  # "cuda" or "cpu", as the parent's backend chose
     threads: int  # torch intra-op threads, as in the parent (timings stay comparable)
     sanitizer: str | None = None  # the compute-sanitizer tool it runs under: write markers
+    substitutes: tuple[tuple[str, str], ...] = ()  # the parent's (dcpcheck.kernels.substitution)
+    first: bool = True  # the run's first worker: it logs the stand-ins the kernel's file needs
+
+
+@dataclass(frozen=True)
+class Loading:
+    """The worker is up (torch, Triton, its backend) and now loads the kernel."""
 
 
 @dataclass(frozen=True)
@@ -139,9 +158,11 @@ class Ready:
 
 @dataclass(frozen=True)
 class LoadFailed:
-    """The worker could not load the kernel: ``KernelLoadError``'s one line."""
+    """The worker could not load the kernel: ``KernelLoadError``'s one line; ``spec``: it
+    was a ``KernelSpecError`` (a spec wrong in itself)."""
 
     message: str
+    spec: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,24 +214,11 @@ class WorkerLost(Exception):
         self.reason = reason
 
 
-def describe_exit(code: int) -> str:
-    """A worker's exit status in words: ``killed by SIGSEGV``, ``exited with status 1``."""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    if code == 0:
-        return "exited without answering"
-    return f"exited with status {code} (its stderr above says why)"
-
-
 def _worker_environment(sanitized: bool) -> dict[str, str]:
-    """This process's environment plus its import path: the worker must import the kernel's
-    module (``tests.fixtures...``, a checkout put on ``sys.path``) as this process did.
-    Sanitized, PyTorch's caching allocator is off (``sanitizing.NO_CACHING_ENV`` says why)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    """``import_probe.child_environment``: the worker imports the kernel's module as this
+    process would. Sanitized, PyTorch's caching allocator is off
+    (``sanitizing.NO_CACHING_ENV`` says why)."""
+    env = child_environment()
     if sanitized:
         env.update(sanitizing.NO_CACHING_ENV)
     return env
@@ -313,9 +321,10 @@ class IsolatedKernel:
     """The kernel under test behind a worker process: a ``runner.CaseRunner``.
 
     Use as a context manager (``with IsolatedKernel(...) as kernel``), or ``start`` and
-    ``close``: starting has the first worker load the kernel (``KernelLoadError`` if it
-    cannot, nothing left running); closing kills whatever worker is alive, so leaving the
-    ``with`` on success, error or Ctrl-C leaves no process behind.
+    ``close``: starting has the first worker load the kernel (``KernelLoadError`` or
+    ``KernelImportLost`` if it cannot, nothing left running: module docstring); closing
+    kills whatever worker is alive, so leaving the ``with`` on success, error or Ctrl-C
+    leaves no process behind.
     """
 
     def __init__(
@@ -335,8 +344,11 @@ class IsolatedKernel:
             "cpu" if backend.interpreted else "cuda",
             torch.get_num_threads(),
             sanitizer,
+            tuple((str(a), str(b)) for a, b in substitution.substitutes()),
         )
         self.case_timeout = case_timeout
+        self._unloadable: KernelLoadError | KernelImportLost | None = None
+        self._loading_seen = False  # a worker has loaded the kernel: later ones stay quiet
         self._worker: _Worker | None = None
         self._newest: _Worker | None = None  # the last one started: a sanitized job's log
         self.ds_mla_scale: DsMlaScale | None = None
@@ -352,15 +364,20 @@ class IsolatedKernel:
 
     def start(self) -> None:
         """Start the first worker and wait until it has loaded the kernel: a
-        ``KernelLoadError`` (nothing left running) if it cannot; a sanitized worker's log,
+        ``KernelLoadError`` or ``KernelImportLost`` (nothing left running) if it cannot, and
+        the same error at once on every later call; a sanitized worker's log,
         compute-sanitizer's own complaints included, then goes to stderr."""
+        if self._unloadable is not None:
+            raise self._unloadable
         try:
             self._worker = self._start_worker()
-        except WorkerLost as lost:
+        except WorkerLost as lost:  # before the kernel's turn: the machine, not the kernel
             raise KernelLoadError(
-                f"{self.setup.kernel_name}: the worker process could not load the kernel: "
-                f"{lost.reason}"
+                f"{self.setup.kernel_name}: the worker process could not start: {lost.reason}"
             ) from None
+        except (KernelLoadError, KernelImportLost) as unloadable:
+            self._unloadable = unloadable
+            raise
         finally:
             if self._worker is None and self._newest is not None and self._newest.log:
                 os.write(STDERR_FD, sanitizing.take_log(self._newest.log).encode())
@@ -383,13 +400,20 @@ class IsolatedKernel:
             self._worker = None
 
     def _start_worker(self) -> _Worker:
+        """A worker that has loaded the kernel (module docstring): ``WorkerLost`` before it
+        is up, ``KernelLoadError`` or ``KernelImportLost`` while it loads the kernel."""
         worker = self._newest = _Worker(self._prefix)
+        setup = dataclasses.replace(self.setup, first=not self._loading_seen)
         ready = False
         try:
-            worker.send(self.setup)
+            worker.send(setup)
             reply = worker.receive(STARTUP_TIMEOUT_S)
+            if not isinstance(reply, Loading):
+                raise WorkerLost("crash", f"unexpected answer to setup: {reply!r}")
+            self._loading_seen = True
+            reply = self._loaded(worker)
             if isinstance(reply, LoadFailed):
-                raise KernelLoadError(reply.message)
+                raise (KernelSpecError if reply.spec else KernelLoadError)(reply.message)
             if not isinstance(reply, Ready):
                 raise WorkerLost("crash", f"unexpected answer to setup: {reply!r}")
             self.ds_mla_scale = reply.ds_mla_scale
@@ -399,11 +423,29 @@ class IsolatedKernel:
                 worker.kill()
         return worker
 
+    def _loaded(self, worker: _Worker) -> object:
+        """The worker's answer once it has loaded the kernel, within ``case_timeout``."""
+        name = self.setup.kernel_name
+        try:
+            return worker.receive(self.case_timeout)
+        except WorkerLost as lost:
+            if lost.status == "timeout":
+                reason = (
+                    f"{name}: loading it took over {self.case_timeout:g} s (--case-timeout); "
+                    "its worker was killed"
+                )
+            else:
+                death = lost.reason.removeprefix("worker ")
+                reason = f"{name}: its worker died loading it ({death})"
+            raise KernelImportLost(lost.status, reason) from None
+
     def _live_worker(self) -> _Worker:
         """The worker, starting a fresh one after a lost one."""
         if self._worker is None:
             try:
                 self._worker = self._start_worker()
+            except KernelImportLost as exc:  # it loaded before: the kernel is not steady
+                raise WorkerLost(exc.status, f"a fresh worker could not start: {exc}") from None
             except (KernelLoadError, WorkerLost) as exc:  # it loaded before: the environment
                 raise WorkerLost("crash", f"a fresh worker could not start: {exc}") from None
         return self._worker

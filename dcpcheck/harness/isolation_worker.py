@@ -1,6 +1,7 @@
 """The worker side of isolation (``dcpcheck.harness.isolation``, which starts it and says
-why): load the kernel, answer each job with its results, and report a CUDA context the
-kernel poisoned instead of answering past it.
+why): load the kernel (this process, never its parent, imports the kernel's module), answer
+each job with its results, and report a CUDA context the kernel poisoned instead of
+answering past it.
 
 It runs as ``python -m dcpcheck.harness.isolation_worker``. The messages it exchanges are
 defined in ``dcpcheck.harness.isolation`` and imported from there, so both processes
@@ -29,12 +30,14 @@ from dcpcheck.harness.isolation import (
     DeviceLost,
     JobDone,
     LoadFailed,
+    Loading,
     Ready,
     ScenarioJob,
     TokenStreamJob,
 )
 from dcpcheck.kernels import loading
-from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
+from dcpcheck.kernels.substitution import substitute
 from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
 from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
@@ -110,13 +113,15 @@ def serve(requests: Connection, replies: Connection) -> None:
     setup = requests.recv()
     torch.set_num_threads(setup.threads)
     backend = select_backend(setup.device)
-    # The parent loaded this kernel first and warned of what it had to stand in for; the
-    # worker's stderr is the same terminal, so the warning would only repeat itself.
-    logging.getLogger(loading.__name__).setLevel(logging.ERROR)
+    for original, replacement in setup.substitutes:
+        substitute(Path(original), Path(replacement))
+    if not setup.first:  # the run's first worker warned of what it stands in for already
+        logging.getLogger(loading.__name__).setLevel(logging.ERROR)
+    replies.send(Loading())
     try:
         kernel = load_kernel(setup.kernel_name, setup.adapter)
     except KernelLoadError as exc:
-        replies.send(LoadFailed(str(exc)))
+        replies.send(LoadFailed(str(exc), isinstance(exc, KernelSpecError)))
         return
     try:
         declared = declared_ds_mla_scale(kernel)

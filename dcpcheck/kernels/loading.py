@@ -15,7 +15,12 @@ as ``python -m dcpcheck`` has it, so the ``dcpcheck`` script resolves a module s
 where the user stands as well (:func:`_import_from_working_directory`).
 
 Every way of failing raises :class:`KernelLoadError` with one line naming the cause; the
-CLI turns it into exit code 125, which ``git bisect run`` treats as "skip this commit".
+CLI turns it into exit code 125, which ``git bisect run`` treats as "skip this commit". A
+module that raises while it is imported does not import, ``SystemExit`` (``sys.exit()``)
+included: that is a load error too, never the exit status of the process importing it.
+A module whose import ends or hangs that process is another matter
+(:mod:`dcpcheck.kernels.import_probe`, which :func:`load_callable` asks first while a
+command holds ``import_probe.probing``).
 A spec that is wrong in itself, whatever the revision (a registry name the registry does
 not know, ``file.py`` without ``:function``, an adapter that does not apply, a release
 version that is no version or that the package index does not publish), raises its
@@ -37,6 +42,7 @@ import dataclasses
 import difflib
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -46,7 +52,7 @@ from types import ModuleType
 
 from dcpcheck.adapters import shims
 from dcpcheck.adapters.protocol import AdapterError
-from dcpcheck.kernels import releases
+from dcpcheck.kernels import import_probe, releases
 from dcpcheck.kernels.substitution import substituted
 
 log = logging.getLogger(__name__)
@@ -127,7 +133,7 @@ def load_file(path: Path) -> ModuleType:
             del sys.modules[module_name]
             why = shims.missing_stand_in(exc, stood_in) or f"import failed: {exc}"
             raise KernelLoadError(f"{path}: {why}") from exc
-        except Exception as exc:  # the module's own import-time failure, reported as load error
+        except (Exception, SystemExit) as exc:  # its own failure, sys.exit too (module docstring)
             del sys.modules[module_name]
             raise KernelLoadError(f"{path}: import failed: {type(exc).__name__}: {exc}") from exc
     return module
@@ -159,8 +165,14 @@ def _load_module(name: str) -> ModuleType:
         ) from exc
     except ImportError as exc:
         raise KernelLoadError(f"{name}: cannot import: {exc}") from exc
-    except Exception as exc:  # the module's own import-time failure, reported as load error
+    except (Exception, SystemExit) as exc:  # its own failure, sys.exit too (module docstring)
         raise KernelLoadError(f"{name}: import failed: {type(exc).__name__}: {exc}") from exc
+
+
+def module_of(where: str) -> ModuleType:
+    """The module of a spec's ``where``: a ``path/to/file.py`` (:func:`load_file`) or a
+    ``package.module`` (imported)."""
+    return load_file(Path(where)) if where.endswith(".py") else _load_module(where)
 
 
 def _split_spec(spec: str, registry: list[str]) -> tuple[str, str]:
@@ -175,10 +187,45 @@ def _split_spec(spec: str, registry: list[str]) -> tuple[str, str]:
     return where, function
 
 
+def found_module(name: str) -> importlib.machinery.ModuleSpec | None:
+    """How ``name`` is or would be imported here, found without running any module's code
+    (``importlib.util.find_spec`` of a dotted name imports its parents): the module already
+    imported, else its top-level package by the import system's finders (an editable
+    install's too) from the working directory's path (:func:`_import_from_working_directory`),
+    then each level below in its parent's ``__path__``. None where it is not found.
+
+    A parent that never imports an outside module (isolation's, whose worker imports it)
+    still names its file and its root for the reports and replays."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__spec__", None)
+    _import_from_working_directory()
+    parts = name.split(".")
+    try:
+        found = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    for depth in range(2, len(parts) + 1):
+        if found is None or found.submodule_search_locations is None:
+            return None
+        search = list(found.submodule_search_locations)
+        found = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]), search)
+    return found
+
+
+def _module_file(where: str) -> Path | None:
+    """The file of module ``where`` (:func:`found_module`), None for one without a file."""
+    found = found_module(where)
+    if found is None or not found.has_location or found.origin is None:
+        return None
+    return Path(found.origin)
+
+
 def import_root(spec: str) -> Path | None:
-    """The ``sys.path`` directory that a loaded ``package.module:function`` spec's module
-    was imported from (the directory holding its top-level package); None for the other
-    forms of spec and for a module not loaded, or not loaded from a file.
+    """The ``sys.path`` directory that a ``package.module:function`` spec's module is
+    imported from (the directory holding its top-level package), imported or not
+    (:func:`found_module`); None for the other forms of spec and for a module not found,
+    or not found in a file.
 
     A command printed for another process (a replay) names the module only; that process
     finds it from its working directory (:func:`_import_from_working_directory`) or its
@@ -188,13 +235,13 @@ def import_root(spec: str) -> Path | None:
     if ":" not in spec or release_of(spec) is not None:
         return None
     where = spec.rsplit(":", 1)[0]
-    module = sys.modules.get(where)  # a file's module has a name of its own (_module_name)
-    if module is None or getattr(module, "__file__", None) is None:
+    source = None if where.endswith(".py") else _module_file(where)
+    if source is None:
         return None
     # Module a.b.c is <root>/a/b/c.py and package a.b is <root>/a/b/__init__.py: two
     # levels below the root either way.
-    levels = where.count(".") + (module.__spec__.submodule_search_locations is not None)
-    return Path(module.__file__).resolve().parents[levels]
+    levels = where.count(".") + (source.name == "__init__.py")
+    return source.resolve().parents[levels]
 
 
 def release_of(
@@ -381,13 +428,25 @@ def definitions_alone(
     return module.__dict__
 
 
+def check_callable_spec(spec: str, registry: list[str]) -> None:
+    """What :func:`load_callable` would refuse of ``spec`` before running any of its code:
+    a spec wrong in itself (:class:`KernelSpecError`), a file that is not there or does not
+    parse (:class:`KernelLoadError`)."""
+    where, _ = _split_spec(spec, registry)
+    if where.endswith(".py"):
+        _read_source(substituted(Path(where)))
+
+
 def load_callable(spec: str, registry: list[str]) -> object:
     """The callable a ``package.module:function`` or ``path/to/file.py:function`` spec
     names, as its module defines it (no adapter); ``registry`` names the registered kernels
     a spec without ``:`` is taken to misspell. :class:`KernelLoadError` (or its
-    :class:`KernelSpecError`) with one line otherwise."""
+    :class:`KernelSpecError`) with one line otherwise; ``import_probe.KernelImportLost`` when
+    a probe, asked for, ends in its import (module docstring)."""
     where, function = _split_spec(spec, registry)
-    module = load_file(Path(where)) if where.endswith(".py") else _load_module(where)
+    if import_probe.wanted() and (where.endswith(".py") or where not in sys.modules):
+        import_probe.probe(where)
+    module = module_of(where)
     target = getattr(module, function, None)
     if target is None:
         raise KernelLoadError(f"{where}: has no function {function!r}")
@@ -411,11 +470,9 @@ def judged_file(path: Path) -> JudgedFile:
 
 def spec_files(spec: str) -> tuple[JudgedFile, ...]:
     """The file a ``path/to/file.py:function`` or ``package.module:function`` spec's code
-    comes from (loaded already), and its SHA256 now; none for a module without a file.
-    Each op names its own registry's and releases' files and asks this of the rest."""
+    comes from, imported or not (:func:`found_module`), and its SHA256 now; none for a
+    module without a file. Each op names its own registry's and releases' files and asks
+    this of the rest."""
     where = spec.rsplit(":", 1)[0]
-    if where.endswith(".py"):
-        return (judged_file(Path(where)),)
-    module = sys.modules.get(where)
-    source = getattr(module, "__file__", None)
-    return () if source is None else (judged_file(Path(source)),)
+    source = Path(where) if where.endswith(".py") else _module_file(where)
+    return () if source is None else (judged_file(source),)

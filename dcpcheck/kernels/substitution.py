@@ -43,6 +43,12 @@ class _Finder(importlib.abc.MetaPathFinder):
 _FINDER = _Finder()
 
 
+def substitutes() -> tuple[tuple[Path, Path], ...]:
+    """Every (original, replacement) in place in this process: what a worker that loads the
+    kernel for this process must put in place too (``dcpcheck.harness.isolation``)."""
+    return tuple(_SUBSTITUTES.items())
+
+
 def substitute(original: Path, replacement: Path) -> None:
     """Read ``replacement`` wherever ``original`` is loaded, from now on (module
     docstring)."""

@@ -49,6 +49,7 @@ class Campaign:
     files: list[Path]
     entries: list[Entry] = field(default_factory=list)
     interrupted: bool = False
+    error: str | None = None  # why no mutant ran (the kernel fails its own gate)
 
     @property
     def counted(self) -> list[Entry]:

@@ -70,7 +70,8 @@ def to_json(campaign: Campaign) -> str:
             "search": gate.search,
         },
         "files": [{"path": f.path, "sha256": f.sha256} for f in map(judged_file, campaign.files)],
-        "partial": campaign.interrupted,
+        "partial": campaign.interrupted or campaign.error is not None,
+        "error": campaign.error,
         "score": None if campaign.score is None else round(campaign.score, 2),
         "summary": dict(sorted(campaign.statuses().items())),
         "by_operator": {
@@ -85,11 +86,16 @@ def to_json(campaign: Campaign) -> str:
 
 def to_junit(campaign: Campaign) -> str:
     """One testcase per mutant: a survivor fails (its diff the text), a killed one passes,
-    an equivalent, not applicable or not compiled one is skipped with its reason."""
+    an equivalent, not applicable or not compiled one is skipped with its reason; a run
+    that ran none for an ``error`` has one ``baseline`` testcase, that error."""
     suite = ET.Element("testsuite", name=f"dcpcheck-mutate[{campaign.gate.kernel}]")
     counts = campaign.statuses()
-    suite.set("tests", str(len(campaign.entries)))
+    suite.set("tests", str(len(campaign.entries) + (campaign.error is not None)))
     suite.set("failures", str(counts.get(SURVIVED, 0)))
+    if campaign.error is not None:
+        suite.set("errors", "1")
+        case = ET.SubElement(suite, "testcase", classname="baseline", name="baseline")
+        ET.SubElement(case, "error", message=campaign.error)
     for entry in campaign.entries:
         case = ET.SubElement(
             suite, "testcase", classname=entry.mutant.operator, name=entry.mutant.name

@@ -47,6 +47,10 @@ INTERNAL_ERROR_CASE = "dcpcheck-internal-error"
 """The ``scenario`` of the error record a run that stopped on dcpcheck's own error gets:
 status ``error`` (counted as failed), the exception and where it was raised."""
 
+KERNEL_LOAD_CASE = "dcpcheck-kernel-load"
+"""The ``scenario`` of the one record the reports of a run whose kernel never loaded hold
+instead of its cases (:func:`kernel_load_record`)."""
+
 
 def _ignore(*_: object) -> None:
     pass
@@ -197,6 +201,14 @@ def internal_error_record(exc: BaseException) -> CaseResult:
         "error",
         error=f"dcpcheck stopped on an internal error: {type(exc).__name__}: {exc}{where}",
     )
+
+
+def kernel_load_record(status: str, message: str) -> CaseResult:
+    """A kernel that never loaded, as a case: status ``error`` when it raised while it
+    loaded (exit 125), ``crash`` or ``timeout`` when its import ended or hung the process
+    importing it (exit 1); ``message`` the one line that says so. So no case was judged,
+    and the report says why rather than hold nothing, or an earlier run's cases."""
+    return CaseResult(KERNEL_LOAD_CASE, 0, status, error=message)
 
 
 def run_session(

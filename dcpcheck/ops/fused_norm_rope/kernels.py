@@ -76,27 +76,49 @@ KERNEL_SOURCES = tuple(
 kernels), which the reports name with their SHA256 (:func:`judged_files`)."""
 
 
-def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
-    """The kernel named by ``spec``, fitted to the protocol by ``adapter`` (module docstring).
-
-    ``adapter`` is one of :data:`adapters.ADAPTER_NAMES`; registry kernels
-    follow the protocol already and accept only ``auto`` or ``native``.
-    """
+def check_spec(spec: str, adapter: str = "auto") -> None:
+    """What :func:`load_kernel` would refuse of ``spec`` under ``adapter`` before running
+    any of the kernel's code: ``KernelSpecError`` for a spec wrong in itself (an unknown
+    adapter, one that does not apply, a misspelt registry name, a file without
+    ``:function``, a release version that is no version or not published, a release cache
+    that cannot be trusted); ``KernelLoadError`` for a file that is not there or does not
+    parse, or a release that cannot be fetched. A release is fetched into the cache here,
+    checked against its wheel's RECORD. The parent of an isolated run asks this and no
+    more; its worker loads the kernel (``dcpcheck.harness.isolation``)."""
     if adapter not in adapters.ADAPTER_NAMES:
         raise KernelSpecError(
             f"unknown adapter {adapter!r} (expected {', '.join(adapters.ADAPTER_NAMES)})"
         )
-    current_backend()  # fix interpreted vs compiled before any @triton.jit is defined
     if spec in KERNELS:
         if adapter not in ("auto", "native"):
             raise KernelSpecError(
                 f"{spec}: a registry kernel follows dcpcheck's protocol; "
                 f"the {adapter} adapter does not apply"
             )
+        return
+    release = release_of(spec)
+    if release is None:
+        loading.check_callable_spec(spec, list(KERNELS))
+        return
+    if adapter not in ("auto", "vllm"):
+        raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
+    fetch_release(release.version)
+
+
+def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
+    """The kernel named by ``spec``, fitted to the protocol by ``adapter`` (module docstring),
+    once :func:`check_spec` finds nothing to refuse.
+
+    ``adapter`` is one of :data:`adapters.ADAPTER_NAMES`; registry kernels
+    follow the protocol already and accept only ``auto`` or ``native``.
+    """
+    check_spec(spec, adapter)
+    current_backend()  # fix interpreted vs compiled before any @triton.jit is defined
+    if spec in KERNELS:
         return KERNELS[spec].load()
     release = release_of(spec)
     if release is not None:
-        return _load_release(release, adapter)
+        return _load_release(release)
     target = load_callable(spec, list(KERNELS))
     try:
         return adapters.adapt(target, adapter)
@@ -104,11 +126,9 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
         raise KernelLoadError(f"{spec}: {exc}") from exc
 
 
-def _load_release(release: releases.ReleaseSpec, adapter: str) -> Kernel:
+def _load_release(release: releases.ReleaseSpec) -> Kernel:
     """A released vLLM kernel: its file from the release cache, checked against its wheel's
     RECORD just before it is imported, through vLLM's adapter like any vLLM file."""
-    if adapter not in ("auto", "vllm"):
-        raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
     path = fetch_release(release.version).path
     target = getattr(load_file(path), release.function, None)
     if target is None or not callable(target):
