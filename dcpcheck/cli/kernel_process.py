@@ -9,10 +9,9 @@ from collections.abc import Iterator
 
 import click
 
-from dcpcheck.cli.common import InputError, KernelLoadFailure, load
+from dcpcheck.cli.common import InputError, KernelLoadFailure, kernel_errors, load
 from dcpcheck.harness import sanitizer
 from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel, resolve_case_timeout
-from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.ops.fused_norm_rope.kernels import KERNELS
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest, declared_ds_mla_scale
 
@@ -93,10 +92,8 @@ def kernel_under_test(
         yield kernel
         return
     isolated = IsolatedKernel(name, adapter, backend, case_timeout, sanitizer=sanitize)
-    try:
+    with kernel_errors():
         isolated.start()
-    except KernelLoadError as exc:
-        raise KernelLoadFailure(str(exc)) from None
     try:
         yield isolated
     finally:

@@ -69,7 +69,7 @@ import torch
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, CaseResult, RunConfig
 from dcpcheck.harness import sanitizer as sanitizing
-from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
@@ -139,9 +139,11 @@ class Ready:
 
 @dataclass(frozen=True)
 class LoadFailed:
-    """The worker could not load the kernel: ``KernelLoadError``'s one line."""
+    """The worker could not load the kernel: ``KernelLoadError``'s one line, and whether it
+    was a ``KernelSpecError`` (a release cache that cannot be trusted, say: exit 2)."""
 
     message: str
+    spec_error: bool = False
 
 
 @dataclass(frozen=True)
@@ -389,7 +391,7 @@ class IsolatedKernel:
             worker.send(self.setup)
             reply = worker.receive(STARTUP_TIMEOUT_S)
             if isinstance(reply, LoadFailed):
-                raise KernelLoadError(reply.message)
+                raise (KernelSpecError if reply.spec_error else KernelLoadError)(reply.message)
             if not isinstance(reply, Ready):
                 raise WorkerLost("crash", f"unexpected answer to setup: {reply!r}")
             self.ds_mla_scale = reply.ds_mla_scale

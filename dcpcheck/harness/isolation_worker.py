@@ -33,8 +33,8 @@ from dcpcheck.harness.isolation import (
     ScenarioJob,
     TokenStreamJob,
 )
-from dcpcheck.kernels import loading
-from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.kernels import loading, releases
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
 from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
@@ -110,13 +110,15 @@ def serve(requests: Connection, replies: Connection) -> None:
     setup = requests.recv()
     torch.set_num_threads(setup.threads)
     backend = select_backend(setup.device)
-    # The parent loaded this kernel first and warned of what it had to stand in for; the
-    # worker's stderr is the same terminal, so the warning would only repeat itself.
-    logging.getLogger(loading.__name__).setLevel(logging.ERROR)
+    # The parent loaded this kernel first and warned of what it had to stand in for (and of
+    # a release its lock file does not know); the worker's stderr is the same terminal, so
+    # the warnings would only repeat themselves.
+    for warner in (loading, releases):
+        logging.getLogger(warner.__name__).setLevel(logging.ERROR)
     try:
         kernel = load_kernel(setup.kernel_name, setup.adapter)
     except KernelLoadError as exc:
-        replies.send(LoadFailed(str(exc)))
+        replies.send(LoadFailed(str(exc), isinstance(exc, KernelSpecError)))
         return
     try:
         declared = declared_ds_mla_scale(kernel)
