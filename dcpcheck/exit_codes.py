@@ -33,9 +33,10 @@ EXIT_USAGE = 2
 """Usage error or bad input, found before any work starts; a ``--kernel`` wrong in itself
 too (``dcpcheck.kernels.loading.KernelSpecError``: a name the registry does not know, a
 ``file.py`` without ``:function``, a release version that is no version or not published,
-a release cache whose file differs from its wheel's RECORD), which no revision would load:
-an error to fix, not a revision to skip (``dcpcheck bisect`` stops on it; ``git bisect
-run``, like for any code in 1-127 but 125, takes the revision as bad)."""
+a release cache whose file differs from dcpcheck's lock file or its wheel's RECORD, in
+every command and op that reads it: ``dcpcheck.kernels.releases.CacheFault``), which no
+revision would load: an error to fix, not a revision to skip (``dcpcheck bisect`` stops on
+it; ``git bisect run``, like for any code in 1-127 but 125, takes the revision as bad)."""
 
 EXIT_PEER_LOST = 3
 """One rank of a real-rank run (dcpcheck.distributed), when a collective failed because

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from dcpcheck.exit_codes import EXIT_OK, EXIT_USAGE
-from dcpcheck.kernels.loading import KernelLoadError, fetch_release
+from dcpcheck.kernels import releases
+from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_ENTRY_BYTES,
     DS_MLA_ROPE_OFFSET,
@@ -125,7 +126,7 @@ def same_indexer_cache(cpu: torch.Tensor, gpu: torch.Tensor) -> bool:
 def _release_at_hand() -> None:
     """Skip where the release is neither cached nor downloadable, as the release tests do."""
     try:
-        fetch_release(script.RELEASE)
+        releases.fetch(script.RELEASE)
     except KernelLoadError as exc:
         problem = registry_problem()
         if problem is not None:

@@ -41,7 +41,7 @@ from click.testing import CliRunner
 
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import cli
-from dcpcheck.kernels import releases
+from dcpcheck.kernels import release_lock, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
@@ -94,9 +94,17 @@ def test_versions_order_as_pip_orders_them():
     assert ordered == ["0.9.0", "0.10.0", "0.10.1rc1", "0.10.1", "0.10.1.post1", "0.10.1.1"]
 
 
+NO_LOCK = release_lock.Lock(releases.PACKAGE, releases.KEPT_MEMBERS, {})
+"""A lock file that knows no release."""
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:
+    """An empty release cache, and a lock file that knows no release: the fake wheels
+    below stand for releases the lock does not know, checked against their RECORD alone
+    (tests/test_release_lock.py checks the lock)."""
     monkeypatch.setenv("DCPCHECK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(release_lock, "shipped", lambda: NO_LOCK)
     return tmp_path / "cache"
 
 
@@ -392,6 +400,7 @@ def test_reports_name_each_judged_file_and_its_sha256(cached_release, tmp_path):
         str(json_path),
         "--junit",
         str(junit_path),
+        "--no-isolate",  # a worker would read the lock file this process's fixture empties
     )
     assert done.exit_code == 0, done.output
     sha = hashlib.sha256(cached_release.read_bytes()).hexdigest()

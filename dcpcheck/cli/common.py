@@ -369,7 +369,8 @@ def load(name: str, adapter: str = "auto") -> Kernel:
 def kernel_files(name: str) -> tuple[JudgedFile, ...]:
     """The files the loaded ``--kernel``'s code comes from, with their SHA256, for the
     reports (the fused op's ``kernels.judged_files``); a release's file is checked against
-    its wheel's RECORD once more, so one changed since the load is exit 2, as at the load."""
+    the lock file (or its wheel's RECORD) once more, so one changed since the load is exit
+    2, as at the load."""
     with kernel_errors():
         return judged_files(name)
 

@@ -1,6 +1,6 @@
 """``dcpcheck fetch``: put released vLLM kernel files into the release cache (or fetch them
-afresh), each checked against its wheel's RECORD, so a machine without network can be
-handed the cache (``$DCPCHECK_CACHE``) and judge them offline."""
+afresh), each checked against dcpcheck's lock file and its wheel's RECORD, so a machine
+without network can be handed the cache (``$DCPCHECK_CACHE``) and judge them offline."""
 
 from __future__ import annotations
 
@@ -34,9 +34,10 @@ def _version(word: str) -> str:
 def fetch_command(names: tuple[str, ...], refresh: bool) -> None:
     """Fetch released vLLM kernel files into the release cache ($DCPCHECK_CACHE, else
     ~/.cache/dcpcheck): every op's files the wheel has (dcpcheck list ops), each checked
-    against the SHA256 its wheel's RECORD gives, the wheel deleted. Prints each file and
-    its SHA256. Exit 2 for a version the package
-    index does not publish or a cache that cannot be used, 125 when a wheel cannot be had."""
+    against the SHA256 its wheel's RECORD gives and, for a release dcpcheck's lock file
+    knows, the lock's (a release it does not know is said so), the wheel deleted. Prints
+    each file and its SHA256. Exit 2 for a version the package index does not publish or a
+    cache that cannot be used, 125 when a wheel cannot be had."""
     versions = list(dict.fromkeys(_version(name) for name in names))
     for version in versions:
         try:

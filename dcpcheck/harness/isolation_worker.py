@@ -35,7 +35,7 @@ from dcpcheck.harness.isolation import (
     ScenarioJob,
     TokenStreamJob,
 )
-from dcpcheck.kernels import loading
+from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.kernels.substitution import substitute
 from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
@@ -115,8 +115,9 @@ def serve(requests: Connection, replies: Connection) -> None:
     backend = select_backend(setup.device)
     for original, replacement in setup.substitutes:
         substitute(Path(original), Path(replacement))
-    if not setup.first:  # the run's first worker warned of what it stands in for already
-        logging.getLogger(loading.__name__).setLevel(logging.ERROR)
+    if not setup.first:  # the run's first worker warned already of what it stands in for
+        for warner in (loading, releases):
+            logging.getLogger(warner.__name__).setLevel(logging.ERROR)
     replies.send(Loading())
     try:
         kernel = load_kernel(setup.kernel_name, setup.adapter)

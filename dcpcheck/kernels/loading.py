@@ -26,8 +26,16 @@ not know, ``file.py`` without ``:function``, an adapter that does not apply, a r
 version that is no version or that the package index does not publish), raises its
 subclass :class:`KernelSpecError`, which the CLI reports as bad input (exit code 2): a
 typo is then an error to fix, not a revision to skip (``dcpcheck bisect`` stops on it). So
-does a release cache that cannot be trusted (a cached file that differs from its wheel's
-RECORD) or used (not a writable folder): fixing it is the user's, not a revision's.
+does a release cache that cannot be trusted (a cached file that differs from the lock
+file or its wheel's RECORD) or used (not a writable folder): fixing it is the user's, not a
+revision's (``releases.CacheFault`` is a :class:`KernelSpecError`, whichever op's file
+it was found in).
+
+A file is compiled from the bytes read once (:func:`source_of`): a release file's are the
+bytes whose SHA256 was checked, and no bytecode cache is read or written beside any file.
+``linecache`` is given the same text, since Triton reads a ``@triton.jit`` function's
+source through ``inspect`` to compile it (and to interpret it): what it compiles is what
+was read, not the file as it may be by then.
 
 :func:`judged_file` names a file a loaded kernel's code comes from, with its SHA256, so
 every report says exactly what was judged.
@@ -44,6 +52,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import linecache
 import logging
 import os
 import sys
@@ -53,22 +62,13 @@ from types import ModuleType
 from dcpcheck.adapters import shims
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import import_probe, releases
+from dcpcheck.kernels.errors import KernelLoadError, KernelSpecError
 from dcpcheck.kernels.substitution import substituted
 
 log = logging.getLogger(__name__)
 
-
-class KernelLoadError(RuntimeError):
-    """The kernel cannot be imported, compiled or found (exit code 125)."""
-
-
 SUGGESTIONS_MAX = 3
 """Registered names an unknown name's message offers (``difflib``'s default cutoff, 0.6)."""
-
-
-class KernelSpecError(KernelLoadError):
-    """The ``--kernel`` spec (or its adapter) is wrong in itself: no revision of any file
-    would load it, so it is bad input (exit code 2), not a revision to skip (125)."""
 
 
 class UnknownKernelName(KernelSpecError):
@@ -94,29 +94,44 @@ def _module_name(path: Path) -> str:
     return f"dcpcheck_external_{path.stem}_{digest}"
 
 
-def _read_source(path: Path) -> ast.Module:
-    if not path.is_file():
-        raise KernelLoadError(f"{path}: no such kernel file")
+def source_of(path: Path) -> str:
+    """The text of the file at ``path`` that a loader compiles or reads (module docstring):
+    a release file's as its SHA256 was checked (``releases.verified_source``), any other
+    file's as read now; ``linecache`` holds the same text from then on."""
+    source = releases.verified_source(path)
+    if source is None:
+        if not path.is_file():
+            raise KernelLoadError(f"{path}: no such kernel file")
+        try:
+            source = path.read_bytes()
+        except OSError as exc:
+            raise KernelLoadError(f"{path}: cannot read: {exc.strerror}") from exc
     try:
-        source = path.read_bytes()
-    except OSError as exc:
-        raise KernelLoadError(f"{path}: cannot read: {exc.strerror}") from exc
+        text = importlib.util.decode_source(source)
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        raise KernelLoadError(f"{path}: cannot decode: {exc}") from exc
+    # No modification time: linecache.checkcache keeps the entry rather than read the file.
+    linecache.cache[str(path)] = (len(text), None, text.splitlines(keepends=True), str(path))
+    return text
+
+
+def _parsed(path: Path) -> ast.Module:
     try:
-        return ast.parse(source, filename=str(path))
+        return ast.parse(source_of(path), filename=str(path))
     except SyntaxError as exc:
         raise KernelLoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
 
 
 def load_file(path: Path) -> ModuleType:
-    """The module of the Python file at ``path``, its host project's imports answered by
-    the stand-ins where that project is not installed (module docstring)."""
+    """The module of the Python file at ``path``, compiled from :func:`source_of` (no
+    bytecode cache), its host project's imports answered by the stand-ins where that
+    project is not installed (module docstring)."""
     path = substituted(path)
-    tree = _read_source(path)
+    tree = _parsed(path)
     module_name = _module_name(path)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise KernelLoadError(f"{path}: not a loadable Python file")
-    module = importlib.util.module_from_spec(spec)
+    code = compile(tree, str(path), "exec", dont_inherit=True)
+    module = ModuleType(module_name)
+    module.__file__ = str(path)
     sys.modules[module_name] = module  # Triton and dataclasses look the module up by name
     with shims.stand_ins_for(shims.imported_modules(tree)) as stood_in:
         if stood_in:
@@ -128,7 +143,7 @@ def load_file(path: Path) -> ModuleType:
                 ", ".join(stood_in),
             )
         try:
-            spec.loader.exec_module(module)
+            exec(code, module.__dict__)
         except ImportError as exc:
             del sys.modules[module_name]
             why = shims.missing_stand_in(exc, stood_in) or f"import failed: {exc}"
@@ -276,12 +291,12 @@ def release_file_defining(
         if releases.lacks(version, member):
             continue
         try:
-            kept = fetch_release(version, member)
+            kept = releases.fetch(version, member)
         except KernelLoadError:
             if releases.lacks(version, member):  # learnt by this fetch
                 continue
             raise
-        if f"def {function}(" in kept.path.read_text(encoding="utf-8"):
+        if f"def {function}(".encode() in kept.source:
             return JudgedFile(str(kept.path), kept.sha256)
     return None
 
@@ -296,19 +311,6 @@ def canonical_spec(spec: str) -> str:
     if release is None:
         return spec
     return f"{release.name}:{release.function}" if ":" in spec else release.name
-
-
-def fetch_release(version: str, member: str = releases.KERNEL_MEMBER) -> releases.KeptFile:
-    """Release ``version``'s ``member`` (by default the fused kernel's file) from the cache
-    (fetched on first use) and checked against its wheel's RECORD: a cache fault or an
-    unknown version is bad input (:class:`KernelSpecError`), a release that cannot be
-    downloaded, or has no such file, a load error."""
-    try:
-        return releases.fetch(version, member)
-    except (releases.CacheFault, releases.UnknownRelease) as exc:
-        raise KernelSpecError(str(exc)) from None
-    except releases.ReleaseError as exc:
-        raise KernelLoadError(str(exc)) from None
 
 
 def _defined_by(node: ast.stmt) -> set[str]:
@@ -379,7 +381,7 @@ def definitions_alone(
     it lies."""
     neighbours = neighbours or {}
     path = substituted(path)
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = ast.parse(source_of(path), filename=str(path))
     imported = _imported_from(tree)
     statements = {name: node for node in tree.body for name in _defined_by(node)}
     if entry not in statements:
@@ -434,7 +436,7 @@ def check_callable_spec(spec: str, registry: list[str]) -> None:
     parse (:class:`KernelLoadError`)."""
     where, _ = _split_spec(spec, registry)
     if where.endswith(".py"):
-        _read_source(substituted(Path(where)))
+        _parsed(substituted(Path(where)))
 
 
 def load_callable(spec: str, registry: list[str]) -> object:

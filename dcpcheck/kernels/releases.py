@@ -20,6 +20,17 @@ wheel is unpacked, and again before every import (:func:`fetch`): a mismatch, a 
 record or a missing file is :class:`CacheFault`, one line naming the file and the command
 that fetches it afresh (``dcpcheck fetch --refresh vllm==X``).
 
+The record lives in the cache, so it cannot vouch for the cache on its own: the lock file
+that ships with dcpcheck (``dcpcheck.kernels.release_lock``) gives the SHA256 of every kept
+file of every release dcpcheck supports, and a release it knows is checked against it, at
+the unpacking of its wheel and before every import, whatever the cache's record says. A
+release it does not know is checked against its wheel's RECORD as kept in the cache, and
+the first load of one in a process says so (a warning on stderr).
+
+What is checked is what runs: the bytes whose SHA256 matched are kept
+(:func:`verified_source`) and the loaders compile those (``dcpcheck.kernels.loading``),
+never the cached file read again, nor a bytecode cache beside it; none is written there.
+
 Versions are normalised as pip compares them (``0.30`` is ``0.30.0``), so one release has
 one cache folder and one name in every report. A version the package index does not have
 is :class:`UnknownRelease`, naming the nearest published ones, and leaves nothing behind.
@@ -38,6 +49,7 @@ import csv
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -45,10 +57,14 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from dcpcheck.kernels import release_lock
+from dcpcheck.kernels.errors import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+
+log = logging.getLogger(__name__)
 
 PACKAGE = "vllm"
 KERNEL_MEMBER = OPS[FUSED_NORM_ROPE].wheel_members[0]
@@ -81,18 +97,19 @@ NEAREST_SHOWN = 2
 SOURCE_RECORD = "source.json"
 
 
-class ReleaseError(RuntimeError):
+class ReleaseError(KernelLoadError):
     """A release cannot be had: not cached and not downloadable, or its wheel lacks the
-    kernel file. One line; the CLI reports it as a kernel that cannot be loaded (125)."""
+    kernel file. One line; a kernel that cannot be loaded (125)."""
 
 
-class CacheFault(ReleaseError):
-    """The release cache cannot be trusted or used: a kept file that does not match its
-    wheel's RECORD, a missing record or file, or a cache folder that is not a writable
-    folder. One line; bad input (exit 2), since no revision would fix it."""
+class CacheFault(ReleaseError, KernelSpecError):
+    """The release cache cannot be trusted or used: a kept file that does not match the
+    lock file or its wheel's RECORD, a missing record or file, a record that contradicts
+    the lock file, a cache folder that is not a writable folder, or a lock file that
+    cannot be read. One line; bad input (exit 2), since no revision would fix it."""
 
 
-class UnknownRelease(ReleaseError):
+class UnknownRelease(ReleaseError, KernelSpecError):
     """A version the package index does not publish (exit 2): ``nearest`` names the
     published versions around it."""
 
@@ -120,10 +137,12 @@ class ReleaseSpec:
 
 @dataclass(frozen=True)
 class KeptFile:
-    """A file kept from a wheel: where it is cached and the SHA256 its RECORD gives."""
+    """A file kept from a wheel: where it is cached, the SHA256 the lock file (or its
+    RECORD) gives, and its bytes as read when they were found to have that SHA256."""
 
     path: Path
     sha256: str
+    source: bytes = field(repr=False, compare=False)
 
 
 def normalise(version: str) -> str:
@@ -180,9 +199,11 @@ def refetch_command(version: str) -> str:
 
 @dataclass(frozen=True)
 class SourceRecord:
-    """What ``source.json`` says: each kept member's SHA256 from the wheel's RECORD, and
-    every member the fetch looked for (those not kept are not in the wheel)."""
+    """What ``source.json`` says: the wheel's name, each kept member's SHA256 from the
+    wheel's RECORD, and every member the fetch looked for (those not kept are not in the
+    wheel)."""
 
+    wheel: str
     files: dict[str, str]
     looked_for: tuple[str, ...]
 
@@ -207,28 +228,66 @@ def _record_of(folder: Path, version: str) -> SourceRecord | None:
             else "gives no file's SHA256 from its wheel's RECORD"
         )
         raise CacheFault(f"{record}: {why}; fetch it afresh: {refetch_command(version)}") from None
-    return SourceRecord(files, tuple(looked_for))
+    return SourceRecord(str(content.get("wheel", "")), files, tuple(looked_for))
 
 
-def _sha256_of(path: Path) -> str:
+def _read(path: Path) -> bytes:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return path.read_bytes()
     except OSError as exc:
         raise CacheFault(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def lock() -> release_lock.Lock:
+    """The lock file dcpcheck ships; :class:`CacheFault` when it cannot be read."""
+    try:
+        return release_lock.shipped()
+    except release_lock.MalformedLock as exc:
+        raise CacheFault(f"dcpcheck's release lock file: {exc}; reinstall dcpcheck") from None
+
+
+_UNLOCKED_SAID: set[str] = set()
+"""The releases this process has said are not in the lock file (said once each)."""
+
+
+def _say_unlocked(version: str) -> None:
+    if version not in _UNLOCKED_SAID:
+        _UNLOCKED_SAID.add(version)
+        log.warning(
+            "%s==%s is not in dcpcheck's lock file (%s): its files are checked against "
+            "the SHA256 its wheel's RECORD gave when it was fetched, as the cache keeps it",
+            PACKAGE,
+            version,
+            release_lock.LOCK_FILE.name,
+        )
+
+
+_VERIFIED: dict[Path, bytes] = {}
+"""Each cached file's bytes as last read and found to have the SHA256 expected of them."""
+
+
+def verified_source(path: Path) -> bytes | None:
+    """The bytes of the release file at ``path`` as :func:`cached` last checked them; None
+    for a file it never checked (not a release file)."""
+    return _VERIFIED.get(path.resolve())
+
+
 def cached(version: str, member: str = KERNEL_MEMBER) -> KeptFile | None:
-    """``member`` of release ``version`` from the cache, checked against its record; None
-    when the release was never fetched (or not since ``member`` was kept).
-    :class:`CacheFault` when the cache holds the file without a record entry, the entry
-    without the file, or a file whose SHA256 differs from the one its wheel's RECORD
-    gave; :class:`ReleaseError` when the release's wheel has no such member."""
+    """``member`` of release ``version`` from the cache, checked against the lock file when
+    it knows the release, else against the cache's record of its wheel's RECORD; None when
+    the release was never fetched (or not since ``member`` was kept). :class:`CacheFault`
+    when the cache holds the file without a record entry, the entry without the file, a
+    file whose SHA256 differs from the expected one, or a record that says the wheel lacks
+    a file the lock file gives; :class:`ReleaseError` when the release's wheel has no such
+    member."""
     folder = release_dir(version)
     path = folder / member
     if folder.exists() and not folder.is_dir():
         raise CacheFault(f"{folder}: not a folder; remove it, or set DCPCHECK_CACHE elsewhere")
     record = _record_of(folder, version)
     files = {} if record is None else record.files
+    locked = lock().knows(version, member)
+    expected = lock().sha256(version, member) if locked else files.get(member)
     if member not in files:
         stray = [p for p in (path, folder / Path(member).name) if p.is_file()]
         if stray:
@@ -236,21 +295,37 @@ def cached(version: str, member: str = KERNEL_MEMBER) -> KeptFile | None:
                 f"{stray[0]}: cached without a record of its wheel's SHA256, so it cannot be "
                 f"trusted; fetch it afresh: {refetch_command(version)}"
             )
-        if record is not None and member in record.looked_for:
+        said_lacking = record is not None and member in record.looked_for
+        if locked and expected is not None and said_lacking:
+            raise CacheFault(
+                f"{folder / SOURCE_RECORD}: says {PACKAGE} {version}'s wheel has no {member}, "
+                f"which dcpcheck's lock file gives; fetch it afresh: {refetch_command(version)}"
+            )
+        if expected is None and (locked or said_lacking):
             raise ReleaseError(f"{PACKAGE}=={version}: its wheel has no {member}")
         return None  # never fetched, or fetched before this member was kept: fetch() adds it
+    if expected is None:
+        raise CacheFault(
+            f"{path}: cached, though dcpcheck's lock file says {PACKAGE} {version}'s wheel has "
+            f"no such file; fetch it afresh: {refetch_command(version)}"
+        )
     if not path.is_file():
         raise CacheFault(
             f"{path}: missing from the release cache; fetch it afresh: {refetch_command(version)}"
         )
-    actual = _sha256_of(path)
-    if actual != files[member]:
+    source = _read(path)
+    actual = hashlib.sha256(source).hexdigest()
+    if actual != expected:
+        vouching = "dcpcheck's lock file gives" if locked else "its wheel's RECORD gave"
         raise CacheFault(
-            f"{path}: SHA256 {actual[:16]}... differs from {files[member][:16]}... that "
-            f"{PACKAGE} {version}'s wheel records: the cached file was changed; fetch it "
+            f"{path}: SHA256 {actual[:16]}... differs from {expected[:16]}... that "
+            f"{vouching} for {PACKAGE} {version}: the cached file was changed; fetch it "
             f"afresh: {refetch_command(version)}"
         )
-    return KeptFile(path, actual)
+    if not locked:
+        _say_unlocked(version)
+    _VERIFIED[path.resolve()] = source
+    return KeptFile(path, actual, source)
 
 
 def published_versions() -> list[str] | None:
@@ -342,10 +417,10 @@ def record_sha256(archive: zipfile.ZipFile, member: str) -> str:
     raise ReleaseError(f"{archive.filename}: its RECORD gives no sha256 for {member}")
 
 
-def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
-    """Write the KEPT_MEMBERS the wheel has under ``into``, each checked against its RECORD,
-    and the source record; member -> sha256. A wheel with none of them is refused."""
-    kept: dict[str, str] = {}
+def _wheel_files(version: str, wheel: Path) -> dict[str, bytes]:
+    """The KEPT_MEMBERS the wheel has, member -> bytes, each checked against its RECORD. A
+    wheel with none of them is refused."""
+    kept: dict[str, bytes] = {}
     try:
         with zipfile.ZipFile(wheel) as archive:
             names = set(archive.namelist())
@@ -358,15 +433,35 @@ def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
                 if member not in names:
                     continue
                 source = archive.read(member)
-                recorded = record_sha256(archive, member)
-                if hashlib.sha256(source).hexdigest() != recorded:
+                if hashlib.sha256(source).hexdigest() != record_sha256(archive, member):
                     raise ReleaseError(f"{wheel.name}: {member} does not match its RECORD")
-                target = into / member
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(source)
-                kept[member] = recorded
+                kept[member] = source
     except zipfile.BadZipFile as exc:
         raise ReleaseError(f"{PACKAGE}=={version}: {wheel.name}: {exc}") from None
+    return kept
+
+
+def _check_against_lock(version: str, wheel: Path, files: dict[str, str]) -> None:
+    """ReleaseError when the lock file knows ``version`` and ``files`` (member -> SHA256 of
+    the wheel's RECORD) differ from what it gives: a wheel other than the one locked."""
+    for member in KEPT_MEMBERS:
+        if lock().knows(version, member) and files.get(member) != lock().sha256(version, member):
+            raise ReleaseError(
+                f"{wheel.name}: {member} differs from what dcpcheck's lock file gives for "
+                f"{PACKAGE} {version}"
+            )
+
+
+def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
+    """Write the KEPT_MEMBERS the wheel has under ``into``, each checked against its RECORD
+    and the lock file, and the source record; member -> sha256."""
+    sources = _wheel_files(version, wheel)
+    kept = {member: hashlib.sha256(source).hexdigest() for member, source in sources.items()}
+    _check_against_lock(version, wheel, kept)
+    for member, source in sources.items():
+        target = into / member
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source)
     record = {
         "package": PACKAGE,
         "version": version,
@@ -378,6 +473,40 @@ def _unpack(version: str, wheel: Path, into: Path) -> dict[str, str]:
     return kept
 
 
+def wheel_release(version: str) -> release_lock.LockedRelease:
+    """Release ``version`` as the lock file gives it, read from its wheel (downloaded into a
+    temporary folder, deleted after): the SHA256 its RECORD gives each of KEPT_MEMBERS it
+    has, each checked against the member's bytes. :class:`ReleaseError` as :func:`fetch`."""
+    with tempfile.TemporaryDirectory(prefix=f"dcpcheck-wheel-{version}-") as tmp:
+        wheel = _download_wheel(version, Path(tmp))
+        sources = _wheel_files(version, wheel)
+    files = {member: hashlib.sha256(source).hexdigest() for member, source in sources.items()}
+    return release_lock.LockedRelease(wheel.name, files)
+
+
+def recorded_release(version: str) -> release_lock.LockedRelease:
+    """Release ``version`` as the lock file gives it, read from the cache: each kept file
+    checked against its wheel's RECORD as the cache's record gives it (not against the lock
+    file). :class:`CacheFault` for a file that differs, :class:`ReleaseError` for a release
+    not cached, or cached before every one of KEPT_MEMBERS was looked for."""
+    folder = release_dir(version)
+    record = _record_of(folder, version)
+    if record is None:
+        raise ReleaseError(f"{PACKAGE}=={version}: not in the release cache ({cache_root()})")
+    unknown = [m for m in KEPT_MEMBERS if m not in record.files and m not in record.looked_for]
+    if unknown:
+        raise ReleaseError(
+            f"{folder / SOURCE_RECORD}: does not say whether the wheel has {unknown[0]}; "
+            f"fetch it afresh: {refetch_command(version)}"
+        )
+    for member, expected in record.files.items():
+        actual = hashlib.sha256(_read(folder / member)).hexdigest()
+        if actual != expected:
+            raise CacheFault(f"{folder / member}: does not match its wheel's RECORD")
+    kept = {m: record.files[m] for m in KEPT_MEMBERS if m in record.files}
+    return release_lock.LockedRelease(record.wheel, kept)
+
+
 def _cache_fault(exc: OSError) -> CacheFault:
     where = exc.filename or cache_root()
     return CacheFault(
@@ -387,8 +516,9 @@ def _cache_fault(exc: OSError) -> CacheFault:
 
 
 def fetch(version: str, member: str = KERNEL_MEMBER, *, refresh: bool = False) -> KeptFile:
-    """``member`` of release ``version`` (normalised): from the cache, checked against its
-    wheel's RECORD, else downloaded into it (module docstring). ``refresh`` downloads the
+    """``member`` of release ``version`` (normalised): from the cache, checked against the
+    lock file or its wheel's RECORD (:func:`cached`), else downloaded into it (module
+    docstring). ``refresh`` downloads the
     wheel again and replaces what the cache holds of the release.
 
     Raises :class:`CacheFault` for a cache that cannot be trusted or written,
@@ -455,7 +585,9 @@ def fetch_all(version: str, *, refresh: bool = False) -> list[KeptFile]:
 
 
 def lacks(version: str, member: str) -> bool:
-    """Whether the cached record of ``version`` says its wheel has no ``member`` (False
-    for a release never fetched: only a fetch can tell)."""
+    """Whether release ``version``'s wheel has no ``member``, as the lock file says, else
+    as the cached record says (False for a release never fetched: only a fetch can tell)."""
+    if lock().knows(version, member):
+        return lock().sha256(version, member) is None
     record = _record_of(release_dir(version), version)
     return record is not None and member in record.looked_for and member not in record.files

@@ -410,7 +410,8 @@ def check_versions(texts: Sequence[str], op: str = FUSED_NORM_ROPE) -> list[str]
     """``--releases`` as normalised versions, checked before any run: each a version, none
     twice, oldest first, and each known (its ``op`` file cached, else the version
     published by the package index, which is asked only then; a cached release without
-    the op's file is refused). :class:`BisectError`, one line, otherwise."""
+    the op's file is refused), every cached file of the op checked (a cache fault is
+    refused). :class:`BisectError`, one line, otherwise."""
     versions = []
     for text in texts:
         try:
@@ -432,10 +433,9 @@ def check_versions(texts: Sequence[str], op: str = FUSED_NORM_ROPE) -> list[str]
     members = OPS[op].wheel_members
 
     def cached(version: str) -> bool:  # any of the op's files: it moved between releases
-        return any(
-            not releases.lacks(version, m) and releases.cached(version, m) is not None
-            for m in members
-        )
+        # every file checked, so a cache fault in any is found before the first run
+        kept = [releases.cached(version, m) for m in members if not releases.lacks(version, m)]
+        return any(file is not None for file in kept)
 
     try:
         unknown = [v for v in versions if not cached(v)]

@@ -46,7 +46,7 @@ import reference  # noqa: E402
 from dcpcheck.backend import select_backend  # noqa: E402
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE  # noqa: E402
 from dcpcheck.kernels import releases  # noqa: E402
-from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError, fetch_release  # noqa: E402
+from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError  # noqa: E402
 from dcpcheck.ops.fused_norm_rope.contract import (  # noqa: E402
     CacheLayout,
     FusedOpCaches,
@@ -420,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         kernel = load_kernel(f"vllm=={RELEASE}")
-        kept = fetch_release(RELEASE)
+        kept = releases.fetch(RELEASE)
     except KernelLoadError as exc:
         print(f"{prog}: vllm=={RELEASE}: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, KernelSpecError) else EXIT_KERNEL_LOAD

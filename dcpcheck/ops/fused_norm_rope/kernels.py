@@ -24,7 +24,6 @@ from dcpcheck.kernels.loading import (
     JudgedFile,
     KernelLoadError,
     KernelSpecError,
-    fetch_release,
     judged_file,
     load_callable,
     load_file,
@@ -102,7 +101,7 @@ def check_spec(spec: str, adapter: str = "auto") -> None:
         return
     if adapter not in ("auto", "vllm"):
         raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
-    fetch_release(release.version)
+    releases.fetch(release.version)
 
 
 def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
@@ -127,9 +126,10 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
 
 
 def _load_release(release: releases.ReleaseSpec) -> Kernel:
-    """A released vLLM kernel: its file from the release cache, checked against its wheel's
-    RECORD just before it is imported, through vLLM's adapter like any vLLM file."""
-    path = fetch_release(release.version).path
+    """A released vLLM kernel: its file from the release cache, checked against the lock
+    file (or its wheel's RECORD) just before it is compiled from the bytes checked, through
+    vLLM's adapter like any vLLM file."""
+    path = releases.fetch(release.version).path
     target = getattr(load_file(path), release.function, None)
     if target is None or not callable(target):
         raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
@@ -143,12 +143,12 @@ def _load_release(release: releases.ReleaseSpec) -> Kernel:
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files ``spec``'s kernel (loaded already, by :func:`load_kernel`) comes from, and
     their SHA256 now: the project's kernel modules for a registry name
-    (:data:`KERNEL_SOURCES`), a release's cached file (checked against its wheel's RECORD
-    once more), else what ``dcpcheck.kernels.loading.spec_files`` names."""
+    (:data:`KERNEL_SOURCES`), a release's cached file (checked against the lock file or its
+    wheel's RECORD once more), else what ``dcpcheck.kernels.loading.spec_files`` names."""
     if spec in KERNELS:
         return tuple(judged_file(path) for path in KERNEL_SOURCES)
     release = release_of(spec)
     if release is not None:
-        kept = fetch_release(release.version)
+        kept = releases.fetch(release.version)
         return (JudgedFile(str(kept.path), kept.sha256),)
     return loading.spec_files(spec)

@@ -76,7 +76,7 @@ def _neighbours(version: str) -> dict[str, Path]:
 
 def _imports(path: Path, neighbours: dict[str, Path]) -> list[Path]:
     """The files of ``neighbours`` the file at ``path`` imports from."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = ast.parse(loading.source_of(path))
     modules = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
     return [file for module, file in neighbours.items() if module in modules]
 

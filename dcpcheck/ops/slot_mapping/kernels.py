@@ -67,7 +67,7 @@ def _adapted(build, *args) -> object:
 
 
 def _kept(version: str, member: str) -> Path:
-    return loading.fetch_release(version, member).path
+    return releases.fetch(version, member).path
 
 
 def _function(path: Path, name: str, where: str) -> object:
@@ -132,8 +132,9 @@ def load(spec: str) -> Routines:
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel
-    and mutant modules for a registry name, a release's cached files (checked against its
-    wheel's RECORD once more), else what ``dcpcheck.kernels.loading.spec_files`` names."""
+    and mutant modules for a registry name, a release's cached files (checked against the
+    lock file or its wheel's RECORD once more), else what
+    ``dcpcheck.kernels.loading.spec_files`` names."""
     if spec in KERNELS:
         sources = (project_kernel.__file__, mutants.__file__)
         return tuple(loading.judged_file(Path(source)) for source in sources)
@@ -141,7 +142,7 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     if release is not None:
         members = vllm.members_of(release.function, named=":" in spec)
         present = [m for m in members if not releases.lacks(release.version, m)]
-        kept = [loading.fetch_release(release.version, member) for member in present]
+        kept = [releases.fetch(release.version, member) for member in present]
         return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
     judged_here = loading.spec_files(spec)
     where = Path(spec.rsplit(":", 1)[0])

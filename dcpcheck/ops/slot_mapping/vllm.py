@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError
-from dcpcheck.kernels.loading import definitions_alone
+from dcpcheck.kernels.loading import definitions_alone, source_of
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
 
@@ -218,8 +218,7 @@ class VllmSlotMappings:
                     f"{name}: {FUNCTION} takes num_tokens, and how many rows its caller "
                     f"passes is read from the caller ({CALLER_MEMBER}), which is not there"
                 )
-            source = caller_file.read_text(encoding="utf-8")
-            self.caller = rows_the_caller_passes(source, caller_file.name)
+            self.caller = rows_the_caller_passes(source_of(caller_file), caller_file.name)
         self.kernel = kernel
         self.name = name
 
