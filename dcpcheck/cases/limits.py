@@ -4,8 +4,8 @@ A scenario file, a ``--dcp`` or ``--seed`` option and a scenario built in code a
 the same bounds (``Scenario`` checks them, so a file that asks for more is refused on one
 line by ``load_scenario``, before any buffer is allocated). They bound each value to
 something a deployment could ask of a kernel; whether a scenario within them fits in the
-memory at hand is a separate question, answered up front by
-``dcpcheck.ops.fused_norm_rope.cost``.
+memory at hand is a separate question, answered up front by each op's estimate
+(``dcpcheck.ops.<op>.cost``) against ``dcpcheck.cases.memory``'s budget.
 
 Counts bounded elsewhere: ``interleave`` must divide ``block_size``, so it is at most
 ``BLOCK_SIZE_MAX``; a request's ``prefix`` and ``new`` are at most the preset's

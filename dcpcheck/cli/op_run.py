@@ -27,6 +27,7 @@ from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     Interrupted,
+    device_for_checks,
     kernel_errors,
     open_backend,
     parse_dcp_sizes,
@@ -276,6 +277,7 @@ def run_op(ctx: click.Context) -> int:
     real_ranks = _real_ranks(op, params, dcp_sizes, search)
     paths = (params["json_path"], params["junit_path"])
     preflight.check_report_paths(*paths)
+    preflight.check_op_cost(op, scenarios, dcp_sizes, device_for_checks(params["device"]))
     home = params["home"]
     if ctx.get_parameter_source("home") is not click.core.ParameterSource.DEFAULT:
         preflight.check_home(home)
@@ -297,6 +299,7 @@ def repro_op(
         raise InputError(str(exc)) from None
     preflight.check_report_paths(json_path)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text else None
+    preflight.check_op_cost(op, [scenario], dcp_sizes, device_for_checks(device))
     err.print(f"[bold]op:[/] {op.name}")
     return run_cases(op, [scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)
 

@@ -1,21 +1,26 @@
 """What ``run`` and ``repro`` check before any work starts, each a one-line error and exit
 2 (``InputError``): report paths and directories writable, scenarios loadable and runnable
-with the ``--dcp`` / ``--seed`` given, their memory within what the device has, the
-sanitizer present. A run that passes these fails only through its kernel or a changed disk.
+with the ``--dcp`` / ``--seed`` given, their memory within what the device has (every
+op's, by its own estimate), the sanitizer present. A run that passes these fails only
+through its kernel or a changed disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from dcpcheck import files
+from dcpcheck.cases import memory
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
+from dcpcheck.ops import OpPackage
 from dcpcheck.ops.fused_norm_rope import cost
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
 
@@ -32,14 +37,34 @@ def check_sanitizer(sanitize: str | None, backend) -> None:
 
 def check_cost(scenarios: list[Scenario], config: RunConfig, device: torch.device) -> None:
     """Every scenario's peak memory against what ``device`` has free: exit 2, naming the
-    file and the key that drives the size, before any work (``spec.cost``) - before the
-    backend is even opened, so a refusal costs what a usage error costs."""
-    budget = cost.available_memory(device)
-    for scenario in scenarios:
+    file and the key that drives the size, before any work (``cost``) - before the backend
+    is even opened, so a refusal costs what a usage error costs."""
+    runs = [(scenario, config.sizes_of(scenario)) for scenario in scenarios]
+    _within_budget(runs, cost.check_cost, device, config.dcp_sizes is not None)
+
+
+def check_op_cost(
+    op: OpPackage, scenarios: list, dcp_sizes: tuple[int, ...] | None, device: torch.device
+) -> None:
+    """``check_cost`` for the scenarios of an op package, by the op's own estimate."""
+    runs = [(scenario, dcp_sizes or scenario.dcp_sizes) for scenario in scenarios]
+    _within_budget(runs, op.check_cost, device, dcp_sizes is not None)
+
+
+def _within_budget(
+    runs: list[tuple[Any, Sequence[int]]],
+    check: Callable[[Any, Sequence[int], int | None], object],
+    device: torch.device,
+    dcp_given: bool,
+) -> None:
+    """``check`` (an op's ``check_cost``) of each (scenario, DCP sizes) of ``runs`` against
+    what ``device`` has free: a refusal is exit 2, one line."""
+    budget = memory.available_memory(device)
+    for scenario, sizes in runs:
         try:
-            cost.check_cost(scenario, config.sizes_of(scenario), budget)
+            check(scenario, sizes, budget)
         except ScenarioError as exc:
-            given = " (with the --dcp given)" if config.dcp_sizes else ""
+            given = " (with the --dcp given)" if dcp_given else ""
             raise InputError(f"{exc}{given}") from None
 
 
