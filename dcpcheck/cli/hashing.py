@@ -13,6 +13,7 @@ import click
 from rich.markup import escape
 
 from dcpcheck import __version__, files
+from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
@@ -124,6 +125,14 @@ def chain_files(fused: Stage, stages: Stages) -> tuple[JudgedFile, ...]:
     return tuple(found.values())
 
 
+def check_json(json_path: Path | None, kernel_name: str, stage_texts: Sequence[str]) -> None:
+    """``--json`` writable, and none of the files the chain's kernels come from (``--kernel``
+    and every ``--stage``'s spec): exit 2, one line, before any work."""
+    preflight.check_report_paths(json_path)
+    specs = [kernel_name, *(text.partition("=")[2] for text in stage_texts)]
+    preflight.check_reports_spare_inputs([("--json", json_path)], preflight.run_inputs(specs))
+
+
 def print_chain(fused: Stage, stages: Stages) -> None:
     line = "decode chain: " + "; ".join([fused.describe(), *stages.describe()])
     out.print(line, markup=False, soft_wrap=True)
@@ -170,11 +179,7 @@ def hash_command(
     compare their SHA256 digests: exit 1 when any rank of any size differs from DCP1.
     Prints each distinct stream digest in full (64 hex digits), with the runs that gave it."""
     dcp_sizes = parse_dcp_sizes(dcp_text)
-    if json_path is not None:
-        try:
-            files.ensure_writable(json_path)
-        except files.ReportPathError as exc:
-            raise InputError(str(exc)) from None
+    check_json(json_path, kernel_name, stage_texts)
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, interleave, seed)
     fused, stages = chain_stages(kernel_name, adapter, stage_texts)

@@ -10,6 +10,7 @@ import click
 import torch
 
 from dcpcheck import files
+from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     dcp_option,
@@ -23,7 +24,7 @@ from dcpcheck.cli.common import (
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 from dcpcheck.mutation import campaign as campaigns
-from dcpcheck.mutation import report, selection
+from dcpcheck.mutation import equivalents, report, selection
 from dcpcheck.mutation.equivalents import EquivalentsError
 from dcpcheck.mutation.operators import OPERATORS
 from dcpcheck.mutation.runner import Gate, GateError
@@ -41,6 +42,19 @@ def _kernel_files(op: str, kernel: str) -> list[Path]:
     if not found:
         raise InputError(f"{kernel}: none of its files defines a @triton.jit function to mutate")
     return found
+
+
+def _check_reports(
+    gate: Gate, kernel_files: list[Path], json_path: Path | None, junit_path: Path | None
+) -> None:
+    """``--json`` and ``--junit`` writable, and none of them a file the campaign reads (a
+    kernel file, its mutants file, a scenario file of the gate): exit 2, before any
+    mutant runs."""
+    preflight.check_report_paths(json_path, junit_path)
+    inputs = [("the kernel file", path) for path in kernel_files]
+    inputs += [("the mutants file", equivalents.file_for(path)) for path in kernel_files]
+    inputs += [("the scenario file", path) for path in gate.scenario_paths()]
+    preflight.check_reports_spare_inputs([("--json", json_path), ("--junit", junit_path)], inputs)
 
 
 @click.command("mutate")
@@ -140,15 +154,6 @@ def mutate_command(
     mutants file, a gate that refuses its arguments); 125 when the kernel does not load;
     130 when interrupted, after the report of what finished."""
     kernel_files = _kernel_files(op, kernel_name)
-    try:
-        mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
-    except campaigns.MutationError as exc:
-        raise InputError(str(exc)) from None
-    if list_only:
-        for mutant in mutants:
-            out.print(mutant.name, markup=False, highlight=False)
-        out.print(f"{len(mutants)} mutant(s) of {', '.join(map(str, kernel_files))}", markup=False)
-        raise SystemExit(EXIT_OK)
     gate = Gate(
         op,
         kernel_name,
@@ -158,6 +163,16 @@ def mutate_command(
         timeout,
         scenario_dir,
     )
+    _check_reports(gate, kernel_files, json_path, junit_path)
+    try:
+        mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
+    except campaigns.MutationError as exc:
+        raise InputError(str(exc)) from None
+    if list_only:
+        for mutant in mutants:
+            out.print(mutant.name, markup=False, highlight=False)
+        out.print(f"{len(mutants)} mutant(s) of {', '.join(map(str, kernel_files))}", markup=False)
+        raise SystemExit(EXIT_OK)
     if jobs is None:
         jobs = 4 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
     done = [0]

@@ -1,5 +1,6 @@
-"""What ``run`` and ``repro`` check before any work starts, each a one-line error and exit
-2 (``InputError``): report paths and directories writable, scenarios loadable and runnable
+"""What the commands check before any work starts, each a one-line error and exit 2
+(``InputError``): report paths and directories writable and none of them an input of the
+run (the kernel file under test, a scenario file it runs), scenarios loadable and runnable
 with the ``--dcp`` / ``--seed`` given, their memory within what the device has (every
 op's, by its own estimate), the sanitizer present. A run that passes these fails only
 through its kernel or a changed disk.
@@ -8,7 +9,8 @@ through its kernel or a changed disk.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
+from dcpcheck.kernels.spec_inputs import spec_inputs
 from dcpcheck.ops import OpPackage
 from dcpcheck.ops.fused_norm_rope import cost
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
@@ -72,14 +75,41 @@ def check_report_paths(*paths: Path | None) -> None:
     """Every report path must be writable, and each its own file (a device such as
     ``/dev/null`` may take both), before any work."""
     given = [path for path in paths if path is not None]
-    files_given = [path for path in given if not files.written_in_place(path)]
-    if len({path.resolve() for path in files_given}) < len(files_given):
-        raise InputError(f"--json and --junit name the same file: {given[0]}")
     for path in given:
         try:
             files.ensure_writable(path)
         except files.ReportPathError as exc:
             raise InputError(str(exc)) from None
+    files_given = [path for path in given if not files.written_in_place(path)]
+    if len({os.path.realpath(path) for path in files_given}) < len(files_given):
+        raise InputError(f"--json and --junit name the same file: {given[0]}")
+
+
+Reports = Sequence[tuple[str, Path | None]]
+"""Report paths, each with the option that names it (``("--json", path)``; None: not
+given)."""
+
+
+def run_inputs(
+    kernel_specs: Iterable[str], scenario_files: Iterable[Path | None] = ()
+) -> list[tuple[str, Path]]:
+    """What a run reads that no report may replace, each with what it is: the files of
+    every kernel spec that can be named before loading it (``spec_inputs``) and every
+    scenario file."""
+    found = [("the kernel file", path) for spec in kernel_specs for path in spec_inputs(spec)]
+    return found + [("the scenario file", path) for path in scenario_files if path is not None]
+
+
+def check_reports_spare_inputs(reports: Reports, inputs: Sequence[tuple[str, Path]]) -> None:
+    """Exit 2, one line, for a report path that names one of ``inputs`` (``run_inputs``),
+    by name, symlink or hard link, before any work."""
+    for option, path in reports:
+        if path is None:
+            continue
+        try:
+            files.ensure_not_input(path, inputs)
+        except files.ReportPathError as exc:
+            raise InputError(f"{option} {exc}") from None
 
 
 def check_home(home: Path) -> None:

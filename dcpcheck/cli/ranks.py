@@ -18,12 +18,13 @@ from dcpcheck import files
 from dcpcheck.backend import BackendError
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import KernelError, RunConfig
-from dcpcheck.cli import common
+from dcpcheck.cli import common, preflight
 from dcpcheck.cli.hashing import (
     STAGE_OPTION,
     chain_files,
     chain_json,
     chain_stages,
+    check_json,
     hash_config,
     print_chain,
     stream_options,
@@ -144,11 +145,11 @@ def run_command(
     dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     try:
         scenarios = load_scenarios(list(patterns), scenario_dir)
-        for path in (json_path, junit_path):
-            if path is not None:
-                files.ensure_writable(path)
-    except (ScenarioError, files.ReportPathError) as exc:
+    except ScenarioError as exc:
         raise common.InputError(str(exc)) from None
+    preflight.check_report_paths(json_path, junit_path)
+    inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
+    preflight.check_reports_spare_inputs([("--json", json_path), ("--junit", junit_path)], inputs)
     config = RunConfig(
         kernel_name,
         dcp_sizes,
@@ -218,11 +219,7 @@ def hash_command(
     """`dcpcheck hash` with this process as one rank: decode attention is merged across
     the ranks by all-gather; rank 0 prints the digests."""
     dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    if json_path is not None:
-        try:
-            files.ensure_writable(json_path)
-        except files.ReportPathError as exc:
-            raise common.InputError(str(exc)) from None
+    check_json(json_path, kernel_name, stage_texts)
     with _joined(device, rank_timeout_s, progress) as group:
         distributed_sizes(dcp_sizes, group.world_size)
         stream_config = hash_config(

@@ -273,6 +273,12 @@ def run_command(
         oracle=oracle == "on",
         sanitize=sanitize,
     )
+    reports = [("--json", json_path), ("--junit", junit_path)]
+    if report_dir is not None:
+        cases = [(s.name, n) for s in scenarios for n in config.sizes_of(s)]
+        reports += [("--report-dir", p) for p in ownership_map.report_files(report_dir, cases)]
+    inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
+    preflight.check_reports_spare_inputs(reports, inputs)
     preflight.check_cost(scenarios, config, device_for_checks(device))
     backend = open_backend(device)
     announce_oracle(oracle == "on")
@@ -509,6 +515,8 @@ def repro_command(
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
     preflight.check_overrides(scenario, dcp_sizes, seed)
     preflight.check_report_paths(json_path)
+    inputs = preflight.run_inputs([kernel_name], [file])
+    preflight.check_reports_spare_inputs([("--json", json_path)], inputs)
     config = RunConfig(
         kernel_name,
         dcp_sizes,
