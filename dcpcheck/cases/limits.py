@@ -25,6 +25,11 @@ SEED_MAX = 2**32 - 1
 """Largest seed (``--seed``, a scenario's ``seed``): ``case.build_case`` derives torch
 generator seeds as ``seed * 1_000_003 + dcp_size``, which must fit in 64 bits."""
 
+TIMEOUT_MAX_S = 2_147_483.0
+"""Longest timeout an option takes, in seconds (``--case-timeout``, ``--rank-timeout``):
+the longest wait ``poll`` can be asked (2^31 - 1 milliseconds, about 24.8 days), which
+the waits they bound come down to; past it a wait overflows instead of timing out."""
+
 BLOCK_SIZE_MAX = 1024
 """Largest ``block_size``. The block sizes kernels meet are powers of two up to a few
 hundred tokens (FlashMLA's is 64; docs/dcp-contract.md draws 1 to 64), and every rank's cache

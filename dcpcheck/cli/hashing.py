@@ -42,6 +42,7 @@ from dcpcheck.e2e.token_streams import (
     STREAM_SEED,
     StreamComparison,
     StreamConfig,
+    check_sizes,
     compare_streams,
     stream_config_for,
 )
@@ -182,6 +183,7 @@ def hash_command(
     check_json(json_path, kernel_name, stage_texts)
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, interleave, seed)
+    check_chain_sizes(stream_config, dcp_sizes)
     fused, stages = chain_stages(kernel_name, adapter, stage_texts)
     judged = chain_files(fused, stages)
     chain = chain_json(fused, stages)
@@ -348,6 +350,15 @@ def _write_json(path: Path, text: str) -> None:
         files.write_atomic(path, text)
     except OSError as exc:
         raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
+def check_chain_sizes(config: StreamConfig, dcp_sizes: Sequence[int]) -> None:
+    """Exit 2, one line, for a DCP size the decode chain cannot run, before any stage is
+    loaded or any stream generated (``token_streams.check_sizes``)."""
+    try:
+        check_sizes(config, dcp_sizes)
+    except ChainError as exc:
+        raise InputError(f"the decode chain cannot run: {exc}") from None
 
 
 def hash_config(

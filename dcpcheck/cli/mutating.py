@@ -21,8 +21,10 @@ from dcpcheck.cli.common import (
     parse_dcp_sizes,
     scenario_dir_option,
     scenario_option,
+    stop_reason,
 )
-from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.mutation import campaign as campaigns
 from dcpcheck.mutation import equivalents, report, selection
 from dcpcheck.mutation.equivalents import EquivalentsError
@@ -35,10 +37,18 @@ from dcpcheck.output.console import err, out
 
 
 def _kernel_files(op: str, kernel: str) -> list[Path]:
-    """The files of ``--kernel`` that hold Triton code: what its mutants edit."""
+    """The files of ``--kernel`` that hold Triton code: what its mutants edit. One that
+    cannot be read or parsed is a kernel that does not load (exit 125)."""
     with kernel_errors():
-        judged = judged_files(kernel) if op == FUSED_NORM_ROPE else package(op).judged_files(kernel)
-    found = selection.triton_files([Path(f.path) for f in judged])
+        try:
+            judged = (
+                judged_files(kernel) if op == FUSED_NORM_ROPE else package(op).judged_files(kernel)
+            )
+            found = selection.triton_files([Path(f.path) for f in judged])
+        except OSError as exc:
+            raise KernelLoadError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+        except SyntaxError as exc:
+            raise KernelLoadError(f"{exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from None
     if not found:
         raise InputError(f"{kernel}: none of its files defines a @triton.jit function to mutate")
     return found
@@ -194,8 +204,8 @@ def mutate_command(
         raise SystemExit(EXIT_FAIL) from None
     report.print_campaign(out, found)
     report.write(found, json_path, junit_path)
-    if found.interrupted:
-        raise SystemExit(EXIT_INTERRUPTED)
+    if found.stopped is not None:
+        raise SystemExit(stop_reason(found.stopped)[1])
     if min_score is not None:
         passed = found.score is None or found.score >= min_score
     else:

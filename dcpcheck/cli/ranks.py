@@ -16,6 +16,7 @@ import click
 
 from dcpcheck import files
 from dcpcheck.backend import BackendError
+from dcpcheck.cases.limits import TIMEOUT_MAX_S
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import KernelError, RunConfig
 from dcpcheck.cli import common, preflight
@@ -24,6 +25,7 @@ from dcpcheck.cli.hashing import (
     chain_files,
     chain_json,
     chain_stages,
+    check_chain_sizes,
     check_json,
     hash_config,
     print_chain,
@@ -66,7 +68,7 @@ def _rank_options(function: Callable) -> Callable:
             click.option(
                 "--rank-timeout",
                 "rank_timeout_s",
-                type=click.FloatRange(min=1.0),
+                type=click.FloatRange(min=1.0, max=TIMEOUT_MAX_S),
                 default=DEFAULT_RANK_TIMEOUT_S,
                 show_default=True,
                 help="Seconds the run may go without any rank making progress before it is "
@@ -225,6 +227,7 @@ def hash_command(
         stream_config = hash_config(
             group.backend, layout_name, preset, prompts, steps, interleave, seed
         )
+        check_chain_sizes(stream_config, [group.world_size])
         fused, stages = chain_stages(kernel_name, adapter, stage_texts)
         kernel = _group_kernel(fused.spec, adapter if fused.spec == kernel_name else "auto")
         if group.rank == 0:

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from dcpcheck import files
+from dcpcheck.cases.limits import TIMEOUT_MAX_S
 from dcpcheck.cases.scenario_files import ScenarioError, op_of
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import op_run, preflight
@@ -180,7 +181,7 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 )
 @click.option(
     "--rank-timeout",
-    type=click.FloatRange(min=1.0),
+    type=click.FloatRange(min=1.0, max=TIMEOUT_MAX_S),
     default=None,
     metavar="SECONDS",
     help="With --launcher torchrun: seconds without progress from any rank before the run "
@@ -272,6 +273,7 @@ def run_command(
         ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
         oracle=oracle == "on",
         sanitize=sanitize,
+        case_timeout=case_timeout,
     )
     reports = [("--json", json_path), ("--junit", junit_path)]
     if report_dir is not None:
@@ -524,6 +526,7 @@ def repro_command(
         ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
         oracle=oracle == "on",
         sanitize=sanitize,
+        case_timeout=case_timeout,
     )
     preflight.check_cost([scenario], config, device_for_checks(device))
     backend = open_backend(device)
