@@ -15,7 +15,9 @@ machine's null device into a regular file):
 * a directory or a socket: refused, by :func:`ensure_writable` before any work.
 
 The ``ensure_*`` checks turn an unwritable path into a one-line usage error before a run
-spends minutes on the kernel.
+spends minutes on the kernel; :func:`ensure_not_input` refuses a report path that names
+one of the run's inputs (the kernel file under test, a scenario file it runs), which the
+report would replace.
 
 A run's directory (``--home``, ``$DCPCHECK_HOME``) holds what outlives a run: failing cases
 saved as scenario files of their op (:func:`save_failure`) and Hypothesis's writes.
@@ -30,7 +32,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +110,35 @@ def ensure_writable(path: Path) -> None:
     _probe(parent, f"{path}: directory {parent} is not writable")
 
 
+def ensure_not_input(path: Path, inputs: Iterable[tuple[str, Path]]) -> None:
+    """Fail early, with one line, if ``path`` is the same file as one of ``inputs`` (what
+    each is, and its path), by name, symlink or hard link: the report written there would
+    replace what the run reads."""
+    for what, source in inputs:
+        if _same_file(path, source):
+            raise ReportPathError(f"{path}: is {what} {source}, which the report would replace")
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    """Whether ``first`` and ``second`` name one file; False where either names none."""
+    try:
+        return os.path.samefile(first, second)
+    except (OSError, ValueError):
+        return False
+
+
 def ensure_directory_writable(directory: Path) -> None:
     """Fail early if files cannot be created under ``directory``, which need not exist yet
     (it is created on first use): its nearest existing ancestor must be a writable one."""
     existing = directory
-    while not existing.exists() and existing != existing.parent:
+    while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir():
+    try:
+        mode = os.stat(existing).st_mode
+    except OSError as exc:  # a symlink that loops, or that points nowhere
+        where = directory if existing == directory else f"{directory}: {existing}"
+        raise ReportPathError(f"{where}: {exc.strerror}") from None
+    if not stat.S_ISDIR(mode):
         raise ReportPathError(f"{directory}: {existing} is not a directory")
     _probe(existing, f"{directory}: cannot create files under {existing}")
 

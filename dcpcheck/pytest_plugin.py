@@ -411,6 +411,7 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
 def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
     """An op package's items (``dcpcheck.ops``): its scenarios (``--dcpcheck-scenario-dir``,
     else the shipped ones) at their DCP sizes, run in pytest's process, failures saved."""
+    from dcpcheck.cases import memory
     from dcpcheck.cases.scenario_files import ScenarioError
     from dcpcheck.files import default_home
     from dcpcheck.kernels import import_probe
@@ -436,6 +437,12 @@ def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
     except ScenarioError as exc:
         raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
     backend = _fix_backend(config.getoption("dcpcheck_device"))
+    budget = memory.available_memory(backend.device)
+    for scenario in scenarios:
+        try:
+            op.check_cost(scenario, dcp_sizes or scenario.dcp_sizes, budget)
+        except ScenarioError as exc:
+            raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
     try:
         with import_probe.probing():  # it runs in pytest's process (module docstring)
             kernel = op.kernel(kernel_name)
@@ -466,6 +473,7 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
 
     if config.getoption("dcpcheck_op") in packaged():
         return _op_plan(config, kernel_name, config.getoption("dcpcheck_op"))
+    from dcpcheck.cases import memory
     from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
     from dcpcheck.cases.verdicts import RunConfig
     from dcpcheck.files import default_home
@@ -488,7 +496,7 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
         oracle=config.getoption("dcpcheck_oracle") == "on",
         replay_prefix=replay_prefix(kernel_name),
     )
-    budget = cost.available_memory(backend.device)
+    budget = memory.available_memory(backend.device)
     for scenario in scenarios:
         try:
             cost.check_cost(scenario, run_config.sizes_of(scenario), budget)

@@ -19,7 +19,13 @@ import click
 import pytest
 import torch
 
-from dcpcheck.cases.limits import BLOCK_SIZE_MAX, DCP_SIZE_MAX, PADDING_MAX, SEED_MAX
+from dcpcheck.cases.limits import (
+    BLOCK_SIZE_MAX,
+    DCP_SIZE_MAX,
+    PADDING_MAX,
+    SEED_MAX,
+    TIMEOUT_MAX_S,
+)
 from dcpcheck.cli import cli, main
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios, scenario_to_toml
 
@@ -27,6 +33,33 @@ REPO = Path(__file__).parents[1]
 NAME = "decode-single-dcp4"
 VALID_SCENARIO = scenario_to_toml(load_scenarios([NAME])[0])
 VALID_KERNEL = "def fused(inputs, outputs, caches):\n    pass\n"
+
+SLOT_SCENARIO = """op = "slot-mapping"
+name = "negative"
+description = "a request with a negative prefix"
+block_sizes = [16]
+sharded = [true]
+dcp = [1, 2]
+seed = 0
+
+[[requests]]
+prefix = 37
+new = 1
+"""
+
+MERGE_SCENARIO = """op = "lse-combine"
+name = "no-rows"
+description = "a request without a query row"
+heads = 8
+head_dim = 16
+dtype = "bfloat16"
+dcp = [1, 2]
+seed = 0
+
+[[requests]]
+context = 4
+queries = 0
+"""
 
 
 def scenario_with(old: str, new: str) -> str:
@@ -138,6 +171,17 @@ BAD_INPUTS: dict[str, BadInput] = {
     "case timeout not finite": BadInput(
         ("run", "--case-timeout", "nan"), 2, "--case-timeout: must be a number of seconds > 0"
     ),
+    "case timeout past what a wait takes": BadInput(
+        ("run", "--case-timeout", "1e308"),
+        2,
+        f"--case-timeout: must be a number of seconds > 0 and at most {TIMEOUT_MAX_S:.0f}, "
+        "got 1e+308",
+    ),
+    "rank timeout past what a wait takes": BadInput(
+        ("run", "--launcher", "torchrun", "--dcp", "2", "--rank-timeout", "1e308"),
+        2,
+        "Invalid value for '--rank-timeout': 1e+308 is not in the range",
+    ),
     "case timeout without isolation": BadInput(
         ("run", "--no-isolate", "--case-timeout", "5"), 2, "--case-timeout needs --isolate"
     ),
@@ -225,6 +269,29 @@ BAD_INPUTS: dict[str, BadInput] = {
         "{tmp}/k.py:1: syntax error",
         {"k.py": "def fused(inputs,:\n"},
     ),
+    "mutate of a missing kernel file": BadInput(
+        ("mutate", "--kernel", "{tmp}/gone.py:fused", "--list"),
+        125,
+        "{tmp}/gone.py: cannot read: No such file or directory",
+    ),
+    "mutate of a kernel file with a syntax error": BadInput(
+        ("mutate", "--kernel", "{tmp}/k.py:fused", "--list"),
+        125,
+        "{tmp}/k.py:1: syntax error",
+        {"k.py": "def fused(inputs,:\n"},
+    ),
+    "slot-mapping request with a negative prefix": BadInput(
+        ("run", "--op", "slot-mapping", "--scenario-dir", "{tmp}/slots"),
+        2,
+        "{tmp}/slots/negative.toml: key 'requests[0].prefix': must be >= 0, got -1",
+        {"slots/negative.toml": SLOT_SCENARIO.replace("prefix = 37", "prefix = -1")},
+    ),
+    "lse-combine request without a query row": BadInput(
+        ("run", "--op", "lse-combine", "--scenario-dir", "{tmp}/merge"),
+        2,
+        "{tmp}/merge/no-rows.toml: key 'requests[0].queries': a request needs 1 <= queries",
+        {"merge/no-rows.toml": MERGE_SCENARIO},
+    ),
     "kernel signature fits no adapter": BadInput(
         ("run", "--kernel", "{tmp}/k.py:fused"),
         125,
@@ -284,6 +351,7 @@ IN_A_REAL_PROCESS = [
     "repro of a missing file",
     "kernel file with a syntax error",
     "an option the op does not take",
+    "mutate of a missing kernel file",
 ]
 
 

@@ -8,6 +8,7 @@ an oracle-based kernel, no Triton interpreter), so the runs are counted and boun
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -19,6 +20,7 @@ import pytest
 
 from dcpcheck.workflows import bisection
 from dcpcheck.workflows.bisection import BisectError, RunOptions, Step, Verdict, bisect, render
+from tests.conftest import registry_problem
 from tests.fixtures import kernel_history
 
 REPO = Path(__file__).parents[1]
@@ -110,8 +112,8 @@ def test_a_skipped_midpoint_is_replaced_by_a_neighbour(history, verdicts):
     assert result.first_bad.sha == commits[5]
     assert result.failing_check == "fake bad"
     tested = [s.commit.sha for s in result.steps]
-    assert tested[0] == commits[kernel_history.REVISIONS]  # the newest, first
-    assert tested[1:3] == [commits[8], commits[7]]  # midpoint skipped, then its neighbour
+    assert tested[:2] == [commits[kernel_history.REVISIONS], commits[0]]  # the ends, first
+    assert tested[2:4] == [commits[8], commits[7]]  # midpoint skipped, then its neighbour
 
 
 def test_skips_next_to_the_first_bad_commit_leave_it_undecided(history, verdicts):
@@ -123,26 +125,33 @@ def test_skips_next_to_the_first_bad_commit_leave_it_undecided(history, verdicts
     assert "skipped revisions hide the first bad commit; it is one of:" in render(result)
 
 
-def test_the_newest_revision_is_run_first_and_the_old_end_assumed(history, verdicts):
+def test_the_newest_revision_is_run_first_then_the_old_end(history, verdicts):
     repo, commits = history
     verdicts.update(_table(first_bad=kernel_history.REVISIONS, skipped=set()))
     result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
     assert result.first_bad.sha == commits[kernel_history.REVISIONS]
-    assert result.steps[0].commit.sha == commits[kernel_history.REVISIONS]
-    assert commits[0] not in [s.commit.sha for s in result.steps]  # assumed, not run
-    assert f"assumed good, not run: {commits[0]} (the old end)" in render(result)
+    newest, old_end = result.steps[:2]
+    assert newest.commit.sha == commits[kernel_history.REVISIONS]
+    assert (old_end.commit.sha, old_end.verdict, old_end.ran) == (commits[0], Verdict.GOOD, True)
+    assert not any(line.startswith("assumed") for line in render(result))
 
 
-def test_a_bad_revision_that_passes_runs_both_ends_and_says_they_do_not_differ(history, verdicts):
+@pytest.mark.parametrize(
+    ("first_bad", "both"),
+    [(kernel_history.REVISIONS + 1, "good"), (0, "bad")],
+    ids=["bad-end-passes", "good-end-fails"],
+)
+def test_ends_alike_are_both_run_and_said_not_to_differ(history, verdicts, first_bad, both):
+    """``--good`` is judged, never assumed: where it fails as ``--bad`` does (or ``--bad``
+    passes as ``--good`` does), no commit is named."""
     repo, commits = history
-    verdicts.update(_table(first_bad=kernel_history.REVISIONS + 1, skipped=set()))
+    verdicts.update(_table(first_bad=first_bad, skipped=set()))
     result = bisect(repo, KERNEL, commits[0], "HEAD", "fused", DECODE_DCP4)
     assert result.first_bad is None and result.nothing_to_find
     assert [s.commit.sha for s in result.steps] == [commits[kernel_history.REVISIONS], commits[0]]
     lines = render(result)
-    assert f"the endpoints do not differ ({commits[0]} is good, HEAD is good): nothing to find" in (
-        lines
-    )
+    said = f"the endpoints do not differ ({commits[0]} is {both}, HEAD is {both}): nothing to find"
+    assert said in lines
     assert sum(line.startswith("  ") for line in lines) == 2  # both step lines shown
     assert not any(line.startswith("assumed") for line in lines)
 
@@ -230,14 +239,62 @@ def test_an_uncached_release_with_no_index_to_ask_is_refused(release_verdicts):
         _bisect_releases("0.28.0,0.33.0")
 
 
-def test_first_fixed_names_the_release_and_the_old_end_it_assumed(release_verdicts):
+def test_first_fixed_names_the_release_after_running_both_ends(release_verdicts):
     table, _ = release_verdicts
-    table.update({"0.29.0": Verdict.BAD, "0.30.0": Verdict.GOOD, "0.31.0": Verdict.GOOD})
+    table.update({v: Verdict.BAD for v in ("0.28.0", "0.29.0")})
+    table.update({v: Verdict.GOOD for v in ("0.30.0", "0.31.0")})
     result = _bisect_releases("0.28.0,0.29.0,0.30.0,0.31.0")
     assert result.first_bad.sha == "0.30.0"
-    assert result.steps[0].commit.sha == "0.31.0"  # the newest, first
-    assert "0.28.0" not in [s.commit.sha for s in result.steps]
-    assert "assumed bad, not run: 0.28.0 (the old end)" in render(result)
+    assert [s.commit.sha for s in result.steps[:2]] == ["0.31.0", "0.28.0"]  # the newest first
+    assert "first fixed release: 0.30.0 vllm 0.30.0" in render(result)
+
+
+@pytest.mark.parametrize(
+    ("find", "verdicts", "ends"),
+    [
+        ("first-bad", "bad,bad,bad", "0.27.0 is bad, 0.29.0 is bad"),
+        ("first-fixed", "good,good,good", "0.27.0 is good, 0.29.0 is good"),
+    ],
+)
+def test_an_oldest_release_with_the_verdict_looked_for_names_none(
+    release_verdicts, find, verdicts, ends
+):
+    """``bisect --releases 0.27.0,0.28.0,0.29.0 --dcp 4`` named 0.28.0 first bad while
+    0.27.0 fails too, and ``--dcp 1 --find first-fixed`` named a release though the oldest
+    passes: the oldest is run, and the CLI exits 1 with both verdicts."""
+    from click.testing import CliRunner
+
+    from dcpcheck.cli import cli
+
+    table, _ = release_verdicts
+    versions = ["0.27.0", "0.28.0", "0.29.0"]
+    table.update(zip(versions, map(Verdict, verdicts.split(",")), strict=True))
+    done = CliRunner().invoke(cli, ["bisect", "--releases", ",".join(versions), "--find", find])
+    assert done.exit_code == 1, done.output
+    assert f"the endpoints do not differ ({ends}): nothing to find" in done.output
+    assert "release:" not in done.output and "assumed" not in done.output
+
+
+@pytest.mark.parametrize("find", list(bisection.Find))
+def test_a_release_named_was_run_and_so_was_the_one_before_it(release_verdicts, find):
+    """Over every verdict of four releases: both ends are run, and a release named has the
+    verdict looked for and the release before it, run too, the other one."""
+    table, _ = release_verdicts
+    versions = PUBLISHED[:4]
+    new = Verdict.BAD if find is bisection.Find.FIRST_BAD else Verdict.GOOD
+    old = Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    for verdicts in itertools.product(list(Verdict), repeat=len(versions)):
+        table.clear()
+        table.update(zip(versions, verdicts, strict=True))
+        result = _bisect_releases(",".join(versions), find.value)
+        seen = {step.commit.sha: step.verdict for step in result.steps if step.ran}
+        assert seen.get(versions[0]) == verdicts[0], verdicts  # both ends, run
+        assert seen.get(versions[-1]) == verdicts[-1], verdicts
+        if result.first_bad is None:
+            continue
+        named = versions.index(result.first_bad.sha)
+        assert seen[versions[named]] is new, verdicts
+        assert seen.get(versions[named - 1]) is old, verdicts
 
 
 def test_endpoints_with_the_same_verdict_run_only_the_endpoints_and_say_so(release_verdicts):
@@ -264,6 +321,32 @@ def test_the_cli_prints_the_steps_and_exits_1_when_nothing_is_found(release_verd
     assert "0.33.0 bad  vllm 0.33.0: fake" in done.output
     assert "0.28.0 bad  vllm 0.28.0: fake" in done.output
     assert "the endpoints do not differ (0.28.0 is bad, 0.33.0 is bad)" in done.output
+
+
+def test_a_real_oldest_release_that_fails_too_is_run_and_names_none(tmp_path):
+    """0.27.0 and 0.28.0 both fail decode-single-dcp4 at DCP4 (0.27.0's kernel skips every
+    output of a foreign row, as 0.28.0's does): ``bisect`` runs both, names no release and
+    exits 1."""
+    for version in ("0.27.0", "0.28.0"):
+        try:
+            bisection.releases.fetch(version)
+        except bisection.releases.ReleaseError as exc:
+            problem = registry_problem()
+            if problem is None:
+                raise
+            pytest.skip(f"vllm=={version} is not cached ({exc}) and the registry: {problem}")
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "bisect", "--releases", "0.27.0,0.28.0",
+         "--scenario", "decode-single-dcp4", "--dcp", "4", "--device", "cpu"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "  0.27.0 bad  vllm 0.27.0: decode-single-dcp4[dcp4] outputs:" in done.stdout
+    assert "the endpoints do not differ (0.27.0 is bad, 0.28.0 is bad): nothing to find" in (
+        done.stdout
+    )
+    assert "first bad release:" not in done.stdout
 
 
 def test_steps_get_absolute_paths_in_their_environment(monkeypatch, tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dcpcheck.cases import memory
 from dcpcheck.cases.dcp import Batch, Request
 from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
 from dcpcheck.ops.fused_norm_rope import case as harness_case
@@ -93,7 +94,7 @@ def test_a_whole_context_glm5_prefill_is_refused_under_24_gib(tmp_path: Path) ->
         cost.check_cost(scenario, scenario.dcp_sizes, 24 * GIB)
     message = str(raised.value)
     assert message.startswith(f"{path}: key 'requests[0].new': a run at DCP 1, 4 would hold about ")
-    assert f"{cost.format_bytes(estimate.total)} at its peak" in message
+    assert f"{memory.format_bytes(estimate.total)} at its peak" in message
     assert message.endswith("over the memory budget of 24.0 GiB")
     assert "\n" not in message
 
@@ -175,20 +176,20 @@ def test_the_estimate_is_close_to_what_build_case_allocates(name: str, dcp_size:
 
 
 def test_the_cpu_budget_is_the_available_ram() -> None:
-    budget = cost.available_memory(torch.device("cpu"))
+    budget = memory.available_memory(torch.device("cpu"))
     assert budget is not None and budget > 0
-    if cost.MEMINFO.exists():
-        fields = dict(line.split(":", 1) for line in cost.MEMINFO.read_text().splitlines())
+    if memory.MEMINFO.exists():
+        fields = dict(line.split(":", 1) for line in memory.MEMINFO.read_text().splitlines())
         assert budget <= int(fields["MemTotal"].split()[0]) * 1024
 
 
 def test_without_proc_meminfo_the_cpu_budget_comes_from_sysconf(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cost, "MEMINFO", tmp_path / "no-meminfo")
+    monkeypatch.setattr(memory, "MEMINFO", tmp_path / "no-meminfo")
     pages = {"SC_AVPHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}
     monkeypatch.setattr(os, "sysconf", pages.__getitem__)
-    assert cost.available_memory(torch.device("cpu")) == 4_096_000
+    assert memory.available_memory(torch.device("cpu")) == 4_096_000
 
 
 def test_the_cuda_budget_is_the_free_device_memory(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,15 +200,15 @@ def test_the_cuda_budget_is_the_free_device_memory(monkeypatch: pytest.MonkeyPat
         return 5 * GIB, 141 * GIB
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
-    assert cost.available_memory(torch.device("cuda", 1)) == 5 * GIB
+    assert memory.available_memory(torch.device("cuda", 1)) == 5 * GIB
     assert asked == [torch.device("cuda", 1)]
 
 
 def test_sizes_are_written_for_a_person() -> None:
-    assert cost.format_bytes(24 * GIB) == "24.0 GiB"
-    assert cost.format_bytes(int(1.25 * GIB)) == "1.2 GiB"
-    assert cost.format_bytes(300 << 20) == "300.0 MiB"
-    assert cost.format_bytes(0) == "0.0 MiB"
+    assert memory.format_bytes(24 * GIB) == "24.0 GiB"
+    assert memory.format_bytes(int(1.25 * GIB)) == "1.2 GiB"
+    assert memory.format_bytes(300 << 20) == "300.0 MiB"
+    assert memory.format_bytes(0) == "0.0 MiB"
 
 
 def test_an_oversized_run_is_refused_before_the_backend_opens(tmp_path: Path) -> None:

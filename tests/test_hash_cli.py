@@ -150,3 +150,37 @@ def test_a_raising_kernel_replaces_an_earlier_report_with_its_error(monkeypatch,
 )
 def test_rank_lists_collapse_runs_of_ranks(ranks: list[int], text: str) -> None:
     assert _rank_list(ranks) == text
+
+
+def test_a_dcp_size_the_merge_cannot_share_is_refused_before_any_work(monkeypatch, capsys):
+    """``hash --dcp 1,3`` was refused only once the DCP1 streams were generated (10-17 s):
+    it is exit 2 before any stage is loaded or any stream generated."""
+    from dcpcheck.cli import hashing
+    from dcpcheck.e2e import token_streams
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the DCP sizes were checked")
+
+    monkeypatch.setattr(hashing, "chain_stages", no_work)
+    monkeypatch.setattr(token_streams, "_generate", no_work)
+    code, _, err = run_hash(monkeypatch, capsys, "--dcp", "1,3", *SMALL)
+    assert code == 2, err
+    assert err.strip().splitlines()[-1] == (
+        "dcpcheck: error: the decode chain cannot run: merge: the reduce-scatter shares the "
+        "model's 8 heads among the ranks; DCP 3 does not divide them"
+    )
+
+
+def test_comparing_streams_checks_every_size_before_the_dcp1_streams(monkeypatch, device):
+    """The run's token-stream case asks ``compare_streams`` too: a size it cannot run is
+    found before the DCP1 streams are generated."""
+    from dcpcheck.e2e import token_streams
+    from dcpcheck.e2e.chain import ChainError
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("a stream was generated before the DCP sizes were checked")
+
+    monkeypatch.setattr(token_streams, "_generate", no_work)
+    config = token_streams.StreamConfig(prompts=2, max_prompt_length=8, steps=3)
+    with pytest.raises(ChainError, match="DCP 6 does not divide them"):
+        token_streams.compare_streams(lambda *args: None, config, [2, 6], device)

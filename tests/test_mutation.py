@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -330,3 +331,30 @@ def test_the_search_pass_kills_what_the_named_scenario_lets_through(tmp_path):
 def test_a_gate_that_refuses_its_arguments_stops_the_run_never_a_kill():
     with pytest.raises(runner.GateError, match="refused its arguments: dcpcheck: error: bad"):
         runner.classify("m", 2, None, "dcpcheck: error: bad\n")
+
+
+def test_sigterm_ends_a_campaign_with_143_and_its_partial_report(tmp_path):
+    """SIGTERM (a CI job's timeout) ended ``mutate`` with 130, Ctrl-C's code; every other
+    command exits 143 on it. The signal lands while the mutants run (the first has been
+    judged, three are left, one at a time)."""
+    report = tmp_path / "mutants.json"
+    command = [
+        sys.executable, "-m", "dcpcheck", "mutate", "--op", "slot-mapping", "--scenario",
+        "decode-single", "--dcp", "2", "--jobs", "1", "--limit", "4", "--json", str(report),
+        "--home", str(tmp_path / "home"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    seen = []
+    for line in proc.stderr:  # one progress line per mutant judged
+        seen.append(line)
+        if line.startswith("[1/4]"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=300)
+    assert proc.returncode == 143, "".join(seen) + rest
+    assert "Traceback" not in rest
+    document = json.loads(report.read_text())
+    assert document["partial"] is True
+    assert 1 <= len(document["mutants"]) < 4

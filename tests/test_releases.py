@@ -244,6 +244,27 @@ def test_a_cache_that_cannot_be_trusted_is_refused_before_any_import(cached_rele
     assert not hasattr(builtins, TAMPERED)  # nothing of the file ran
 
 
+def test_a_source_record_that_is_a_fifo_is_refused_not_read(cached_release):
+    """A FIFO as ``source.json`` hung every command that read it (a read waits for a
+    writer): it is a cache fault, one line, exit 2, and never opened. The command runs in
+    its own process, so a read that blocks ends in the timeout rather than the suite."""
+    record = cached_release.parents[4] / "source.json"
+    record.unlink()
+    os.mkfifo(record)
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "fetch", "vllm==0.29.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"dcpcheck: error: {record}: not a regular file; fetch it afresh: "
+        "dcpcheck fetch --refresh vllm==0.29.0"
+    ]
+
+
 def test_a_changed_cached_file_is_exit_2_naming_it_and_the_refetch(cached_release):
     _changed(cached_release)
     done = invoke(

@@ -283,3 +283,15 @@ def test_a_case_the_kernel_cannot_run_here_is_not_applicable_not_passed(tmp_path
     result = invoke("run", *args, "--dcp", "1", "--no-tokens")
     assert "1 passed, 0 failed, 0 error(s), 1 not applicable" in result.output
     assert f"N/A nvfp4-ds-mla-cache[dcp1]: {reason}" in result.output
+
+
+def test_a_replay_repeats_the_case_timeout(tmp_path):
+    """A case judged under ``--case-timeout`` is replayed under it: its replay line dropped
+    it, so a case that timed out within it could pass the default's 300 s."""
+    code, report = run_json(
+        tmp_path, "--kernel", "regress/pre-54908", "--case-timeout", "120.5",
+        "--scenario", "decode-single-dcp4", "--dcp", "4", "--no-tokens",
+    )  # fmt: skip
+    assert code == 1
+    [failed] = [c for c in report["cases"] if c["status"] == "fail"]
+    assert failed["replay"].endswith(" --case-timeout 120.5"), failed["replay"]

@@ -4,8 +4,8 @@ A scenario file, a ``--dcp`` or ``--seed`` option and a scenario built in code a
 the same bounds (``Scenario`` checks them, so a file that asks for more is refused on one
 line by ``load_scenario``, before any buffer is allocated). They bound each value to
 something a deployment could ask of a kernel; whether a scenario within them fits in the
-memory at hand is a separate question, answered up front by
-``dcpcheck.ops.fused_norm_rope.cost``.
+memory at hand is a separate question, answered up front by each op's estimate
+(``dcpcheck.ops.<op>.cost``) against ``dcpcheck.cases.memory``'s budget.
 
 Counts bounded elsewhere: ``interleave`` must divide ``block_size``, so it is at most
 ``BLOCK_SIZE_MAX``; a request's ``prefix`` and ``new`` are at most the preset's
@@ -24,6 +24,11 @@ are a node or two (8-16 ranks)."""
 SEED_MAX = 2**32 - 1
 """Largest seed (``--seed``, a scenario's ``seed``): ``case.build_case`` derives torch
 generator seeds as ``seed * 1_000_003 + dcp_size``, which must fit in 64 bits."""
+
+TIMEOUT_MAX_S = 2_147_483.0
+"""Longest timeout an option takes, in seconds (``--case-timeout``, ``--rank-timeout``):
+the longest wait ``poll`` can be asked (2^31 - 1 milliseconds, about 24.8 days), which
+the waits they bound come down to; past it a wait overflows instead of timing out."""
 
 BLOCK_SIZE_MAX = 1024
 """Largest ``block_size``. The block sizes kernels meet are powers of two up to a few

@@ -37,6 +37,12 @@ def display_path(path: Path) -> str:
     )
 
 
+def where_of(source: Path | None, name: str) -> str:
+    """How a message names a scenario: its file as the user would type it, else its name
+    (a scenario built in code)."""
+    return display_path(source) if source is not None else f"scenario {name!r}"
+
+
 def scenario_files(patterns: Sequence[str], root: Path, kind: str = "scenario") -> list[Path]:
     """The ``*.toml`` files under ``root`` whose stems match any of ``patterns`` (all with
     none), sorted by stem; a pattern matching none is a ``ScenarioError`` naming ``kind``."""

@@ -96,6 +96,7 @@ class RunConfig:
     ds_mla_scale: enum.Enum | None = None
     oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
     sanitize: str | None = None  # --sanitize TOOL: every case's kernel under compute-sanitizer
+    case_timeout: float | None = None  # --case-timeout SECONDS, as given (None: not given)
     # Put before every printed replay command: what that command's environment needs (the
     # pytest plugin's "PYTHONPATH=src " for a kernel imported from a directory a fresh
     # process would not search).
@@ -109,12 +110,14 @@ class RunConfig:
     @property
     def kernel_options(self) -> str:
         """``--kernel`` (shell-quoted: a file path may hold spaces) and every option that
-        changes what a case demands of it, as a replay must repeat them."""
+        changes what a case demands of it (how long it may take too), as a replay must
+        repeat them."""
         options = f" --kernel {shlex.quote(self.kernel_name)}"
         if self.ds_mla_scale is not None:
             options += f" --ds-mla-scale {self.ds_mla_scale.value}"
         options += self.oracle_flag
-        return options + (f" --sanitize {self.sanitize}" if self.sanitize else "")
+        options += f" --sanitize {self.sanitize}" if self.sanitize else ""
+        return options + (f" --case-timeout {self.case_timeout!r}" if self.case_timeout else "")
 
     @property
     def token_stream_dcp(self) -> int:

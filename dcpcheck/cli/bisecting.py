@@ -52,9 +52,9 @@ from dcpcheck.workflows import bisection
     type=click.Choice([f.value for f in bisection.Find]),
     default=bisection.Find.FIRST_BAD.value,
     show_default=True,
-    help="With --releases: the first release that fails (the oldest is taken to pass), or "
-    "the first that passes (the oldest is taken to fail), like git bisect's "
-    "--term-old/--term-new.",
+    help="With --releases: the first release that fails (the oldest must pass), or the "
+    "first that passes (the oldest must fail), like git bisect's --term-old/--term-new. "
+    "Both ends are run first.",
 )
 @click.option(
     "--scenario",
@@ -106,8 +106,10 @@ def bisect_command(
     timeout_s,
 ) -> None:
     """Find the first commit that broke a kernel file: walk its history with `git show`
-    (no checkout, no rebuild), run the checks at each midpoint in a fresh process,
-    and skip revisions that do not load. Exit 0 when the first bad commit is named.
+    (no checkout, no rebuild), run the checks at both ends and then at each midpoint in a
+    fresh process, and skip revisions that do not load. Exit 0 when the first bad commit
+    is named; 1 when the ends do not differ as --good and --bad say, or skipped revisions
+    hide it.
 
     With --releases, bisect published vLLM releases instead (--find first-fixed names the
     release that fixed a failure)."""

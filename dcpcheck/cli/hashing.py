@@ -13,6 +13,7 @@ import click
 from rich.markup import escape
 
 from dcpcheck import __version__, files
+from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
@@ -42,6 +43,7 @@ from dcpcheck.e2e.token_streams import (
     STREAM_SEED,
     StreamComparison,
     StreamConfig,
+    check_sizes,
     compare_streams,
     stream_config_for,
 )
@@ -125,6 +127,14 @@ def chain_files(fused: Stage, stages: Stages) -> tuple[JudgedFile, ...]:
     return tuple(found.values())
 
 
+def check_json(json_path: Path | None, kernel_name: str, stage_texts: Sequence[str]) -> None:
+    """``--json`` writable, and none of the files the chain's kernels come from (``--kernel``
+    and every ``--stage``'s spec): exit 2, one line, before any work."""
+    preflight.check_report_paths(json_path)
+    specs = [kernel_name, *(text.partition("=")[2] for text in stage_texts)]
+    preflight.check_reports_spare_inputs([("--json", json_path)], preflight.run_inputs(specs))
+
+
 def print_chain(fused: Stage, stages: Stages) -> None:
     line = "decode chain: " + "; ".join([fused.describe(), *stages.describe()])
     out.print(line, markup=False, soft_wrap=True)
@@ -171,13 +181,10 @@ def hash_command(
     compare their SHA256 digests: exit 1 when any rank of any size differs from DCP1.
     Prints each distinct stream digest in full (64 hex digits), with the runs that gave it."""
     dcp_sizes = parse_dcp_sizes(dcp_text)
-    if json_path is not None:
-        try:
-            files.ensure_writable(json_path)
-        except files.ReportPathError as exc:
-            raise InputError(str(exc)) from None
+    check_json(json_path, kernel_name, stage_texts)
     backend = open_backend(device)
     stream_config = hash_config(backend, layout_name, preset, prompts, steps, interleave, seed)
+    check_chain_sizes(stream_config, dcp_sizes)
     backend_name = "interpreter" if backend.interpreted else "cuda"
 
     def failed(message: str, judged: tuple[JudgedFile, ...] = (), chain: dict | None = None):
@@ -356,6 +363,15 @@ def _write_json(path: Path, text: str) -> None:
         files.write_atomic(path, text)
     except OSError as exc:
         raise InputError(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
+def check_chain_sizes(config: StreamConfig, dcp_sizes: Sequence[int]) -> None:
+    """Exit 2, one line, for a DCP size the decode chain cannot run, before any stage is
+    loaded or any stream generated (``token_streams.check_sizes``)."""
+    try:
+        check_sizes(config, dcp_sizes)
+    except ChainError as exc:
+        raise InputError(f"the decode chain cannot run: {exc}") from None
 
 
 def hash_config(

@@ -10,6 +10,7 @@ import click
 import torch
 
 from dcpcheck import files
+from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
     InputError,
     dcp_option,
@@ -20,10 +21,12 @@ from dcpcheck.cli.common import (
     parse_dcp_sizes,
     scenario_dir_option,
     scenario_option,
+    stop_reason,
 )
-from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
+from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.mutation import campaign as campaigns
-from dcpcheck.mutation import report, selection
+from dcpcheck.mutation import equivalents, report, selection
 from dcpcheck.mutation.equivalents import EquivalentsError
 from dcpcheck.mutation.operators import OPERATORS
 from dcpcheck.mutation.runner import Gate, GateError
@@ -34,13 +37,34 @@ from dcpcheck.output.console import err, out
 
 
 def _kernel_files(op: str, kernel: str) -> list[Path]:
-    """The files of ``--kernel`` that hold Triton code: what its mutants edit."""
+    """The files of ``--kernel`` that hold Triton code: what its mutants edit. One that
+    cannot be read or parsed is a kernel that does not load (exit 125)."""
     with kernel_errors():
-        judged = judged_files(kernel) if op == FUSED_NORM_ROPE else package(op).judged_files(kernel)
-    found = selection.triton_files([Path(f.path) for f in judged])
+        try:
+            judged = (
+                judged_files(kernel) if op == FUSED_NORM_ROPE else package(op).judged_files(kernel)
+            )
+            found = selection.triton_files([Path(f.path) for f in judged])
+        except OSError as exc:
+            raise KernelLoadError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+        except SyntaxError as exc:
+            raise KernelLoadError(f"{exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from None
     if not found:
         raise InputError(f"{kernel}: none of its files defines a @triton.jit function to mutate")
     return found
+
+
+def _check_reports(
+    gate: Gate, kernel_files: list[Path], json_path: Path | None, junit_path: Path | None
+) -> None:
+    """``--json`` and ``--junit`` writable, and none of them a file the campaign reads (a
+    kernel file, its mutants file, a scenario file of the gate): exit 2, before any
+    mutant runs."""
+    preflight.check_report_paths(json_path, junit_path)
+    inputs = [("the kernel file", path) for path in kernel_files]
+    inputs += [("the mutants file", equivalents.file_for(path)) for path in kernel_files]
+    inputs += [("the scenario file", path) for path in gate.scenario_paths()]
+    preflight.check_reports_spare_inputs([("--json", json_path), ("--junit", junit_path)], inputs)
 
 
 @click.command("mutate")
@@ -139,17 +163,8 @@ def mutate_command(
     when one does, when none was judged (every one explained in the mutants file or not
     compiled: no score), or when the kernel fails its own gate; 2 for bad input (a pattern
     no mutant matches, a bad mutants file, a gate that refuses its arguments); 125 when
-    the kernel does not load; 130 when interrupted, after the report of what finished."""
+    the kernel does not load; 130 on Ctrl-C and 143 on SIGTERM, after the report of what finished."""
     kernel_files = _kernel_files(op, kernel_name)
-    try:
-        mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
-    except campaigns.MutationError as exc:
-        raise InputError(str(exc)) from None
-    if list_only:
-        for mutant in mutants:
-            out.print(mutant.name, markup=False, highlight=False)
-        out.print(f"{len(mutants)} mutant(s) of {', '.join(map(str, kernel_files))}", markup=False)
-        raise SystemExit(EXIT_OK)
     gate = Gate(
         op,
         kernel_name,
@@ -159,6 +174,16 @@ def mutate_command(
         timeout,
         scenario_dir,
     )
+    _check_reports(gate, kernel_files, json_path, junit_path)
+    try:
+        mutants = campaigns.plan(kernel_files, mutant_patterns, limit, operators)
+    except campaigns.MutationError as exc:
+        raise InputError(str(exc)) from None
+    if list_only:
+        for mutant in mutants:
+            out.print(mutant.name, markup=False, highlight=False)
+        out.print(f"{len(mutants)} mutant(s) of {', '.join(map(str, kernel_files))}", markup=False)
+        raise SystemExit(EXIT_OK)
     if jobs is None:
         jobs = 4 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
     done = [0]
@@ -181,8 +206,8 @@ def mutate_command(
         raise SystemExit(EXIT_FAIL) from None
     report.print_campaign(out, found)
     report.write(found, json_path, junit_path)
-    if found.interrupted:
-        raise SystemExit(EXIT_INTERRUPTED)
+    if found.stopped is not None:
+        raise SystemExit(stop_reason(found.stopped)[1])
     if found.score is None:
         err.print(
             f"dcpcheck: error: no mutant was judged: each of the {len(found.entries)} is "

@@ -29,6 +29,7 @@ from dcpcheck.cli.common import (
     Interrupted,
     KernelFailed,
     KernelLoadFailure,
+    device_for_checks,
     kept_reports,
     kernel_errors,
     open_backend,
@@ -295,6 +296,10 @@ def run_op(ctx: click.Context) -> int:
     real_ranks = _real_ranks(op, params, dcp_sizes, search)
     paths = (params["json_path"], params["junit_path"])
     preflight.check_report_paths(*paths)
+    inputs = preflight.run_inputs([params["kernel_name"]], [s.source for s in scenarios])
+    reports = [("--json", params["json_path"]), ("--junit", params["junit_path"])]
+    preflight.check_reports_spare_inputs(reports, inputs)
+    preflight.check_op_cost(op, scenarios, dcp_sizes, device_for_checks(params["device"]))
     home = params["home"]
     if ctx.get_parameter_source("home") is not click.core.ParameterSource.DEFAULT:
         preflight.check_home(home)
@@ -315,7 +320,10 @@ def repro_op(
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     preflight.check_report_paths(json_path)
+    inputs = preflight.run_inputs([kernel_name], [file])
+    preflight.check_reports_spare_inputs([("--json", json_path)], inputs)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text else None
+    preflight.check_op_cost(op, [scenario], dcp_sizes, device_for_checks(device))
     err.print(f"[bold]op:[/] {op.name}")
     return run_cases(op, [scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)
 

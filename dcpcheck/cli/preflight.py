@@ -1,21 +1,29 @@
-"""What ``run`` and ``repro`` check before any work starts, each a one-line error and exit
-2 (``InputError``): report paths and directories writable, scenarios loadable and runnable
-with the ``--dcp`` / ``--seed`` given, their memory within what the device has, the
-sanitizer present. A run that passes these fails only through its kernel or a changed disk.
+"""What the commands check before any work starts, each a one-line error and exit 2
+(``InputError``): report paths and directories writable and none of them an input of the
+run (the kernel file under test, a scenario file it runs), scenarios loadable and runnable
+with the ``--dcp`` / ``--seed`` given, their memory within what the device has (every
+op's, by its own estimate), the sanitizer present. A run that passes these fails only
+through its kernel or a changed disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from dcpcheck import files
+from dcpcheck.cases import memory
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
+from dcpcheck.kernels.spec_inputs import spec_inputs
+from dcpcheck.ops import OpPackage
 from dcpcheck.ops.fused_norm_rope import cost
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
 
@@ -32,14 +40,34 @@ def check_sanitizer(sanitize: str | None, backend) -> None:
 
 def check_cost(scenarios: list[Scenario], config: RunConfig, device: torch.device) -> None:
     """Every scenario's peak memory against what ``device`` has free: exit 2, naming the
-    file and the key that drives the size, before any work (``spec.cost``) - before the
-    backend is even opened, so a refusal costs what a usage error costs."""
-    budget = cost.available_memory(device)
-    for scenario in scenarios:
+    file and the key that drives the size, before any work (``cost``) - before the backend
+    is even opened, so a refusal costs what a usage error costs."""
+    runs = [(scenario, config.sizes_of(scenario)) for scenario in scenarios]
+    _within_budget(runs, cost.check_cost, device, config.dcp_sizes is not None)
+
+
+def check_op_cost(
+    op: OpPackage, scenarios: list, dcp_sizes: tuple[int, ...] | None, device: torch.device
+) -> None:
+    """``check_cost`` for the scenarios of an op package, by the op's own estimate."""
+    runs = [(scenario, dcp_sizes or scenario.dcp_sizes) for scenario in scenarios]
+    _within_budget(runs, op.check_cost, device, dcp_sizes is not None)
+
+
+def _within_budget(
+    runs: list[tuple[Any, Sequence[int]]],
+    check: Callable[[Any, Sequence[int], int | None], object],
+    device: torch.device,
+    dcp_given: bool,
+) -> None:
+    """``check`` (an op's ``check_cost``) of each (scenario, DCP sizes) of ``runs`` against
+    what ``device`` has free: a refusal is exit 2, one line."""
+    budget = memory.available_memory(device)
+    for scenario, sizes in runs:
         try:
-            cost.check_cost(scenario, config.sizes_of(scenario), budget)
+            check(scenario, sizes, budget)
         except ScenarioError as exc:
-            given = " (with the --dcp given)" if config.dcp_sizes else ""
+            given = " (with the --dcp given)" if dcp_given else ""
             raise InputError(f"{exc}{given}") from None
 
 
@@ -47,14 +75,41 @@ def check_report_paths(*paths: Path | None) -> None:
     """Every report path must be writable, and each its own file (a device such as
     ``/dev/null`` may take both), before any work."""
     given = [path for path in paths if path is not None]
-    files_given = [path for path in given if not files.written_in_place(path)]
-    if len({path.resolve() for path in files_given}) < len(files_given):
-        raise InputError(f"--json and --junit name the same file: {given[0]}")
     for path in given:
         try:
             files.ensure_writable(path)
         except files.ReportPathError as exc:
             raise InputError(str(exc)) from None
+    files_given = [path for path in given if not files.written_in_place(path)]
+    if len({os.path.realpath(path) for path in files_given}) < len(files_given):
+        raise InputError(f"--json and --junit name the same file: {given[0]}")
+
+
+Reports = Sequence[tuple[str, Path | None]]
+"""Report paths, each with the option that names it (``("--json", path)``; None: not
+given)."""
+
+
+def run_inputs(
+    kernel_specs: Iterable[str], scenario_files: Iterable[Path | None] = ()
+) -> list[tuple[str, Path]]:
+    """What a run reads that no report may replace, each with what it is: the files of
+    every kernel spec that can be named before loading it (``spec_inputs``) and every
+    scenario file."""
+    found = [("the kernel file", path) for spec in kernel_specs for path in spec_inputs(spec)]
+    return found + [("the scenario file", path) for path in scenario_files if path is not None]
+
+
+def check_reports_spare_inputs(reports: Reports, inputs: Sequence[tuple[str, Path]]) -> None:
+    """Exit 2, one line, for a report path that names one of ``inputs`` (``run_inputs``),
+    by name, symlink or hard link, before any work."""
+    for option, path in reports:
+        if path is None:
+            continue
+        try:
+            files.ensure_not_input(path, inputs)
+        except files.ReportPathError as exc:
+            raise InputError(f"{option} {exc}") from None
 
 
 def check_home(home: Path) -> None:

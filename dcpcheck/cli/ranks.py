@@ -16,14 +16,17 @@ import click
 
 from dcpcheck import files
 from dcpcheck.backend import BackendError
+from dcpcheck.cases.limits import TIMEOUT_MAX_S
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import KernelError, RunConfig
-from dcpcheck.cli import common
+from dcpcheck.cli import common, preflight
 from dcpcheck.cli.hashing import (
     STAGE_OPTION,
     chain_files,
     chain_json,
     chain_stages,
+    check_chain_sizes,
+    check_json,
     hash_config,
     print_chain,
     stream_options,
@@ -65,7 +68,7 @@ def _rank_options(function: Callable) -> Callable:
             click.option(
                 "--rank-timeout",
                 "rank_timeout_s",
-                type=click.FloatRange(min=1.0),
+                type=click.FloatRange(min=1.0, max=TIMEOUT_MAX_S),
                 default=DEFAULT_RANK_TIMEOUT_S,
                 show_default=True,
                 help="Seconds the run may go without any rank making progress before it is "
@@ -144,11 +147,11 @@ def run_command(
     dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     try:
         scenarios = load_scenarios(list(patterns), scenario_dir)
-        for path in (json_path, junit_path):
-            if path is not None:
-                files.ensure_writable(path)
-    except (ScenarioError, files.ReportPathError) as exc:
+    except ScenarioError as exc:
         raise common.InputError(str(exc)) from None
+    preflight.check_report_paths(json_path, junit_path)
+    inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
+    preflight.check_reports_spare_inputs([("--json", json_path), ("--junit", junit_path)], inputs)
     config = RunConfig(
         kernel_name,
         dcp_sizes,
@@ -219,16 +222,13 @@ def hash_command(
     """`dcpcheck hash` with this process as one rank: decode attention is merged across
     the ranks by all-gather; rank 0 prints the digests."""
     dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    if json_path is not None:
-        try:
-            files.ensure_writable(json_path)
-        except files.ReportPathError as exc:
-            raise common.InputError(str(exc)) from None
+    check_json(json_path, kernel_name, stage_texts)
     with _joined(device, rank_timeout_s, progress) as group:
         distributed_sizes(dcp_sizes, group.world_size)
         stream_config = hash_config(
             group.backend, layout_name, preset, prompts, steps, interleave, seed
         )
+        check_chain_sizes(stream_config, [group.world_size])
         fused, stages = chain_stages(kernel_name, adapter, stage_texts)
         kernel = _group_kernel(fused.spec, adapter if fused.spec == kernel_name else "auto")
         if group.rank == 0:

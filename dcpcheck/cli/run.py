@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from dcpcheck import files
+from dcpcheck.cases.limits import TIMEOUT_MAX_S
 from dcpcheck.cases.scenario_files import ScenarioError, op_of
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import op_run, preflight
@@ -190,7 +191,7 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 )
 @click.option(
     "--rank-timeout",
-    type=click.FloatRange(min=1.0),
+    type=click.FloatRange(min=1.0, max=TIMEOUT_MAX_S),
     default=None,
     metavar="SECONDS",
     help="With --launcher torchrun: seconds without progress from any rank before the run "
@@ -282,7 +283,14 @@ def run_command(
         ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
         oracle=oracle == "on",
         sanitize=sanitize,
+        case_timeout=case_timeout,
     )
+    reports = [("--json", json_path), ("--junit", junit_path)]
+    if report_dir is not None:
+        cases = [(s.name, n) for s in scenarios for n in config.sizes_of(s)]
+        reports += [("--report-dir", p) for p in ownership_map.report_files(report_dir, cases)]
+    inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
+    preflight.check_reports_spare_inputs(reports, inputs)
     preflight.check_cost(scenarios, config, device_for_checks(device))
     backend = open_backend(device)
     announce_oracle(oracle == "on")
@@ -524,6 +532,8 @@ def repro_command(
         raise InputError(f"{file}: cannot read: {exc.strerror}") from None
     preflight.check_overrides(scenario, dcp_sizes, seed)
     preflight.check_report_paths(json_path)
+    inputs = preflight.run_inputs([kernel_name], [file])
+    preflight.check_reports_spare_inputs([("--json", json_path)], inputs)
     config = RunConfig(
         kernel_name,
         dcp_sizes,
@@ -531,6 +541,7 @@ def repro_command(
         ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
         oracle=oracle == "on",
         sanitize=sanitize,
+        case_timeout=case_timeout,
     )
     preflight.check_cost([scenario], config, device_for_checks(device))
     backend = open_backend(device)

@@ -61,6 +61,16 @@ class ChainError(RuntimeError):
     """A stage's kernel cannot run a step of the chain (one line: the stage and why)."""
 
 
+def check_heads_shared(heads: int, dcp_size: int) -> None:
+    """``ChainError`` unless ``dcp_size`` ranks can share the model's ``heads``: the
+    merge's reduce-scatter gives each rank an equal share of them."""
+    if heads % dcp_size:
+        raise ChainError(
+            f"merge: the reduce-scatter shares the model's {heads} heads among the ranks; "
+            f"DCP {dcp_size} does not divide them"
+        )
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage's kernel and where it came from."""
@@ -111,12 +121,7 @@ class Stages:
         the attention and the merge (module docstring; ``mla_model.DecodeChain``)."""
         if step.block_table is None or step.local_seq_lens is None:
             raise ChainError("a decode step without the chain's block table and lengths")
-        heads = queries[0].shape[1]
-        if heads % step.dcp_size:
-            raise ChainError(
-                f"merge: the reduce-scatter shares the model's {heads} heads among the "
-                f"ranks; DCP {step.dcp_size} does not divide them"
-            )
+        check_heads_shared(queries[0].shape[1], step.dcp_size)
         ranks = exchange.local_ranks
         kv_lora = model.preset.kv_lora_rank
         device = queries[0].device

@@ -55,7 +55,7 @@ import torch
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
-from dcpcheck.e2e.chain import Stages, default_stages, rank_slots
+from dcpcheck.e2e.chain import Stages, check_heads_shared, default_stages, rank_slots
 from dcpcheck.e2e.mla_model import (
     WIDTHS_BY_PRESET,
     CacheSpec,
@@ -453,6 +453,16 @@ def _first_divergence(baseline: Streams, runs: Sequence[Streams]) -> Divergence 
     return min(found, key=lambda d: (d.step, d.dcp_size, d.rank, d.request), default=None)
 
 
+def check_sizes(config: StreamConfig, dcp_sizes: Sequence[int]) -> None:
+    """``ValueError`` for a DCP size that is no integer >= 1, ``ChainError`` for one whose
+    ranks cannot share the model's heads (``chain.check_heads_shared``): what a generation
+    at ``dcp_sizes`` would otherwise find only once the DCP1 streams are generated."""
+    if any(not isinstance(n, int) or n < 1 for n in dcp_sizes):
+        raise ValueError(f"DCP sizes must be integers >= 1, got {list(dcp_sizes)}")
+    for size in dcp_sizes:
+        check_heads_shared(WIDTHS_BY_PRESET[config.preset].heads, size)
+
+
 def compare_streams(
     kernel: Kernel,
     config: StreamConfig,
@@ -462,9 +472,9 @@ def compare_streams(
 ) -> StreamComparison:
     """Generate at DCP1 and at each of ``dcp_sizes`` (DCP1 is always run, as the
     baseline) and compare the token streams by digest, with one model for all of them;
-    decode steps run through ``stages`` (the project's kernels when None)."""
-    if any(not isinstance(n, int) or n < 1 for n in dcp_sizes):
-        raise ValueError(f"DCP sizes must be integers >= 1, got {list(dcp_sizes)}")
+    decode steps run through ``stages`` (the project's kernels when None). Sizes the chain
+    cannot run are refused before any run (:func:`check_sizes`)."""
+    check_sizes(config, dcp_sizes)
     sizes = sorted({BASELINE_DCP_SIZE, *dcp_sizes})
     model = build_model(config, device)
     stages = stages if stages is not None else default_stages()

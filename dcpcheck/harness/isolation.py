@@ -75,6 +75,7 @@ from multiprocessing.connection import Connection
 import torch
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.limits import TIMEOUT_MAX_S
 from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, CaseResult, RunConfig
 from dcpcheck.harness import sanitizer as sanitizing
 from dcpcheck.kernels import substitution
@@ -100,9 +101,13 @@ def resolve_case_timeout(
     """The seconds each case of an isolated run may take (``timeout``, else
     DEFAULT_CASE_TIMEOUT_S), or None for a run in process. ``ValueError``, one line naming
     the options as the caller spells them, for a timeout that is no positive number of
-    seconds or one asked of a run in process: only a worker can be stopped mid-case."""
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"{timeout_option}: must be a number of seconds > 0, got {timeout}")
+    seconds (at most ``limits.TIMEOUT_MAX_S``) or one asked of a run in process: only a
+    worker can be stopped mid-case."""
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= TIMEOUT_MAX_S):
+        raise ValueError(
+            f"{timeout_option}: must be a number of seconds > 0 and at most "
+            f"{TIMEOUT_MAX_S:.0f}, got {timeout}"
+        )
     if not isolate:
         if timeout is not None:
             raise ValueError(

@@ -213,6 +213,10 @@ def _record_of(folder: Path, version: str) -> SourceRecord | None:
     record = folder / SOURCE_RECORD
     if not record.exists():
         return None
+    if not record.is_file():  # a FIFO or a device would block the read: never opened
+        raise CacheFault(
+            f"{record}: not a regular file; fetch it afresh: {refetch_command(version)}"
+        )
     try:
         content = json.loads(record.read_text(encoding="utf-8"))
         files = content["files"]

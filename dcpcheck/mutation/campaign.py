@@ -48,8 +48,12 @@ class Campaign:
     gate: Gate
     files: list[Path]
     entries: list[Entry] = field(default_factory=list)
-    interrupted: bool = False
     error: str | None = None  # why no mutant ran (the kernel fails its own gate)
+    stopped: KeyboardInterrupt | None = None  # the Ctrl-C or SIGTERM that cut it short
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped is not None
 
     @property
     def counted(self) -> list[Entry]:
@@ -132,8 +136,8 @@ def mutate(
 ) -> Campaign:
     """Run ``mutants`` of ``files`` through ``gate`` (module docstring);
     ``equivalents.EquivalentsError`` for a mutants file that is not one, before anything
-    runs; ``MutationError`` when the kernel fails its own gate. A Ctrl-C returns what
-    finished, marked interrupted."""
+    runs; ``MutationError`` when the kernel fails its own gate. A Ctrl-C or SIGTERM
+    returns what finished, marked with it (``stopped``)."""
     judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
     cache = Cache(home / "mutants", gate)
     unedited = baseline(files[0])
@@ -164,7 +168,7 @@ def mutate(
         if gate.search:
             survivors = [e.mutant for e in campaign.survivors]
             runner.run_mutants(survivors, gate, cache, jobs, landed, search=True)
-    except KeyboardInterrupt:
-        campaign.interrupted = True
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (``cli.common.Terminated``)
+        campaign.stopped = stop
         campaign.entries = [e for e in campaign.entries if e.outcome or e.judged]
     return campaign

@@ -104,13 +104,17 @@ class Gate:
             digest.update(path.read_bytes())
         return digest.hexdigest()
 
+    def scenario_paths(self) -> list[Path]:
+        """Each scenario file the gate may read."""
+        folder = self.scenario_dir or Path(__file__).parents[2] / "scenarios"
+        return sorted(folder.rglob("*.toml"))
+
     def scenario_files(self) -> dict[str, str]:
         """Each scenario file the gate may read, by its scenario's name (the file's stem),
         with the SHA256 of its bytes."""
-        folder = self.scenario_dir or Path(__file__).parents[2] / "scenarios"
         return {
             path.stem: hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*.toml"))
+            for path in self.scenario_paths()
         }
 
 

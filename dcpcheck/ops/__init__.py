@@ -42,6 +42,9 @@ class OpPackage:
     search: Callable[..., Any]  # (kernel, name, examples, device, sizes, seed)
     save_search: Callable[..., Path | None]  # (outcome, kernel name, home)
     selftest: Callable[..., Any]  # (backend, on_row) -> SelftestReport
+    # (scenario, DCP sizes, memory budget or None) -> its peak estimate; a one-line
+    # ScenarioError when a run of it would hold more (dcpcheck.cases.memory)
+    check_cost: Callable[..., Any]
     # (size, [(kernel spec, scenario file)], timeout or None for the op's) -> results, a
     # process per rank; None for an op that has no real-rank mode
     run_on_real_ranks: Callable[..., list[Any]] | None = None

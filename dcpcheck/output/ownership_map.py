@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,7 +312,17 @@ def render_map_png(case: CaseMap, kernel_name: str) -> bytes:
 
 def png_name(result: CaseResult) -> str:
     """File name of a case's map (scenario names are file-name safe: ``NAME_PATTERN``)."""
-    return f"{result.scenario}-dcp{result.dcp_size}.png"
+    return _png_name(result.scenario, result.dcp_size)
+
+
+def _png_name(scenario: str, dcp_size: int) -> str:
+    return f"{scenario}-dcp{dcp_size}.png"
+
+
+def report_files(out_dir: Path, cases: Iterable[tuple[str, int]]) -> list[Path]:
+    """The files :func:`write_report_dir` writes into ``out_dir`` for ``cases`` (scenario
+    name, DCP size), known before they run: the page, and each case's map."""
+    return [out_dir / REPORT_HTML, *(out_dir / _png_name(name, size) for name, size in cases)]
 
 
 def write_report_dir(

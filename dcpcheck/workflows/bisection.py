@@ -15,10 +15,12 @@ loaded or compiled), as is a revision whose file does not even parse (seen witho
 spending a run) or a run that crashes or times out. A skipped midpoint is replaced by
 its nearest untested neighbour. 2 (bad options) stops the bisection.
 
-The newest revision is judged first. When it has the new verdict, the old end is taken
-to have the old one without a run, as ``git bisect`` takes its old end, and the result
-says so. When it does not, the old end is run too and the result gives both verdicts:
-the endpoints do not differ (or differ the other way round), so there is nothing to find.
+Both ends are judged before any midpoint, the newest first, and nothing is assumed of
+either: only when the old end has the old verdict and the newest the new one do
+midpoints narrow the range, so the revision named and the one before it (a midpoint or
+the old end) both had their verdicts observed. Otherwise the result gives both ends'
+verdicts: they do not differ, differ the other way round, or one could not be judged, so
+there is nothing to find.
 
 :func:`bisect_releases` checks its list of versions before any run
 (:func:`check_versions`): each a version, oldest first, none twice, each cached or
@@ -160,16 +162,23 @@ class BisectResult:
     steps: tuple[Step, ...]
     first_bad: Commit | None
     failing_check: str | None
+    old_end: Step  # the old end's own step, judged second (the newest's is ``steps[0]``)
     undecided: tuple[Commit, ...] = ()
     find: Find | None = None  # set when bisecting releases
     replay: str = ""  # the shell command that runs the revision found (exit 1 if it fails)
-    old_end: Step | None = None  # the old end's step when it was run: endpoints alike
-    old_verdict: Verdict = Verdict.GOOD  # what the old end is taken to be
+    old_verdict: Verdict = Verdict.GOOD  # the verdict the old end must have
+
+    @property
+    def new_verdict(self) -> Verdict:
+        """The verdict looked for: the one the newest revision must have."""
+        return _opposite(self.old_verdict)
 
     @property
     def nothing_to_find(self) -> bool:
-        """The newest revision has the old verdict: no revision in the range changed it."""
-        return self.old_end is not None
+        """The ends were judged and do not have the old verdict (the old end) and the new
+        one (the newest): no revision in the range can be said to have changed it."""
+        newest = self.steps[0]
+        return not (self.old_end.verdict is self.old_verdict and newest.verdict is self.new_verdict)
 
     @property
     def runs(self) -> int:
@@ -314,11 +323,21 @@ def _next_index(low: int, high: int, skipped: set[int]) -> int | None:
     return min(pending, key=lambda i: (abs(i - middle), i))
 
 
+def _opposite(verdict: Verdict) -> Verdict:
+    """The other verdict of a bisection: good for bad, bad for good."""
+    return Verdict.GOOD if verdict is Verdict.BAD else Verdict.BAD
+
+
+OLD_END = -1
+"""The index :func:`_search` asks its judge for the old end by (``--good``, the oldest
+release), below revision 0."""
+
+
 @dataclass(frozen=True)
 class Search:
     """Where a search over revisions ``0..count-1`` ended: the last revision with the old
     verdict and the first with the new one (``low``, ``high``), the skipped ones, the
-    detail of each revision judged new; ``newest``, the newest revision's own step,
+    detail of each revision judged new; ``newest`` and ``old_end``, the ends' own steps,
     judged first."""
 
     low: int
@@ -326,22 +345,22 @@ class Search:
     skipped: frozenset[int]
     detail: dict[int, str]
     newest: Step
-    old: Verdict  # the verdict the old end is taken to have
+    old_end: Step
 
 
 def _search(count: int, judge: Callable[[int], Step], new: Verdict) -> Search:
-    """Bisect revisions ``0..count-1``: the newest (``count - 1``) is judged first; when it
-    has the ``new`` verdict, the old end (revision -1) is taken to have the old one, as
-    ``git bisect`` takes its old end, and midpoints narrow the range. When the newest has
-    the old verdict or was skipped, nothing is searched (``high`` is ``count - 1``, and
-    every revision is undecided)."""
-    old = Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    """Bisect revisions ``0..count-1`` whose old end is revision ``OLD_END``: the newest
+    (``count - 1``) is judged first, then the old end; when they have the old verdict and
+    the ``new`` one, midpoints narrow the range, and ``low`` is always a revision judged
+    old (module docstring). Otherwise nothing is searched (``high`` is ``count - 1``)."""
+    old = _opposite(new)
     newest = judge(count - 1)
-    low, high = -1, count - 1
+    old_end = judge(OLD_END)
+    low, high = OLD_END, count - 1
     skipped: set[int] = set()
     detail: dict[int, str] = {}
-    if newest.verdict is not new:
-        return Search(low, high, frozenset(), detail, newest, old)
+    if newest.verdict is not new or old_end.verdict is not old:
+        return Search(low, high, frozenset(), detail, newest, old_end)
     detail[high] = newest.detail
     while (index := _next_index(low, high, skipped)) is not None:
         step = judge(index)
@@ -351,7 +370,7 @@ def _search(count: int, judge: Callable[[int], Step], new: Verdict) -> Search:
             high, detail[index] = index, step.detail
         else:
             skipped.add(index)
-    return Search(low, high, frozenset(skipped), detail, newest, old)
+    return Search(low, high, frozenset(skipped), detail, newest, old_end)
 
 
 def bisect(
@@ -360,9 +379,8 @@ def bisect(
     """The first revision of ``file`` in ``good..bad`` whose ``function`` fails
     ``dcpcheck run`` with ``run_options`` (module docstring).
 
-    ``bad`` is run first; when it fails, ``good`` is taken as passing without a run, as
-    ``git bisect`` does; when it passes, ``good`` is run too and the result says that the
-    endpoints do not differ.
+    ``bad`` is run first, then ``good``; only when ``bad`` fails and ``good`` passes are the
+    commits between bisected, else the result gives both verdicts.
     """
     path = _repo_path(repo, file)
     history = file_history(repo, path, good, bad)
@@ -378,9 +396,8 @@ def bisect(
             steps.append(step)
             return step
 
-        search = _search(len(history), lambda index: judge(history[index]), Verdict.BAD)
-        old_end = judge(good_end) if search.newest.verdict is Verdict.GOOD else None
-    result = _result(path, function, good, bad, history, steps, search, old_end)
+        search = _search(len(history), lambda i: judge(_at(history, i, good_end)), Verdict.BAD)
+    result = _result(path, function, good, bad, history, steps, search)
     if result.first_bad is None:
         return result
     # The file as it was at that commit, written beside the user, then checked.
@@ -460,33 +477,33 @@ def bisect_releases(
     versions: Sequence[str], find: Find, function: str, run_options: RunOptions
 ) -> BisectResult:
     """The first of ``versions`` (checked by :func:`check_versions`) that fails
-    (``Find.FIRST_BAD``) or passes (``Find.FIRST_FIXED``). The newest is run first; the
-    oldest is taken to be the other way round without a run, as ``git bisect`` takes its
-    old end, unless the newest is not the new way round: then the oldest is run too."""
+    (``Find.FIRST_BAD``) or passes (``Find.FIRST_FIXED``). The newest is run first, then
+    the oldest; only when the oldest is the old way round and the newest the new way round
+    are the releases between bisected, else the result gives both verdicts."""
     versions = check_versions(versions, run_options.op)
-    history = [Commit(v, f"vllm {v}") for v in versions[1:]]
+    oldest, *history = (Commit(v, f"vllm {v}") for v in versions)
     new = Verdict.BAD if find is Find.FIRST_BAD else Verdict.GOOD
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="dcpcheck-bisect-") as tmp:
 
-        def judge(version: str) -> Step:
-            step = check_release(version, function, run_options, Path(tmp))
+        def judge(release: Commit) -> Step:
+            step = check_release(release.sha, function, run_options, Path(tmp))
             steps.append(step)
             return step
 
-        search = _search(len(history), lambda index: judge(history[index].sha), new)
-        old_end = judge(versions[0]) if search.newest.verdict is search.old else None
-    result = _result(
-        "vllm releases", function, versions[0], versions[-1], history, steps, search, old_end
-    )
-    result = dataclasses.replace(
-        result, find=find, old_verdict=Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
-    )
+        search = _search(len(history), lambda i: judge(_at(history, i, oldest)), new)
+    result = _result("vllm releases", function, versions[0], versions[-1], history, steps, search)
+    result = dataclasses.replace(result, find=find, old_verdict=_opposite(new))
     if result.first_bad is not None:
         result = dataclasses.replace(
             result, replay=run_options.replay(f"vllm=={result.first_bad.sha}:{function}")
         )
     return result
+
+
+def _at(history: Sequence[Commit], index: int, old_end: Commit) -> Commit:
+    """Revision ``index`` of ``history``, or ``old_end`` for ``OLD_END``."""
+    return old_end if index == OLD_END else history[index]
 
 
 def _result(
@@ -497,13 +514,10 @@ def _result(
     history: Sequence[Commit],
     steps: list[Step],
     search: Search,
-    old_end: Step | None,
 ) -> BisectResult:
     low, high, skipped, found = search.low, search.high, search.skipped, search.detail
     decided = high in found and not any(low < i < high for i in skipped)
     undecided = tuple(history[i] for i in range(low + 1, high + 1) if i in skipped or i == high)
-    if search.newest.verdict is Verdict.SKIP:  # the newest could not be judged: any of them
-        undecided = tuple(history)
     return BisectResult(
         file=file,
         function=function,
@@ -513,24 +527,21 @@ def _result(
         steps=tuple(steps),
         first_bad=history[high] if decided else None,
         failing_check=found[high] if decided else None,
-        undecided=() if decided or old_end is not None else undecided,
-        old_end=old_end,
+        undecided=() if decided or not found else undecided,
+        old_end=search.old_end,
     )
 
 
 def render(result: BisectResult) -> list[str]:
-    """The result as text lines: the range, what the old end is taken to be, one line per
-    step, then the verdict."""
+    """The result as text lines: the range, one line per step (the ends first), then the
+    verdict."""
     fixed = result.find is Find.FIRST_FIXED
     target = "first fixed" if fixed else "first bad"
     kind = "release" if result.find is not None else "commit"
-    old, new = result.old_verdict.value, ("good" if fixed else "bad")
     lines = [
         f"bisecting {result.file}:{result.function} over {result.revisions} revision(s) "
         f"in {result.good}..{result.bad}, looking for the {target} {kind}"
     ]
-    if not result.nothing_to_find:
-        lines.append(f"assumed {old}, not run: {result.good} (the old end)")
     for step in result.steps:
         how = "" if step.ran else " (no run)"
         lines.append(
@@ -538,24 +549,7 @@ def render(result: BisectResult) -> list[str]:
             f"{step.detail}"
         )
     if result.nothing_to_find:
-        newest = result.steps[0]
-        ends = (
-            f"{result.good} is {result.old_end.verdict.value}, {result.bad} is "
-            f"{newest.verdict.value}"
-        )
-        if result.old_end.verdict is Verdict.SKIP:
-            lines.append(
-                f"{result.bad} is {newest.verdict.value}, as the old end is taken to be, and "
-                f"{result.good} could not be judged ({result.old_end.detail}): nothing to find"
-            )
-        elif result.old_end.verdict.value == new and newest.verdict.value == old:
-            if result.find is None:
-                hint = "the --bad revision passes where --good fails"
-            else:
-                hint = f"try --find {'first-bad' if fixed else 'first-fixed'}"
-            lines.append(f"the endpoints differ the other way round ({ends}): {hint}")
-        else:
-            lines.append(f"the endpoints do not differ ({ends}): nothing to find")
+        lines.append(_ends_line(result))
     elif result.first_bad is not None:
         lines.append(f"{target} {kind}: {result.first_bad.sha} {result.first_bad.subject}")
         if not fixed:
@@ -566,3 +560,23 @@ def render(result: BisectResult) -> list[str]:
         lines += [f"  {c.sha} {c.subject}" for c in result.undecided]
     lines.append(f"{result.runs} dcpcheck run(s) for {result.revisions} revision(s)")
     return lines
+
+
+def _ends_line(result: BisectResult) -> str:
+    """Why ends judged as they were leave nothing to find, with both verdicts."""
+    newest, old_end = result.steps[0], result.old_end
+    unjudged = [
+        f"{name} could not be judged ({step.detail})"
+        for name, step in ((result.good, old_end), (result.bad, newest))
+        if step.verdict is Verdict.SKIP
+    ]
+    if unjudged:
+        return f"{'; '.join(unjudged)}: nothing to find"
+    ends = f"{result.good} is {old_end.verdict.value}, {result.bad} is {newest.verdict.value}"
+    if old_end.verdict is result.new_verdict and newest.verdict is result.old_verdict:
+        if result.find is None:
+            hint = "the --bad revision passes where --good fails"
+        else:
+            hint = f"try --find {'first-bad' if result.find is Find.FIRST_FIXED else 'first-fixed'}"
+        return f"the endpoints differ the other way round ({ends}): {hint}"
+    return f"the endpoints do not differ ({ends}): nothing to find"

@@ -4,9 +4,8 @@
 can still need more memory than the machine has: a GLM-5.x prefill of 202,000 new tokens
 holds tens of GiB, and finding that out by running it ends minutes later in a traceback or
 an out-of-memory kill. :func:`check_cost` answers up front, from the scenario, the DCP
-sizes it will run at and a memory budget (:func:`available_memory`: the device's free
-memory, or the RAM the system has available), on one line naming the key that drives the
-size.
+sizes it will run at and a memory budget (``dcpcheck.cases.memory``, which every op's
+estimate is checked against), on one line naming the key that drives the size.
 
 What is counted is what ``harness.runner.run_scenario`` keeps alive at once. The harness
 sits above this package (tests/test_architecture.py), so the sizes it allocates are
@@ -37,13 +36,10 @@ by the allocator's fragmentation.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import torch
-
+from dcpcheck.cases import memory
 from dcpcheck.cases.dcp import DcpLayout, Request, blocks_needed
 from dcpcheck.ops.fused_norm_rope.contract import ModelPreset, index_entry_bytes, mla_entry_bytes
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
@@ -92,9 +88,6 @@ PARTS = {
     "work": "working memory (values drawn, the oracle, the checks)",
 }
 """What each part of a ``CostEstimate`` holds, as an error message names it."""
-
-MIB = 1 << 20
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -254,14 +247,7 @@ def _driving_key(shape: _Shape) -> str:
         "dcp": {"dcp_sizes": (1,)},
         "block_size": {"block_size": 1},
     }
-    return min(
-        smallest, key=lambda key: _estimate(dataclasses.replace(shape, **smallest[key])).total
-    )
-
-
-def format_bytes(count: int) -> str:
-    """``count`` bytes for a person: GiB from 1 GiB up, else MiB, one decimal."""
-    return f"{count / GIB:.1f} GiB" if count >= GIB else f"{count / MIB:.1f} MiB"
+    return memory.driving_key(lambda changed: _estimate(changed).total, shape, smallest)
 
 
 def check_cost(scenario: Scenario, dcp_sizes: Sequence[int], budget: int | None) -> CostEstimate:
@@ -273,36 +259,9 @@ def check_cost(scenario: Scenario, dcp_sizes: Sequence[int], budget: int | None)
     """
     shape = _Shape.of(scenario, dcp_sizes)
     estimate = _estimate(shape)
-    if budget is not None and estimate.total > budget:
-        sizes = ", ".join(str(n) for n in sorted({1, *shape.dcp_sizes}))
-        part = estimate.largest_part()
-        raise scenario.error(
-            _driving_key(shape),
-            f"a run at DCP {sizes} would hold about {format_bytes(estimate.total)} at its "
-            f"peak ({format_bytes(getattr(estimate, part))} of it {PARTS[part]}), over the "
-            f"memory budget of {format_bytes(budget)}",
-        )
+    part = estimate.largest_part()
+    largest = (PARTS[part], getattr(estimate, part))
+    problem = memory.refusal(estimate.total, largest, {1, *shape.dcp_sizes}, budget)
+    if problem is not None:
+        raise scenario.error(_driving_key(shape), problem)
     return estimate
-
-
-MEMINFO = Path("/proc/meminfo")
-"""Where Linux says how much RAM is available (``MemAvailable``, in KiB)."""
-
-
-def available_memory(device: torch.device) -> int | None:
-    """The memory budget of a run on ``device``, in bytes: CUDA's free memory on a GPU;
-    otherwise the RAM the system could give without swapping (``MemAvailable``), else the
-    free physical pages (``os.sysconf``); ``None`` where the platform says neither."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return free
-    try:
-        for line in MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:  # no /proc (macOS): ask sysconf
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):  # a name this platform does not define
-        return None

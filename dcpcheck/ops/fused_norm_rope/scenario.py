@@ -78,6 +78,7 @@ from dcpcheck.cases.scenario_files import (
     display_path,
     load_named,
     scenario_files,
+    where_of,
 )
 from dcpcheck.cases.toml_tables import (
     Key,
@@ -202,7 +203,7 @@ class Scenario:
     def where(self) -> str:
         """How a message names this scenario: its file as the user would type it, else its
         name (a scenario built in code)."""
-        return display_path(self.source) if self.source is not None else f"scenario {self.name!r}"
+        return where_of(self.source, self.name)
 
     def error(self, key: str, problem: str) -> ScenarioError:
         """The one-line error about ``key`` of this scenario (module docstring)."""

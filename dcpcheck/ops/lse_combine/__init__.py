@@ -15,7 +15,7 @@ from typing import Any
 
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import OpPackage
-from dcpcheck.ops.lse_combine import scenario
+from dcpcheck.ops.lse_combine import cost, scenario
 
 
 def _kernels():  # defines Triton kernels: only once the backend is chosen
@@ -62,5 +62,6 @@ PACKAGE = OpPackage(
     search=lambda *args: _search().search(*args),
     save_search=lambda *args: _search().save_outcome(*args),
     selftest=_selftest,
+    check_cost=cost.check_cost,
     run_on_real_ranks=_run_on_real_ranks,
 )

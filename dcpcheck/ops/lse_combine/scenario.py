@@ -156,8 +156,9 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
         values = read_table(table, _REQUEST_KEYS, where, ScenarioError, prefix)
         context, queries = values["context"], values["queries"]
         if not 1 <= queries <= context <= CONTEXT_MAX:
+            key = "queries" if queries < 1 else "context"
             raise ScenarioError(
-                f"{where}: key '{prefix}context': a request needs 1 <= queries <= context <= "
+                f"{where}: key '{prefix}{key}': a request needs 1 <= queries <= context <= "
                 f"{CONTEXT_MAX}, got context {context}, queries {queries}"
             )
         parsed.append((context, queries))

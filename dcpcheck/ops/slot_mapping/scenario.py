@@ -143,11 +143,11 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
     for index, table in enumerate(tables):
         prefix = f"requests[{index}]."
         values = read_table(table, _REQUEST_KEYS, where, ScenarioError, prefix)
-        if values["prefix"] < 0 or values["new"] < 1:
-            raise ScenarioError(
-                f"{where}: key '{prefix}new': a request needs new >= 1 and prefix >= 0, got "
-                f"prefix {values['prefix']}, new {values['new']}"
-            )
+        for key, least in (("prefix", 0), ("new", 1)):
+            if values[key] < least:
+                raise ScenarioError(
+                    f"{where}: key '{prefix}{key}': must be >= {least}, got {values[key]}"
+                )
         parsed.append((values["prefix"], values["new"]))
     total = sum(prefix + new for prefix, new in parsed)
     if total > limits.CONTEXT_TOKENS_MAX:

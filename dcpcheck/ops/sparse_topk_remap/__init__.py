@@ -13,7 +13,7 @@ from typing import Any
 
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import OpPackage
-from dcpcheck.ops.sparse_topk_remap import scenario
+from dcpcheck.ops.sparse_topk_remap import cost, scenario
 
 
 def _kernels():  # defines Triton kernels: only once the backend is chosen
@@ -54,4 +54,5 @@ PACKAGE = OpPackage(
     search=lambda *args: _search().search(*args),
     save_search=lambda *args: _search().save_outcome(*args),
     selftest=_selftest,
+    check_cost=cost.check_cost,
 )
