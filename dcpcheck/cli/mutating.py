@@ -163,7 +163,8 @@ def mutate_command(
     when one does, when none was judged (every one explained in the mutants file or not
     compiled: no score), or when the kernel fails its own gate; 2 for bad input (a pattern
     no mutant matches, a bad mutants file, a gate that refuses its arguments); 125 when
-    the kernel does not load; 130 on Ctrl-C and 143 on SIGTERM, after the report of what finished."""
+    the kernel does not load; 130 on Ctrl-C and 143 on SIGTERM, after the report of what
+    finished."""
     kernel_files = _kernel_files(op, kernel_name)
     gate = Gate(
         op,
