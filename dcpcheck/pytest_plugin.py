@@ -494,6 +494,7 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
         kernel_name,
         dcp_sizes,
         oracle=config.getoption("dcpcheck_oracle") == "on",
+        case_timeout=config.getoption("dcpcheck_case_timeout"),
         replay_prefix=replay_prefix(kernel_name),
     )
     budget = memory.available_memory(backend.device)

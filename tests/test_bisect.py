@@ -9,6 +9,7 @@ an oracle-based kernel, no Triton interpreter), so the runs are counted and boun
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import re
@@ -362,3 +363,16 @@ def test_steps_get_absolute_paths_in_their_environment(monkeypatch, tmp_path):
         str(tmp_path / "src"),
         "/abs",
     ]
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [("crash", "kernel crashed"), ("timeout", "timed out"), ("error", "kernel raised")],
+)
+def test_a_step_whose_case_never_ran_its_checks_says_how_it_ended(tmp_path, status, said):
+    """A revision judged bad because its kernel crashed, hung or raised says so, with the
+    case's error, never "a check failed"."""
+    report = tmp_path / "r.json"
+    case = {"scenario": "s", "dcp": 4, "status": status, "error": "rank 2: died", "checks": []}
+    report.write_text(json.dumps({"cases": [case]}), encoding="utf-8")
+    assert bisection._failing_check(report) == f"s[dcp4]: {said}: rank 2: died"

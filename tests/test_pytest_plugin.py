@@ -430,7 +430,8 @@ def test_a_hanging_kernel_times_out_its_item_and_the_run_goes_on(pytester):
     )
     result.assert_outcomes(passed=1, failed=1)
     timed_out = "*decode-single-dcp4[[]dcp1]: TIMEOUT on kernel *: no result within 10 s*"
-    result.stdout.fnmatch_lines([timed_out])
+    replay = "*replay: *dcpcheck run --scenario decode-single-dcp4 --dcp 1 *--case-timeout 10.0*"
+    result.stdout.fnmatch_lines([timed_out, replay])
     [saved] = (home / "failures").glob("*.toml")
     assert saved.name.startswith("decode-single-dcp4-")
 

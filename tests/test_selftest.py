@@ -14,7 +14,7 @@ from rich.console import Console
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
-from dcpcheck.cases.verdicts import SelftestReport, Status
+from dcpcheck.cases.verdicts import SelftestReport, SelftestRow, Status
 from dcpcheck.exit_codes import EXIT_USAGE
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
@@ -98,6 +98,20 @@ def test_a_mutant_nothing_catches_fails_the_run():
     assert row.examples == TINY.examples
     assert "passes every named scenario" in row.reason
     assert "FAIL: 0 of 1 mutants caught, 1 missed" in table_text(report)
+
+
+def test_a_run_whose_mutants_were_all_skipped_proves_nothing_and_fails():
+    """A selftest in which no mutant could show (each skipped) judged none of the checks:
+    it fails, whatever the correct kernel did; one mutant caught beside the skips passes."""
+    default = SelftestRow("default", "correct", Status.PASSED)
+    skipped = SelftestRow("mutant/a", "a", Status.SKIPPED, reason="needs a GPU")
+    caught = SelftestRow("mutant/b", "b", Status.CAUGHT, check="outputs")
+    for mutants in ([skipped], [], [skipped, skipped]):
+        report = SelftestReport("ci", "cpu", default, list(mutants))
+        assert report.judged_none and not report.passed
+        assert "FAIL" in table_text(report)
+    report = SelftestReport("ci", "cpu", default, [skipped, caught])
+    assert not report.judged_none and report.passed
 
 
 def test_property_search_catches_what_the_named_scenarios_miss(tmp_path):

@@ -230,8 +230,17 @@ class SelftestReport:
         return sum(row.status is status for row in self.mutants)
 
     @property
+    def judged_none(self) -> bool:
+        """No mutant was caught or missed (each skipped, or none listed): the run proved
+        nothing of the checks, whatever the correct kernel did."""
+        return not any(row.status in (Status.CAUGHT, Status.MISSED) for row in self.mutants)
+
+    @property
     def passed(self) -> bool:
-        """The correct kernel passes and every mutant that could show was caught."""
-        return self.default.status is Status.PASSED and all(
-            row.status in (Status.CAUGHT, Status.SKIPPED) for row in self.mutants
+        """The correct kernel passes, at least one mutant was judged, and every mutant that
+        could show was caught."""
+        return (
+            self.default.status is Status.PASSED
+            and not self.judged_none
+            and all(row.status in (Status.CAUGHT, Status.SKIPPED) for row in self.mutants)
         )

@@ -52,15 +52,23 @@ def selftest_command(
     if op is not None and op != FUSED_NORM_ROPE:
         op_run.refuse_other_options(ctx, op, {"op", "device"})
     backend = open_backend(device)
-    reports = []
+    reports: dict[str, SelftestReport] = {}
     if op in (None, FUSED_NORM_ROPE):
-        reports.append(_fused(profile_name, mutant_names, backend))
+        reports[FUSED_NORM_ROPE] = _fused(profile_name, mutant_names, backend)
     for name in packaged():
         if op in (None, name):
             with err.status("selftest") as status:
-                reports.append(package(name).selftest(backend, _progress(status)))
-            out.print(selftest_table(reports[-1], op=name))
-    raise SystemExit(EXIT_OK if all(r.passed for r in reports) else EXIT_FAIL)
+                reports[name] = package(name).selftest(backend, _progress(status))
+            out.print(selftest_table(reports[name], op=name))
+    for name, report in reports.items():
+        if report.judged_none:
+            err.print(
+                f"dcpcheck: error: {name}: no mutant was judged (each was skipped): "
+                "this selftest proves nothing of the checks",
+                markup=False,
+                soft_wrap=True,
+            )
+    raise SystemExit(EXIT_OK if all(r.passed for r in reports.values()) else EXIT_FAIL)
 
 
 def _progress(status):

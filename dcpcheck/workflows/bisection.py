@@ -230,6 +230,11 @@ def file_history(repo: Path, file: str, good: str, bad: str) -> list[Commit]:
     return commits[::-1]
 
 
+_UNCHECKED = {"error": "kernel raised", "crash": "kernel crashed", "timeout": "timed out"}
+"""A case whose checks never ran, by its report status (``output.report``), as a step's
+line says it."""
+
+
 def _failing_check(json_path: Path) -> str:
     """The first failure of a run's JSON report, as one line."""
     if not json_path.is_file():
@@ -237,8 +242,8 @@ def _failing_check(json_path: Path) -> str:
     doc = json.loads(json_path.read_text(encoding="utf-8"))
     for case in doc["cases"]:
         label = f"{case['scenario']}[dcp{case['dcp']}]"
-        if case["status"] == "error":
-            return f"{label}: kernel raised: {case['error']}"
+        if case["status"] in _UNCHECKED:
+            return f"{label}: {_UNCHECKED[case['status']]}: {case['error']}"
         for check in case["checks"]:
             if check["status"] == "fail":
                 finding = Finding(**check["findings"][0])
