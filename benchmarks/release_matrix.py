@@ -23,6 +23,9 @@ from pathlib import Path
 from op_matrix import add_row_options, dcpcheck, finish_row, rows
 
 RELEASES = (
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
     "0.27.0",
     "0.27.1",
     "0.28.0",

@@ -20,7 +20,7 @@ class Op:
 
     description: str
     wheel_members: tuple[str, ...]
-    function: str  # the function of the first member a release is judged by
+    function: str  # the routine a release is judged by (``vllm==X`` names no other)
     # the module of its OpPackage (None: the fused op, run by dcpcheck.workflows.session)
     package: str | None = None
 
@@ -28,7 +28,12 @@ class Op:
 OPS: dict[str, Op] = {
     FUSED_NORM_ROPE: Op(
         "fused MLA norm + RoPE + cache write (docs/fused-norm-rope.md)",
-        ("vllm/models/deepseek_v32/common/kernels.py",),
+        # where it lived, oldest first: 0.25.0 - 0.26.0 kept it beside the NVIDIA model
+        # code, 0.27.0 on in the code the platforms share
+        (
+            "vllm/models/deepseek_v32/nvidia/kernels.py",
+            "vllm/models/deepseek_v32/common/kernels.py",
+        ),
         "fused_norm_rope",
     ),
     SLOT_MAPPING: Op(

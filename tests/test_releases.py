@@ -1,11 +1,12 @@
 """Released vLLM kernels as test subjects (dcpcheck.kernels.releases), and every release from 0.28.0
-to 0.33.0 judged right on the CPU.
+to 0.33.0 judged right on the CPU, with 0.25.0 - 0.26.0 where their file lay.
 
 The ground truth of each release comes from reading its ``vllm/models/deepseek_v32/common/
 kernels.py`` (README, "vLLM's released kernels"):
 
-* 0.28.0: the kernel returns before any per-token work on a row whose slot is negative,
-  so Q is skipped on every token another rank owns (the PR-50005 bug); K has no output.
+* 0.25.0 - 0.28.0: the kernel returns before any per-token work on a row whose slot is
+  negative, so Q is skipped on every token another rank owns (the PR-50005 bug); K has no
+  output. 0.25.0 - 0.26.0 keep it at ``deepseek_v32/nvidia/kernels.py``.
 * 0.29.0: Q fixed; the KV/k_pe outputs still skipped on foreign rows (the PR-54908 bug).
 * 0.30.0 - 0.33.0: fixed. One true finding remains on inputs the API accepts but vLLM's
   caller never passes: with the indexer's own mapping *replicated* (every rank stores
@@ -45,7 +46,7 @@ from dcpcheck.kernels import release_lock, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
-from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.ops.fused_norm_rope.vllm import VllmFusedNormRope
@@ -570,6 +571,23 @@ def test_the_fixed_releases_drop_a_replicated_indexers_foreign_entries(version):
         ("shards_reassemble", "index_cache"),  # the owner's shard lacks the entry too
     }
     assert bad_tokens(result, "cache_owned", "index_cache.values") == _foreign_rows(scenario, 4)
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.25.1", "0.26.0"])
+def test_the_releases_that_kept_the_kernel_beside_the_nvidia_model_are_judged_there(version):
+    """0.25.0 - 0.26.0 keep ``fused_norm_rope`` at ``deepseek_v32/nvidia/kernels.py``, the
+    bytes 0.27.0 later moved to ``common/`` (its early return on a negative slot, line
+    173): ``vllm==X`` loads it from there, the reports name that file, and Q of exactly the
+    foreign rows is never written (the PR-50005 bug)."""
+    release_kernel(version)
+    [judged] = judged_files(f"vllm=={version}")
+    assert judged.path.endswith("vllm/models/deepseek_v32/nvidia/kernels.py")
+    assert judged.sha256 == releases.fetch("0.27.0").sha256
+    scenario = "mixed-prefill-decode-padding"
+    result = judge(version, scenario, 4)
+    assert {field for _, field, _ in findings(result)} == {"q_out"}
+    assert bad_tokens(result, "outputs", "q_out") == _foreign_rows(scenario, 4)
+    assert findings(judge(version, scenario, 1)) == set()
 
 
 def test_0_28_declares_the_outputs_its_api_has_no_buffer_for():

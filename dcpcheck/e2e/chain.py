@@ -38,6 +38,7 @@ import torch
 from dcpcheck.e2e.mla_model import CacheSpec, DcpStep, LayerWeights, MlaModel, ShardExchange
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops.lse_combine.contract import (
     AttentionInputs,
     CombineInputs,
@@ -283,7 +284,7 @@ def parse_stages(texts: Sequence[str]) -> dict[str, str]:
 
 def fused_stage(spec: str, load: Callable[[str], Any]) -> Stage:
     """The fused op's kernel of a chain whose ``--kernel`` is ``spec``: ``spec``'s, or,
-    for a release whose wheel has no ``fused_norm_rope`` (before 0.27.0), the project's,
+    for a release whose wheel has no ``fused_norm_rope`` (before 0.25.0), the project's,
     with that note."""
     release = loading.release_of(spec)
     try:
@@ -291,7 +292,8 @@ def fused_stage(spec: str, load: Callable[[str], Any]) -> Stage:
     except KernelSpecError:
         raise
     except KernelLoadError:
-        if release is None or not releases.lacks(release.version, releases.KERNEL_MEMBER):
+        members = OPS[FUSED_NORM_ROPE].wheel_members
+        if release is None or not all(releases.lacks(release.version, m) for m in members):
             raise
         return Stage(FUSED, "default", load("default"), f"{release.name} has no fused_norm_rope")
 

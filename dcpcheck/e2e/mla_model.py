@@ -140,7 +140,7 @@ class DcpStep:
     ``i`` reads this step, in position order: its prefix for a prefill chunk, prefix and
     the new token itself for a decode; ``context_positions[i][s]`` their positions.
 
-    ``k_from_caches``: the kernel has no K outputs (vLLM 0.27.0 - 0.28.0's API), so a prefill chunk
+    ``k_from_caches``: the kernel has no K outputs (vLLM 0.25.0 - 0.28.0's API), so a prefill chunk
     reads its own tokens' K from the caches too, each from its owner's shard, causally
     masked by position - what a system whose kernel writes K only to the cache must do
     (gather K from the owners). Then ``context_slots`` of a chunk include the chunk.

@@ -234,7 +234,7 @@ def margin_bound(
 
 def writes_k_outputs(kernel: Kernel) -> bool:
     """Whether ``kernel`` writes the KV and k_pe outputs. A kernel whose API has none
-    (vLLM 0.27.0 - 0.28.0's, through its adapter) says so with ``writes_k_outputs = False``; the
+    (vLLM 0.25.0 - 0.28.0's, through its adapter) says so with ``writes_k_outputs = False``; the
     model's prefill then reads K from the caches (mla_model.DcpStep)."""
     return bool(getattr(kernel, "writes_k_outputs", True))
 

@@ -67,8 +67,10 @@ from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 log = logging.getLogger(__name__)
 
 PACKAGE = "vllm"
-KERNEL_MEMBER = OPS[FUSED_NORM_ROPE].wheel_members[0]
-"""Where every release that has ``fused_norm_rope`` (0.27.0 on) keeps it in its wheel."""
+KERNEL_MEMBER = OPS[FUSED_NORM_ROPE].wheel_members[-1]
+"""Where the releases from 0.27.0 on keep ``fused_norm_rope`` in their wheels: the member a
+fetch returns unless asked for another (0.25.0 - 0.26.0 keep it at the registry's older
+path, which the fused op's loader looks for too)."""
 
 KEPT_MEMBERS = tuple(dict.fromkeys(m for op in OPS.values() for m in op.wheel_members))
 """Every wheel member an op judges (``dcpcheck.op_registry``); a fetch keeps those the

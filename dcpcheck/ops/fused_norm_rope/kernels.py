@@ -29,6 +29,7 @@ from dcpcheck.kernels.loading import (
     load_file,
     release_of,
 )
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops.fused_norm_rope import adapters
 from dcpcheck.ops.fused_norm_rope import vllm as vllm_adapter
 from dcpcheck.ops.fused_norm_rope.contract import Kernel
@@ -101,7 +102,7 @@ def check_spec(spec: str, adapter: str = "auto") -> None:
         return
     if adapter not in ("auto", "vllm"):
         raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
-    releases.fetch(release.version)
+    _release_file(release)
 
 
 def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
@@ -125,11 +126,21 @@ def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
         raise KernelLoadError(f"{spec}: {exc}") from exc
 
 
+MEMBERS = OPS[FUSED_NORM_ROPE].wheel_members
+"""Every path the kernel's file had in a wheel, oldest first (``dcpcheck.op_registry``)."""
+
+
+def _release_file(release: releases.ReleaseSpec) -> JudgedFile:
+    """The release's file that defines the function named, at whichever of its paths
+    (:data:`MEMBERS`) the release keeps it."""
+    return loading.release_file(release.version, release.name, release.function, MEMBERS)
+
+
 def _load_release(release: releases.ReleaseSpec) -> Kernel:
     """A released vLLM kernel: its file from the release cache, checked against the lock
     file (or its wheel's RECORD) just before it is compiled from the bytes checked, through
     vLLM's adapter like any vLLM file."""
-    path = releases.fetch(release.version).path
+    path = Path(_release_file(release).path)
     target = getattr(load_file(path), release.function, None)
     if target is None or not callable(target):
         raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
@@ -149,6 +160,5 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         return tuple(judged_file(path) for path in KERNEL_SOURCES)
     release = release_of(spec)
     if release is not None:
-        kept = releases.fetch(release.version)
-        return (JudgedFile(str(kept.path), kept.sha256),)
+        return (_release_file(release),)
     return loading.spec_files(spec)

@@ -15,7 +15,7 @@ bytes; ``has_indexer``, ``index_rope_interleave``; and ``q_c_out`` for Q.
 The shapes (:class:`ApiShape`), and what vLLM's caller (``vllm/models/deepseek_v32/
 attention.py`` of the same release) passes to each:
 
-* **Q output only** (released in 0.27.0 - 0.28.0): Q goes to ``q_c_out``, the normalized
+* **Q output only** (released in 0.25.0 - 0.28.0): Q goes to ``q_c_out``, the normalized
   KV and the rotated k_pe only to the MLA cache; one ``slot_mapping`` serves both caches.
   There is no buffer for the KV, k_pe or indexer-K outputs, so those contract items are
   declared limitations.
@@ -105,7 +105,7 @@ COMMON_PARAMETERS = (
     "q_c_out",
 )
 """Parameters every known shape has (vLLM names, passed by keyword); alone, they are the
-Q-output-only shape of 0.27.0 - 0.28.0."""
+Q-output-only shape of 0.25.0 - 0.28.0."""
 
 SHAPE_PARAMETERS: dict[ApiShape, tuple[str, ...]] = {
     ApiShape.IN_PLACE: ("indexer_slot_mapping", "write_kv_output"),
@@ -122,13 +122,13 @@ OPTIONAL_PARAMETERS = (INDEXER_SLOT_MAPPING, INDEXER_CACHE_SHUFFLED, SKIP_SCALE)
 NO_KV_OUTPUTS = Limitation(
     ("outputs", "ranks_agree"),
     "kv_out",
-    "vLLM's Q-output-only fused_norm_rope API (0.27.0 - 0.28.0) has no buffer for the "
+    "vLLM's Q-output-only fused_norm_rope API (0.25.0 - 0.28.0) has no buffer for the "
     "normalized KV: it goes to the MLA cache alone",
 )
 NO_KPE_OUTPUT = Limitation(
     ("outputs", "ranks_agree"),
     "kpe_out",
-    "vLLM's Q-output-only fused_norm_rope API (0.27.0 - 0.28.0) has no buffer for the "
+    "vLLM's Q-output-only fused_norm_rope API (0.25.0 - 0.28.0) has no buffer for the "
     "rotated k_pe: it goes to the MLA cache alone",
 )
 NO_INDEX_K_OUTPUT = Limitation(
@@ -140,7 +140,7 @@ NO_INDEX_K_OUTPUT = Limitation(
 NO_OUTPUTS_WITHOUT_SLOTS = Limitation(
     ("outputs", "ranks_agree"),
     "q_out",
-    "vLLM's Q-output-only fused_norm_rope API (0.27.0 - 0.28.0) defines a call without "
+    "vLLM's Q-output-only fused_norm_rope API (0.25.0 - 0.28.0) defines a call without "
     "caches as a memory-profiling run whose rows are all padding (its wrapper sets every "
     "slot to -1), so it cannot ask for outputs without a slot mapping",
 )
