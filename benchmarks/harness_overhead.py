@@ -31,7 +31,6 @@ from torch.profiler import ProfilerActivity, profile
 
 from dcpcheck.backend import select_backend
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.ops.fused_norm_rope.case import (
     build_case,
@@ -42,9 +41,9 @@ from dcpcheck.ops.fused_norm_rope.case import (
 from dcpcheck.ops.fused_norm_rope.case_checks import check_case
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import launch_all, run_scenario
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 
-TEMPLATE = SCENARIO_DIR / "glm5-prefill-512.toml"
+TEMPLATE = SCENARIOS / "glm5-prefill-512.toml"
 CASES = (
     ("deepseek-v3.2", "fp8_ds_mla", 4096),
     ("glm-5", "auto", 4096),

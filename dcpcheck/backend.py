@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from dcpcheck.kernel_modules import KERNEL_MODULES
+from dcpcheck.kernel_modules import kernel_modules
 
 
 class BackendError(ValueError):
@@ -58,7 +58,7 @@ _selected: Backend | None = None
 
 
 def _kernel_modules_loaded() -> bool:
-    return any(name in sys.modules for name in KERNEL_MODULES)
+    return any(name in sys.modules for name in kernel_modules())
 
 
 def planned_device(device: str = "auto") -> torch.device:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dcpcheck.kernel_modules import KERNEL_MODULES
+from dcpcheck.kernel_modules import kernel_modules
 
 RECORD_ENV = "DCPCHECK_RECORD_LAUNCHES"
 """A folder: set, every dcpcheck process that picks the interpreter records its launches of
@@ -251,7 +251,7 @@ def record_if_asked() -> None:
             out.write(_json_key(config) + "\n")
 
     _install_hook()
-    _recorders.append(Recorder(KERNEL_MODULES, append))
+    _recorders.append(Recorder(kernel_modules(), append))
 
 
 def recorded(folder: str | Path) -> set[LaunchConfig]:

@@ -474,16 +474,17 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     if config.getoption("dcpcheck_op") in packaged():
         return _op_plan(config, kernel_name, config.getoption("dcpcheck_op"))
     from dcpcheck.cases import memory
-    from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+    from dcpcheck.cases.scenario_files import ScenarioError
     from dcpcheck.cases.verdicts import RunConfig
     from dcpcheck.files import default_home
     from dcpcheck.ops.fused_norm_rope import cost
+    from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS
     from dcpcheck.workflows.session import Session
 
     dcp_text = config.getoption("dcpcheck_dcp")
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     scenario_dir = config.getoption("dcpcheck_scenario_dir")
-    roots = [Path(scenario_dir) if scenario_dir is not None else SCENARIO_DIR]
+    roots = [Path(scenario_dir) if scenario_dir is not None else SCENARIOS]
     roots += config.getini(SCENARIO_DIRS_INI)
     scenarios = select_scenarios(config.getoption("dcpcheck_scenario"), roots)
     backend = _fix_backend(config.getoption("dcpcheck_device"))

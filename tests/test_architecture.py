@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from dcpcheck import op_registry
+from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+
 REPO = Path(__file__).resolve().parents[1]
 
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -96,26 +99,38 @@ def layer_of(module: str) -> int:
     return best
 
 
-def _resolve(module: str, node: ast.ImportFrom) -> str:
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     if node.level == 0:
         return node.module or ""
     package = module.split(".")
-    if MODULES[module].name != "__init__.py":
+    if not is_package:
         package = package[:-1]
     package = package[: len(package) - (node.level - 1)]
     return ".".join([*package, *([node.module] if node.module else [])])
 
 
+def _parsed(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
 def project_imports(module: str) -> set[str]:
-    """The project modules ``module`` imports (a ``from pkg import name`` counts ``pkg.name``
-    when that is a module, else ``pkg``)."""
-    tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+    """The project modules ``module`` imports."""
+    return imports_in(module, _parsed(module), _is_package(module))
+
+
+def imports_in(module: str, tree: ast.Module, is_package: bool) -> set[str]:
+    """The project modules the source ``tree`` of ``module`` imports (a ``from pkg import
+    name`` counts ``pkg.name`` when that is a module, else ``pkg``)."""
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = _resolve(module, node)
+            base = _resolve(module, node, is_package)
             names = [
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
                 for alias in node.names
@@ -232,3 +247,220 @@ def test_the_command_line_imports_no_triton_before_the_backend_is_chosen():
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# An op is its package and its line in the registry: what lies outside reaches it through
+# its package's ``PACKAGE`` (``dcpcheck.ops.OpPackage``) and names it through the registry.
+# The allow-lists below are the debt left: each is exact (an edge that appears fails, and
+# so does a listed one that is gone), so they only shrink.
+
+OPS_DIR = REPO / "dcpcheck" / "ops"
+
+OP_PACKAGES = frozenset(path.parent.name for path in OPS_DIR.glob("*/__init__.py"))
+"""The op packages, as they lie on disk (a new one counts with no edit here)."""
+
+
+def op_package_of(module: str) -> str | None:
+    """The op package ``module`` is, or lies in (``fused_norm_rope``), else None."""
+    parts = module.split(".")
+    inside = len(parts) >= 3 and parts[:2] == ["dcpcheck", "ops"] and parts[2] in OP_PACKAGES
+    return parts[2] if inside else None
+
+
+def op_internals_imported(module: str, imported: set[str]) -> set[str]:
+    """Rule (a): the modules below an op package (``dcpcheck.ops.<op>.x``) that ``module``
+    imports when it lies outside ``dcpcheck.ops``; an op package itself is its face."""
+    if module == "dcpcheck.ops" or module.startswith("dcpcheck.ops."):
+        return set()
+    return {name for name in imported if op_package_of(name) and name.count(".") >= 3}
+
+
+OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
+    # the command line: the fused op's run, replay, listing, hashing and selftest
+    "dcpcheck.cli.common": {
+        "fused_norm_rope.adapters", "fused_norm_rope.contract", "fused_norm_rope.kernels",
+    },
+    "dcpcheck.cli.hashing": {"fused_norm_rope.contract", "fused_norm_rope.kernels"},
+    "dcpcheck.cli.kernel_process": {"fused_norm_rope.kernels", "fused_norm_rope.runner"},
+    "dcpcheck.cli.listing": {
+        "fused_norm_rope.contract", "fused_norm_rope.kernels", "fused_norm_rope.scenario",
+        "fused_norm_rope.selftest",
+    },
+    "dcpcheck.cli.mutating": {"fused_norm_rope.kernels"},
+    "dcpcheck.cli.preflight": {"fused_norm_rope.cost", "fused_norm_rope.scenario"},
+    "dcpcheck.cli.ranks": {
+        "fused_norm_rope.contract", "fused_norm_rope.runner", "fused_norm_rope.scenario",
+    },
+    "dcpcheck.cli.run": {
+        "fused_norm_rope.runner", "fused_norm_rope.scenario", "fused_norm_rope.search",
+    },
+    "dcpcheck.cli.selftest": {"fused_norm_rope.selftest"},
+    "dcpcheck.pytest_plugin": {
+        "fused_norm_rope.cost", "fused_norm_rope.kernels", "fused_norm_rope.scenario",
+    },
+    # real ranks: the fused op's cases, and the merge's collectives for the token streams
+    "dcpcheck.distributed.ranks": {
+        "fused_norm_rope.case", "fused_norm_rope.contract", "fused_norm_rope.runner",
+        "fused_norm_rope.scenario",
+    },
+    "dcpcheck.distributed.streams": {
+        "fused_norm_rope.contract", "lse_combine.collectives", "lse_combine.contract",
+    },
+    # the tiny model and the decode chain: every op's contract and kernels
+    "dcpcheck.e2e.chain": {
+        "lse_combine.contract", "lse_combine.kernels", "slot_mapping.contract",
+        "slot_mapping.kernels",
+    },
+    "dcpcheck.e2e.mla_model": {
+        "fused_norm_rope.contract", "lse_combine.collectives", "lse_combine.contract",
+    },
+    "dcpcheck.e2e.stream_case": {"fused_norm_rope.runner"},
+    "dcpcheck.e2e.token_streams": {"fused_norm_rope.contract"},
+    # the fused op's worker processes
+    "dcpcheck.harness.isolation": {"fused_norm_rope.contract", "fused_norm_rope.scenario"},
+    "dcpcheck.harness.isolation_worker": {
+        "fused_norm_rope.compile_ahead", "fused_norm_rope.contract", "fused_norm_rope.kernels",
+        "fused_norm_rope.runner",
+    },
+    # the fused op's reports, ownership maps and console lines
+    "dcpcheck.output.case_map": {"fused_norm_rope.checks", "fused_norm_rope.scenario"},
+    "dcpcheck.output.console": {"fused_norm_rope.search"},
+    "dcpcheck.output.ownership_map": {"fused_norm_rope.scenario"},
+    "dcpcheck.output.report": {"fused_norm_rope.search"},
+    # the fused op's session
+    "dcpcheck.workflows.session": {
+        "fused_norm_rope.compile_ahead", "fused_norm_rope.runner", "fused_norm_rope.scenario",
+        "fused_norm_rope.search",
+    },
+}  # fmt: skip
+"""Importing module -> the op internals it still imports, below ``dcpcheck.ops.``."""
+
+
+OP_NAME_CONSTANTS = {
+    name: value
+    for name, value in vars(op_registry).items()
+    if isinstance(value, str) and value in OPS
+}
+"""The registry's constants that hold an op's name (``SLOT_MAPPING``), by name."""
+
+
+def op_names_named(module: str, tree: ast.Module, is_package: bool) -> set[str]:
+    """Rule (b): how the source ``tree`` of ``module`` names an op other than its own
+    package's: each op-name string literal (``'"slot-mapping"'``) and each op-name constant
+    of the registry it imports or reads (``"SLOT_MAPPING"``). The registry names them all."""
+    if module == "dcpcheck.op_registry":
+        return set()
+    named: set[tuple[str, str]] = set()  # (op, as spelled)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in OPS:
+            named.add((node.value, f'"{node.value}"'))
+        elif isinstance(node, ast.ImportFrom):
+            if _resolve(module, node, is_package) == "dcpcheck.op_registry":
+                named |= {
+                    (OP_NAME_CONSTANTS[alias.name], alias.name)
+                    for alias in node.names
+                    if alias.name in OP_NAME_CONSTANTS
+                }
+        elif isinstance(node, ast.Attribute) and node.attr in OP_NAME_CONSTANTS:
+            named.add((OP_NAME_CONSTANTS[node.attr], node.attr))
+    own = op_package_of(module)
+    return {spelled for op, spelled in named if op_package_name(op) != own}
+
+
+def op_package_name(op: str) -> str:
+    """The package of an op, named as the op (``fused-norm-rope`` -> ``fused_norm_rope``)."""
+    return op.replace("-", "_")
+
+
+OP_NAMES_NAMED: dict[str, set[str]] = {
+    # the fused op as the default of the command line, the plugin, bisect, mutate and reports
+    "dcpcheck.cli.bisecting": {"FUSED_NORM_ROPE"},
+    "dcpcheck.cli.mutating": {"FUSED_NORM_ROPE"},
+    "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
+    "dcpcheck.cli.selftest": {"FUSED_NORM_ROPE"},
+    "dcpcheck.pytest_plugin": {'"fused-norm-rope"'},
+    "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
+    "dcpcheck.mutation.runner": {"FUSED_NORM_ROPE"},
+    "dcpcheck.output.report": {"FUSED_NORM_ROPE"},
+    "dcpcheck.workflows.bisection": {"FUSED_NORM_ROPE"},
+    # the decode chain's stages, named as the ops they run
+    "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"'},
+}
+"""Module -> how it still names an op outside the registry and that op's package."""
+
+
+def debt_changes(
+    found: dict[str, set[str]], listed: dict[str, set[str]]
+) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """What ``found`` has that ``listed`` does not (new debt), and what ``listed`` has
+    that ``found`` no longer does (paid debt, to strike from the list), by module."""
+    modules = sorted(found.keys() | listed.keys())
+    new = {m: found.get(m, set()) - listed.get(m, set()) for m in modules}
+    gone = {m: listed.get(m, set()) - found.get(m, set()) for m in modules}
+    return {m: s for m, s in new.items() if s}, {m: s for m, s in gone.items() if s}
+
+
+def _assert_no_debt_change(found: dict[str, set[str]], listed: dict[str, set[str]]) -> None:
+    new, gone = debt_changes(found, listed)
+    assert not new, f"new, not allowed: {new}"
+    assert not gone, f"no longer so, strike from the allow-list: {gone}"
+
+
+def test_nothing_outside_the_ops_imports_an_ops_internals_but_the_listed_debt():
+    found = {
+        module: {name.removeprefix("dcpcheck.ops.") for name in internals}
+        for module in MODULES
+        if (internals := op_internals_imported(module, GRAPH[module]))
+    }
+    _assert_no_debt_change(found, OP_INTERNALS_IMPORTED)
+
+
+def test_only_the_registry_and_an_ops_own_package_name_the_op_but_the_listed_debt():
+    found = {
+        module: named
+        for module in MODULES
+        if (named := op_names_named(module, _parsed(module), _is_package(module)))
+    }
+    _assert_no_debt_change(found, OP_NAMES_NAMED)
+
+
+def test_an_ops_package_is_named_as_the_op():
+    """Rule (b) finds an op's own package by its name: the registry agrees."""
+    for name, op in OPS.items():
+        if op.package is not None:
+            assert op.package == f"dcpcheck.ops.{op_package_name(name)}"
+    assert op_package_name(FUSED_NORM_ROPE) in OP_PACKAGES
+
+
+PLANTED = """
+from dcpcheck.ops import slot_mapping
+from dcpcheck.ops.fused_norm_rope import contract
+import dcpcheck.ops.lse_combine.kernels
+from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck import op_registry
+
+STAGE = "lse-combine"
+DEFAULT = op_registry.SPARSE_TOPK_REMAP
+"""
+
+
+def test_rule_a_fails_on_a_planted_import_of_an_ops_internals():
+    imported = imports_in("dcpcheck.cli.planted", ast.parse(PLANTED), False)
+    internals = {"dcpcheck.ops.fused_norm_rope.contract", "dcpcheck.ops.lse_combine.kernels"}
+    assert op_internals_imported("dcpcheck.cli.planted", imported) == internals
+    assert op_internals_imported("dcpcheck.ops.slot_mapping.planted", imported) == set()
+    found = {"dcpcheck.cli.planted": {"fused_norm_rope.contract"}}
+    assert debt_changes(found, {}) == (found, {})  # a new edge fails
+    assert debt_changes({}, found) == ({}, found)  # so does a listed edge that is gone
+
+
+def test_rule_b_fails_on_a_planted_op_name():
+    tree = ast.parse(PLANTED)
+    named = {"SLOT_MAPPING", '"lse-combine"', "SPARSE_TOPK_REMAP"}
+    assert op_names_named("dcpcheck.cli.planted", tree, False) == named
+    # an op's own package may name it; the registry names them all
+    assert op_names_named("dcpcheck.ops.slot_mapping.planted", tree, False) == named - {
+        "SLOT_MAPPING"
+    }
+    assert op_names_named("dcpcheck.op_registry", tree, False) == set()

@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cli import INJECTION_VARIABLES
 from dcpcheck.exit_codes import EXIT_OK, EXIT_USAGE
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS
 
 TEARDOWN = "TEARDOWN"
 
@@ -43,7 +43,7 @@ def entry_point(*args: str, before: str = "", env: dict[str, str] | None = None)
 def test_a_command_writes_everything_and_skips_the_teardown():
     done = entry_point("list", "scenarios")
     assert done.returncode == EXIT_OK, done.stderr
-    shipped = sorted(path.stem for path in SCENARIO_DIR.glob("*.toml"))
+    shipped = sorted(path.stem for path in SCENARIOS.glob("*.toml"))
     assert all(name in done.stdout for name in shipped)  # the last line came out too
     assert TEARDOWN not in done.stdout
 

@@ -17,17 +17,16 @@ import triton
 import triton.language as tl
 from triton.runtime import autotuner, jit
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.ops.fused_norm_rope import compile_ahead as ahead
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 from tests.conftest import BACKEND, requires_cuda
 from tests.kernels_under_test import oracle_kernel
 
 SCENARIOS = [
-    load_scenario(SCENARIO_DIR / f"{name}.toml")
+    load_scenario(SCENARIOS / f"{name}.toml")
     for name in ("decode-single-dcp4", "fp16-interleaved-indexer")
 ]
 """bf16 and fp16 inputs: a kernel specialized on its input dtype compiles two binaries."""

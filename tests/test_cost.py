@@ -19,11 +19,12 @@ import torch
 
 from dcpcheck.cases import memory
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.ops.fused_norm_rope import case as harness_case
 from dcpcheck.ops.fused_norm_rope import cost
 from dcpcheck.ops.fused_norm_rope.case import build_case
 from dcpcheck.ops.fused_norm_rope.scenario import (
+    SCENARIOS,
     Scenario,
     load_scenario,
     load_scenarios,
@@ -35,7 +36,7 @@ GIB = 1 << 30
 
 def variant(name: str, requests: list[tuple[int, int]], padding: int = 0, **changes) -> Scenario:
     """The shipped scenario ``name`` with another batch (and any other ``changes``)."""
-    scenario = load_scenario(SCENARIO_DIR / f"{name}.toml")
+    scenario = load_scenario(SCENARIOS / f"{name}.toml")
     batch = Batch(tuple(Request(prefix, new) for prefix, new in requests), padding=padding)
     return dataclasses.replace(scenario, batch=batch, source=None, **changes)
 
@@ -80,7 +81,7 @@ def test_a_whole_context_glm5_prefill_is_refused_under_24_gib(tmp_path: Path) ->
     """202,000 new tokens of GLM-5 are within every limit (the preset
     has 202,752 positions), loaded fine, then held 16 GB after 2 minutes and died. Now the
     run is refused up front, on one line, naming the file and what drives the size."""
-    template = load_scenario(SCENARIO_DIR / "glm5-prefill-512.toml")
+    template = load_scenario(SCENARIOS / "glm5-prefill-512.toml")
     path = tmp_path / "glm5-prefill-202000.toml"
     huge = dataclasses.replace(
         template, name=path.stem, batch=Batch((Request(0, 202_000),)), source=None
@@ -161,7 +162,7 @@ def test_the_estimate_is_close_to_what_build_case_allocates(name: str, dcp_size:
     sharing one set of activations and one oracle answer), against the estimate: all of it
     within [0.5, 4] of the buffers, and its persistent parts (all but the transient work)
     within [0.9, 1.25]."""
-    scenario = load_scenario(SCENARIO_DIR / f"{name}.toml")
+    scenario = load_scenario(SCENARIOS / f"{name}.toml")
     device = torch.device("cpu")
     baseline = build_case(scenario, 1, device)
     other = build_case(
@@ -218,7 +219,7 @@ def test_an_oversized_run_is_refused_before_the_backend_opens(tmp_path: Path) ->
     import subprocess
     import sys
 
-    template = load_scenario(SCENARIO_DIR / "glm5-prefill-512.toml")
+    template = load_scenario(SCENARIOS / "glm5-prefill-512.toml")
     huge = dataclasses.replace(  # about 200 GiB at DCP 64: more than an H200 has free
         template, name="huge", batch=Batch((Request(0, 202_000),)), dcp_sizes=(1, 64), source=None
     )

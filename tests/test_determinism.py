@@ -11,16 +11,15 @@ import torch
 from click.testing import CliRunner
 
 import tests.kernels_under_test as k
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.ops.fused_norm_rope import determinism, search
 from dcpcheck.ops.fused_norm_rope.case import build_case
 from dcpcheck.ops.fused_norm_rope.runner import launch, run
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 from tests.conftest import BACKEND
 
-SCENARIO = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+SCENARIO = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
 KERNELS = "tests.kernels_under_test"
 
 
@@ -59,7 +58,7 @@ def test_a_one_in_ten_kernel_is_nondeterministic_and_never_a_dcp_divergence():
     tries with ``--seed`` fixed: each try reports it nondeterministic and no
     case as a DCP failure. One confirming rerun was not enough: a rerun repeats the nudge
     of the first run often enough that most tries reported a false divergence somewhere."""
-    scenarios = [load_scenario(path) for path in sorted(SCENARIO_DIR.glob("*.toml"))]
+    scenarios = [load_scenario(path) for path in sorted(SCENARIOS.glob("*.toml"))]
     scenarios = [s for s in scenarios if s.batch.num_real_tokens <= 64]
     assert len(scenarios) == 17
     for attempt in range(10):
@@ -145,7 +144,7 @@ def test_repro_runs_says_when_the_verdict_is_not_stable(tmp_path):
     """Each replay of decode-single at DCP2 launches 3 times (DCP1 twice, then the two
     ranks); the kernel breaks a foreign row in every other replay, so the verdict flips."""
     spec = write_kernel(tmp_path)
-    scenario = SCENARIO_DIR / "decode-single-dcp4.toml"
+    scenario = SCENARIOS / "decode-single-dcp4.toml"
     args = ["repro", str(scenario), "--dcp", "2", "--kernel", spec, "--no-isolate"]
     result = CliRunner().invoke(cli, [*args, "--runs", "4"])
     assert result.exit_code == 1, result.output

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import COLLECTIVE_TIMEOUT_MARGIN_S, DistributedUsageError
@@ -73,7 +72,7 @@ def simulated_report(kernel_name: str, dcp_size: int) -> dict:
     """What ``dcpcheck run --dcp N --json`` writes for ``SCENARIOS``, run in this process."""
     kernel = load_kernel(kernel_name)
     config = RunConfig(kernel_name, (dcp_size,))
-    results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)
+    results = run(kernel, load_scenarios(list(SCENARIOS)), config, BACKEND)
     results.append(token_stream_case(kernel, config, BACKEND))
     text = report.to_json(
         results,
@@ -236,7 +235,7 @@ def test_one_nccl_rank_reports_what_the_simulated_run_reports(tmp_path):
     code = launcher.launch(1, argv, LAUNCH_TIMEOUT_S)
     kernel = load_kernel("default")
     config = RunConfig("default", (1,))
-    results = run(kernel, load_scenarios(list(SCENARIOS), SCENARIO_DIR), config, BACKEND)
+    results = run(kernel, load_scenarios(list(SCENARIOS)), config, BACKEND)
     results.append(token_stream_case(kernel, config, BACKEND))
     simulated = json.loads(
         report.to_json(

@@ -29,7 +29,7 @@ import triton.language as tl
 from click.testing import CliRunner
 
 import reference as ref
-from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.harness.isolation import IsolatedKernel
@@ -44,7 +44,12 @@ from dcpcheck.ops.fused_norm_rope.runner import (
     run_scenario,
     with_effective_ds_mla_scale,
 )
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios, scenario_to_toml
+from dcpcheck.ops.fused_norm_rope.scenario import (
+    SCENARIOS,
+    load_scenario,
+    load_scenarios,
+    scenario_to_toml,
+)
 from dcpcheck.ops.fused_norm_rope.selftest import PROFILES as SELFTEST_PROFILES
 from dcpcheck.ops.fused_norm_rope.selftest import selftest_scenarios
 from dcpcheck.ops.fused_norm_rope.variants import MUTANTS
@@ -70,7 +75,7 @@ INV_448 = f32(1 / 448)
 
 
 def shipped(name: str, dcp: tuple[int, ...] = (1,)):
-    return dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), dcp_sizes=dcp)
+    return dataclasses.replace(load_scenario(SCENARIOS / f"{name}.toml"), dcp_sizes=dcp)
 
 
 def passes(kernel, scenario, config: RunConfig | None = None) -> bool:
@@ -269,7 +274,7 @@ def test_shipped_scenarios_cover_both_rules():
         CacheLayout.FP8_DS_MLA,
         (1,),
     )
-    assert load_scenario(SCENARIO_DIR / f"{POW2_SCENARIO}.toml").dcp_sizes == (1, 2, 4)
+    assert load_scenario(SCENARIOS / f"{POW2_SCENARIO}.toml").dcp_sizes == (1, 2, 4)
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -279,7 +284,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _amax_text() -> str:
-    return (SCENARIO_DIR / f"{AMAX_SCENARIO}.toml").read_text()
+    return (SCENARIOS / f"{AMAX_SCENARIO}.toml").read_text()
 
 
 def test_scenario_key_round_trips(tmp_path):

@@ -15,7 +15,6 @@ import dataclasses
 import pytest
 import torch
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.ops.fused_norm_rope import fused_checks
 from dcpcheck.ops.fused_norm_rope.case import (
     build_case,
@@ -26,6 +25,7 @@ from dcpcheck.ops.fused_norm_rope.case import (
 from dcpcheck.ops.fused_norm_rope.case_checks import check_case
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import launch
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as SHIPPED
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
 from tests import kernels_under_test as k
 from tests.conftest import BACKEND
@@ -68,7 +68,7 @@ SCENARIOS = (
 
 
 def shipped(name: str) -> Scenario:
-    return load_scenario(SCENARIO_DIR / f"{name}.toml")
+    return load_scenario(SHIPPED / f"{name}.toml")
 
 
 def assert_fused_is_detailed(kernel, scenario: Scenario, dcp: int, oracle: bool) -> list:

@@ -181,7 +181,7 @@ def test_the_triton_mla_backends_bf16_lse_breaks_the_bound_whichever_merge_runs(
     """The replay of the finding: the LSE the backend hands over is already off."""
     from dcpcheck.ops.lse_combine.scenario import SCENARIOS, load_scenario
 
-    finding = load_scenario(SCENARIOS.parent / "findings" / "triton-mla-bf16-lse.toml")
+    finding = load_scenario(SCENARIOS / "findings" / "triton-mla-bf16-lse.toml")
     fp32 = dataclasses.replace(finding.batch, lse_dtype="float32")
     for kernel in (release("0.33.0"), kernels.load("default")):
         for batch, status in ((finding.batch, "fail"), (fp32, "pass")):

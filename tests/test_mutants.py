@@ -23,12 +23,11 @@ from dataclasses import dataclass
 import pytest
 
 from dcpcheck.cases.dcp import Batch, Request, slot_mappings
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.ops.fused_norm_rope.contract import DS_MLA_ENTRY_BYTES
 from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, Scenario, load_scenario
 from dcpcheck.ops.fused_norm_rope.selftest import INT32_ADDRESS_LIMIT, address_overflow_scenario
 from dcpcheck.ops.fused_norm_rope.variants import MUTANTS, REGRESSIONS
 from tests.conftest import BACKEND, requires_cuda
@@ -54,7 +53,7 @@ class Witness:
 
 def shipped(name: str, dcp: tuple[int, ...]) -> Scenario:
     """The shipped scenario ``name`` at DCP sizes ``dcp`` only."""
-    return dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), dcp_sizes=dcp)
+    return dataclasses.replace(load_scenario(SCENARIOS / f"{name}.toml"), dcp_sizes=dcp)
 
 
 DECODE = "decode-single-dcp4"

@@ -21,11 +21,10 @@ import pytest
 from PIL import Image
 
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 from dcpcheck.output import ownership_map
 from dcpcheck.output.ownership_map import MapGeometry, write_report_dir
 from tests.conftest import BACKEND
@@ -52,7 +51,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 @pytest.fixture(scope="module")
 def decode_single():
-    return load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    return load_scenario(SCENARIOS / "decode-single-dcp4.toml")
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +188,7 @@ def test_interrupted_write_leaves_previous_report_whole(
 
 
 def test_large_batch_groups_tokens_per_column_without_hiding_a_bad_token(tmp_path):
-    small = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    small = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     big = dataclasses.replace(
         small, name="big", batch=Batch((Request(prefix=10, new=4000),)), source=None
     )
@@ -231,7 +230,7 @@ def test_error_case_shows_ownership_and_the_kernel_error(decode_single, tmp_path
 
 
 def test_padding_rows_are_grey(tmp_path):
-    scenario = load_scenario(SCENARIO_DIR / "mixed-prefill-decode-padding.toml")
+    scenario = load_scenario(SCENARIOS / "mixed-prefill-decode-padding.toml")
     result = CaseResult(scenario.name, 2, "pass", replay="r")
     [_, png] = write_report_dir([result], [scenario], tmp_path, kernel_name="k")
     image = Image.open(png).convert("RGB")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.exit_codes import EXIT_FAIL
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS
 from dcpcheck.workflows.bisection import bisect, render
 from tests.fixtures import kernel_history
 from tests.test_bisect import DECODE_DCP4, KERNEL
@@ -83,7 +83,7 @@ def test_a_scenario_files_replay_fails_again(tmp_path):
     """A scenario from the user's own directory replays by its file, with seed and size."""
     own = tmp_path / "my scenarios"  # a space: the printed path must be quoted
     own.mkdir()
-    shutil.copy(SCENARIO_DIR / "decode-single-dcp4.toml", own)
+    shutil.copy(SCENARIOS / "decode-single-dcp4.toml", own)
     done = dcpcheck(tmp_path, "run", *BROKEN, "--scenario-dir", "my scenarios", "--dcp", "2",
                     "--seed", "3")  # fmt: skip
     assert done.returncode == EXIT_FAIL, done.stderr

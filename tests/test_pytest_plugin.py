@@ -18,11 +18,10 @@ import pytest
 import torch
 
 from dcpcheck import pytest_plugin
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
 from dcpcheck.ops.fused_norm_rope import adapters, runner
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 from dcpcheck.pytest_plugin import verdict_of
 from dcpcheck.workflows import session
 from tests.conftest import BACKEND
@@ -64,7 +63,7 @@ def _triton_imported_once() -> None:
     Triton's bindings do not survive being imported twice in one process (an abort, or
     leaked objects at exit). Import Triton and everything its first launch pulls in
     here, before any in-process run, by running the project's kernel once."""
-    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    scenario = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     kernel = load_kernel("default")
     [result] = runner.run_scenario(kernel, scenario, RunConfig("default", (1,)), BACKEND)
     assert result.status == "pass"
@@ -212,7 +211,7 @@ def fused(inputs, outputs, caches):
 
 
 def _repository_scenario(name: str) -> str:
-    shipped = (SCENARIO_DIR / "decode-single-dcp4.toml").read_text(encoding="utf-8")
+    shipped = (SCENARIOS / "decode-single-dcp4.toml").read_text(encoding="utf-8")
     return shipped.replace('name = "decode-single-dcp4"', f'name = "{name}"').replace(
         "dcp = [4]", "dcp = [1, 2]"
     )

@@ -138,7 +138,7 @@ def run_inputs(tmp_path):
     scenarios = tmp_path / "scenarios"
     scenarios.mkdir()
     scenario = scenarios / "decode-single-dcp4.toml"
-    scenario.write_bytes((SCENARIO_DIR / scenario.name).read_bytes())
+    scenario.write_bytes((SCENARIO_DIR / "fused-norm-rope" / scenario.name).read_bytes())
     slot_scenarios = tmp_path / "slot-scenarios"
     slot_scenarios.mkdir()
     slot_scenario = slot_scenarios / "decode-single.toml"

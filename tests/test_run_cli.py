@@ -157,7 +157,7 @@ def test_without_the_oracle_a_kernel_that_zeroes_every_output_passes(tmp_path):
 
 
 def test_repro_takes_the_oracle_option(tmp_path):
-    scenario = str(REPO / "scenarios" / "decode-single-dcp4.toml")
+    scenario = str(REPO / "scenarios" / "fused-norm-rope" / "decode-single-dcp4.toml")
     args = ["repro", scenario, "--dcp", "4", "--kernel", "regress/pre-50005", "--oracle", "off"]
     result = invoke(*args)
     assert result.exit_code == 1
@@ -167,7 +167,7 @@ def test_repro_takes_the_oracle_option(tmp_path):
 
 def test_repro_writes_the_json_its_findings_point_to(tmp_path):
     """A replay that shows some findings says the rest are in --json: repro has it too."""
-    scenario = str(REPO / "scenarios" / "decode-single-dcp4.toml")
+    scenario = str(REPO / "scenarios" / "fused-norm-rope" / "decode-single-dcp4.toml")
     path = tmp_path / "repro.json"
     args = ["repro", scenario, "--dcp", "4", "--kernel", "regress/pre-54908"]
     result = invoke(*args, "--json", str(path))

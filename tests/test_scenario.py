@@ -13,7 +13,7 @@ import pytest
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.dcp import Batch, Request
-from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cli import main
 from dcpcheck.ops.fused_norm_rope.contract import (
     PRESETS,
@@ -24,13 +24,14 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     ModelPreset,
 )
 from dcpcheck.ops.fused_norm_rope.scenario import (
+    SCENARIOS,
     Scenario,
     load_scenario,
     load_scenarios,
     scenario_to_toml,
 )
 
-SHIPPED = sorted(SCENARIO_DIR.glob("*.toml"))
+SHIPPED = sorted(SCENARIOS.glob("*.toml"))
 
 REQUIRED_SHIPPED = {
     "glm5-prefill-512",
@@ -111,7 +112,7 @@ def test_shipped_scenarios_have_the_shapes_they_promise() -> None:
 
 
 def test_shuffled_scenario_gets_non_identity_block_tables() -> None:
-    scenario = load_scenario(SCENARIO_DIR / "shuffled-block-table.toml")
+    scenario = load_scenario(SCENARIOS / "shuffled-block-table.toml")
     for dcp_size in scenario.dcp_sizes:
         ids = [block for table in scenario.block_tables(dcp_size) for block in table]
         assert sorted(ids) == list(range(len(ids)))
@@ -126,7 +127,7 @@ def test_shuffled_scenario_gets_non_identity_block_tables() -> None:
 
 
 def test_patterns_select_sorted_unique_scenarios() -> None:
-    chosen = load_scenarios(["fp8-*", "decode-single-dcp4", "fp8-cache"], SCENARIO_DIR)
+    chosen = load_scenarios(["fp8-*", "decode-single-dcp4", "fp8-cache"], SCENARIOS)
     assert [s.name for s in chosen] == [
         "decode-single-dcp4",
         "fp8-cache",
@@ -136,12 +137,12 @@ def test_patterns_select_sorted_unique_scenarios() -> None:
 
 
 def test_no_patterns_select_everything() -> None:
-    assert [s.name for s in load_scenarios([], SCENARIO_DIR)] == [p.stem for p in SHIPPED]
+    assert [s.name for s in load_scenarios([], SCENARIOS)] == [p.stem for p in SHIPPED]
 
 
 def test_a_pattern_matching_nothing_is_an_error() -> None:
     with pytest.raises(ScenarioError, match="no scenario matches 'decode-singel'"):
-        load_scenarios(["decode-single-dcp4", "decode-singel"], SCENARIO_DIR)
+        load_scenarios(["decode-single-dcp4", "decode-singel"], SCENARIOS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -411,7 +412,7 @@ def test_the_oversized_probe_is_refused_by_the_reader(tmp_path: Path, key: str) 
 
 def test_limits_bind_scenarios_changed_in_code_too() -> None:
     """A ``--dcp`` or ``--seed`` override is a ``dataclasses.replace``: held to the same limits."""
-    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    scenario = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     with pytest.raises(ScenarioError, match=r"key 'dcp': DCP size must be <= 64, got 65"):
         dataclasses.replace(scenario, dcp_sizes=(65,))
     with pytest.raises(ScenarioError, match=rf"key 'seed': must be <= {limits.SEED_MAX}"):
@@ -467,18 +468,18 @@ def test_errors_name_the_path_relative_to_the_working_directory(
 ) -> None:
     """Changing a loaded scenario in code (a --dcp override) is checked like a file, and the
     message points at the file as a user in the repository would type it."""
-    monkeypatch.chdir(SCENARIO_DIR.parent)
-    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    monkeypatch.chdir(SCENARIOS.parents[1])
+    scenario = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     with pytest.raises(ScenarioError) as raised:
         dataclasses.replace(scenario, dcp_sizes=(3,), interleave=3)
     assert str(raised.value) == (
-        "scenarios/decode-single-dcp4.toml: key 'interleave': "
+        "scenarios/fused-norm-rope/decode-single-dcp4.toml: key 'interleave': "
         "interleave 3 does not divide block_size 16"
     )
 
 
 def test_a_scenario_built_in_code_is_named_by_its_name() -> None:
-    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    scenario = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     unsaved = dataclasses.replace(scenario, source=None)
     with pytest.raises(ScenarioError, match=r"^scenario 'decode-single-dcp4': key 'dcp': "):
         dataclasses.replace(unsaved, dcp_sizes=(0,))
@@ -513,7 +514,7 @@ def test_dcpcheck_repro_replays_a_renamed_saved_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`dcpcheck repro` replays a saved failure whatever the file is renamed to."""
-    saved = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    saved = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     text = scenario_to_toml(dataclasses.replace(saved, name="shrunk-default-0123abcd"))
     renamed = write_case(tmp_path, text, name="renamed-by-its-user")
     monkeypatch.setattr(sys, "argv", ["dcpcheck", "repro", str(renamed)])

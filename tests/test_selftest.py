@@ -13,11 +13,10 @@ import pytest
 from rich.console import Console
 
 from dcpcheck.backend import Backend
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import SelftestReport, SelftestRow, Status
 from dcpcheck.exit_codes import EXIT_USAGE
 from dcpcheck.ops.fused_norm_rope import search
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario, load_scenarios
 from dcpcheck.ops.fused_norm_rope.selftest import (
     PROFILES,
     SelftestProfile,
@@ -33,7 +32,7 @@ from tests.conftest import BACKEND
 TINY = SelftestProfile("tiny", search.PROFILES["smoke"], 2, False, "2 property examples")
 """Enough property examples to prove the search runs, few enough to stay fast."""
 
-DECODE = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+DECODE = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
 """Named scenario of the tiny runs: one decode token under DCP4."""
 
 FAKE = KernelVariant("mutant/fake-correct", "the correct kernel posing as a mutant")

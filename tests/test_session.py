@@ -93,9 +93,8 @@ def test_a_failing_search_is_a_failure_in_both_reports(tmp_path):
 def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
     """``Session.case`` saves a failing case under HOME/failures/; a HOME that cannot be
     written costs one warning, and the verdict stands."""
-    from dcpcheck.cases.scenario_files import SCENARIO_DIR
     from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
-    from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+    from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
     from tests.conftest import BACKEND
 
     home = tmp_path / "home"
@@ -105,7 +104,7 @@ def test_session_saves_failing_cases_once_home_allows(tmp_path, home_writable):
     kernel = load_kernel("regress/pre-54908")
     config = RunConfig("regress/pre-54908", None)
     run = session.Session(kernel, config, BACKEND, home, on_warning=warnings.append)
-    scenario = load_scenario(SCENARIO_DIR / "decode-single-dcp4.toml")
+    scenario = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
     first = run.case(scenario, 4)
     second = run.case(scenario, 4)
     assert first.status == second.status == "fail"

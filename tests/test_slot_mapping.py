@@ -453,11 +453,11 @@ def test_a_scenario_file_of_the_fused_op_may_name_it_and_one_of_another_op_is_se
 ):
     from dcpcheck.ops.fused_norm_rope import scenario as fused
 
-    shipped = (fused.SCENARIO_DIR / "decode-single-dcp4.toml").read_text()
+    shipped = (fused.SCENARIOS / "decode-single-dcp4.toml").read_text()
     named = tmp_path / "named.toml"
     named.write_text('op = "fused-norm-rope"\n' + shipped)
     assert fused.load_scenario(named) == fused.load_scenario(
-        fused.SCENARIO_DIR / "decode-single-dcp4.toml"
+        fused.SCENARIOS / "decode-single-dcp4.toml"
     )
     with pytest.raises(ScenarioError, match="run it with --op slot-mapping"):
         fused.load_scenario(SCENARIOS / "decode-single.toml")

@@ -287,12 +287,13 @@ def read_write_fails(reader, writer_name: str, name: str, size: int = 2):
     """The end-to-end check of shipped scenario ``name`` at DCP ``size``, ``reader``
     reading what the fused op's ``writer_name`` wrote."""
     from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+    from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
     from dcpcheck.ops.fused_norm_rope.scenario import load_scenario as load_fused
     from dcpcheck.ops.sparse_topk_remap import read_write
 
     [scenario] = load_scenarios([name])
     batch = scenario.batch
-    written = load_fused(SCENARIOS.parent / f"{batch.write_side}.toml")
+    written = load_fused(FUSED_SCENARIOS / f"{batch.write_side}.toml")
     check = read_write.read_agrees_with_write(
         reader, load_kernel(writer_name), written, size, DEVICE, batch.topk, batch.seed,
         batch.compact, batch.count_valid,

@@ -19,10 +19,18 @@ from dcpcheck.cases import limits
 from dcpcheck.cases.toml_tables import Key, known, read_table
 
 SCENARIO_DIR = Path(__file__).parents[2] / "scenarios"
-"""The scenarios shipped with the repository."""
+"""The scenarios shipped with the repository: an op's in the folder of its name
+(``scenarios/<op>/``, ``shipped_scenarios``), which ``--scenario NAME`` selects from.
+Files below an op's folder (``scenarios/lse-combine/findings/``) are not shipped
+scenarios: they are replayed by path (``dcpcheck repro FILE``)."""
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """Scenario names are file stems and CLI arguments: no spaces, slashes or glob characters."""
+
+
+def shipped_scenarios(op: str) -> Path:
+    """The folder of the scenarios shipped for ``op`` (a name of ``op_registry.OPS``)."""
+    return SCENARIO_DIR / op
 
 
 class ScenarioError(ValueError):

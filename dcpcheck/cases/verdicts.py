@@ -149,10 +149,11 @@ class RunConfig:
 
 
 def is_shipped(source: Path) -> bool:
-    """Whether a scenario file is one of dcpcheck's shipped scenarios, which ``dcpcheck run
-    --scenario NAME`` finds wherever it is started."""
+    """Whether a scenario file is one of dcpcheck's shipped scenarios (a file of an op's
+    folder of ``SCENARIO_DIR``), which ``dcpcheck run --scenario NAME`` finds wherever it
+    is started."""
     try:
-        return source.resolve().parent == SCENARIO_DIR.resolve()
+        return source.resolve().parent.parent == SCENARIO_DIR.resolve()
     except OSError:
         return False
 

@@ -14,7 +14,6 @@ import torch
 from dcpcheck.backend import BackendError, planned_device, select_backend
 from dcpcheck.cases import dcp
 from dcpcheck.cases.limits import DCP_SIZE_MAX, SEED_MAX
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
@@ -237,9 +236,8 @@ scenario_option = click.option(
 scenario_dir_option = click.option(
     "--scenario-dir",
     type=click.Path(path_type=Path),
-    default=SCENARIO_DIR,
-    show_default=True,
-    help="Where scenario TOML files live.",
+    default=None,
+    help="Where scenario TOML files live (default: the op's shipped ones, scenarios/<op>/).",
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 import torch
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cli.common import InputError
 from dcpcheck.op_registry import OPS
 from dcpcheck.ops import package, packaged
@@ -79,7 +79,7 @@ def list_command(what: str) -> None:
                 out.print(f"{name:34} {description}")
         return
     try:
-        scenarios = load_scenarios([], SCENARIO_DIR)
+        scenarios = load_scenarios([])
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     for s in scenarios:

@@ -142,7 +142,7 @@ def mutate_command(
     op: str,
     dcp_text: str | None,
     patterns: tuple[str, ...],
-    scenario_dir: Path,
+    scenario_dir: Path | None,
     search: int | None,
     limit: int | None,
     mutant_patterns: tuple[str, ...],

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR, ScenarioError
+from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.cli import preflight
 from dcpcheck.cli.common import (
@@ -285,8 +285,7 @@ def run_op(ctx: click.Context) -> int:
             f"--seed: with --op {op.name} it seeds the property search; give "
             "--property-only or --examples N"
         )
-    root = params["scenario_dir"]
-    root = op.scenarios if Path(root) == SCENARIO_DIR else Path(root)
+    root = op.scenarios if params["scenario_dir"] is None else Path(params["scenario_dir"])
     try:
         scenarios = [] if params["property_only"] else (
             op.load_scenarios(list(params["patterns"]), root)

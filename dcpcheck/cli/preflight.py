@@ -25,7 +25,7 @@ from dcpcheck.harness import sanitizer
 from dcpcheck.kernels.spec_inputs import spec_inputs
 from dcpcheck.ops import OpPackage
 from dcpcheck.ops.fused_norm_rope import cost
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenarios
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, Scenario, load_scenarios
 
 
 def check_sanitizer(sanitize: str | None, backend) -> None:
@@ -140,10 +140,15 @@ def check_report_dir(report_dir: Path) -> None:
 
 
 def named_scenarios(
-    patterns: tuple[str, ...], scenario_dir: Path, dcp_sizes: tuple[int, ...] | None, seed
+    patterns: tuple[str, ...],
+    scenario_dir: Path | None,
+    dcp_sizes: tuple[int, ...] | None,
+    seed,
 ) -> list[Scenario]:
-    """The scenarios to run, each checked with the ``--dcp`` / ``--seed`` overrides applied,
-    so that a combination that cannot run is an error before any work."""
+    """The scenarios to run (from ``scenario_dir``, else the shipped ones), each checked
+    with the ``--dcp`` / ``--seed`` overrides applied, so that a combination that cannot
+    run is an error before any work."""
+    scenario_dir = SCENARIOS if scenario_dir is None else scenario_dir
     if not scenario_dir.is_dir():
         what = "does not exist" if not scenario_dir.exists() else "is not a directory"
         raise InputError(f"--scenario-dir: {scenario_dir} {what}")

@@ -45,7 +45,7 @@ from dcpcheck.distributed.streams import compare_streams_distributed, streams_to
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
 from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.runner import declared_ds_mla_scale
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenarios
 from dcpcheck.output import console
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import RunOutcome
@@ -145,8 +145,9 @@ def run_command(
 ) -> None:
     """`dcpcheck run` with this process as one rank; rank 0 prints the report."""
     dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
+    folder = SCENARIOS if scenario_dir is None else scenario_dir
     try:
-        scenarios = load_scenarios(list(patterns), scenario_dir)
+        scenarios = load_scenarios(list(patterns), folder)
     except ScenarioError as exc:
         raise common.InputError(str(exc)) from None
     preflight.check_report_paths(json_path, junit_path)

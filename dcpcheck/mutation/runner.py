@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.files import write_atomic
 from dcpcheck.mutation.operators import Mutant
 from dcpcheck.op_registry import FUSED_NORM_ROPE
@@ -106,7 +107,7 @@ class Gate:
 
     def scenario_paths(self) -> list[Path]:
         """Each scenario file the gate may read."""
-        folder = self.scenario_dir or Path(__file__).parents[2] / "scenarios"
+        folder = self.scenario_dir or SCENARIO_DIR
         return sorted(folder.rglob("*.toml"))
 
     def scenario_files(self) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Named scenarios: one TOML file each in ``scenarios/``, read strictly.
+"""Named scenarios: one TOML file each in ``scenarios/fused-norm-rope/``, read strictly.
 
 A scenario fixes everything a run needs besides the kernel: model shape, dtypes, cache
 layout, indexer mode, the DCP layouts to try and the batch of requests. Files are read
@@ -73,11 +73,11 @@ from dcpcheck.cases.dcp import (
 )
 from dcpcheck.cases.scenario_files import (
     NAME_PATTERN,
-    SCENARIO_DIR,
     ScenarioError,
     display_path,
     load_named,
     scenario_files,
+    shipped_scenarios,
     where_of,
 )
 from dcpcheck.cases.toml_tables import (
@@ -103,6 +103,9 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     ModelPreset,
     mla_entry_bytes,
 )
+
+SCENARIOS = shipped_scenarios(FUSED_NORM_ROPE)
+"""The op's shipped scenarios."""
 
 DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 """Activation dtypes a scenario may name."""
@@ -379,7 +382,8 @@ def load_scenario(path: Path) -> Scenario:
 
     Its ``name`` key names the scenario and ``source`` is ``path``, so a saved failure
     renamed or copied elsewhere still replays under its own name (a replay line of a file
-    outside ``scenarios/`` points at the file, ``runner.RunConfig.replay_command``).
+    outside ``scenarios/fused-norm-rope/`` points at the file,
+    ``runner.RunConfig.replay_command``).
     ``load_scenarios`` adds what a scenario directory needs: name and stem agree.
     """
     path = Path(path)
@@ -449,7 +453,7 @@ def load_scenario(path: Path) -> Scenario:
     )
 
 
-def load_scenarios(patterns: Sequence[str], root: Path = SCENARIO_DIR) -> list[Scenario]:
+def load_scenarios(patterns: Sequence[str], root: Path = SCENARIOS) -> list[Scenario]:
     """The scenarios under ``root`` whose names match any of ``patterns``, sorted by name.
 
     A pattern is a name or an ``fnmatch`` glob over names (``fp8-*``); no patterns means

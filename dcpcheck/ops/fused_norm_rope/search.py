@@ -15,11 +15,11 @@ The shrunk scenario is written as an ordinary scenario file under
 ``<home>/failures/`` (``home`` is ``.dcpcheck/`` in the working directory, or
 ``$DCPCHECK_HOME``): ``name`` equals the file stem, the description says which checks
 failed on which fields, and the file loads with ``load_scenario`` and can be copied into
-``scenarios/`` as it is. It is read back and run once more before the search returns,
-so a saved failure is a replayed failure (``dcpcheck repro FILE``). Drawn scenarios name
-no fp8_ds_mla tile-scale rule (the run's option or the kernel's declaration decides it,
-``runner.effective_ds_mla_scale``); the saved file names the rule it failed under, so a
-replay with another kernel or without the option still runs that rule.
+``scenarios/fused-norm-rope/`` as it is. It is read back and run once more before the
+search returns, so a saved failure is a replayed failure (``dcpcheck repro FILE``). Drawn
+scenarios name no fp8_ds_mla tile-scale rule (the run's option or the kernel's declaration
+decides it, ``runner.effective_ds_mla_scale``); the saved file names the rule it failed
+under, so a replay with another kernel or without the option still runs that rule.
 
 Reproducibility: without an explicit seed Hypothesis runs from ``DEFAULT_SEED``, so the
 same kernel and options draw the same scenarios on every machine (CI), and ``seed``

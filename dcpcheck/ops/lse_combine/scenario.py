@@ -36,11 +36,11 @@ from typing import Any
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.scenario_files import (
-    SCENARIO_DIR,
     ScenarioError,
     load_named,
     read_op_scenario,
     scenario_files,
+    shipped_scenarios,
 )
 from dcpcheck.cases.toml_tables import (
     Key,
@@ -57,7 +57,7 @@ from dcpcheck.cases.toml_tables import (
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops.lse_combine.case import DTYPES, EMPTY_SHARDS, NEEDS_LENGTHS, CombineBatch
 
-SCENARIOS = SCENARIO_DIR / LSE_COMBINE
+SCENARIOS = shipped_scenarios(LSE_COMBINE)
 """The op's shipped scenarios."""
 
 HEADS_MAX = 256

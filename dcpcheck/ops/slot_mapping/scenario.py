@@ -30,11 +30,11 @@ from typing import Any
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.scenario_files import (
-    SCENARIO_DIR,
     ScenarioError,
     load_named,
     read_op_scenario,
     scenario_files,
+    shipped_scenarios,
 )
 from dcpcheck.cases.toml_tables import (
     Key,
@@ -51,7 +51,7 @@ from dcpcheck.ops.slot_mapping.contract import check_kernel_block_sizes
 
 OP = "slot-mapping"
 
-SCENARIOS = SCENARIO_DIR / OP
+SCENARIOS = shipped_scenarios(OP)
 """The op's shipped scenarios."""
 
 GROUPS_MAX = 8

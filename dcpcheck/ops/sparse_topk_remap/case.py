@@ -70,7 +70,7 @@ class ReadWriteBatch:
     """A case of the end-to-end check (``read_write``): the fused op's scenario that
     writes, and how the rows read."""
 
-    write_side: str  # a scenario of the fused op in ``scenarios/``, by name
+    write_side: str  # a scenario of the fused op in ``scenarios/fused-norm-rope/``, by name
     topk: int
     compact: bool = False
     count_valid: bool = False

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dcpcheck.cases import memory
-from dcpcheck.cases.scenario_files import SCENARIO_DIR, where_of
+from dcpcheck.cases.scenario_files import where_of
 from dcpcheck.ops.fused_norm_rope import cost as fused_cost
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario as load_fused_scenario
 from dcpcheck.ops.sparse_topk_remap.case import GUARD_ROWS, ReadWriteBatch, RemapBatch
 from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
@@ -104,7 +105,7 @@ class _Shape:
 def _write_side(batch: ReadWriteBatch, dcp_sizes: Sequence[int]) -> memory.Peak:
     """The fused op's case the end-to-end check runs, at the largest size, as that op
     estimates it."""
-    written = load_fused_scenario(SCENARIO_DIR / f"{batch.write_side}.toml")
+    written = load_fused_scenario(FUSED_SCENARIOS / f"{batch.write_side}.toml")
     held = fused_cost.estimate_peak_bytes(written, (max(dcp_sizes),)).total
     return memory.Peak({"the fused op's case that writes (its own estimate)": held})
 

@@ -1,9 +1,10 @@
 """Read agrees with write, end to end: the bytes a sparse attention reads on each rank for
 each token it picks are the bytes that token's owner wrote for it.
 
-One case of the fused op (a scenario of ``scenarios/``, at one DCP size) is built and its
-kernel (the writer) launched on every rank, so every rank's MLA cache holds what that
-kernel wrote for the tokens it owns, beside the cached prefix the harness wrote there.
+One case of the fused op (a scenario of ``scenarios/fused-norm-rope/``, at one DCP size)
+is built and its kernel (the writer) launched on every rank, so every rank's MLA cache
+holds what that kernel wrote for the tokens it owns, beside the cached prefix the harness
+wrote there.
 Then every new token of the batch is a query row that picks up to ``topk`` positions of
 its request it can see (its own included), drawn from the seed; each rank's remap kernel
 (the reader) turns the picks into its slots with the rank's block table, packed or in

@@ -12,7 +12,6 @@ from functools import partial
 
 import torch
 
-from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.cases.verdicts import CaseResult, CheckResult
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import op_cases
@@ -32,9 +31,10 @@ def _judged(
     case's error)."""
     if isinstance(batch, ReadWriteBatch):
         from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+        from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
         from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 
-        written = load_scenario(SCENARIO_DIR / f"{batch.write_side}.toml")
+        written = load_scenario(FUSED_SCENARIOS / f"{batch.write_side}.toml")
         check = read_write.read_agrees_with_write(
             kernel, load_kernel("default"), written, size, device, batch.topk,
             batch.seed, batch.compact, batch.count_valid,

@@ -28,7 +28,7 @@ writes instead of requests and a cache layout of its own::
     op = "sparse-topk-remap"
     name = "reads-interleave-block"
     description = "what it catches"
-    write_side = "interleave-block"       # a scenario of the fused op, in scenarios/
+    write_side = "interleave-block"       # a scenario of the fused op, in its folder
     topk = 128
     compact = false                       # optional
     count_valid = false                   # optional
@@ -45,12 +45,12 @@ from typing import Any
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.scenario_files import (
-    SCENARIO_DIR,
     ScenarioError,
     load_named,
     op_of,
     read_op_scenario,
     scenario_files,
+    shipped_scenarios,
 )
 from dcpcheck.cases.toml_tables import (
     Key,
@@ -62,11 +62,12 @@ from dcpcheck.cases.toml_tables import (
     table_array,
     toml_literal,
 )
+from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
 from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch
 
 OP = "sparse-topk-remap"
 
-SCENARIOS = SCENARIO_DIR / OP
+SCENARIOS = shipped_scenarios(OP)
 """The op's shipped scenarios."""
 
 TOPK_MAX = 4096
@@ -181,11 +182,11 @@ def _read_write_scenario(path: Path) -> RemapScenario:
     """A scenario of the end-to-end check (module docstring)."""
     where = str(path)
     values = read_op_scenario(path, _READ_WRITE_KEYS, OP)
-    written = SCENARIO_DIR / f"{values['write_side']}.toml"
+    written = FUSED_SCENARIOS / f"{values['write_side']}.toml"
     if op_of(written) is not None or not written.is_file():
         raise ScenarioError(
             f"{where}: key 'write_side': {values['write_side']!r} is not a scenario of the "
-            f"fused op in {SCENARIO_DIR}"
+            f"fused op in {FUSED_SCENARIOS}"
         )
     if not 1 <= values["topk"] <= TOPK_MAX:
         raise ScenarioError(f"{where}: key 'topk': must be in 1..{TOPK_MAX}, got {values['topk']}")
