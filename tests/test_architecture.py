@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # loading any --kernel: files, modules, released vLLM wheels
     ("dcpcheck.kernels",),
     # the ops, one package each: contract, scenarios, cases, checks, the project's kernel
-    # and its mutants, adapters, runner, search and selftest
+    # and its mutants, adapters, runner and search (dcpcheck.ops reads them by name)
     ("dcpcheck.ops",),
     # the tiny MLA model through the ops' kernels, and its token streams
     ("dcpcheck.e2e",),

@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpcheck.cases.scenario_files import ScenarioError
+from dcpcheck.op_registry import LSE_COMBINE
+from dcpcheck.ops import package
 from dcpcheck.ops.lse_combine import checks, mutants
 from dcpcheck.ops.lse_combine.case import EMPTY_SHARDS, CombineBatch, build_case, launch_all
 from dcpcheck.ops.lse_combine.collectives import CollectiveError, run_ranks
@@ -239,17 +241,6 @@ def test_an_lse_of_zero_without_lengths_is_refused_as_no_merge_can_meet_it(tmp_p
         load_scenario(path)
 
 
-def test_the_selftest_passes_the_merge_and_catches_every_mutant():
-    from dcpcheck.ops.lse_combine.selftest import run_selftest
-
-    report = run_selftest(BACKEND)
-    assert report.default.status.value == "passed"
-    assert len(report.mutants) == len(mutants.MUTANTS) + len(mutants.ATTENTION_MUTANTS)
-    assert all(row.status.value == "caught" for row in report.mutants), [
-        (row.kernel, row.status) for row in report.mutants
-    ]
-
-
 EVERY_MUTANT = (*mutants.MUTANTS, *map(mutants.ProducedBy, mutants.ATTENTION_MUTANTS))
 
 
@@ -259,9 +250,7 @@ def _mutant_id(mutant) -> str:
 
 @pytest.mark.parametrize("mutant", EVERY_MUTANT, ids=_mutant_id)
 def test_the_search_finds_and_shrinks_every_mutant(mutant):
-    from dcpcheck.ops.lse_combine import search
-
-    outcome = search.search(mutant, _mutant_id(mutant), 60, DEVICE)
+    outcome = package(LSE_COMBINE).search(mutant, _mutant_id(mutant), 60, DEVICE)
     assert not outcome.passed, f"{_mutant_id(mutant)} survived 60 examples"
     shrunk = outcome.failure
     assert isinstance(shrunk, CombineScenario)
@@ -271,9 +260,7 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
 
 
 def test_the_search_passes_the_projects_merge():
-    from dcpcheck.ops.lse_combine import search
-
-    outcome = search.search(combine, "default", 30, DEVICE)
+    outcome = package(LSE_COMBINE).search(combine, "default", 30, DEVICE)
     assert outcome.passed and outcome.examples_run == 30
 
 
@@ -368,15 +355,16 @@ def _verdicts(results) -> list[tuple[str, str, list[tuple[str, str, int | None]]
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_real_ranks_over_gloo_give_the_simulated_groups_verdicts(world_size):
-    from dcpcheck.ops.lse_combine import PACKAGE
     from dcpcheck.ops.lse_combine.real_ranks import run_on_real_ranks
+
+    op = package(LSE_COMBINE)
 
     real = run_on_real_ranks(world_size, REAL_JOBS)
     simulated = [
         result
         for spec, path in REAL_JOBS
-        for result in PACKAGE.run_scenario(
-            PACKAGE.kernel(spec), spec, load_scenario(path), (world_size,), DEVICE
+        for result in op.run_scenario(
+            op.kernel(spec), spec, load_scenario(path), (world_size,), DEVICE
         )
     ]
     assert _verdicts(real) == _verdicts(simulated)
@@ -494,15 +482,16 @@ def test_launcher_torchrun_refuses_what_real_ranks_cannot_do(args, said):
     assert done.exit_code == 2 and said in done.output
 
 
-def test_a_rank_that_dies_makes_every_case_of_the_real_rank_run_a_crash():
+def test_a_rank_that_dies_makes_every_case_of_the_real_rank_run_a_crash(monkeypatch):
     from dcpcheck.cli.op_run import RealRanks, judge_cases
-    from dcpcheck.ops.lse_combine import PACKAGE
+    from dcpcheck.ops.lse_combine import real_ranks
 
     def died(size, jobs, timeout_s):
         raise RuntimeError(f"{size} real ranks: rank(s) 1 did not finish cleanly")
 
-    op = dataclasses.replace(PACKAGE, run_on_real_ranks=died)
-    scenarios = PACKAGE.load_scenarios(["decode-empty-ranks", "empty-lse-zero"], SCENARIOS)
+    monkeypatch.setattr(real_ranks, "run_on_real_ranks", died)
+    op = package(LSE_COMBINE)
+    scenarios = op.load_scenarios(["decode-empty-ranks", "empty-lse-zero"], SCENARIOS)
     cases = judge_cases(
         op, scenarios, "default", (2,), DEVICE, None, False, real_ranks=RealRanks(2, None)
     )

@@ -19,12 +19,16 @@ import pytest
 
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.op_registry import LSE_COMBINE
+from dcpcheck.ops import package
 from dcpcheck.ops.lse_combine import kernels
 from dcpcheck.ops.lse_combine.case import CombineBatch
-from dcpcheck.ops.lse_combine.runner import run_scenario
 from dcpcheck.ops.lse_combine.scenario import CombineScenario
 from dcpcheck.ops.lse_combine.vllm import DCP_ONLY, VllmMerge
 from tests.conftest import BACKEND, registry_problem
+
+run_scenario = package(LSE_COMBINE).run_scenario
+search = package(LSE_COMBINE).search
 
 LOADED = ("0.10.2", "0.12.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
 UNMASKED = ("0.10.2", "0.12.0")
@@ -277,7 +281,5 @@ def test_speculative_rows_that_see_every_rank_are_judged():
 
 def test_the_search_draws_only_what_merge_attn_states_callers_ask():
     """Every drawn example is judged: none is a base-2, unmasked, speculative or DCP1 case."""
-    from dcpcheck.ops.lse_combine import search
-
-    outcome = search.search(state_merge("0.33.0"), "m", 6, BACKEND.device)
+    outcome = search(state_merge("0.33.0"), "m", 6, BACKEND.device)
     assert outcome.passed and outcome.examples_run == 6 and outcome.not_applicable == 0

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import format_finding
+from dcpcheck.op_registry import SLOT_MAPPING
+from dcpcheck.ops import op_cases, package
 from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
@@ -466,28 +468,6 @@ def test_a_scenario_file_of_the_fused_op_may_name_it_and_one_of_another_op_is_se
 # -- the selftest ------------------------------------------------------------------------
 
 
-def test_the_selftest_catches_every_mutant_of_the_op_on_its_shipped_scenarios():
-    from dcpcheck.ops.slot_mapping import selftest
-
-    report = selftest.run_selftest(BACKEND)
-    assert report.passed
-    assert [row.kernel for row in report.mutants] == [
-        f"mutant/{m.__name__.replace('_', '-')}"
-        for m in (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS)
-    ]
-    assert {row.status.value for row in report.mutants} == {"caught"}
-
-
-def test_a_mutant_no_scenario_catches_fails_the_selftest(monkeypatch):
-    from dcpcheck.ops.slot_mapping import kernels, selftest
-
-    harmless = {**kernels.KERNELS, "mutant/harmless": kernels.KERNELS["default"]}
-    monkeypatch.setattr(selftest, "KERNELS", harmless)
-    report = selftest.run_selftest(BACKEND)
-    [missed] = [row for row in report.mutants if row.status.value == "missed"]
-    assert missed.kernel == "mutant/harmless" and not report.passed
-
-
 def test_selftest_of_the_op_from_the_command_line():
     done = invoke("selftest", "--op", "slot-mapping")
     assert done.exit_code == 0, done.output
@@ -504,15 +484,14 @@ def test_selftest_of_the_op_from_the_command_line():
 )
 def test_the_search_finds_and_shrinks_each_mutant(mutant):
     from dcpcheck.ops.slot_mapping.kernels import KERNELS
-    from dcpcheck.ops.slot_mapping.runner import run_scenario
 
     name = f"mutant/{mutant.__name__.replace('_', '-')}"
-    outcome = search.search(KERNELS[name], name, 100, BACKEND.device)
+    outcome = package(SLOT_MAPPING).search(KERNELS[name], name, 100, BACKEND.device)
     assert not outcome.passed
     shrunk = outcome.failure
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows <= 4
     assert len(shrunk.batch.block_sizes) <= 2
-    [replayed] = run_scenario(
+    [replayed] = package(SLOT_MAPPING).run_scenario(
         KERNELS["default"], "default", shrunk, shrunk.dcp_sizes, BACKEND.device
     )
     assert replayed.status == "pass"  # the failure is the mutant's, not the harness's
@@ -521,7 +500,7 @@ def test_the_search_finds_and_shrinks_each_mutant(mutant):
 def test_the_search_passes_the_projects_kernel():
     from dcpcheck.ops.slot_mapping.kernels import KERNELS
 
-    outcome = search.search(KERNELS["default"], "default", 60, BACKEND.device)
+    outcome = package(SLOT_MAPPING).search(KERNELS["default"], "default", 60, BACKEND.device)
     assert outcome.passed and outcome.examples_run == 60
 
 
@@ -579,12 +558,10 @@ def test_bisect_names_the_commit_that_broke_a_slot_mapping_kernel(tmp_path):
 
 
 def test_a_home_that_cannot_be_written_costs_one_warning_not_the_run(monkeypatch):
-    from dcpcheck.ops.slot_mapping import runner
-
     def unwritable(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(runner, "save_failed_case", unwritable)
+    monkeypatch.setattr(op_cases, "save_failed_case", unwritable)
     done = invoke("run", "--op", "slot-mapping", "--kernel", "mutant/dcp-ignored", "--dcp", "2")
     assert done.exit_code == 1
     assert done.output.count("cannot save failing cases under") == 1

@@ -28,15 +28,19 @@ import pytest
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
-from dcpcheck.ops.slot_mapping import kernels, search
+from dcpcheck.op_registry import SLOT_MAPPING
+from dcpcheck.ops import package
+from dcpcheck.ops.slot_mapping import kernels
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.checks import CHECKS as SLOT_CHECKS
 from dcpcheck.ops.slot_mapping.contract import Routines
-from dcpcheck.ops.slot_mapping.runner import run_scenario
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
 from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
 from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes, torch_function
 from tests.conftest import BACKEND, registry_problem
+
+run_scenario = package(SLOT_MAPPING).run_scenario
+search = package(SLOT_MAPPING).search
 
 RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
 WITH_DCP = ("0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
@@ -217,7 +221,7 @@ def test_a_file_by_path_is_judged_as_its_release(version):
 
 def test_the_search_finds_and_shrinks_0_17s_unwritten_padding():
     kernel = release("0.17.0")
-    outcome = search.search(kernel, "vllm==0.17.0", 60, BACKEND.device, (1, 2, 4), seed=1)
+    outcome = search(kernel, "vllm==0.17.0", 60, BACKEND.device, (1, 2, 4), seed=1)
     assert not outcome.passed
     batch = outcome.failure.batch
     assert batch.padding == 1 and len(batch.requests) == 1
@@ -226,7 +230,7 @@ def test_the_search_finds_and_shrinks_0_17s_unwritten_padding():
 
 @pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
 def test_the_search_passes_the_fixed_releases(version):
-    outcome = search.search(release(version), f"vllm=={version}", 40, BACKEND.device, seed=1)
+    outcome = search(release(version), f"vllm=={version}", 40, BACKEND.device, seed=1)
     assert outcome.passed
     assert outcome.examples_run - outcome.not_applicable > 0
 
@@ -379,7 +383,7 @@ def test_the_v1_table_launched_through_vllms_kernel_launcher_maps_every_rank(dcp
 @pytest.mark.parametrize("version", ["0.10.2", "0.28.0"])
 def test_the_search_passes_the_v1_table_drawing_only_what_it_can_be_asked(version):
     kernel = v1_table(version)
-    outcome = search.search(kernel, f"vllm=={version}", 40, BACKEND.device, seed=1)
+    outcome = search(kernel, f"vllm=={version}", 40, BACKEND.device, seed=1)
     assert outcome.passed and outcome.not_applicable == 0
 
 

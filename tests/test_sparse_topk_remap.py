@@ -9,17 +9,17 @@ command line.
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 import torch
 
 from dcpcheck.cases.scenario_files import ScenarioError
-from dcpcheck.ops.sparse_topk_remap import checks, mutants, search
+from dcpcheck.op_registry import SPARSE_TOPK_REMAP
+from dcpcheck.ops import package
+from dcpcheck.ops.sparse_topk_remap import checks, mutants
 from dcpcheck.ops.sparse_topk_remap.case import POISON, RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs
 from dcpcheck.ops.sparse_topk_remap.kernel import remap
-from dcpcheck.ops.sparse_topk_remap.runner import run_scenario
 from dcpcheck.ops.sparse_topk_remap.scenario import (
     SCENARIOS,
     RemapScenario,
@@ -32,6 +32,7 @@ from reference import sparse_topk_remap as oracle
 from tests.conftest import BACKEND
 
 DEVICE = BACKEND.device
+OP = package(SPARSE_TOPK_REMAP)
 
 # -- the oracle --------------------------------------------------------------------------
 
@@ -79,7 +80,7 @@ def test_the_oracle_reads_what_the_write_side_wrote():
 
 @pytest.mark.parametrize("scenario", load_scenarios([]), ids=lambda s: s.name)
 def test_the_projects_kernel_passes_every_shipped_scenario(scenario):
-    for result in run_scenario(remap, "default", scenario, scenario.dcp_sizes, DEVICE):
+    for result in OP.run_scenario(remap, "default", scenario, scenario.dcp_sizes, DEVICE):
         assert result.status == "pass", [c.findings for c in result.failed_checks]
         assert all(c.skipped is None for c in result.checks if c.check != "compaction") or (
             not scenario.batch.count_valid
@@ -87,7 +88,7 @@ def test_the_projects_kernel_passes_every_shipped_scenario(scenario):
 
 
 def test_the_search_passes_the_projects_kernel():
-    outcome = search.search(remap, "default", 25, DEVICE)
+    outcome = OP.search(remap, "default", 25, DEVICE)
     assert outcome.passed and outcome.examples_run == 25
 
 
@@ -189,20 +190,9 @@ def test_checks_the_caller_does_not_ask_are_skipped_not_passed():
 # -- the catalogue -----------------------------------------------------------------------
 
 
-def test_the_selftest_passes_the_kernel_and_each_mutant_fails_a_shipped_scenario():
-    from dcpcheck.ops.sparse_topk_remap import selftest
-
-    report = selftest.run_selftest(BACKEND)
-    assert report.passed
-    assert [row.kernel for row in report.mutants] == [
-        f"mutant/{m.__name__.replace('_', '-')}" for m in mutants.MUTANTS
-    ]
-    assert {row.status.value for row in report.mutants} == {"caught"}
-
-
 @pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
 def test_the_search_finds_and_shrinks_every_mutant(mutant):
-    outcome = search.search(mutant, mutant.__name__, 80, DEVICE)
+    outcome = OP.search(mutant, mutant.__name__, 80, DEVICE)
     assert not outcome.passed, f"{mutant.__name__} survived 80 examples"
     shrunk = outcome.failure
     assert isinstance(shrunk, RemapScenario)
@@ -253,21 +243,6 @@ def invoke(*args: str):
     from dcpcheck.cli import cli
 
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def test_run_judges_the_op_and_saves_a_failure_that_repro_replays(tmp_path):
-    report = tmp_path / "report.json"
-    done = invoke("run", "--op", "sparse-topk-remap", "--json", str(report))
-    assert done.exit_code == 0, done.output
-    assert json.loads(report.read_text())["op"] == "sparse-topk-remap"
-    done = invoke(
-        "run", "--op", "sparse-topk-remap", "--kernel", "mutant/rank-shifted",
-        "--scenario", "decode-short-contexts", "--dcp", "2", "--home", str(tmp_path),
-    )  # fmt: skip
-    assert done.exit_code == 1 and "slots" in done.output
-    [saved] = (tmp_path / "failures").glob("*.toml")
-    assert invoke("repro", str(saved), "--kernel", "mutant/rank-shifted").exit_code == 1
-    assert invoke("repro", str(saved)).exit_code == 0
 
 
 @pytest.mark.parametrize("function", ["flash_mla", "fused_norm_rope"])

@@ -18,13 +18,16 @@ import pytest
 
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.op_registry import SPARSE_TOPK_REMAP
+from dcpcheck.ops import package
 from dcpcheck.ops.sparse_topk_remap import kernels
 from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
-from dcpcheck.ops.sparse_topk_remap.runner import run_scenario
 from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
 from dcpcheck.ops.sparse_topk_remap.vllm import CONVERT, FILTER, VllmRemap
 from reference import sparse_topk_remap as oracle
 from tests.conftest import BACKEND, registry_problem
+
+run_scenario = package(SPARSE_TOPK_REMAP).run_scenario
 
 PACKED = RemapBatch(
     requests=((900, 1), (40, 2)), topk=128, block_size=64, interleave=4, compact=True,

@@ -134,7 +134,7 @@ class RealRanks:
         crash naming the ranks."""
         jobs = [(kernel_name, scenario.source) for scenario in scenarios]
         try:
-            results = op.run_on_real_ranks(self.size, jobs, self.timeout_s)  # type: ignore[misc]
+            results = op.run_on_real_ranks(self.size, jobs, self.timeout_s)
         except RuntimeError as exc:  # the op's RealRanksError: one line naming the ranks
             return [[CaseResult(s.name, self.size, "crash", error=str(exc))] for s in scenarios]
         return [[result] for result in results]
@@ -146,7 +146,7 @@ def _real_ranks(op: OpPackage, params: dict, dcp_sizes, search: Search | None) -
         if params["rank_timeout"] is not None:
             raise InputError("--rank-timeout needs --launcher torchrun")
         return None
-    if op.run_on_real_ranks is None:
+    if not op.has_real_ranks:
         raise InputError(f"--launcher torchrun: the {op.name} op has no real-rank mode")
     if search is not None:
         raise InputError("--launcher torchrun runs named scenarios; the property search does not")

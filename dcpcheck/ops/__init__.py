@@ -4,50 +4,299 @@ the upstream routines it can load. The oracle of each lives in ``reference/`` (t
 only); what every op shares lies in the packages below this one (``dcpcheck.cases``,
 ``dcpcheck.adapters``, ``dcpcheck.kernels``) and in ``op_cases``.
 
-An op package exposes one :class:`OpPackage` as ``PACKAGE``; the command line, the default
-run and the pytest plugin reach the op only through it (:func:`package`), so an op is its
-package plus its line in ``dcpcheck.op_registry``. The fused op (``fused_norm_rope``) is
-the exception the command line names itself: its run has more than an ``OpPackage`` says
-(worker isolation, compute-sanitizer, real ranks, ownership maps, the token streams), and
-``dcpcheck.workflows.session`` runs it.
+An op package is data, as PyTorch's OpInfo makes an op: the modules it provides, by fixed
+names, are its record, and :class:`OpPackage` reads them the same way for every op. The
+command line, the default run, the selftest and the pytest plugin reach an op only through
+:func:`package`, so an op is its package plus its line in ``dcpcheck.op_registry`` (the
+``package`` of its ``Op``). The package's ``__init__`` holds its docstring only; its
+modules are:
+
+* ``scenario`` (:class:`ScenarioModule`): ``SCENARIOS``, the shipped scenario files'
+  folder; ``load_scenario(path)`` and ``load_scenarios(patterns, root)``, the op's
+  scenario type (``op_cases.OpScenario``) read strictly; ``scenario_to_toml``.
+* ``cost`` (:class:`CostModule`): ``check_cost(scenario, dcp_sizes, budget)``, the peak
+  memory estimate (``dcpcheck.cases.memory``).
+* ``kernels`` (:class:`KernelsModule`): ``KERNELS``, the project's kernel (``default``)
+  and its mutants (``mutant/NAME``), ``DESCRIPTIONS`` of each; ``load(spec)``,
+  ``judged_files(spec)`` and ``canonical(spec)`` of any ``--kernel`` spec.
+* ``runner`` (:class:`RunnerModule`): ``OP_CASES`` (``op_cases.OpCases``), how one case of
+  the op is judged; every run, replay, saved failure and the selftest go through it.
+* ``search`` (:class:`SearchModule`): ``DCP_SIZES`` and ``drawn(kernel, dcp_sizes)``, the
+  property search's strategy of (batch, DCP size) for that kernel (``op_cases.search``
+  runs it).
+* ``real_ranks`` (:class:`RealRanksModule`), optional: ``run_on_real_ranks``, the op's
+  cases with a process per rank (``--launcher torchrun``).
+
+``kernels``, ``runner``, ``search`` and ``real_ranks`` define Triton kernels or import
+modules that do; Triton fixes a kernel as compiled or interpreted when it is defined
+(``dcpcheck.backend``), so they are imported only when a method that needs them is
+called, once the backend is chosen. ``scenario`` and ``cost`` define none: the command
+line reads scenarios and refuses costly ones before it opens the backend.
+:meth:`OpPackage.conformance` imports every module and names what a package lacks.
+
+The fused op (``fused_norm_rope``) is the exception the command line names itself: its
+run has more than an ``OpPackage`` says (worker isolation, compute-sanitizer, real ranks,
+ownership maps, the token streams), and ``dcpcheck.workflows.session`` runs it.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from dcpcheck.op_registry import OPS
+
+if TYPE_CHECKING:
+    import torch
+    from hypothesis.strategies import SearchStrategy
+
+    from dcpcheck.backend import Backend
+    from dcpcheck.cases.memory import Peak
+    from dcpcheck.cases.verdicts import CaseResult, SelftestReport, SelftestRow
+    from dcpcheck.kernels.loading import JudgedFile
+    from dcpcheck.ops.op_cases import OpCases, OpScenario, SearchOutcome
+
+
+class OpKernel(Protocol):
+    """A kernel of an op: whatever its ``contract`` module declares (a callable, or a
+    record of routines). The harness only hands it back to the op's own code."""
+
+
+class ScenarioModule(Protocol):
+    """An op package's ``scenario`` module (module docstring)."""
+
+    SCENARIOS: Path
+
+    def load_scenario(self, path: Path) -> OpScenario: ...
+
+    def load_scenarios(self, patterns: list[str], root: Path) -> Sequence[OpScenario]: ...
+
+    def scenario_to_toml(self, scenario: OpScenario) -> str: ...
+
+
+class CostModule(Protocol):
+    """An op package's ``cost`` module (module docstring)."""
+
+    def check_cost(
+        self, scenario: OpScenario, dcp_sizes: Sequence[int], budget: int | None
+    ) -> Peak: ...
+
+
+class KernelsModule(Protocol):
+    """An op package's ``kernels`` module (module docstring)."""
+
+    KERNELS: Mapping[str, OpKernel]
+    DESCRIPTIONS: Mapping[str, str]
+
+    def load(self, spec: str) -> OpKernel: ...
+
+    def judged_files(self, spec: str) -> tuple[JudgedFile, ...]: ...
+
+    def canonical(self, spec: str) -> str: ...
+
+
+class RunnerModule(Protocol):
+    """An op package's ``runner`` module (module docstring)."""
+
+    OP_CASES: OpCases
+
+
+class SearchModule(Protocol):
+    """An op package's ``search`` module (module docstring)."""
+
+    DCP_SIZES: tuple[int, ...]
+
+    def drawn(self, kernel: OpKernel, dcp_sizes: tuple[int, ...]) -> SearchStrategy: ...
+
+
+class RealRanksModule(Protocol):
+    """An op package's optional ``real_ranks`` module (module docstring)."""
+
+    def run_on_real_ranks(
+        self, size: int, jobs: list[tuple[str, Path]], timeout_s: float | None
+    ) -> list[CaseResult]: ...
+
+
+MODULES: dict[str, type] = {
+    "scenario": ScenarioModule,
+    "cost": CostModule,
+    "kernels": KernelsModule,
+    "runner": RunnerModule,
+    "search": SearchModule,
+}
+"""The modules every op package provides, by name, and the protocol each follows."""
+
+OPTIONAL_MODULES: dict[str, type] = {"real_ranks": RealRanksModule}
+"""The modules an op package may provide."""
+
+
+class OpPackageError(ImportError):
+    """An op package lacks a module or a name the convention asks for."""
 
 
 @dataclass(frozen=True)
 class OpPackage:
-    """What the command line asks of an op. The callables that define Triton kernels
-    (``kernel``, ``run_scenario``, ``search``, ``selftest``) import them when called, so
-    call them only once the backend is chosen."""
+    """What the command line asks of an op, read from its package's modules (module
+    docstring). The methods that import ``kernels``, ``runner``, ``search`` or
+    ``real_ranks`` define Triton kernels: call them only once the backend is chosen."""
 
     name: str
-    scenarios: Path  # the shipped scenario files
-    load_scenarios: Callable[[list[str], Path], list[Any]]  # (patterns, folder)
-    load_scenario: Callable[[Path], Any]  # one file, wherever it lies
-    kernel: Callable[[str], Any]  # --kernel SPEC -> the op's kernel
-    judged_files: Callable[[str], tuple[Any, ...]]  # the files a kernel's code comes from
-    canonical: Callable[[str], str]  # a spec as reports and replays spell it
-    kernels: Callable[[], dict[str, str]]  # the op's named kernels and what each is
-    run_scenario: Callable[..., list[Any]]  # (kernel, name, scenario, sizes, device)
-    save_failed_case: Callable[..., Path]  # (scenario, result, kernel name, home)
-    search: Callable[..., Any]  # (kernel, name, examples, device, sizes, seed)
-    save_search: Callable[..., Path | None]  # (outcome, kernel name, home)
-    selftest: Callable[..., Any]  # (backend, on_row) -> SelftestReport
-    # (scenario, DCP sizes, memory budget or None) -> its peak estimate; a one-line
-    # ScenarioError when a run of it would hold more (dcpcheck.cases.memory)
-    check_cost: Callable[..., Any]
-    # (size, [(kernel spec, scenario file)], timeout or None for the op's) -> results, a
-    # process per rank; None for an op that has no real-rank mode
-    run_on_real_ranks: Callable[..., list[Any]] | None = None
+    module: str  # the package, e.g. "dcpcheck.ops.slot_mapping"
+
+    def _part(self, part: str) -> ModuleType:
+        return importlib.import_module(f"{self.module}.{part}")
+
+    @property
+    def scenarios(self) -> Path:
+        """The shipped scenario files' folder."""
+        return self._scenario().SCENARIOS
+
+    def _scenario(self) -> ScenarioModule:
+        return self._part("scenario")  # type: ignore[return-value]
+
+    def _kernels(self) -> KernelsModule:
+        return self._part("kernels")  # type: ignore[return-value]
+
+    def _cases(self) -> OpCases:
+        runner: RunnerModule = self._part("runner")  # type: ignore[assignment]
+        return runner.OP_CASES
+
+    def load_scenarios(self, patterns: list[str], root: Path) -> list[OpScenario]:
+        """The scenarios under ``root`` whose names match a pattern (all without one)."""
+        return list(self._scenario().load_scenarios(patterns, root))
+
+    def load_scenario(self, path: Path) -> OpScenario:
+        """One scenario file of the op, wherever it lies."""
+        return self._scenario().load_scenario(path)
+
+    def check_cost(
+        self, scenario: OpScenario, dcp_sizes: Sequence[int], budget: int | None
+    ) -> Peak:
+        """The peak estimate of ``scenario`` at ``dcp_sizes``; a one-line ``ScenarioError``
+        when a run of it would hold more than ``budget`` (``dcpcheck.cases.memory``)."""
+        cost: CostModule = self._part("cost")  # type: ignore[assignment]
+        return cost.check_cost(scenario, dcp_sizes, budget)
+
+    def kernel(self, spec: str) -> OpKernel:
+        """The kernel ``--kernel SPEC`` names; ``KernelLoadError`` of one line."""
+        return self._kernels().load(spec)
+
+    def judged_files(self, spec: str) -> tuple[JudgedFile, ...]:
+        """The files ``spec``'s kernel's code comes from."""
+        return self._kernels().judged_files(spec)
+
+    def canonical(self, spec: str) -> str:
+        """``spec`` as reports and replays spell it."""
+        return self._kernels().canonical(spec)
+
+    def kernels(self) -> dict[str, str]:
+        """The op's named kernels and what each is."""
+        return dict(self._kernels().DESCRIPTIONS)
+
+    def run_scenario(
+        self,
+        kernel: OpKernel,
+        kernel_name: str,
+        scenario: OpScenario,
+        dcp_sizes: Sequence[int],
+        device: torch.device,
+    ) -> list[CaseResult]:
+        """One ``CaseResult`` per DCP size of ``dcp_sizes`` (``op_cases.run_scenario``)."""
+        from dcpcheck.ops import op_cases
+
+        return op_cases.run_scenario(
+            self._cases(), kernel, kernel_name, scenario, dcp_sizes, device
+        )
+
+    def save_failed_case(
+        self, scenario: OpScenario, result: CaseResult, kernel_name: str, home: Path
+    ) -> Path:
+        """A failing case saved as a scenario file under ``home`` (``op_cases``)."""
+        from dcpcheck.ops import op_cases
+
+        return op_cases.save_failed_case(self._cases(), scenario, result, kernel_name, home)
+
+    def search(
+        self,
+        kernel: OpKernel,
+        kernel_name: str,
+        examples: int,
+        device: torch.device,
+        dcp_sizes: tuple[int, ...] | None = None,
+        seed: int | None = None,
+    ) -> SearchOutcome:
+        """The op's property search of ``kernel``: ``examples`` drawn cases, the smallest
+        failing one when any fails (``op_cases.search``)."""
+        from dcpcheck.ops import op_cases
+
+        search: SearchModule = self._part("search")  # type: ignore[assignment]
+        drawn = search.drawn(kernel, dcp_sizes or search.DCP_SIZES)
+        return op_cases.search(self._cases(), kernel, kernel_name, drawn, examples, device, seed)
+
+    def save_search(self, outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
+        """The search's shrunk failure saved under ``home`` (None when it passed)."""
+        from dcpcheck.ops import op_cases
+
+        return op_cases.save_search(self._cases(), outcome, kernel_name, home)
+
+    def selftest(
+        self, backend: Backend, on_row: Callable[[SelftestRow], None] | None = None
+    ) -> SelftestReport:
+        """The op's part of ``dcpcheck selftest``: its ``default`` kernel passes every
+        shipped scenario, every mutant of ``KERNELS`` fails one (``op_cases.selftest``)."""
+        from dcpcheck.ops import op_cases
+
+        kernels = self._kernels()
+        scenarios = self.load_scenarios([], self.scenarios)
+        return op_cases.selftest(
+            self._cases(), dict(kernels.KERNELS), dict(kernels.DESCRIPTIONS), scenarios,
+            backend, on_row,
+        )  # fmt: skip
+
+    @property
+    def has_real_ranks(self) -> bool:
+        """Whether the op runs its cases with a process per rank (a ``real_ranks``)."""
+        return importlib.util.find_spec(f"{self.module}.real_ranks") is not None
+
+    def run_on_real_ranks(
+        self, size: int, jobs: list[tuple[str, Path]], timeout_s: float | None
+    ) -> list[CaseResult]:
+        """Each (kernel spec, scenario file) of ``jobs`` at DCP ``size``, a process per
+        rank; ``RuntimeError`` of one line naming the ranks when one dies or hangs."""
+        real_ranks: RealRanksModule = self._part("real_ranks")  # type: ignore[assignment]
+        return real_ranks.run_on_real_ranks(size, jobs, timeout_s)
+
+    def conformance(self) -> list[str]:
+        """What the package lacks of the convention (module docstring), one line each;
+        empty when it has it all. Imports every module: call it once the backend is
+        chosen."""
+        missing = []
+        parts = {**MODULES, **(OPTIONAL_MODULES if self.has_real_ranks else {})}
+        for part, protocol in parts.items():
+            try:
+                module = self._part(part)
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{self.module}.{part}":
+                    raise
+                missing.append(f"{self.module}: no module {part!r} (an op package provides "
+                               f"{', '.join(MODULES)})")  # fmt: skip
+                continue
+            lacks = [name for name in _members(protocol) if not hasattr(module, name)]
+            if lacks:
+                missing.append(f"{self.module}.{part}: lacks {', '.join(lacks)}")
+        return missing
+
+
+def _members(protocol: type) -> list[str]:
+    """The names a module of ``protocol`` must define."""
+    names = [*getattr(protocol, "__annotations__", {})]
+    names += [n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")]
+    return names
 
 
 def package(op: str) -> OpPackage:
@@ -55,7 +304,7 @@ def package(op: str) -> OpPackage:
     module = OPS[op].package
     if module is None:
         raise ValueError(f"{op} is run by dcpcheck.workflows.session, not through an OpPackage")
-    return importlib.import_module(module).PACKAGE
+    return OpPackage(op, module)
 
 
 def packaged() -> list[str]:

@@ -53,13 +53,16 @@ class OpScenario(Protocol):
 @dataclass(frozen=True)
 class OpCases:
     """An op's parts the functions here need: its name, its shipped scenarios' folder, how
-    a scenario is written back as TOML, and how one case is judged
-    (``judge(kernel, batch, dcp_size, device) -> checks``)."""
+    a scenario is written back as TOML, how one case is judged
+    (``judge(kernel, batch, dcp_size, device) -> checks``), and its scenario type, which
+    the property search makes its drawn batches into
+    (``scenario(name, description, batch, dcp_sizes)``)."""
 
     op: str
     scenarios: Path
     to_toml: Callable[[Any], str]
     judge: Callable[[Any, Any, int, torch.device], list[CheckResult]]
+    scenario: Callable[[str, str, Any, tuple[int, ...]], OpScenario]
 
 
 def replay_command(op: OpCases, scenario: OpScenario, dcp_size: int, kernel_name: str) -> str:
@@ -173,15 +176,17 @@ class SearchOutcome:
 
 
 def search(
-    run: Callable[[Any, int], CaseResult],
+    op: OpCases,
+    kernel: Any,
+    kernel_name: str,
     drawn: st.SearchStrategy,
-    scenario_of: Callable[[Any, int], OpScenario],
     examples: int,
+    device: torch.device,
     seed: int | None,
 ) -> SearchOutcome:
-    """Run ``examples`` (batch, DCP size) pairs drawn from ``drawn``, each as
-    ``run(scenario_of(batch, size), size)``; the smallest failing scenario, when any
-    fails, as Hypothesis shrinks it."""
+    """Run ``examples`` (batch, DCP size) pairs drawn from ``drawn`` through every check of
+    ``op`` on ``kernel``, each as a scenario of the op at that one size; the smallest
+    failing scenario, when any fails, as Hypothesis shrinks it."""
     ran = skipped = 0
     failing: list[tuple[int, OpScenario, CaseResult]] = []
 
@@ -197,8 +202,8 @@ def search(
         nonlocal ran, skipped
         ran += 1
         batch, size = pair
-        scenario = scenario_of(batch, size)
-        result = run(scenario, size)
+        scenario = op.scenario("drawn", "a batch drawn by the property search", batch, (size,))
+        [result] = run_scenario(op, kernel, kernel_name, scenario, (size,), device)
         skipped += result.status == "not_applicable"
         if result.failed:
             failing.append((ran, scenario, result))

@@ -13,6 +13,7 @@ never a hang.
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -67,12 +68,7 @@ def _rank_main(rank: int, world_size: int, port: int, jobs, timeout_s: float, an
         timeout=timedelta(seconds=timeout_s),
     )
     try:
-        real = op_cases.OpCases(
-            runner.OP_CASES.op,
-            runner.OP_CASES.scenarios,
-            runner.OP_CASES.to_toml,
-            partial(runner.judged, launch=_launch_real),
-        )
+        real = replace(runner.OP_CASES, judge=partial(runner.judged, launch=_launch_real))
         results = []
         for spec, path in jobs:
             kernel = kernels.load(spec)

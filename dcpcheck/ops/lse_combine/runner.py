@@ -6,12 +6,9 @@ heads (a ``--dcp`` over a scenario's own sizes), has its checks skipped with the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Callable
 
-import torch
-
-from dcpcheck.cases.verdicts import CaseResult, CheckResult
+from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.lse_combine import checks
@@ -46,17 +43,4 @@ def judged(
     return op_cases.with_skips(judged_here, kernel)
 
 
-OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, judged)
-
-save_failed_case = partial(op_cases.save_failed_case, OP_CASES)
-
-
-def run_scenario(
-    kernel: CombineKernel,
-    kernel_name: str,
-    scenario: CombineScenario,
-    dcp_sizes: Sequence[int],
-    device: torch.device,
-) -> list[CaseResult]:
-    """One ``CaseResult`` per DCP size of ``dcp_sizes`` (``op_cases.run_scenario``)."""
-    return op_cases.run_scenario(OP_CASES, kernel, kernel_name, scenario, dcp_sizes, device)
+OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, judged, CombineScenario)

@@ -12,13 +12,9 @@ already leaves a rank empty.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
-import torch
 from hypothesis import strategies as st
 
-from dcpcheck.cases.verdicts import CaseResult
-from dcpcheck.ops import op_cases
 from dcpcheck.ops.lse_combine.case import (
     ASK_EVERYTHING,
     EMPTY_SHARDS,
@@ -27,9 +23,6 @@ from dcpcheck.ops.lse_combine.case import (
     CombineBatch,
 )
 from dcpcheck.ops.lse_combine.contract import CombineKernel
-from dcpcheck.ops.lse_combine.runner import OP_CASES, run_scenario
-from dcpcheck.ops.lse_combine.scenario import CombineScenario
-from dcpcheck.ops.op_cases import SearchOutcome
 
 DCP_SIZES = (2, 4, 8, 1)
 """Drawn DCP sizes, the first the one shrinking settles on."""
@@ -92,28 +85,7 @@ def batches(
     return batch, dcp_size
 
 
-def search(
-    kernel: CombineKernel,
-    kernel_name: str,
-    examples: int,
-    device: torch.device,
-    dcp_sizes: tuple[int, ...] | None = None,
-    seed: int | None = None,
-) -> SearchOutcome:
-    """Run ``examples`` drawn batches through every check (module docstring); the smallest
-    failing one, as a scenario of the op, when any fails."""
-
-    def run(scenario: CombineScenario, size: int) -> CaseResult:
-        [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
-        return result
-
-    def scenario_of(batch: CombineBatch, size: int) -> CombineScenario:
-        return CombineScenario("drawn", "a batch drawn by the property search", batch, (size,))
-
-    drawn = batches(dcp_sizes or DCP_SIZES, getattr(kernel, "askable", ASK_EVERYTHING))
-    return op_cases.search(run, drawn, scenario_of, examples, seed)
-
-
-def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
-    """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
-    return op_cases.save_search(OP_CASES, outcome, kernel_name, home)
+def drawn(kernel: CombineKernel, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
+    """The batches to draw for ``kernel``: those of what it can be asked (an adapter's
+    ``askable``), so that the examples judge it rather than go not applicable."""
+    return batches(dcp_sizes, getattr(kernel, "askable", ASK_EVERYTHING))

@@ -9,12 +9,7 @@ reason.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
-
-import torch
-
-from dcpcheck.cases.verdicts import CaseResult, CheckResult
+from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.op_cases import not_applicable, raising, with_skips
@@ -48,17 +43,4 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
     return checks + with_skips(judged, kernel.local_seq_lens)
 
 
-OP_CASES = op_cases.OpCases(SLOT_MAPPING, SCENARIOS, scenario_to_toml, _judged)
-
-save_failed_case = partial(op_cases.save_failed_case, OP_CASES)
-
-
-def run_scenario(
-    kernel: Routines,
-    kernel_name: str,
-    scenario: SlotMappingScenario,
-    dcp_sizes: Sequence[int],
-    device: torch.device,
-) -> list[CaseResult]:
-    """One ``CaseResult`` per DCP size of ``dcp_sizes`` (``op_cases.run_scenario``)."""
-    return op_cases.run_scenario(OP_CASES, kernel, kernel_name, scenario, dcp_sizes, device)
+OP_CASES = op_cases.OpCases(SLOT_MAPPING, SCENARIOS, scenario_to_toml, _judged, SlotMappingScenario)

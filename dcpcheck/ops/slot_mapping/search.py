@@ -11,18 +11,11 @@ owning blocks, and DCP2, the smallest DCP size at which a rank owns nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
-import torch
 from hypothesis import strategies as st
 
-from dcpcheck.cases.verdicts import CaseResult
-from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import SearchOutcome
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.contract import Routines
-from dcpcheck.ops.slot_mapping.runner import OP_CASES, run_scenario
-from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario
 
 DCP_SIZES = (2, 4, 8, 1)
 """Drawn DCP sizes, the first the one shrinking settles on."""
@@ -80,7 +73,7 @@ def batches(
     )
 
 
-def _drawn_for(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
+def drawn(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
     """The batches to draw for ``kernel``: all of them, or for a slot-mapping routine that
     says what it can be asked (an adapter's ``askable``: a release's API) only those, so that the
     examples judge it rather than go not applicable. Sizes it cannot run stay out unless
@@ -92,30 +85,3 @@ def _drawn_for(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrateg
     return batches(
         sizes, askable.replicated, askable.without_blocks, askable.interleave, askable.kernel_blocks
     )
-
-
-def search(
-    kernel: Routines,
-    kernel_name: str,
-    examples: int,
-    device: torch.device,
-    dcp_sizes: tuple[int, ...] | None = None,
-    seed: int | None = None,
-) -> SearchOutcome:
-    """Run ``examples`` drawn batches through every check (module docstring); the smallest
-    failing one, as a scenario of the op, when any fails."""
-
-    def run(scenario: SlotMappingScenario, size: int) -> CaseResult:
-        [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
-        return result
-
-    def scenario_of(batch: SlotMappingBatch, size: int) -> SlotMappingScenario:
-        return SlotMappingScenario("drawn", "a batch drawn by the property search", batch, (size,))
-
-    drawn = _drawn_for(kernel, dcp_sizes or DCP_SIZES)
-    return op_cases.search(run, drawn, scenario_of, examples, seed)
-
-
-def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
-    """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
-    return op_cases.save_search(OP_CASES, outcome, kernel_name, home)

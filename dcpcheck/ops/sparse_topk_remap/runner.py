@@ -7,12 +7,7 @@ scenario it reads (``write_side``) runs the end-to-end check instead (``read_wri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
-
-import torch
-
-from dcpcheck.cases.verdicts import CaseResult, CheckResult
+from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import op_cases
 from dcpcheck.ops.op_cases import not_applicable, raising, with_skips
@@ -47,17 +42,4 @@ def _judged(
     return with_skips(checks.judge(raising(kernel), case), kernel)
 
 
-OP_CASES = op_cases.OpCases(SPARSE_TOPK_REMAP, SCENARIOS, scenario_to_toml, _judged)
-
-save_failed_case = partial(op_cases.save_failed_case, OP_CASES)
-
-
-def run_scenario(
-    kernel: RemapKernel,
-    kernel_name: str,
-    scenario: RemapScenario,
-    dcp_sizes: Sequence[int],
-    device: torch.device,
-) -> list[CaseResult]:
-    """One ``CaseResult`` per DCP size of ``dcp_sizes`` (``op_cases.run_scenario``)."""
-    return op_cases.run_scenario(OP_CASES, kernel, kernel_name, scenario, dcp_sizes, device)
+OP_CASES = op_cases.OpCases(SPARSE_TOPK_REMAP, SCENARIOS, scenario_to_toml, _judged, RemapScenario)

@@ -11,18 +11,11 @@ block size 16 at interleave 1, no unused or repeated pick, no padding, and DCP2.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
-import torch
 from hypothesis import strategies as st
 
-from dcpcheck.cases.verdicts import CaseResult
-from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import SearchOutcome
 from dcpcheck.ops.sparse_topk_remap.case import RemapBatch
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
-from dcpcheck.ops.sparse_topk_remap.runner import OP_CASES, run_scenario
-from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
 
 DCP_SIZES = (2, 4, 8, 1)
 """Drawn DCP sizes, the first the one shrinking settles on."""
@@ -71,31 +64,8 @@ def batches(
     return batch, dcp_size
 
 
-def search(
-    kernel: RemapKernel,
-    kernel_name: str,
-    examples: int,
-    device: torch.device,
-    dcp_sizes: tuple[int, ...] | None = None,
-    seed: int | None = None,
-) -> SearchOutcome:
-    """Run ``examples`` drawn batches through every check (module docstring); the smallest
-    failing one, as a scenario of the op, when any fails."""
-
-    def run(scenario: RemapScenario, size: int) -> CaseResult:
-        [result] = run_scenario(kernel, kernel_name, scenario, (size,), device)
-        return result
-
-    def scenario_of(batch: RemapBatch, size: int) -> RemapScenario:
-        return RemapScenario("drawn", "a batch drawn by the property search", batch, (size,))
-
-    # a kernel whose API takes only some widths (a release's: ``topk_multiple``) is drawn
-    # those, so that the examples judge it rather than go not applicable
-    multiple = getattr(kernel, "topk_multiple", 1)
-    drawn = batches(dcp_sizes or DCP_SIZES, multiple)
-    return op_cases.search(run, drawn, scenario_of, examples, seed)
-
-
-def save_outcome(outcome: SearchOutcome, kernel_name: str, home: Path) -> Path | None:
-    """The shrunk failure saved under ``home/failures/`` (None when the search passed)."""
-    return op_cases.save_search(OP_CASES, outcome, kernel_name, home)
+def drawn(kernel: RemapKernel, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
+    """The batches to draw for ``kernel``: a kernel whose API takes only some widths (a
+    release's: ``topk_multiple``) is drawn those, so that the examples judge it rather
+    than go not applicable."""
+    return batches(dcp_sizes, getattr(kernel, "topk_multiple", 1))
