@@ -8,7 +8,7 @@ breaks the DCP4 streams and not the DCP1 ones, and a release's stages are judged
 release's runner and MLA backend call them: vLLM 0.12.0's merge lets an empty shard's NaN
 through (README, "vLLM's merges, release by release"), 0.33.0's does not. A release whose
 MLA layer offers both merges (0.18.0 on) has the chain judged through each: 0.20.0's
-all-to-all lets the empty shard's NaN through; 0.25.0's default all-gather merge gives the
+both let the empty shard's NaN through; 0.25.0's default all-gather merge gives the
 DCP1 streams and its all-to-all cannot pack the Triton MLA decode's bf16 LSE; 0.33.0's
 both give the DCP1 streams.
 """
@@ -184,13 +184,17 @@ def test_hash_names_every_stage_and_fails_on_a_wrong_one(tmp_path):
     assert any(f["path"].endswith("lse_combine/mutants.py") for f in doc["kernel_files"])
 
 
-def test_vllm_0_20_0s_all_to_all_lets_an_empty_shards_nan_through():
-    """Its Triton merge weighs the empty rank by 0 and multiplies its NaN output by it, as
+def test_vllm_0_20_0s_merges_both_let_an_empty_shards_nan_through():
+    """Its all-to-all weighs the empty rank by 0 and multiplies its NaN output by it, as
     its all-gather merge does (the all-gather zeroes it from 0.25.0)."""
-    stages = stages_for("vllm==0.20.0", {MERGE: "vllm==0.20.0:dcp_a2a_lse_reduce"})
-    divergence = streams(stages).first_divergence
-    assert divergence is not None and divergence.dcp_size == 4
-    assert "here nan" in divergence.describe()
+    paths = compare_paths(
+        load_kernel("default"), CONFIG, (4,), BACKEND.device, release_stages("0.20.0")
+    )
+    assert [(p.merge.path, p.merge.default) for p in paths] == [("ag_rs", True), ("a2a", False)]
+    for path in paths:
+        divergence = path.comparison.first_divergence
+        assert divergence is not None and divergence.dcp_size == 4
+        assert "here nan" in divergence.describe()
 
 
 def test_hash_judges_every_merge_path_of_a_release_and_fails_on_the_all_to_all_of_0_25_0(
