@@ -213,7 +213,9 @@ def _release_slot_mapping(version: str) -> Stage:
     and its attention backends (``get_dcp_local_seq_lens``) compute them."""
     kernels = _slot_mapping_kernels()
     name = f"vllm=={version}"
-    slots = _first([f"{name}:compute_slot_mapping", name], kernels.load, lambda r: r.slot_mappings)
+    slots = _first(
+        [f"{name}:compute_slot_mapping", name], kernels.load, lambda r: r.slot_mappings
+    )
     lengths = _first(
         [f"{name}:get_dcp_local_seq_lens", name], kernels.load, lambda r: r.local_seq_lens
     )
