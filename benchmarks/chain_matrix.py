@@ -4,8 +4,11 @@ For each release, in its own process (``op_matrix``): ``dcpcheck hash --dcp 1,2,
 --kernel vllm==X --json ...``, whose decode steps run the release's slot-mapping routines,
 its ``fused_norm_rope`` (from 0.28.0; the project's before), its Triton decode attention
 and its merge, each as the release's runner and MLA backend call them
-(``dcpcheck.e2e.chain``). A row gives where each stage came from, whether every DCP size
-gave the DCP1 streams, the first divergence, and the wall time. A release whose runner
+(``dcpcheck.e2e.chain``), through every merge path the release's MLA layer offers (from
+0.18.0 the all-gather and reduce-scatter, its default, and the all-to-all;
+``dcpcheck.e2e.merge_paths``). A row gives where each stage came from, whether every DCP
+size gave the DCP1 streams and the first divergence on each merge path (the default's
+first), and the wall time. A release whose runner
 takes an interleave of 1 only runs at 1 (the streams' own interleave of 4 is refused, exit
 2). Used for BENCHMARKS.md's chain table:
 
@@ -25,7 +28,7 @@ from pathlib import Path
 from op_matrix import add_row_options, dcpcheck, finish_row, print_rows
 from slot_mapping_matrix import RELEASES
 
-STAGES = ("slot-mapping", "fused-norm-rope", "attention", "merge")
+STAGES = ("slot-mapping", "fused-norm-rope", "attention")
 
 
 def _short(stage: dict | None) -> str:
@@ -37,6 +40,24 @@ def _short(stage: dict | None) -> str:
         return "project"
     parts = stage["spec"].split(" + ")
     return " + ".join(re.sub(r"vllm==[^:\s]+:?", "", part) or "vllm" for part in parts)
+
+
+def _paths(doc: dict) -> tuple[str, str, str]:
+    """The merge column, the streams' verdict and the first divergence (or what the path's
+    kernel raised), each path's in turn (``hash --json``'s ``merge_paths``), the default's
+    marked."""
+    merges, verdicts, divergences = [], [], []
+    for path in doc["merge_paths"]:
+        name = path["path"] or "merge"
+        merges.append(name + (" (default)" if path["default"] else "") + f": {_short(path)}")
+        if path["error"]:
+            verdict, divergence = "raised", path["error"][:160]
+        else:
+            verdict = "identical" if path["identical"] else "differs"
+            divergence = (path["first_divergence"] or {}).get("summary", "-")
+        verdicts.append(f"{name}: {verdict}")
+        divergences.append(f"{name}: {divergence}")
+    return "; ".join(merges), "; ".join(verdicts), "; ".join(divergences)
 
 
 def judge(version: str, out: Path, sizes: str) -> str:
@@ -56,14 +77,12 @@ def judge(version: str, out: Path, sizes: str) -> str:
     chain = doc.get("chain") or {}
     stages = " | ".join(_short(chain.get(name)) for name in STAGES)
     if doc["error"]:
-        verdict = f"error: {doc['error'][:160]}"
-    elif doc["identical"]:
-        verdict = "identical"
+        merge = _short(chain.get("merge"))
+        verdict, divergence = f"error: {doc['error'][:160]}", "-"
     else:
-        verdict = "differs"
-    divergence = (doc["first_divergence"] or {}).get("summary", "-")
+        merge, verdict, divergence = _paths(doc)
     verdict += f"{interleave} (exit {done.returncode})"
-    return f"| {version} | {stages} | {verdict} | {divergence} | {seconds:.0f} |"
+    return f"| {version} | {stages} | {merge} | {verdict} | {divergence} | {seconds:.0f} |"
 
 
 def main() -> None:
@@ -77,7 +96,7 @@ def main() -> None:
     if args.row:
         finish_row(judge(args.row, args.out, args.dcp))
     print(
-        "| release | slot mappings | fused op | attention | merge | streams | "
+        "| release | slot mappings | fused op | attention | merge paths | streams | "
         "first divergence | s |\n|---|---|---|---|---|---|---|---|"
     )
     print_rows(args.versions, args.jobs)

@@ -6,7 +6,11 @@ A correct chain gives the DCP1 streams at DCP 2, 4 and 8 (``test_token_streams``
 project's kernels at every stage); a wrong kernel at any stage other than the fused op's
 breaks the DCP4 streams and not the DCP1 ones, and a release's stages are judged as that
 release's runner and MLA backend call them: vLLM 0.12.0's merge lets an empty shard's NaN
-through (README, "vLLM's merges, release by release"), 0.33.0's does not.
+through (README, "vLLM's merges, release by release"), 0.33.0's does not. A release whose
+MLA layer offers both merges (0.18.0 on) has the chain judged through each: 0.20.0's
+both let the empty shard's NaN through; 0.25.0's default all-gather merge gives the
+DCP1 streams and its all-to-all cannot pack the Triton MLA decode's bf16 LSE; 0.33.0's
+both give the DCP1 streams.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dcpcheck.e2e.chain import (
     parse_stages,
     stages_for,
 )
-from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
+from dcpcheck.e2e.token_streams import compare_paths, compare_streams, stream_config_for
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from tests.conftest import BACKEND, registry_problem
@@ -126,29 +130,98 @@ def test_what_a_release_cannot_be_asked_is_said_not_run():
         streams(stages)
 
 
-def test_vllm_0_33_0s_chain_gives_the_dcp1_streams():
-    assert streams(release_stages("0.33.0")).identical
+def test_a_release_chain_has_every_merge_path_its_mla_layer_offers_the_default_first():
+    """Before 0.18.0 the MLA layer calls the all-gather merge alone; from 0.18.0
+    ``dcp_comm_backend`` picks it (``"ag_rs"``, the default) or the all-to-all."""
+    one = release_stages("0.12.0")
+    assert (one.merge.spec, one.merge.path, one.merge.default) == ("vllm==0.12.0", "ag_rs", True)
+    assert one.other_merges == () and one.by_merge() == (one,)
+    two = release_stages("0.25.0")
+    assert (two.merge.spec, two.merge.path, two.merge.default) == ("vllm==0.25.0", "ag_rs", True)
+    [a2a] = two.other_merges
+    assert (a2a.spec, a2a.path, a2a.default) == ("vllm==0.25.0:dcp_a2a_lse_reduce", "a2a", False)
+    assert [chain.merge for chain in two.by_merge()] == [two.merge, a2a]
+    assert "merge a2a: vllm==0.25.0:dcp_a2a_lse_reduce" in two.describe()
+    assert "merge ag_rs (the release's default): vllm==0.25.0" in two.describe()
 
 
-def test_hash_names_every_stage_and_fails_on_a_wrong_one(tmp_path):
+def test_vllm_0_33_0s_chain_gives_the_dcp1_streams_through_either_merge():
+    default, a2a = compare_paths(
+        load_kernel("default"), CONFIG, (4,), BACKEND.device, release_stages("0.33.0")
+    )
+    assert default.identical and a2a.identical
+
+
+def hash_streams(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``dcpcheck hash --dcp 1,4 --steps 3 OPTIONS --json ...`` run as a user runs it: the
+    process and its report."""
     report = tmp_path / "streams.json"
     command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", "1,4", "--steps", "3"]
-    command += ["--stage", "merge=mutant/own-lse-of-next-rank", "--json", str(report)]
     done = subprocess.run(
-        command,
+        [*command, *options, "--json", str(report)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=600,
+        timeout=900,
     )
+    return done, json.loads(report.read_text())
+
+
+def test_hash_names_every_stage_and_fails_on_a_wrong_one(tmp_path):
+    done, doc = hash_streams(tmp_path, "--stage", "merge=mutant/own-lse-of-next-rank")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "merge: mutant/own-lse-of-next-rank" in done.stdout
-    doc = json.loads(report.read_text())
     assert doc["chain"][MERGE] == {"spec": "mutant/own-lse-of-next-rank", "note": None}
+    [path] = doc["merge_paths"]  # a named merge is the one path judged
+    assert (path["path"], path["spec"], path["identical"]) == (
+        None,
+        "mutant/own-lse-of-next-rank",
+        False,
+    )
     assert doc["chain"]["fused-norm-rope"]["spec"] == "default"
     assert not doc["identical"]
     assert any(f["path"].endswith("lse_combine/mutants.py") for f in doc["kernel_files"])
+
+
+def test_vllm_0_20_0s_merges_both_let_an_empty_shards_nan_through():
+    """Its all-to-all weighs the empty rank by 0 and multiplies its NaN output by it, as
+    its all-gather merge does (the all-gather zeroes it from 0.25.0)."""
+    paths = compare_paths(
+        load_kernel("default"), CONFIG, (4,), BACKEND.device, release_stages("0.20.0")
+    )
+    assert [(p.merge.path, p.merge.default) for p in paths] == [("ag_rs", True), ("a2a", False)]
+    for path in paths:
+        divergence = path.comparison.first_divergence
+        assert divergence is not None and divergence.dcp_size == 4
+        assert "here nan" in divergence.describe()
+
+
+def test_hash_judges_every_merge_path_of_a_release_and_fails_on_the_all_to_all_of_0_25_0(
+    tmp_path,
+):
+    """0.25.0's all-gather merge zeroes an empty shard's scaled output: the streams
+    through its default path are DCP1's. Its all-to-all packs the LSE's 32 bits into two
+    slots of the output's dtype (``lse_val.to(tl.uint32, bitcast=True)``), which the
+    Triton MLA decode's bf16 LSE cannot be: the path raises, and is reported beside the
+    other."""
+    release_stages("0.25.0")  # fetched (or skipped) as the other tests fetch it
+    done, doc = hash_streams(tmp_path, "--kernel", "vllm==0.25.0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = " ".join(done.stdout.split())
+    assert "merge ag_rs (the release's default): vllm==0.25.0: identical streams" in said
+    assert "merge a2a: vllm==0.25.0:dcp_a2a_lse_reduce: the kernel raised: " in said
+    assert "Cannot bitcast data-type of size 16 to data-type of size 32" in said
+    ag_rs, a2a = doc["merge_paths"]
+    assert (ag_rs["path"], ag_rs["default"], ag_rs["identical"]) == ("ag_rs", True, True)
+    assert ag_rs["first_divergence"] is None and doc["first_divergence"] is None
+    assert (a2a["path"], a2a["default"], a2a["identical"]) == ("a2a", False, False)
+    assert a2a["spec"] == "vllm==0.25.0:dcp_a2a_lse_reduce"
+    assert a2a["first_divergence"] is None
+    assert "Cannot bitcast data-type of size 16 to data-type of size 32" in a2a["error"]
+    assert not doc["identical"]
+    files = {Path(f["path"]).name for f in doc["kernel_files"]}
+    assert {"common.py", "dcp_alltoall.py"} <= files
 
 
 def test_hash_refuses_an_unknown_stage_with_exit_2(tmp_path):

@@ -41,10 +41,11 @@ from dcpcheck.e2e.token_streams import (
     DIGEST_RULE,
     STREAM_INTERLEAVE,
     STREAM_SEED,
+    PathStreams,
     StreamComparison,
     StreamConfig,
     check_sizes,
-    compare_streams,
+    compare_paths,
     stream_config_for,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
@@ -214,9 +215,7 @@ def hash_command(
     print_chain(fused, stages)
     try:
         with err.status("generating token streams"):
-            comparison = compare_streams(
-                fused.kernel, stream_config, dcp_sizes, backend.device, stages
-            )
+            paths = compare_paths(fused.kernel, stream_config, dcp_sizes, backend.device, stages)
     except ChainError as exc:  # a stage's kernel cannot be asked this chain's steps
         raise InputError(f"the decode chain cannot run: {exc}") from None
     except (Exception, SystemExit) as exc:  # a stage's kernel raised inside the model
@@ -226,16 +225,71 @@ def hash_command(
     if json_path is not None:
         document = streams_json(
             stream_config,
-            comparison,
+            paths[0].comparison,
             kernel=kernel_name,
             backend=backend_name,
             kernel_files=judged,
             chain=chain,
+            merge_paths=merge_paths_json(paths),
         )
         _write_json(json_path, document)
-    print_streams(comparison)
-    print_full_digests(comparison)
-    raise SystemExit(EXIT_OK if comparison.identical else EXIT_FAIL)
+    for path in paths:
+        if len(paths) > 1:
+            out.print(f"through {path.merge.describe()}", markup=False, soft_wrap=True)
+        if path.comparison is not None:
+            print_streams(path.comparison)
+            print_full_digests(path.comparison)
+    if len(paths) > 1:
+        print_path_verdicts(paths)
+    raise SystemExit(EXIT_OK if all(path.identical for path in paths) else EXIT_FAIL)
+
+
+def _path_verdict(path: PathStreams) -> str:
+    if path.comparison is None:
+        return f"[bold red]the kernel raised[/]: {escape(str(path.error))}"
+    if path.comparison.identical:
+        return "[green]identical streams[/]"
+    divergence = path.comparison.first_divergence
+    assert divergence is not None
+    return f"[bold red]streams differ[/] ({escape(divergence.describe())})"
+
+
+def print_path_verdicts(paths: Sequence[PathStreams]) -> None:
+    """One line a merge path: whether its streams are the DCP1 ones, or what it raised."""
+    for path in paths:
+        out.print(f"{escape(path.merge.describe())}: {_path_verdict(path)}", soft_wrap=True)
+
+
+def merge_paths_json(paths: Sequence[PathStreams]) -> list[dict]:
+    """Each merge path the chain ran, the default's first: its merge's spec, whether it is
+    the release's default, and its streams' verdict or what its kernel raised
+    (``streams_json``)."""
+    return [
+        {
+            "path": path.merge.path or None,
+            "spec": path.merge.spec,
+            "note": path.merge.note or None,
+            "default": path.merge.default,
+            "identical": path.identical,
+            "error": path.error,
+            "first_divergence": _divergence_json(path.comparison),
+        }
+        for path in paths
+    ]
+
+
+def _divergence_json(comparison: StreamComparison | None) -> dict | None:
+    first = None if comparison is None else comparison.first_divergence
+    if first is None:
+        return None
+    return {
+        **asdict(first),
+        "baseline_margin": _finite(first.baseline_margin),
+        "bound": _finite(first.bound),
+        "margin": _finite(first.margin),
+        "near_tie": first.near_tie,
+        "summary": first.describe(),
+    }
 
 
 def print_full_digests(comparison: StreamComparison) -> None:
@@ -283,6 +337,7 @@ def streams_json(
     error: str | None = None,
     kernel_files: Sequence[JudgedFile] = (),
     chain: dict | None = None,
+    merge_paths: list[dict] | None = None,
 ) -> str:
     """The ``--json`` report: every stream's full digest and tokens, the first divergence.
 
@@ -291,9 +346,12 @@ def streams_json(
     every digest with any SHA256 tool. ``comparison`` is ``None`` when the kernel raised
     (``error`` says how): the report is still written, so no earlier one is left in place.
     Top-level keys a superset of ``hash --json`` of a real-rank run's.
+
+    Where the chain ran more than one merge path (``merge_paths``, the default's first),
+    the digests and the first divergence are the default path's, ``merge_paths`` gives
+    each path's verdict, and ``identical`` holds only when every path's streams are DCP1's.
     """
     streams: list[dict] = []
-    divergence = None
     if comparison is not None:
         baseline = comparison.digests[0].stream
         rows = [(run, rank) for run in comparison.runs for rank in range(run.dcp_size)]
@@ -305,16 +363,6 @@ def streams_json(
                     "matches_dcp1": d.stream == baseline,
                 }
             )
-        if comparison.first_divergence is not None:
-            first = comparison.first_divergence
-            divergence = {
-                **asdict(first),
-                "baseline_margin": _finite(first.baseline_margin),
-                "bound": _finite(first.bound),
-                "margin": _finite(first.margin),
-                "near_tie": first.near_tie,
-                "summary": first.describe(),
-            }
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
@@ -336,13 +384,16 @@ def streams_json(
         },
         "hash_of": DIGEST_RULE,
         "error": error,
-        "identical": comparison is not None and comparison.identical,
+        "identical": comparison is not None
+        and comparison.identical
+        and all(path["identical"] for path in merge_paths or ()),
+        "merge_paths": merge_paths,
         "min_dcp1_margin": None if comparison is None else _finite(comparison.min_baseline_margin),
         "min_dcp1_margin_over_bound": (
             None if comparison is None else _finite(comparison.min_baseline_clearance)
         ),
         "digests": streams,
-        "first_divergence": divergence,
+        "first_divergence": _divergence_json(comparison),
     }
     return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
 

@@ -23,6 +23,11 @@ that release's own model runner and MLA backend call them; for any other kernel 
 project's own; ``--stage NAME=SPEC`` names one stage's kernel by that stage's op's specs.
 What a release lacks is the project's, and :meth:`Stages.describe` says so.
 
+A release whose MLA layer offers two merges (``merge_paths``: the all-gather and
+reduce-scatter, its default, and the all-to-all) has both: ``Stages.merge`` is the
+default's, ``Stages.other_merges`` the other's, and :meth:`Stages.by_merge` gives the chain
+of each, which the streams judge one by one (``token_streams.compare_paths``).
+
 Prefill steps (chunks longer than a token) keep the model's own attention
 (``mla_model``): DCP's merge is a decode path in vLLM.
 """
@@ -30,11 +35,12 @@ Prefill steps (chunks longer than a token) keep the model's own attention
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from dcpcheck.e2e import merge_paths
 from dcpcheck.e2e.mla_model import CacheSpec, DcpStep, LayerWeights, MlaModel, ShardExchange
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
@@ -80,9 +86,14 @@ class Stage:
     spec: str
     kernel: Any
     note: str = ""  # why this spec, where it is not the one asked for
+    path: str = ""  # a release's merge: its path (``merge_paths``)
+    default: bool = False  # a release's merge: the path the release runs by default
 
     def describe(self) -> str:
-        return f"{self.name}: {self.spec}" + (f" ({self.note})" if self.note else "")
+        label = self.name
+        if self.path:
+            label += f" {self.path}" + (" (the release's default)" if self.default else "")
+        return f"{label}: {self.spec}" + (f" ({self.note})" if self.note else "")
 
 
 @dataclass(frozen=True)
@@ -91,10 +102,17 @@ class Stages:
 
     slot_mapping: Stage  # a slot-mapping op's Routines, both routines present
     attention: Stage  # a DecodeAttention
-    merge: Stage  # a CombineKernel
+    merge: Stage  # a CombineKernel: the release's default path where it offers more
+    other_merges: tuple[Stage, ...] = ()  # the release's other merge paths
 
     def describe(self) -> list[str]:
-        return [stage.describe() for stage in (self.slot_mapping, self.attention, self.merge)]
+        stages = (self.slot_mapping, self.attention, self.merge, *self.other_merges)
+        return [stage.describe() for stage in stages]
+
+    def by_merge(self) -> tuple[Stages, ...]:
+        """The chain of each merge path, the default's first (module docstring)."""
+        others = (replace(self, merge=merge, other_merges=()) for merge in self.other_merges)
+        return (replace(self, other_merges=()), *others)
 
     @property
     def routines(self) -> Routines:
@@ -214,14 +232,25 @@ def _release_slot_mapping(version: str) -> Stage:
     return Stage(SLOT_MAPPING, spec, Routines(slots[1], lengths[1]), "; ".join(notes))
 
 
-def _release_stage(name: str, version: str, load: Callable[[str], Any]) -> Stage:
-    spec = f"vllm=={version}"
+def _release_stage(
+    name: str, spec: str, load: Callable[[str], Any], path: str = "", default: bool = False
+) -> Stage:
     try:
-        return Stage(name, spec, load(spec))
+        return Stage(name, spec, load(spec), path=path, default=default)
     except KernelSpecError:
         raise
     except KernelLoadError as exc:
-        return Stage(name, "default", load("default"), f"{spec}: {exc}")
+        return Stage(name, "default", load("default"), f"{spec}: {exc}", path, default)
+
+
+def _release_merges(version: str) -> tuple[Stage, ...]:
+    """Release ``version``'s merge on every path its MLA layer offers, the default's
+    first (``merge_paths``)."""
+    load = _lse_combine_kernels().load
+    return tuple(
+        _release_stage(MERGE, merge_paths.spec_of(version, path), load, path, i == 0)
+        for i, path in enumerate(merge_paths.offered(version))
+    )
 
 
 def _named_stage(name: str, spec: str) -> Stage:
@@ -249,8 +278,8 @@ def stages_for(kernel_spec: str, named: Mapping[str, str] | None = None) -> Stag
             f"unknown stage {sorted(unknown)[0]!r} (known: {', '.join(STAGE_NAMES)})"
         )
     release = loading.release_of(kernel_spec)
-    lse = _lse_combine_kernels()
     resolved: dict[str, Stage] = {}
+    others: tuple[Stage, ...] = ()
     for name in STAGE_NAMES:
         if name in named:
             resolved[name] = _named_stage(name, named[name])
@@ -258,10 +287,13 @@ def stages_for(kernel_spec: str, named: Mapping[str, str] | None = None) -> Stag
             resolved[name] = _named_stage(name, "default")
         elif name == SLOT_MAPPING:
             resolved[name] = _release_slot_mapping(release.version)
+        elif name == ATTENTION:
+            load = _lse_combine_kernels().load_attention
+            resolved[name] = _release_stage(name, f"vllm=={release.version}", load)
         else:
-            load = lse.load_attention if name == ATTENTION else lse.load
-            resolved[name] = _release_stage(name, release.version, load)
-    return Stages(resolved[SLOT_MAPPING], resolved[ATTENTION], resolved[MERGE])
+            resolved[name], *rest = _release_merges(release.version)
+            others = tuple(rest)
+    return Stages(resolved[SLOT_MAPPING], resolved[ATTENTION], resolved[MERGE], others)
 
 
 def parse_stages(texts: Sequence[str]) -> dict[str, str]:
@@ -304,14 +336,15 @@ def default_stages() -> Stages:
 
 
 def stage_files(stages: Stages) -> tuple[loading.JudgedFile, ...]:
-    """The files the stages' kernels come from (the slot-mapping op's and the merge's
-    ``judged_files``; a release's attention file), for the reports."""
+    """The files the stages' kernels come from (the slot-mapping op's and every merge
+    path's ``judged_files``; a release's attention file), for the reports."""
     found: dict[str, loading.JudgedFile] = {}
     slot_kernels, lse = _slot_mapping_kernels(), _lse_combine_kernels()
     for spec in stages.slot_mapping.spec.split(" + "):
         found.update((f.path, f) for f in slot_kernels.judged_files(spec))
     found.update((f.path, f) for f in lse.attention_files(stages.attention.spec))
-    found.update((f.path, f) for f in lse.judged_files(stages.merge.spec))
+    for merge in (stages.merge, *stages.other_merges):
+        found.update((f.path, f) for f in lse.judged_files(merge.spec))
     return tuple(found.values())
 
 
@@ -403,4 +436,3 @@ def rank_slots(
         routines.local_seq_lens(seq_lens, lens)
         local.append(lens)
     return torch.stack(slots), torch.stack(local)
-

@@ -55,7 +55,14 @@ import torch
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
-from dcpcheck.e2e.chain import Stages, check_heads_shared, default_stages, rank_slots
+from dcpcheck.e2e.chain import (
+    ChainError,
+    Stage,
+    Stages,
+    check_heads_shared,
+    default_stages,
+    rank_slots,
+)
 from dcpcheck.e2e.mla_model import (
     WIDTHS_BY_PRESET,
     CacheSpec,
@@ -472,13 +479,62 @@ def compare_streams(
 ) -> StreamComparison:
     """Generate at DCP1 and at each of ``dcp_sizes`` (DCP1 is always run, as the
     baseline) and compare the token streams by digest, with one model for all of them;
-    decode steps run through ``stages`` (the project's kernels when None). Sizes the chain
-    cannot run are refused before any run (:func:`check_sizes`)."""
+    decode steps run through ``stages`` (the project's kernels when None), with its
+    default merge path (:func:`compare_paths` runs every one). Sizes the chain cannot run
+    are refused before any run (:func:`check_sizes`)."""
+    [default] = compare_paths(kernel, config, dcp_sizes, device, stages, every_merge=False)
+    assert default.comparison is not None  # the default path's kernels raise, not record
+    return default.comparison
+
+
+@dataclass(frozen=True)
+class PathStreams:
+    """The streams through one merge path of the chain against DCP1 (``comparison``), or
+    what a kernel of that path raised (``error``)."""
+
+    merge: Stage
+    comparison: StreamComparison | None
+    error: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        return self.comparison is not None and self.comparison.identical
+
+
+def compare_paths(
+    kernel: Kernel,
+    config: StreamConfig,
+    dcp_sizes: Sequence[int],
+    device: torch.device,
+    stages: Stages | None = None,
+    every_merge: bool = True,
+) -> tuple[PathStreams, ...]:
+    """:func:`compare_streams` through each merge path of ``stages``
+    (``chain.Stages.by_merge``), the default's first; only the default's unless
+    ``every_merge``. DCP1 merges nothing, so its run is generated once and is every
+    comparison's baseline. What a kernel raises on the default path propagates, as in
+    :func:`compare_streams`; on another path it is that path's verdict, so the others are
+    still judged (a ``ChainError``, a step the chain cannot ask, always propagates)."""
     check_sizes(config, dcp_sizes)
-    sizes = sorted({BASELINE_DCP_SIZE, *dcp_sizes})
+    sizes = sorted(set(dcp_sizes) - {BASELINE_DCP_SIZE})
     model = build_model(config, device)
     stages = stages if stages is not None else default_stages()
-    return compare_runs(config, [_generate(kernel, model, config, n, stages) for n in sizes])
+    chains = stages.by_merge() if every_merge else stages.by_merge()[:1]
+    baseline = _generate(kernel, model, config, BASELINE_DCP_SIZE, stages)
+
+    def through(chain: Stages) -> StreamComparison:
+        runs = [_generate(kernel, model, config, n, chain) for n in sizes]
+        return compare_runs(config, [baseline, *runs])
+
+    judged = [PathStreams(chains[0].merge, through(chains[0]))]
+    for chain in chains[1:]:
+        try:
+            judged.append(PathStreams(chain.merge, through(chain)))
+        except ChainError:
+            raise
+        except Exception as exc:  # the path's kernel raised inside the model
+            judged.append(PathStreams(chain.merge, None, f"{type(exc).__name__}: {exc}"))
+    return tuple(judged)
 
 
 def compare_runs(config: StreamConfig, runs: Sequence[Streams]) -> StreamComparison:

@@ -26,7 +26,11 @@ does what each release's caller does (``EMPTIES``):
 
 * to 0.25.x, nothing: the chunk's rows reach the merge as the backend left them (vLLM's
   own later docstring: "uninitialized scratch (which may hold NaN/Inf) even when it
-  reports an LSE of -inf");
+  reports an LSE of -inf"). The caller does hand it such chunks (a request shorter than
+  a chunk's start has a length of 0 there, and the chunk is merged whole), but what the
+  rows hold is a compiled prefill backend's, and on CUDA the dispatcher runs the compiled
+  CUDA merge on MLA's rows instead: a NaN there is the routine's finding alone, reached
+  by no traced path (README, "vLLM's merges, release by release", has the lines);
 * 0.26.0 - 0.27.x, the release's ``mask_empty_context`` (in the same file) on every chunk
   with an empty request, given the chunk's per-request context offsets: LSE ``-inf`` and
   output zeros for those rows;
