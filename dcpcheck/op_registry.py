@@ -12,17 +12,40 @@ LSE_COMBINE = "lse-combine"
 SPARSE_TOPK_REMAP = "sparse-topk-remap"
 
 
+PACKAGE_RUN_OPTIONS = frozenset(
+    {
+        "op", "property-only", "examples", "seed", "dcp", "kernel", "scenario",
+        "scenario-dir", "device", "json", "junit", "home", "fail-fast", "launcher",
+        "rank-timeout",
+    }
+)  # fmt: skip
+"""The ``run`` options (``dcpcheck.cases.options``) an op package's runs take: its named
+scenarios, its own property search (``--seed`` seeds it), its real-rank mode where it has
+one, the reports and the run directory. The rest belong to the fused op's harness."""
+
+PACKAGE_REPRO_OPTIONS = frozenset({"kernel", "dcp", "device", "json"})
+"""The ``repro`` options a replay of an op package's scenario file takes."""
+
+
 @dataclass(frozen=True)
 class Op:
-    """What ``dcpcheck list ops`` says of an op, and the files its released kernels come
-    from: their paths in a vLLM wheel, which one download of a release keeps for every op
-    (``dcpcheck.kernels.releases``)."""
+    """What ``dcpcheck list ops`` says of an op, the files its released kernels come from
+    (their paths in a vLLM wheel, which one download of a release keeps for every op,
+    ``dcpcheck.kernels.releases``), and the options its ``run`` and ``repro`` take (None:
+    every option of the command; ``run --op OP`` refuses the others, naming each)."""
 
     description: str
     wheel_members: tuple[str, ...]
     function: str  # the routine a release is judged by (``vllm==X`` names no other)
     # the module of its OpPackage (None: the fused op, run by dcpcheck.workflows.session)
     package: str | None = None
+    run_options: frozenset[str] | None = PACKAGE_RUN_OPTIONS
+    repro_options: frozenset[str] | None = PACKAGE_REPRO_OPTIONS
+
+    def takes(self, command: str, option: str) -> bool:
+        """Whether this op's ``command`` (``run`` or ``repro``) takes ``option``."""
+        declared = self.run_options if command == "run" else self.repro_options
+        return declared is None or option in declared
 
 
 OPS: dict[str, Op] = {
@@ -35,6 +58,8 @@ OPS: dict[str, Op] = {
             "vllm/models/deepseek_v32/common/kernels.py",
         ),
         "fused_norm_rope",
+        run_options=None,
+        repro_options=None,
     ),
     SLOT_MAPPING: Op(
         "per-rank slot mappings of every cache group and local sequence lengths "

@@ -83,6 +83,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from dcpcheck.cases.options import COMMANDS, OPTIONS, Option
 from dcpcheck.cases.verdicts import format_finding
 from dcpcheck.op_registry import OPS
 
@@ -99,10 +100,10 @@ COLLECTOR_NAME = "dcpcheck"
 SCENARIO_DIRS_INI = "dcpcheck_scenario_dirs"
 """The ini option naming a repository's own scenario directories."""
 
-ADAPTER_NAMES = ("auto", "native", "vllm")
-"""``--dcpcheck-adapter``'s choices: ``adapters.ADAPTER_NAMES``, spelled out here because
-that module imports torch. A choice pytest checks is refused naming the option typed; one
-left to the kernel's load would be refused under ``--dcpcheck-kernel``."""
+ADAPTER_NAMES = OPTIONS["adapter"].choices
+"""``--dcpcheck-adapter``'s choices: ``adapters.ADAPTER_NAMES`` (the option table spells
+them out because that module imports torch). A choice pytest checks is refused naming the
+option typed; one left to the kernel's load would be refused under ``--dcpcheck-kernel``."""
 
 
 @functools.cache
@@ -250,90 +251,37 @@ def _closed(kernel) -> Callable[[], None]:
 PLAN = pytest.StashKey[Plan]()
 
 
+def _pytest_option(option: Option) -> tuple[str, dict[str, object]]:
+    """``option`` (the table's, as the plugin takes it) as ``addoption``'s arguments."""
+    settings: dict[str, object] = {"default": option.default, "help": option.help}
+    if option.kind == "flag":
+        settings["action"] = "store_true"
+    if option.multiple:
+        settings.update(action="append", default=[])
+    if option.kind == "float":
+        settings["type"] = float
+    if option.choices:
+        settings["choices"] = option.choices
+    if option.metavar is not None:
+        settings["metavar"] = option.metavar
+    return option.pytest_flag, settings
+
+
+def given_options(config: pytest.Config) -> list[str]:
+    """The ``--dcpcheck-*`` options set to other than their default, as typed."""
+    given = []
+    for name in COMMANDS["pytest"]:
+        option = OPTIONS[name].on("pytest")
+        if config.getoption(option.pytest_flag) != _pytest_option(option)[1]["default"]:
+            given.append(name)
+    return given
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dcpcheck", "dcpcheck: DCP contract checks of a fused MLA kernel")
-    group.addoption(
-        "--dcpcheck-kernel",
-        metavar="SPEC",
-        default=None,
-        help="Kernel under test: registry name, package.module:function or "
-        "path/to/file.py:function. Without it the plugin does nothing.",
-    )
-    group.addoption(
-        "--dcpcheck-op",
-        default="fused-norm-rope",
-        choices=tuple(OPS),
-        help="The op the kernel implements (default fused-norm-rope; as `dcpcheck run --op`).",
-    )
-    group.addoption(
-        "--dcpcheck-dcp",
-        metavar="N[,N...]",
-        default=None,
-        help="DCP sizes to simulate, e.g. 1,4 (default: each scenario's own).",
-    )
-    group.addoption(
-        "--dcpcheck-scenario",
-        action="append",
-        default=[],
-        metavar="NAME|GLOB",
-        help="Scenario names or globs (repeatable; default: all).",
-    )
-    group.addoption(
-        "--dcpcheck-scenario-dir",
-        metavar="DIR",
-        default=None,
-        help="Where scenario files live (default: dcpcheck's shipped scenarios); the ini "
-        f"option {SCENARIO_DIRS_INI} adds a repository's own.",
-    )
-    group.addoption(
-        "--dcpcheck-device",
-        default="auto",
-        metavar="auto|cuda|cpu",
-        help="auto: CUDA if present, else Triton's interpreter on the CPU (default auto).",
-    )
-    group.addoption(
-        "--dcpcheck-adapter",
-        default="auto",
-        choices=ADAPTER_NAMES,
-        help="How to call the kernel: auto recognises vLLM's fused_norm_rope signatures "
-        "(default auto).",
-    )
-    group.addoption(
-        "--dcpcheck-no-tokens",
-        action="store_true",
-        help="Leave out the end-to-end token-stream item.",
-    )
-    group.addoption(
-        "--dcpcheck-oracle",
-        default="on",
-        choices=("on", "off"),
-        help="off: judge the kernel against its own DCP1 run alone, not the oracle, for a "
-        "kernel whose encoding no oracle variant knows yet (default on; as `dcpcheck run "
-        "--oracle`).",
-    )
-    group.addoption(
-        "--dcpcheck-isolate",
-        default="on",
-        choices=("on", "off"),
-        help="on: run each item in a worker process, so a crash or a hang fails that item "
-        "and the run goes on (default on; as `dcpcheck run --isolate`).",
-    )
-    group.addoption(
-        "--dcpcheck-case-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="Seconds an isolated item may take before its worker is killed and the item "
-        "fails as timeout (default: as `dcpcheck run --case-timeout`).",
-    )
-    group.addoption(
-        "--dcpcheck-home",
-        metavar="DIR",
-        default=None,
-        help="Run directory: failing cases are saved under DIR/failures/ as scenario files "
-        "that `dcpcheck repro` replays (default: $DCPCHECK_HOME, else .dcpcheck; as "
-        "`dcpcheck run --home`).",
-    )
+    for name in COMMANDS["pytest"]:
+        flag, settings = _pytest_option(OPTIONS[name].on("pytest"))
+        group.addoption(flag, **settings)
     parser.addini(
         SCENARIO_DIRS_INI,
         type="paths",
@@ -420,13 +368,12 @@ def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
 
     op = package(op_name)
 
-    fused_only = {
-        "--dcpcheck-oracle": config.getoption("dcpcheck_oracle") != "on",
-        "--dcpcheck-case-timeout": config.getoption("dcpcheck_case_timeout") is not None,
-        "--dcpcheck-adapter": config.getoption("dcpcheck_adapter") != "auto",
-        SCENARIO_DIRS_INI: bool(config.getini(SCENARIO_DIRS_INI)),
-    }
-    refused = [name for name, given in fused_only.items() if given]
+    refused = sorted(
+        OPTIONS[name].pytest_flag
+        for name in given_options(config)
+        if not OPS[op_name].takes("run", name)
+    )
+    refused += [SCENARIO_DIRS_INI] if config.getini(SCENARIO_DIRS_INI) else []
     if refused:
         raise pytest.UsageError(f"--dcpcheck-op {op_name} does not take {', '.join(refused)}")
     dcp_text = config.getoption("dcpcheck_dcp")

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from dcpcheck.cli.common import InputError, dcp_option, device_option, seed_option
+from dcpcheck.cli import options
+from dcpcheck.cli.common import InputError
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.output.console import out
@@ -71,9 +72,13 @@ from dcpcheck.workflows import bisection
     show_default=True,
     help="The op the kernel implements (`dcpcheck list ops`).",
 )
-@dcp_option("DCP sizes every revision is checked at (default: each scenario's own).")
-@seed_option("Override every scenario's value seed (as `dcpcheck run --seed`).")
-@device_option
+@options.click_option(
+    "dcp", help="DCP sizes every revision is checked at (default: each scenario's own)."
+)
+@options.click_option(
+    "seed", help="Override every scenario's value seed (as `dcpcheck run --seed`)."
+)
+@options.click_option("device")
 @click.option(
     "--scenario-dir",
     type=click.Path(path_type=Path),

@@ -1,6 +1,7 @@
-"""What the commands share: their help text and exit-code errors, the options several of
-them take, and the set-up steps (backend, kernel) that turn bad input into one line and an
-exit code before any work starts. What only ``run`` / ``repro`` use lives in ``run.py``."""
+"""What the commands share: their help text and exit-code errors, the refusal of options
+a command does not take, and the set-up steps (backend, kernel) that turn bad input into
+one line and an exit code before any work starts. Their options are the table's
+(``dcpcheck.cli.options``); what only ``run`` / ``repro`` use lives in ``run.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from dcpcheck.backend import BackendError, planned_device, select_backend
 from dcpcheck.cases import dcp
-from dcpcheck.cases.limits import DCP_SIZE_MAX, SEED_MAX
+from dcpcheck.cases.limits import DCP_SIZE_MAX
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.exit_codes import (
     EXIT_FAIL,
@@ -27,10 +28,8 @@ from dcpcheck.kernels.loading import (
     JudgedFile,
     KernelLoadError,
     KernelSpecError,
-    canonical_spec,
 )
-from dcpcheck.ops.fused_norm_rope.adapters import ADAPTER_NAMES
-from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale, Kernel
+from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.output.console import err
 
@@ -142,164 +141,6 @@ def parse_dcp_sizes(text: str) -> tuple[int, ...]:
         raise InputError(f"--dcp: {exc}") from None
 
 
-def _checked_dcp(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        parse_dcp_sizes(value)
-    return value
-
-
-def dcp_option(help_text: str, default: str | None = None, metavar: str = "N[,N...]"):
-    """``--dcp`` of every command, checked as it is read (``parse_dcp_sizes``: exit 2 for a
-    size outside 1..DCP_SIZE_MAX, before any other option is acted on). The command keeps
-    the text as given, which its replay lines, a real-rank run's ranks and a bisection's
-    steps pass on."""
-    return click.option(
-        "--dcp",
-        "dcp_text",
-        default=default,
-        show_default=default is not None,
-        metavar=metavar,
-        callback=_checked_dcp,
-        help=help_text,
-    )
-
-
-def seed_option(help_text: str, default: int | None = None):
-    """``--seed`` of every command: a value seed within the scenario files' own limit
-    (``limits.SEED_MAX``), so a seed any command takes is one a saved case can replay."""
-    return click.option(
-        "--seed",
-        type=click.IntRange(0, SEED_MAX),
-        default=default,
-        show_default=default is not None,
-        help=help_text,
-    )
-
-
-device_option = click.option(
-    "--device",
-    type=click.Choice(["auto", "cuda", "cpu"]),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if present, else Triton's interpreter on the CPU.",
-)
-
-
-adapter_option = click.option(
-    "--adapter",
-    type=click.Choice(ADAPTER_NAMES),
-    default="auto",
-    show_default=True,
-    help="How to call an external kernel: auto picks vLLM's adapter when the function's "
-    "signature is a known vLLM fused_norm_rope shape, native the harness's protocol.",
-)
-
-
-def _canonical_kernel(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """``--kernel`` as every report and replay spells it: a release's version normalised
-    (``vllm==0.30`` is ``vllm==0.30.0``); a release spec whose version is no version is
-    exit 2 here, before any work."""
-    try:
-        return canonical_spec(value)
-    except KernelSpecError as exc:
-        raise InputError(str(exc)) from None
-
-
-def kernel_option_with(help_text: str):
-    """``--kernel`` (its release versions normalised, ``_canonical_kernel``)."""
-    return click.option(
-        "--kernel",
-        "kernel_name",
-        default="default",
-        show_default=True,
-        callback=_canonical_kernel,
-        help=help_text,
-    )
-
-
-kernel_option = kernel_option_with(
-    "Registry name (see `dcpcheck list kernels`), package.module:function, "
-    "path/to/file.py:function implementing the kernel protocol, or vllm==X.Y.Z (a "
-    "published vLLM release's kernel file, fetched into the release cache)."
-)
-
-
-scenario_option = click.option(
-    "--scenario",
-    "patterns",
-    multiple=True,
-    metavar="NAME|GLOB",
-    help="Scenario names or globs (repeatable; default: all shipped scenarios).",
-)
-
-
-scenario_dir_option = click.option(
-    "--scenario-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where scenario TOML files live (default: the op's shipped ones, scenarios/<op>/).",
-)
-
-
-json_option = click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write a JSON report here (atomically).",
-)
-
-
-junit_option = click.option(
-    "--junit",
-    "junit_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write a JUnit XML report here (atomically).",
-)
-
-
-no_tokens_option = click.option(
-    "--no-tokens",
-    is_flag=True,
-    help="Skip the end-to-end token-stream check (a tiny MLA model's greedy streams at "
-    "DCP1 and the largest --dcp size must hash identically; see `dcpcheck hash`).",
-)
-
-
-def ds_mla_scale_rule(text: str | None) -> DsMlaScale | None:
-    """``--ds-mla-scale`` as the contract's enum (None when not given). The option itself
-    keeps the string, so a command that passes its options on (``--launcher torchrun``)
-    spells it as typed."""
-    return None if text is None else DsMlaScale(text)
-
-
-ds_mla_scale_option = click.option(
-    "--ds-mla-scale",
-    "ds_mla_scale",
-    type=click.Choice([rule.value for rule in DsMlaScale]),
-    default=None,
-    help="The fp8_ds_mla tile-scale rule every fp8_ds_mla case demands: amax "
-    "(max(amax/448, FLT_MIN), vLLM up to 0.30) or pow2 (a power of two, vLLM 0.31 on). "
-    "Beats a scenario's ds_mla_scale key and the kernel's own declaration; default: the "
-    "scenario's, else the kernel's, else amax. Other cache layouts ignore it.",
-)
-
-
-oracle_option = click.option(
-    "--oracle",
-    type=click.Choice(["on", "off"]),
-    default="on",
-    show_default=True,
-    help="off: judge the kernel against its own DCP1 run alone, not the oracle "
-    "(reference/): every real output row and owned cache entry written, outputs bitwise "
-    "equal across ranks and to DCP1, shards reassembling into the DCP1 cache byte for "
-    "byte, nothing written outside owned slots. The gate for a kernel whose encoding no "
-    "oracle variant knows yet (a new cache-scale rule, say): it still catches DCP bugs, "
-    "but not an encoding that is wrong at every DCP size alike.",
-)
-
-
 def warn(text: str) -> None:
     """One warning line on stderr, as every command words one."""
     err.print(f"dcpcheck: warning: {text}", markup=False, soft_wrap=True)
@@ -314,11 +155,6 @@ def announce_oracle(oracle: bool) -> None:
             "DCP1 run, not reference/)",
             soft_wrap=True,
         )
-
-
-fail_fast_option = click.option(
-    "-x", "--fail-fast", is_flag=True, help="Stop at the first failing case."
-)
 
 
 def device_for_checks(device: str) -> torch.device:

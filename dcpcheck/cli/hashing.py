@@ -13,20 +13,15 @@ import click
 from rich.markup import escape
 
 from dcpcheck import __version__, files
-from dcpcheck.cli import preflight
+from dcpcheck.cli import options, preflight
 from dcpcheck.cli.common import (
     InputError,
     KernelFailed,
     KernelLoadFailure,
-    adapter_option,
-    dcp_option,
-    device_option,
     kernel_errors,
     kernel_files,
-    kernel_option_with,
     open_backend,
     parse_dcp_sizes,
-    seed_option,
 )
 from dcpcheck.e2e.chain import (
     ChainError,
@@ -91,7 +86,7 @@ STREAM_OPTIONS = (
         help="Positions a rank stores in a row (vLLM's cp_kv_cache_interleave_size); must "
         "divide the block size (4). Releases before 0.11.1 take 1 only.",
     ),
-    seed_option("Weights, prompts and cache bytes.", default=STREAM_SEED),
+    options.click_option("seed", help="Weights, prompts and cache bytes.", default=STREAM_SEED),
 )
 """The token-stream model's options, ``hash_config``'s arguments (``stream_options``)."""
 
@@ -150,11 +145,13 @@ def stream_options(command):
 
 
 @click.command("hash")
-@dcp_option("DCP sizes to generate at (DCP1 always runs as the baseline).", default="1,4")
-@kernel_option_with("The kernel under test (as for `dcpcheck run --kernel`).")
+@options.click_option(
+    "dcp", help="DCP sizes to generate at (DCP1 always runs as the baseline).", default="1,4"
+)
+@options.click_option("kernel", help="The kernel under test (as for `dcpcheck run --kernel`).")
 @stream_options
-@device_option
-@adapter_option
+@options.click_option("device")
+@options.click_option("adapter")
 @STAGE_OPTION
 @click.option(
     "--json",

@@ -8,45 +8,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import click
-
 from dcpcheck.cli.common import InputError, KernelLoadFailure, kernel_errors, load
-from dcpcheck.harness import sanitizer
-from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S, IsolatedKernel, resolve_case_timeout
+from dcpcheck.harness.isolation import IsolatedKernel, resolve_case_timeout
 from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, check_spec
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest, declared_ds_mla_scale
-
-isolate_option = click.option(
-    "--isolate/--no-isolate",
-    default=None,
-    help="Run the kernel in a worker process, so that a crash (segfault, CUDA illegal "
-    "memory access) or a hang fails its case (status crash / timeout) and the run goes on "
-    "with a fresh worker. Default: on for kernels from outside the registry "
-    "(module:function, file.py:function), off for registry kernels.",
-)
-
-
-sanitize_option = click.option(
-    "--sanitize",
-    type=click.Choice(sanitizer.TOOLS),
-    default=None,
-    help="Run every case's kernel under NVIDIA's compute-sanitizer with this tool (CUDA "
-    "only; implies --isolate): memcheck (out-of-bounds and misaligned accesses), initcheck "
-    "(reads of unwritten global memory), racecheck (shared-memory races), synccheck "
-    "(barrier misuse). Each report fails its case as check 'sanitizer', naming the kernel, "
-    "the rank and the sanitizer's own text. Many times slower.",
-)
-
-
-case_timeout_option = click.option(
-    "--case-timeout",
-    type=float,
-    default=None,
-    metavar="SECONDS",
-    help=f"Seconds to wait for each case's result before killing the worker and reporting "
-    f"the case as timeout (default {DEFAULT_CASE_TIMEOUT_S:g}: a scenario's first case "
-    "includes its DCP1 baseline and, on a GPU, Triton's compilation). Implies --isolate.",
-)
 
 
 def case_timeout_for(

@@ -10,17 +10,11 @@ import click
 import torch
 
 from dcpcheck import files
-from dcpcheck.cli import preflight
+from dcpcheck.cli import options, preflight
 from dcpcheck.cli.common import (
     InputError,
-    dcp_option,
-    json_option,
-    junit_option,
     kernel_errors,
-    kernel_option,
     parse_dcp_sizes,
-    scenario_dir_option,
-    scenario_option,
     stop_reason,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
@@ -68,7 +62,7 @@ def _check_reports(
 
 
 @click.command("mutate")
-@kernel_option
+@options.click_option("kernel")
 @click.option(
     "--op",
     type=click.Choice(list(OPS)),
@@ -76,9 +70,11 @@ def _check_reports(
     show_default=True,
     help="The op whose gate judges the mutants.",
 )
-@dcp_option("DCP sizes the gate runs besides DCP1 (default: each scenario's own).")
-@scenario_option
-@scenario_dir_option
+@options.click_option(
+    "dcp", help="DCP sizes the gate runs besides DCP1 (default: each scenario's own)."
+)
+@options.click_option("scenario")
+@options.click_option("scenario-dir")
 @click.option(
     "--search",
     type=click.IntRange(min=1),
@@ -135,8 +131,8 @@ def _check_reports(
     envvar=files.HOME_ENV,
     help=f"Run directory (env {files.HOME_ENV}): outcomes are cached in HOME/mutants/.",
 )
-@json_option
-@junit_option
+@options.click_option("json")
+@options.click_option("junit")
 def mutate_command(
     kernel_name: str,
     op: str,

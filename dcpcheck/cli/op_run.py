@@ -3,13 +3,14 @@
 reports, the saved failures and the exit codes every run shares. The op is reached only
 through its ``OpPackage``, so this module serves every op package alike.
 
-The options it takes are the named-scenario options of ``run``, the property search's
-``--property-only``, ``--examples`` and ``--seed`` (the op's own search), and, for an op
-with a real-rank mode, ``--launcher torchrun`` and ``--rank-timeout``: each scenario's
-cases at the one DCP size given run with a process per rank (``OpPackage.
-run_on_real_ranks``). The others (profiles, token streams, the oracle switch, isolation,
-the sanitizer, the fused op's encodings) belong to the fused op's harness and are refused
-with one line.
+The options it takes are those its registry record declares (``op_registry.Op``; for an
+op package by default the named-scenario options of ``run``, the property search's
+``--property-only``, ``--examples`` and ``--seed`` (the op's own search), and
+``--launcher torchrun`` and ``--rank-timeout``, which an op with a real-rank mode takes:
+each scenario's cases at the one DCP size given run with a process per rank
+(``OpPackage.run_on_real_ranks``). The others (profiles, token streams, the oracle switch,
+isolation, the sanitizer, the fused op's encodings) belong to the fused op's harness and
+are refused with one line naming each as typed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import click
 
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.cli import preflight
+from dcpcheck.cli import options, preflight
 from dcpcheck.cli.common import (
     InputError,
     Interrupted,
@@ -45,30 +46,8 @@ from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import kernel_load_record
 
-RUN_OPTIONS = {
-    "op",
-    "property_only",
-    "examples",
-    "seed",
-    "dcp_text",
-    "kernel_name",
-    "patterns",
-    "scenario_dir",
-    "device",
-    "json_path",
-    "junit_path",
-    "home",
-    "fail_fast",
-    "launcher",
-    "rank_timeout",
-}
-"""The ``run`` options an op package's runs take (module docstring)."""
-
 SEARCH_EXAMPLES = 100
 """Examples of the op's property search when ``--property-only`` names no count."""
-
-REPRO_OPTIONS = {"file", "kernel_name", "dcp_text", "device", "json_path"}
-"""The ``repro`` options a replay of an op package's scenario file takes."""
 
 
 def refuse_other_options(ctx: click.Context, op: str, allowed: set[str]) -> None:
@@ -273,7 +252,7 @@ def run_op(ctx: click.Context) -> int:
     """``dcpcheck run --op OP`` of an op package (module docstring)."""
     params = ctx.params
     op = package(params["op"])
-    refuse_other_options(ctx, op.name, RUN_OPTIONS)
+    options.refuse_untaken(ctx, op.name, "run", f"--op {op.name} does not take")
     dcp_sizes = parse_dcp_sizes(params["dcp_text"]) if params["dcp_text"] else None
     if params["property_only"] and params["patterns"]:
         raise InputError("--scenario and --property-only exclude each other")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,10 +16,10 @@ import click
 
 from dcpcheck import files
 from dcpcheck.backend import BackendError
-from dcpcheck.cases.limits import TIMEOUT_MAX_S
+from dcpcheck.cases.options import RANK_HASH
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import KernelError, RunConfig
-from dcpcheck.cli import common, preflight
+from dcpcheck.cli import common, options, preflight
 from dcpcheck.cli.hashing import (
     STAGE_OPTION,
     chain_files,
@@ -32,8 +32,6 @@ from dcpcheck.cli.hashing import (
     stream_options,
 )
 from dcpcheck.distributed.group import (
-    COLLECTIVE_TIMEOUT_MARGIN_S,
-    DEFAULT_RANK_TIMEOUT_S,
     DistributedUsageError,
     PeerLost,
     Progress,
@@ -49,36 +47,6 @@ from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenarios
 from dcpcheck.output import console
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import RunOutcome
-
-
-def _rank_options(function: Callable) -> Callable:
-    """Options every command of a rank takes."""
-    for option in reversed(
-        (
-            common.kernel_option,
-            common.adapter_option,
-            click.option(
-                "--device",
-                type=click.Choice(["auto", "cuda", "cpu"]),
-                default="auto",
-                show_default=True,
-                help="auto: cuda:LOCAL_RANK over NCCL if CUDA is present, else the CPU "
-                "interpreter over gloo.",
-            ),
-            click.option(
-                "--rank-timeout",
-                "rank_timeout_s",
-                type=click.FloatRange(min=1.0, max=TIMEOUT_MAX_S),
-                default=DEFAULT_RANK_TIMEOUT_S,
-                show_default=True,
-                help="Seconds the run may go without any rank making progress before it is "
-                "stopped, naming the rank(s) that hung. Collectives give up "
-                f"{COLLECTIVE_TIMEOUT_MARGIN_S:g} s later (all that ends a hang under torchrun).",
-            ),
-        )
-    ):
-        function = option(function)
-    return function
 
 
 @click.group(help="Real ranks: dcpcheck with one DCP rank per process, through torch.distributed.")
@@ -110,20 +78,7 @@ def _joined(device: str, rank_timeout_s: float, progress: Progress) -> Iterator[
 
 
 @commands.command("run")
-@common.dcp_option(
-    "The world size, and 1 for a DCP1 case (default: the world size).", metavar="N[,N]"
-)
-@common.scenario_option
-@common.scenario_dir_option
-@common.seed_option("Override every scenario's value seed.")
-@common.json_option
-@common.junit_option
-@common.no_tokens_option
-@click.option("--stats", is_flag=True, help="Report throughput and ownership shapes.")
-@common.ds_mla_scale_option
-@common.oracle_option
-@common.fail_fast_option
-@_rank_options
+@options.click_options("ranks")
 @click.pass_obj
 def run_command(
     progress: Progress,
@@ -144,7 +99,6 @@ def run_command(
     rank_timeout_s,
 ) -> None:
     """`dcpcheck run` with this process as one rank; rank 0 prints the report."""
-    dcp_sizes = common.parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     folder = SCENARIOS if scenario_dir is None else scenario_dir
     try:
         scenarios = load_scenarios(list(patterns), folder)
@@ -153,14 +107,7 @@ def run_command(
     preflight.check_report_paths(json_path, junit_path)
     inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
     preflight.check_reports_spare_inputs([("--json", json_path), ("--junit", junit_path)], inputs)
-    config = RunConfig(
-        kernel_name,
-        dcp_sizes,
-        seed,
-        fail_fast,
-        ds_mla_scale=common.ds_mla_scale_rule(ds_mla_scale),
-        oracle=oracle == "on",
-    )
+    config = options.config(RunConfig, options.option_values(click.get_current_context(), "ranks"))
     with _joined(device, rank_timeout_s, progress) as group:
         if group.is_root:
             common.announce_oracle(config.oracle)
@@ -190,8 +137,10 @@ def run_command(
 
 
 @commands.command("hash")
-@common.dcp_option(
-    "The world size, and 1 (DCP1 always runs as the baseline, on rank 0).", metavar="N[,N]"
+@options.click_option(
+    "dcp",
+    help="The world size, and 1 (DCP1 always runs as the baseline, on rank 0).",
+    metavar="N[,N]",
 )
 @stream_options
 @STAGE_OPTION
@@ -202,7 +151,7 @@ def run_command(
     default=None,
     help="Write every digest, in full, and the verdict here.",
 )
-@_rank_options
+@options.click_options("ranks", RANK_HASH)
 @click.pass_obj
 def hash_command(
     progress: Progress,

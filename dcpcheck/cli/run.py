@@ -11,56 +11,37 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from dcpcheck import files
-from dcpcheck.cases.limits import TIMEOUT_MAX_S
+from dcpcheck.cases.options import PASSED_TO_RANKS
 from dcpcheck.cases.scenario_files import ScenarioError, op_of
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.cli import op_run, preflight
+from dcpcheck.cli import op_run, options, preflight
 from dcpcheck.cli.common import (
     HELP,
     InputError,
     Interrupted,
     KernelFailed,
     KernelLoadFailure,
-    adapter_option,
     announce_oracle,
-    dcp_option,
     device_for_checks,
-    device_option,
-    ds_mla_scale_option,
-    ds_mla_scale_rule,
-    fail_fast_option,
     given_options,
-    json_option,
-    junit_option,
     kept_reports,
     kernel_files,
-    kernel_option,
-    kernel_option_with,
-    no_tokens_option,
     open_backend,
-    oracle_option,
     parse_dcp_sizes,
     refuse_options,
     require_judged,
-    scenario_dir_option,
-    scenario_option,
-    seed_option,
     stop_reason,
     typed_option,
     warn,
 )
 from dcpcheck.cli.kernel_process import (
     case_timeout_for,
-    case_timeout_option,
-    isolate_option,
     kernel_under_test,
-    sanitize_option,
 )
 from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.op_registry import FUSED_NORM_ROPE
 from dcpcheck.ops import packaged
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest
@@ -112,97 +93,7 @@ STAGE_LINES = {"token streams": "token streams: tiny MLA model, DCP1 vs DCPn"}
 
 
 @click.command("run", epilog=HELP.split("\n\n", 1)[1])
-@click.option(
-    "--op",
-    type=click.Choice(list(OPS)),
-    default=None,
-    help="The op to judge (`dcpcheck list ops`): its scenarios and its kernels. Without "
-    "it, the fused op; and the plain gate (the project's kernels, every shipped scenario) "
-    "judges every op.",
-)
-@dcp_option(
-    "DCP sizes to simulate, e.g. 4 or 1,2,4,8 (default: each scenario's own). "
-    "DCP1 always runs as the baseline for the cross-rank checks."
-)
-@kernel_option
-@scenario_option
-@scenario_dir_option
-@seed_option(
-    "Override every scenario's value seed (explores new values). For the property "
-    "search: Hypothesis's seed, so it draws other scenarios (default: a fixed seed, the "
-    "same scenarios on every run)."
-)
-@click.option(
-    "--examples",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="After the named scenarios, run the property search over N drawn scenarios "
-    "(default with --profile or --property-only: the profile's count).",
-)
-@click.option(
-    "--property-only",
-    is_flag=True,
-    help="Run only the property search, no named scenarios.",
-)
-@click.option(
-    "--profile",
-    "profile_name",
-    type=click.Choice(list(search.PROFILES)),
-    default=None,
-    help="Property search sizes and counts (runs the search; default ci). "
-    + "; ".join(f"{p.name}: {p.description}" for p in search.PROFILES.values())
-    + ".",
-)
-@click.option(
-    "--stats",
-    is_flag=True,
-    help="Report cases / examples run, per second, and how many rank launches had an "
-    "all-negative, mixed or fully-owned slot mapping.",
-)
-@click.option(
-    "--home",
-    type=click.Path(path_type=Path),
-    default=files.DEFAULT_HOME,
-    show_default=True,
-    envvar=files.HOME_ENV,
-    help=f"Run directory (env {files.HOME_ENV}): shrunk failures go to HOME/failures/, "
-    "Hypothesis's example database to HOME/hypothesis/.",
-)
-@device_option
-@json_option
-@junit_option
-@adapter_option
-@no_tokens_option
-@click.option(
-    "--report-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Write a self-contained HTML report and a PNG ownership map per case here: "
-    "tokens x ranks colored by ownership, with each field's verdict.",
-)
-@click.option(
-    "--launcher",
-    type=click.Choice(["none", "torchrun"]),
-    default="none",
-    show_default=True,
-    help="torchrun: every DCP rank is a real process on its own device (NCCL on GPUs, "
-    "gloo on the CPU), results gathered to rank 0; --dcp names one size N (and 1).",
-)
-@click.option(
-    "--rank-timeout",
-    type=click.FloatRange(min=1.0, max=TIMEOUT_MAX_S),
-    default=None,
-    metavar="SECONDS",
-    help="With --launcher torchrun: seconds without progress from any rank before the run "
-    "is stopped, naming the rank(s) that hung.",
-)
-@ds_mla_scale_option
-@oracle_option
-@fail_fast_option
-@isolate_option
-@case_timeout_option
-@sanitize_option
+@options.click_options("run")
 @click.pass_context
 def run_command(
     ctx: click.Context,
@@ -261,30 +152,11 @@ def run_command(
                 "--sanitize runs named scenarios only: the property search would start a "
                 "sanitized worker per drawn example"
             )
-        profile = search.PROFILES[profile_name or "ci"]
-        search_config = search.SearchConfig(
-            kernel_name,
-            profile,
-            examples,
-            dcp_sizes,
-            seed,
-            home,
-            ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
-            oracle=oracle == "on",
-        )
+        search_config = options.config(search.SearchConfig, options.option_values(ctx, "run"))
     scenarios = (
         [] if property_only else preflight.named_scenarios(patterns, scenario_dir, dcp_sizes, seed)
     )
-    config = RunConfig(
-        kernel_name,
-        dcp_sizes,
-        seed,
-        fail_fast,
-        ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
-        oracle=oracle == "on",
-        sanitize=sanitize,
-        case_timeout=case_timeout,
-    )
+    config = options.config(RunConfig, options.option_values(ctx, "run"))
     reports = [("--json", json_path), ("--junit", junit_path)]
     if report_dir is not None:
         cases = [(s.name, n) for s in scenarios for n in config.sizes_of(s)]
@@ -417,37 +289,19 @@ def _internal_failure(outcome: RunOutcome, json_path, junit_path) -> InternalFai
     return InternalFailure(f"{outcome.internal_error.error}{kept}")
 
 
-RANK_OPTIONS = (
-    "dcp_text",
-    "patterns",
-    "scenario_dir",
-    "seed",
-    "kernel_name",
-    "adapter",
-    "device",
-    "json_path",
-    "junit_path",
-    "no_tokens",
-    "fail_fast",
-    "stats",
-    "ds_mla_scale",
-    "oracle",
-)
-"""The ``run`` options a real-rank run passes on to every rank (dcpcheck.distributed)."""
-
-
 def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> int:
     """``run --launcher torchrun``: start one process per rank; their exit code."""
     sizes = [n for n in (dcp_sizes or ()) if n != 1]
     if len(sizes) != 1:
         raise InputError("--launcher torchrun: --dcp must name one size N > 1 (and maybe 1)")
-    allowed = {*RANK_OPTIONS, "launcher", "rank_timeout"}
-    refuse_options(ctx, allowed, "--launcher torchrun does not support")
+    passed = options.keys(PASSED_TO_RANKS)
+    refusal = "--launcher torchrun does not support"
+    refuse_options(ctx, {*passed, "launcher", "rank_timeout"}, refusal)
     given = given_options(ctx)
     argv = ["run"]
     for command_param in ctx.command.params:
         name = command_param.name
-        if name not in given or name not in RANK_OPTIONS:
+        if name not in given or name not in passed:
             continue
         value = ctx.params[name]
         flag = typed_option(command_param, value)
@@ -477,26 +331,7 @@ def _write_reports(
 
 @click.command("repro")
 @click.argument("file", type=click.Path(path_type=Path))
-@kernel_option_with("The kernel to replay it on (as for `dcpcheck run --kernel`).")
-@dcp_option("DCP sizes to simulate instead of the file's own.")
-@seed_option("Value seed instead of the file's own (as `dcpcheck run --seed`).")
-@device_option
-@adapter_option
-@ds_mla_scale_option
-@oracle_option
-@click.option(
-    "--runs",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    metavar="N",
-    help="Replay it N times and say whether the verdict was the same every time: a "
-    "nondeterministic kernel's failure may pass some replays (exit 1 unless all N pass).",
-)
-@json_option
-@isolate_option
-@case_timeout_option
-@sanitize_option
+@options.click_options("repro")
 @click.pass_context
 def repro_command(
     ctx: click.Context,
@@ -520,7 +355,7 @@ def repro_command(
     named = op_of(file)
     if named in packaged():
         refusal = f"repro of a {named} scenario file does not take"  # no --op was typed
-        refuse_options(ctx, op_run.REPRO_OPTIONS, refusal)
+        options.refuse_untaken(ctx, named, "repro", refusal)
         raise SystemExit(op_run.repro_op(named, file, kernel_name, dcp_text, device, json_path))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
@@ -534,15 +369,7 @@ def repro_command(
     preflight.check_report_paths(json_path)
     inputs = preflight.run_inputs([kernel_name], [file])
     preflight.check_reports_spare_inputs([("--json", json_path)], inputs)
-    config = RunConfig(
-        kernel_name,
-        dcp_sizes,
-        seed,
-        ds_mla_scale=ds_mla_scale_rule(ds_mla_scale),
-        oracle=oracle == "on",
-        sanitize=sanitize,
-        case_timeout=case_timeout,
-    )
+    config = options.config(RunConfig, options.option_values(ctx, "repro"))
     preflight.check_cost([scenario], config, device_for_checks(device))
     backend = open_backend(device)
     announce_oracle(oracle == "on")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 
 from dcpcheck.cases.verdicts import SelftestReport
-from dcpcheck.cli import op_run
-from dcpcheck.cli.common import InputError, device_option, open_backend
+from dcpcheck.cli import op_run, options
+from dcpcheck.cli.common import InputError, open_backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops import package, packaged
@@ -37,7 +37,7 @@ from dcpcheck.output.console import err, out, selftest_table
     default=None,
     help="Only this op's kernel and mutants (default: every op's).",
 )
-@device_option
+@options.click_option("device")
 @click.pass_context
 def selftest_command(
     ctx: click.Context,
