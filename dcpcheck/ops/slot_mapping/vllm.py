@@ -52,6 +52,7 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels.loading import definitions_alone, source_of
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.vllm_mla import BuilderLengths
 
 MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
     SLOT_MAPPING
@@ -59,7 +60,7 @@ MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
 FUNCTION = OPS[SLOT_MAPPING].function
 SEQ_LENS_KERNEL = "_dcp_local_seq_lens_kernel"
 V1_FUNCTION = "compute_slot_mapping"
-V1_MEMBER = OPS[SLOT_MAPPING].wheel_members[4]
+V1_MEMBER, MLA_MEMBER = OPS[SLOT_MAPPING].wheel_members[4:6]
 SEQ_LENS_FUNCTION = "get_dcp_local_seq_lens"
 
 CALLER_BLOCK = 1024
@@ -173,6 +174,47 @@ def rows_the_caller_passes(source: str, where: str) -> CallerRows:
     return CallerRows(padded, "; ".join(evidence))
 
 
+SEPARATE_SIZES = "separate"
+KERNEL_BLOCKS_AS_SIZES = "kernel blocks as block sizes"
+CACHE_BLOCKS = "cache blocks"
+TABLE_SIZES = "self.block_sizes_tensor"
+"""What ``BlockTables.compute_slot_mappings`` hands the kernel as its block sizes."""
+
+
+@dataclass(frozen=True)
+class CallerBlocks:
+    """Which block sizes the caller's tables are in (``blocks_the_caller_passes``):
+    ``SEPARATE_SIZES`` (the kernel takes the cache's and the kernel blocks' sizes),
+    ``KERNEL_BLOCKS_AS_SIZES`` (the tables in kernel blocks, whose size the kernel is given
+    as its block size) or ``CACHE_BLOCKS``; ``evidence`` quotes the line that says."""
+
+    kind: str
+    evidence: str
+
+
+def blocks_the_caller_passes(function: Callable, parameters: tuple[str, ...]) -> CallerBlocks:
+    """Read from the kernel's own module which block sizes ``BlockTables`` hands it: a
+    kernel with ``kernel_block_sizes`` is given both; else what ``BlockTables`` stores in
+    the tensor it passes as ``block_sizes``, the kernel blocks' sizes (its tables then in
+    kernel blocks, ``append_block_ids``) or the cache's. ``AdapterError`` when the module
+    does not say."""
+    where = Path(function.__code__.co_filename).name
+    if "kernel_block_sizes" in parameters:
+        line = function.__code__.co_firstlineno
+        return CallerBlocks(SEPARATE_SIZES, f"{where}:{line}: {FUNCTION}(..., kernel_block_sizes")
+    stored = [
+        node
+        for node in ast.walk(ast.parse(source_of(Path(function.__code__.co_filename))))
+        if isinstance(node, ast.Assign)
+        and any(ast.unparse(target) == TABLE_SIZES for target in node.targets)
+    ]
+    if not stored:
+        raise AdapterError(f"{where}: no {TABLE_SIZES} to read the block sizes it passes from")
+    said = ast.unparse(stored[0].value)
+    kind = KERNEL_BLOCKS_AS_SIZES if "kernel_block_sizes" in said else CACHE_BLOCKS
+    return CallerBlocks(kind, f"{where}:{stored[0].lineno}: {TABLE_SIZES} = {said}")
+
+
 @dataclass(frozen=True)
 class Askable:
     """Which of the op's inputs a release's kernel can be asked at all."""
@@ -219,6 +261,7 @@ class VllmSlotMappings:
                     f"passes is read from the caller ({CALLER_MEMBER}), which is not there"
                 )
             self.caller = rows_the_caller_passes(source_of(caller_file), caller_file.name)
+        self.blocks = blocks_the_caller_passes(function, self.parameters)
         self.kernel = kernel
         self.name = name
 
@@ -227,9 +270,9 @@ class VllmSlotMappings:
         """What the property search may draw for this release (``not_applicable``)."""
         return Askable(
             dcp="cp_rank" in self.parameters,
-            replicated="dcp_sharded" in self.parameters,
+            replicated=True,
             without_blocks="dcp_sharded" in self.parameters,
-            kernel_blocks="kernel_block_sizes" in self.parameters,
+            kernel_blocks=self.blocks.kind != CACHE_BLOCKS,
         )
 
     def not_applicable(self, inputs: SlotMappingInputs) -> str | None:
@@ -240,17 +283,11 @@ class VllmSlotMappings:
                 f"{FUNCTION} of this release takes no DCP rank: its GPU model runner has no "
                 "context parallelism"
             )
-        if inputs.dcp_size > 1 and not all(inputs.sharded) and "dcp_sharded" not in self.parameters:
-            return (
-                f"{FUNCTION} of this release has no per-group sharded flag: its runner "
-                "shards every cache group under DCP (a replicated one, a DCP1 draft's, "
-                "first reaches the kernel in 0.31.0)"
-            )
         smaller = inputs.kernel_blocks != inputs.block_sizes
-        if smaller and "kernel_block_sizes" not in self.parameters:
+        if smaller and self.blocks.kind == CACHE_BLOCKS:
             return (
-                f"{FUNCTION} of this release takes no kernel block size: its runner passes "
-                "tables in cache blocks"
+                f"{FUNCTION} of this release is given no kernel block size: its runner's "
+                f"block tables are in cache blocks ({self.blocks.evidence})"
             )
         if bool((inputs.idx_mapping < 0).any()) and "dcp_sharded" not in self.parameters:
             return (
@@ -300,10 +337,12 @@ class VllmSlotMappings:
             "BLOCK_SIZE": CALLER_BLOCK,
             "TRITON_BLOCK_SIZE": CALLER_BLOCK,
         }
-        values["block_sizes"] = values["page_sizes"]
         values["kernel_block_sizes"] = torch.tensor(
             inputs.kernel_blocks, dtype=torch.int32, device=device
         )
+        # the block sizes the caller's BlockTables hands the kernel (blocks_the_caller_passes)
+        given = "kernel_block_sizes" if self.blocks.kind == KERNEL_BLOCKS_AS_SIZES else "page_sizes"
+        values["block_sizes"] = values[given]
         arguments = [values[name] for name in self.parameters]
         self.kernel[(groups, inputs.num_requests + 1)](*arguments)  # type: ignore[index]
         # the tables stay alive until here: the kernel reads them by address
@@ -335,6 +374,11 @@ PADDING_BY_CALLER = (
     "requests' entries themselves"
 )
 
+BUILDER_PADDING = (
+    "the MLA builder rewrites its decode requests' lengths only ({where}); padded requests "
+    "are not among them"
+)
+
 
 def torch_function(path: Path, name: str, where: str) -> Callable[..., torch.Tensor]:
     """The function ``name`` of the file at ``path``, compiled alone with ``torch`` as its
@@ -346,13 +390,16 @@ def torch_function(path: Path, name: str, where: str) -> Callable[..., torch.Ten
 @dataclass(frozen=True)
 class VllmLocalSeqLens:
     """A release's local-sequence-length routine under the op's protocol (module
-    docstring): its Triton kernel (``of_kernel``) or its torch function (``of_function``).
-    ``skips``: checks that do not apply to it, with the reason."""
+    docstring): its Triton kernel (``of_kernel``), its torch function (``of_function``), or
+    the MLA builder's statement before the function (``of_builder``,
+    ``dcpcheck.ops.slot_mapping.vllm_mla``). ``skips``: checks that do not apply to it, with
+    the reason; ``unasked``: what its release never asks it (``not_applicable``)."""
 
     routine: object
     name: str
     is_kernel: bool
     skips: dict[str, str] = field(default_factory=dict)
+    unasked: Callable[[LocalSeqLensInputs], str | None] | None = None
 
     @classmethod
     def of_kernel(cls, kernel: object, name: str) -> VllmLocalSeqLens:
@@ -369,15 +416,21 @@ class VllmLocalSeqLens:
     def of_function(cls, function: object, name: str) -> VllmLocalSeqLens:
         return cls(function, name, False, {"seq_lens_padding": PADDING_BY_CALLER})
 
+    @classmethod
+    def of_builder(cls, builder: BuilderLengths, name: str) -> VllmLocalSeqLens:
+        skips = {"seq_lens_padding": BUILDER_PADDING.format(where=builder.evidence)}
+        return cls(builder, name, False, skips, builder.not_applicable)
+
     def not_applicable(self, inputs: LocalSeqLensInputs) -> str | None:
         """The runner's kernel is launched only under DCP (its caller returns, or asserts,
-        at DCP1); the function is called at any size."""
+        at DCP1); the function is called at any size; the builder's statement as its
+        release asks it (``unasked``)."""
         if self.is_kernel and inputs.dcp_size == 1:
             return (
                 f"{SEQ_LENS_KERNEL} runs only under DCP: its caller, "
                 "prepare_dcp_local_seq_lens, does not launch it at DCP1"
             )
-        return None
+        return self.unasked(inputs) if self.unasked else None
 
     def __call__(self, inputs: LocalSeqLensInputs, local_seq_lens: torch.Tensor) -> None:
         if self.is_kernel:
