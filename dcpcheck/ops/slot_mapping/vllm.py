@@ -17,17 +17,24 @@ signature and gives each the value the release's caller gives it:
 * ``block_table_ptrs``, ``block_table_strides``: one table per cache group, by address;
 * ``page_sizes`` / ``block_sizes``, ``kernel_block_sizes`` (0.29.0 - 0.31.0): the groups'
   block sizes and their kernel block sizes, the tables then in kernel blocks as the runner
-  writes them (:func:`in_kernel_blocks`); a release without ``kernel_block_sizes`` is not
-  asked a kernel block smaller than the cache's;
+  writes them (:func:`in_kernel_blocks`). Without ``kernel_block_sizes``, what
+  ``BlockTables`` stores in the tensor it passes as ``block_sizes`` says
+  (:func:`blocks_the_caller_passes`): the kernel blocks' sizes, the tables in kernel blocks
+  (0.22.0 - 0.28.0, whose kernel then deals positions to the ranks by the kernel block,
+  vLLM #51031), or the cache's, the tables in cache blocks (0.12.0 - 0.21.0, 0.32.0 on),
+  which is never asked a kernel block smaller than the cache's;
 * ``slot_mapping_enabled`` (0.29.0 on): every group writes the cache (a group that does
   not, a recurrent state's, has no slots to judge);
-* ``dcp_sharded`` (0.31.0 on): the op's sharded flags;
+* ``dcp_sharded`` (0.31.0 on): the op's sharded flags. Before it the runner hands the
+  kernel every cache group its model has, replicated ones (sliding window, recurrent state)
+  included, and the kernel shards them all (vLLM #57260): a replicated group is asked and
+  judged;
 * ``cp_rank``, ``CP_SIZE``, ``CP_INTERLEAVE`` (0.17.0 on): the rank, DCP size, interleave.
 
 What a release's API cannot be asked is ``not_applicable`` with the reason
 (:meth:`VllmSlotMappings.not_applicable`), each one a thing that release's caller never
-passes: DCP before the kernel took a rank, a replicated group before it took a sharded
-flag, a request without blocks before it read one.
+passes: DCP before the kernel took a rank, a kernel block smaller than the cache's where
+the tables are in cache blocks, a request without blocks before it read one.
 
 The local sequence lengths come in two routines: the GPU runner's Triton kernel
 (``_dcp_local_seq_lens_kernel`` in ``vllm/v1/worker/gpu/cp_utils.py``, 0.17.0 on), launched
@@ -35,7 +42,8 @@ as ``prepare_dcp_local_seq_lens`` launches it, only under DCP; and the attention
 torch function (``get_dcp_local_seq_lens`` in ``vllm/v1/attention/backends/utils.py``,
 0.11.1 on), called as the runners call it, on the CPU, for one rank. The function's module
 imports half of vLLM, so the function alone is taken from it (:func:`torch_function`): it
-uses torch and nothing else.
+uses torch and nothing else. Before the function, the MLA metadata builder computed them
+itself (``dcpcheck.ops.slot_mapping.vllm_mla``).
 """
 
 from __future__ import annotations
@@ -192,19 +200,31 @@ class CallerBlocks:
     evidence: str
 
 
-def blocks_the_caller_passes(function: Callable, parameters: tuple[str, ...]) -> CallerBlocks:
-    """Read from the kernel's own module which block sizes ``BlockTables`` hands it: a
-    kernel with ``kernel_block_sizes`` is given both; else what ``BlockTables`` stores in
-    the tensor it passes as ``block_sizes``, the kernel blocks' sizes (its tables then in
-    kernel blocks, ``append_block_ids``) or the cache's. ``AdapterError`` when the module
-    does not say."""
-    where = Path(function.__code__.co_filename).name
+def defined_at(tree: ast.Module, where: str) -> str:
+    """``where:line`` of the kernel's ``def`` in its module's ``tree``."""
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == FUNCTION
+    ]
+    return f"{where}:{lines[0]}" if lines else where
+
+
+def blocks_the_caller_passes(
+    tree: ast.Module, where: str, parameters: tuple[str, ...]
+) -> CallerBlocks:
+    """Read from the kernel's own module (``tree``, of the file ``where``) which block
+    sizes ``BlockTables`` hands it: a kernel with ``kernel_block_sizes`` is given both;
+    else what ``BlockTables`` stores in the tensor it passes as ``block_sizes``, the kernel
+    blocks' sizes (its tables then in kernel blocks, ``append_block_ids``) or the cache's.
+    ``AdapterError`` when the module does not say."""
     if "kernel_block_sizes" in parameters:
-        line = function.__code__.co_firstlineno
-        return CallerBlocks(SEPARATE_SIZES, f"{where}:{line}: {FUNCTION}(..., kernel_block_sizes")
+        return CallerBlocks(
+            SEPARATE_SIZES, f"{defined_at(tree, where)}: {FUNCTION}(..., kernel_block_sizes"
+        )
     stored = [
         node
-        for node in ast.walk(ast.parse(source_of(Path(function.__code__.co_filename))))
+        for node in ast.walk(tree)
         if isinstance(node, ast.Assign)
         and any(ast.unparse(target) == TABLE_SIZES for target in node.targets)
     ]
@@ -261,7 +281,10 @@ class VllmSlotMappings:
                     f"passes is read from the caller ({CALLER_MEMBER}), which is not there"
                 )
             self.caller = rows_the_caller_passes(source_of(caller_file), caller_file.name)
-        self.blocks = blocks_the_caller_passes(function, self.parameters)
+        kernel_file = Path(function.__code__.co_filename)
+        tree = ast.parse(source_of(kernel_file))
+        self.defined_at = defined_at(tree, kernel_file.name)
+        self.blocks = blocks_the_caller_passes(tree, kernel_file.name, self.parameters)
         self.kernel = kernel
         self.name = name
 
@@ -280,8 +303,8 @@ class VllmSlotMappings:
         never asks it (module docstring); None when it can run them."""
         if inputs.dcp_size > 1 and "cp_rank" not in self.parameters:
             return (
-                f"{FUNCTION} of this release takes no DCP rank: its GPU model runner has no "
-                "context parallelism"
+                f"{FUNCTION} of this release takes no DCP rank ({self.defined_at}): its GPU "
+                "model runner has no context parallelism"
             )
         smaller = inputs.kernel_blocks != inputs.block_sizes
         if smaller and self.blocks.kind == CACHE_BLOCKS:
@@ -291,9 +314,9 @@ class VllmSlotMappings:
             )
         if bool((inputs.idx_mapping < 0).any()) and "dcp_sharded" not in self.parameters:
             return (
-                f"{FUNCTION} of this release reads every request's block-table row: its "
-                "runner gives every request one (a request without blocks, idx_mapping -1, "
-                "first reaches the kernel in 0.31.0)"
+                f"{FUNCTION} of this release reads every request's block-table row "
+                f"({self.defined_at}, no sharded flags): its runner gives every request one "
+                "(a request without blocks, idx_mapping -1, first reaches the kernel in 0.31.0)"
             )
         return None
 
