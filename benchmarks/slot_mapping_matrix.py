@@ -3,7 +3,8 @@ the verdict table.
 
 For each release, in one process (``op_matrix``): ``dcpcheck run --op slot-mapping
 --kernel vllm==X --dcp 1,2,4,8`` over the op's shipped scenarios (the GPU model runner's
-slot-mapping and local-length kernels), its property search (``--property-only --examples
+slot-mapping and local-length kernels; before that runner, the V1 runner's block table and
+its attention backends' local lengths), its property search (``--property-only --examples
 N``), and the same run of ``vllm==X:get_dcp_local_seq_lens`` and of
 ``vllm==X:compute_slot_mapping`` (the V1 runner's block table); the JSON reports are kept
 under ``--out``.
@@ -44,9 +45,13 @@ def shape(version: str) -> str:
     """The release kernel's shape parameters and what was read from its caller (after a
     run of it in this process: the backend is chosen and the release is loaded)."""
     from dcpcheck.ops.slot_mapping.kernels import load
+    from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings
 
     kernel = load(f"vllm=={version}").slot_mappings
+    if not isinstance(kernel, VllmSlotMappings):  # before the GPU runner: the V1 table
+        return "no GPU runner: the V1 runner's BlockTable"
     parameters = " ".join(p for p in SHAPE_PARAMETERS if p in kernel.parameters) or "-"
+    parameters += f" / tables in {kernel.blocks.kind}: {kernel.blocks.evidence}"
     if kernel.caller is None:
         return parameters
     rows = "padded" if kernel.caller.padded else "scheduled"

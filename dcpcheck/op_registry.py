@@ -66,13 +66,15 @@ OPS: dict[str, Op] = {
         "(docs/dcp-contract.md)",
         # the GPU model runner's kernel and its caller, which says how it sizes the rows;
         # the runner's local sequence lengths; the attention backends' function; the V1
-        # runner's block table
+        # runner's block table; the MLA metadata builder, which computed the local lengths
+        # itself before the function
         (
             "vllm/v1/worker/gpu/block_table.py",
             "vllm/v1/worker/gpu/model_runner.py",
             "vllm/v1/worker/gpu/cp_utils.py",
             "vllm/v1/attention/backends/utils.py",
             "vllm/v1/worker/block_table.py",
+            "vllm/v1/attention/backends/mla/common.py",
         ),
         "_compute_slot_mappings_kernel",
         "dcpcheck.ops.slot_mapping",

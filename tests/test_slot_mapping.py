@@ -33,6 +33,7 @@ from dcpcheck.ops.slot_mapping.scenario import (
     load_scenarios,
     scenario_to_toml,
 )
+from dcpcheck.ops.slot_mapping.vllm import CALLER_BLOCK, in_kernel_blocks
 from reference import slot_mapping as oracle
 from tests.conftest import BACKEND
 
@@ -495,6 +496,60 @@ def test_the_search_finds_and_shrinks_each_mutant(mutant):
         KERNELS["default"], "default", shrunk, shrunk.dcp_sizes, BACKEND.device
     )
     assert replayed.status == "pass"  # the failure is the mutant's, not the harness's
+
+
+def tail_filled_one_step(inputs: SlotMappingInputs, out: torch.Tensor) -> None:
+    """Planted: the padding filled for one loop step of vLLM's slot kernels only."""
+    end = int(inputs.query_start_loc[-1]) + CALLER_BLOCK
+    kept = out[:, end:].clone()
+    compute_slot_mappings(inputs, out)
+    out[:, end:] = kept
+
+
+def localized_by_the_kernel_block(inputs: SlotMappingInputs, out: torch.Tensor) -> None:
+    """Planted: vLLM #51031, a sharded group's positions dealt to the ranks in virtual
+    blocks of its kernel block (its table in kernel blocks), not of its cache block."""
+    compute_slot_mappings(inputs, out)
+    size, rank, interleave = inputs.dcp_size, inputs.dcp_rank, inputs.interleave
+    starts = inputs.query_start_loc.tolist()
+    sizes = zip(inputs.block_sizes, inputs.kernel_blocks, strict=True)
+    for group, (block, kernel) in enumerate(sizes):
+        if size == 1 or not inputs.sharded[group]:
+            continue
+        table = in_kernel_blocks(inputs.block_tables[group], block // kernel).long()
+        for request, row in enumerate(inputs.idx_mapping.tolist()):
+            if row < 0:
+                continue
+            rows = slice(starts[request], starts[request + 1])
+            offsets = inputs.positions[rows] % (kernel * size)
+            local = offsets // (interleave * size) * interleave + offsets % interleave
+            slots = table[row, inputs.positions[rows] // (kernel * size)] * kernel + local
+            mine = offsets // interleave % size == rank
+            out[group, rows] = torch.where(mine, slots, torch.full_like(slots, PAD_SLOT))
+
+
+@pytest.mark.parametrize(
+    ("planted", "drawn"),
+    [
+        (tail_filled_one_step, lambda batch: batch.padding > CALLER_BLOCK),
+        (
+            localized_by_the_kernel_block,
+            lambda batch: min(batch.kernel_block_sizes) < batch.interleave,
+        ),
+    ],
+    ids=["tail-filled-one-step", "localized-by-the-kernel-block"],
+)
+def test_the_search_draws_what_shipped_bugs_needed(planted, drawn):
+    """Padding past one loop step of vLLM's slot kernels (0.17.x's tail), interleaves
+    above the kernel block (#51031): each planted bug is found within the default
+    examples, on the input it needs."""
+    from dcpcheck.cli.op_run import SEARCH_EXAMPLES
+    from dcpcheck.ops.slot_mapping.contract import Routines
+
+    kernel = Routines(planted, compute_local_seq_lens)
+    outcome = package(SLOT_MAPPING).search(kernel, "planted", SEARCH_EXAMPLES, BACKEND.device)
+    assert not outcome.passed
+    assert drawn(outcome.failure.batch)
 
 
 def test_the_search_passes_the_projects_kernel():

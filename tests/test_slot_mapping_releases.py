@@ -24,24 +24,33 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import SLOT_MAPPING
-from dcpcheck.ops import package
+from dcpcheck.ops import op_cases, package
 from dcpcheck.ops.slot_mapping import kernels
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.checks import CHECKS as SLOT_CHECKS
-from dcpcheck.ops.slot_mapping.contract import Routines
+from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, Routines
+from dcpcheck.ops.slot_mapping.runner import OP_CASES
 from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
+from dcpcheck.ops.slot_mapping.search import batches
 from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
-from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings, rows_the_caller_passes, torch_function
+from dcpcheck.ops.slot_mapping.vllm import (
+    KERNEL_BLOCKS_AS_SIZES,
+    VllmSlotMappings,
+    rows_the_caller_passes,
+    torch_function,
+)
 from tests.conftest import BACKEND, registry_problem
 
 run_scenario = package(SLOT_MAPPING).run_scenario
 search = package(SLOT_MAPPING).search
 
+ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ("0.12.0", "0.15.0", "0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
 WITH_DCP = ("0.17.0", "0.28.0", "0.29.0", "0.31.0", "0.33.0")
 FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
@@ -141,7 +150,6 @@ def test_releases_with_sharded_flags_keep_replicated_groups_and_skip_requests_wi
     [
         ("0.15.0", SHARDED, 2, "takes no DCP rank"),
         ("0.12.0", SHARDED, 4, "takes no DCP rank"),
-        ("0.29.0", SlotMappingBatch(((5, 3),), (16, 16), (True, False)), 2, "sharded flag"),
         ("0.28.0", SlotMappingBatch(((5, 3), (9, 1)), (16,), (True,), without_blocks=(1,)), 1,
          "without blocks"),
     ],
@@ -220,15 +228,33 @@ def test_a_file_by_path_is_judged_as_its_release(version):
 
 
 def test_the_search_finds_and_shrinks_0_17s_unwritten_padding():
-    kernel = release("0.17.0")
-    outcome = search(kernel, "vllm==0.17.0", 60, BACKEND.device, (1, 2, 4), seed=1)
+    kernel = release("0.17.0")  # at DCP1, where its replicated groups are kept whole
+    outcome = search(kernel, "vllm==0.17.0", 60, BACKEND.device, (1,), seed=1)
     assert not outcome.passed
     batch = outcome.failure.batch
     assert batch.padding == 1 and len(batch.requests) == 1
     assert {c.check for c in outcome.result.failed_checks} == {"slots", "padding"}
 
 
-@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
+def test_the_search_finds_and_shrinks_57260_in_0_30():
+    outcome = search(release("0.30.0"), "vllm==0.30.0", 100, BACKEND.device)
+    assert not outcome.passed
+    batch = outcome.failure.batch
+    assert batch.sharded == (False,) and len(batch.requests) == 1
+    assert outcome.failure.dcp_sizes == (2,)
+
+
+def test_the_search_finds_and_shrinks_51031_in_0_28():
+    """Drawing sharded groups alone, where 0.28.0's other bug (#57260) is not."""
+    kernel = release("0.28.0")
+    drawn = batches((1, 2, 4, 8), replicated=False, without_blocks=False)
+    outcome = op_cases.search(OP_CASES, kernel, "k", drawn, 100, BACKEND.device, None)
+    assert not outcome.passed
+    batch = outcome.failure.batch
+    assert batch.kernel_block_sizes and batch.kernel_block_sizes[0] < batch.interleave
+
+
+@pytest.mark.parametrize("version", ["0.31.0", "0.33.0"])
 def test_the_search_passes_the_fixed_releases(version):
     outcome = search(release(version), f"vllm=={version}", 40, BACKEND.device, seed=1)
     assert outcome.passed
@@ -390,7 +416,7 @@ def test_the_search_passes_the_v1_table_drawing_only_what_it_can_be_asked(versio
 # -- kernel blocks smaller than the cache's ------------------------------------------------
 
 
-@pytest.mark.parametrize("version", ["0.29.0", "0.31.0"])
+@pytest.mark.parametrize("version", ["0.22.0", "0.28.0", "0.29.0", "0.31.0"])
 @pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
 def test_the_gpu_runners_that_take_kernel_blocks_map_through_them(version, dcp_size):
     """The table in kernel blocks, as their runner writes it; the slots the cache's."""
@@ -400,10 +426,14 @@ def test_the_gpu_runners_that_take_kernel_blocks_map_through_them(version, dcp_s
     assert all(check.passed for check in slot_checks.values())
 
 
-def test_a_gpu_runner_without_kernel_blocks_is_not_asked_them():
-    result = judge("0.33.0", shipped("kernel-blocks").batch, 4)
+@pytest.mark.parametrize(("version", "line"), [("0.21.0", 86), ("0.33.0", 114)])
+def test_a_gpu_runner_without_kernel_blocks_is_not_asked_them(version, line):
+    """Its BlockTables hands the kernel the cache's block sizes, its tables in cache
+    blocks: the line that says so is quoted."""
+    result = judge(version, shipped("kernel-blocks").batch, 4)
     slot_checks = [c for c in result.checks if c.check in SLOT_CHECKS]
-    assert slot_checks and all("takes no kernel block size" in c.skipped for c in slot_checks)
+    assert slot_checks and all("is given no kernel block size" in c.skipped for c in slot_checks)
+    assert all(f"block_table.py:{line}: self.block_sizes_tensor" in c.skipped for c in slot_checks)
 
 
 @pytest.mark.parametrize("version", ["0.12.0", "0.28.0", "0.29.0"])
@@ -416,3 +446,150 @@ def test_the_v1_table_maps_each_cache_block_to_its_kernel_blocks_itself(version,
 def test_the_first_v1_table_has_no_kernel_blocks_to_be_asked():
     result = judge_v1("0.10.2", shipped("kernel-blocks").batch, 1)
     assert result.status == "not_applicable" and "no kernel block size" in result.error
+
+
+# -- vLLM #51031: localized by the kernel block (0.22.0 - 0.28.0) ---------------------------
+
+KERNEL_BLOCK_AS_SIZE = ("0.22.0", "0.25.0", "0.28.0")
+"""BlockTables hands the kernel the kernel blocks' sizes as its block sizes."""
+
+
+@pytest.mark.parametrize("version", KERNEL_BLOCK_AS_SIZE)
+def test_kernel_block_sizes_are_passed_as_the_runner_passes_them(version):
+    blocks = release(version).slot_mappings.blocks
+    assert blocks.kind == KERNEL_BLOCKS_AS_SIZES
+    assert "= torch.tensor(self.kernel_block_sizes" in blocks.evidence
+
+
+@pytest.mark.parametrize("version", KERNEL_BLOCK_AS_SIZE)
+@pytest.mark.parametrize("dcp_size", [2, 4, 8])
+def test_51031_an_interleave_above_the_kernel_block_gets_wrong_slots(version, dcp_size):
+    """Localized by the kernel block, a rank's run of 32 tokens is split at 16: the
+    sharded group's slots are wrong on its ranks, and only they."""
+    result = judge(version, shipped("interleave-over-kernel-block").batch, dcp_size)
+    assert result.status == "fail"
+    assert {(check, field) for check, field, _ in failed(result)} == {("slots", "slot_mapping[0]")}
+
+
+@pytest.mark.parametrize("version", [*KERNEL_BLOCK_AS_SIZE, "0.29.0", "0.31.0"])
+def test_51031_the_same_tables_at_dcp1_map_right(version):
+    assert judge(version, shipped("interleave-over-kernel-block").batch, 1).status == "pass"
+
+
+@pytest.mark.parametrize("version", ["0.29.0", "0.30.0", "0.31.0"])
+@pytest.mark.parametrize("dcp_size", [2, 4, 8])
+def test_51031_the_releases_that_take_both_block_sizes_localize_by_the_cache_block(
+    version, dcp_size
+):
+    result = judge(version, shipped("interleave-over-kernel-block").batch, dcp_size)
+    assert result.status == "pass", failed(result)
+
+
+# -- vLLM #57260: replicated groups sharded (0.17.0 - 0.30.0) ------------------------------
+
+WITHOUT_SHARDED_FLAGS = ("0.17.0", "0.18.0", "0.22.0", "0.28.0", "0.29.0", "0.30.0")
+"""Releases whose runner hands the kernel every cache group and the kernel shards them all."""
+
+
+@pytest.mark.parametrize("version", WITHOUT_SHARDED_FLAGS)
+@pytest.mark.parametrize("dcp_size", [2, 4, 8])
+def test_57260_a_replicated_group_is_sharded(version, dcp_size):
+    """The replicated group's owned rows are wrong (most of them on no rank): the finding,
+    in that group alone (0.17.0's own padding rows aside)."""
+    result = judge(version, shipped("replicated-groups").batch, dcp_size)
+    assert result.status == "fail"
+    rows = {(check, field) for check, field, ownership in failed(result) if ownership != "padding"}
+    assert rows == {("slots", "slot_mapping[1]"), ("ownership", "slot_mapping[1]")}
+
+
+@pytest.mark.parametrize("version", ["0.31.0", "0.33.0"])
+@pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
+def test_57260_the_releases_with_sharded_flags_keep_a_replicated_group_whole(version, dcp_size):
+    result = judge(version, shipped("replicated-groups").batch, dcp_size)
+    assert result.status == "pass", failed(result)
+
+
+def test_57260_is_not_a_dcp1_matter():
+    assert judge("0.30.0", shipped("replicated-groups").batch, 1).status == "pass"
+
+
+# -- vLLM #27518: the MLA builder's local lengths (0.10.2, 0.11.0) ---------------------------
+
+
+@functools.cache
+def before_gpu_runner(version: str) -> Routines:
+    """Release ``version`` (no GPU runner) as ``--kernel vllm==X`` loads it."""
+    v1_table(version)  # fetched (or skipped) as the other tests fetch it
+    return kernels.load(f"vllm=={version}")
+
+
+EVEN = SlotMappingBatch(((7, 1), (8, 1), (3, 1), (0, 4)), (16,), (True,), 1)
+"""Requests of lengths 8, 9, 4 and 4: three that DCP2 and DCP4 divide, one that neither does."""
+
+
+def judge_whole(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
+    """``batch`` judged by a release before the GPU runner, as ``--kernel vllm==X``."""
+    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    kernel = before_gpu_runner(version)
+    [result] = run_scenario(kernel, f"vllm=={version}", scenario, (dcp_size,), BACKEND.device)
+    return result
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0"])
+@pytest.mark.parametrize("dcp_size", [2, 4])
+def test_27518_the_mla_builder_gives_one_too_many_where_the_length_divides(version, dcp_size):
+    result = judge_whole(version, EVEN, dcp_size)
+    assert {c.check for c in result.failed_checks} == {"local_seq_lens", "seq_lens_sum"}
+    wrong = {f.token for c in result.failed_checks for f in c.findings}
+    lengths = [cached + new for cached, new in EVEN.requests]
+    divided = [i for i, length in enumerate(lengths) if length % dcp_size == 0]
+    assert wrong == {divided[0]}  # the first bad request is the first divided one
+    [sums] = [c for c in result.failed_checks if c.check == "seq_lens_sum"]
+    assert sums.findings[0].count == len(divided)
+    assert all(c.passed for c in result.checks if c.check in ("slots", "ownership"))
+
+
+def _lengths(interleave: int) -> LocalSeqLensInputs:
+    lengths = torch.tensor([8, 9], dtype=torch.int32)
+    return LocalSeqLensInputs(lengths, 2, dcp_size=2, dcp_rank=0, interleave=interleave)
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0"])
+def test_27518_what_the_builder_is_never_asked_is_not_applicable(version):
+    kernel = before_gpu_runner(version).local_seq_lens
+    assert "common.py:" in kernel.not_applicable(dataclasses.replace(_lengths(1), dcp_size=1))
+    assert "no interleave setting" in kernel.not_applicable(_lengths(4))
+
+
+@pytest.mark.parametrize("version", ["0.11.1", "0.11.2"])
+@pytest.mark.parametrize("dcp_size", [2, 4])
+def test_27518_the_function_that_replaced_it_counts_right(version, dcp_size):
+    result = judge_whole(version, EVEN, dcp_size)
+    assert result.status == "pass", failed(result)
+    assert all(c.passed for c in result.checks if c.check == "local_seq_lens")
+
+
+@pytest.mark.parametrize(
+    ("version", "member"),
+    [
+        ("0.10.2", "vllm/v1/attention/backends/mla/common.py"),
+        ("0.11.1", "vllm/v1/attention/backends/utils.py"),
+    ],
+)
+def test_a_release_before_the_gpu_runner_is_judged_whole_by_its_version(version, member):
+    """``--kernel vllm==X`` alone: the V1 runner's table and the lengths its backends use,
+    from the files it names."""
+    before_gpu_runner(version)
+    files = [f.path for f in kernels.judged_files(f"vllm=={version}")]
+    assert [f.endswith(member) for f in files] == [False, True]
+    assert files[0].endswith("vllm/v1/worker/block_table.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "run", "--op", "slot-mapping", "--kernel",
+         f"vllm=={version}", "--scenario", "decode-single", "--dcp", "2"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
+    )  # fmt: skip
+    expected = 1 if version == "0.10.2" else 0
+    assert done.returncode == expected, done.stdout + done.stderr
+    if expected:
+        replay = "dcpcheck run --op slot-mapping --scenario decode-single --dcp 2 --kernel"
+        assert f"{replay} vllm=={version}" in done.stdout

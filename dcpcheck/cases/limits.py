@@ -43,6 +43,12 @@ captured graph size, and vLLM captures sizes up to 512 tokens by default, so a s
 by less than that; each padding row costs as much as a real one on every rank, and a
 thousand of them test nothing a few do not."""
 
+SLOT_PADDING_MAX = 8192
+"""Most CUDA-graph padding rows of a slot-mapping batch. Its rows are one integer per
+cache group and rank, and vLLM's slot kernels fill padding 1024 rows per loop step, so
+padding past one step (a graph captured at a size past 1024 tokens, up to
+``max_num_batched_tokens``, 8192 by default) is an input of its own there."""
+
 REQUESTS_MAX = 1024
 """Most requests in one batch (``[[requests]]`` tables): a server schedules 256 to 1024
 sequences a step (vLLM's ``max_num_seqs``). Each request's block table rounds its cache up

@@ -4,9 +4,12 @@ sequence lengths):
 * ``default``: the project's two Triton kernels; ``mutant/NAME``: one of them with a bug;
 * ``vllm==X.Y.Z``: a released vLLM's GPU model runner, fetched and cached by
   ``dcpcheck.kernels.releases``: its ``_compute_slot_mappings_kernel`` and
-  ``_dcp_local_seq_lens_kernel`` (``dcpcheck.ops.slot_mapping.vllm``); ``vllm==X.Y.Z:NAME``
-  one routine of it, or ``get_dcp_local_seq_lens`` (the attention backends' torch
-  function), or ``compute_slot_mapping`` (the V1 runner's ``BlockTable``,
+  ``_dcp_local_seq_lens_kernel`` (``dcpcheck.ops.slot_mapping.vllm``); in a release
+  before that runner (0.10.2 - 0.11.2), the V1 runner's ``BlockTable`` and the local
+  lengths its attention backends use: ``get_dcp_local_seq_lens``, or before it the MLA
+  metadata builder's own statement (``dcpcheck.ops.slot_mapping.vllm_mla``);
+  ``vllm==X.Y.Z:NAME`` one routine of it, or ``get_dcp_local_seq_lens`` (the attention
+  backends' torch function), or ``compute_slot_mapping`` (the V1 runner's ``BlockTable``,
   ``dcpcheck.ops.slot_mapping.vllm_v1``);
 * ``package.module:function`` or ``path/to/file.py:function``: a callable with the
   slot-mapping protocol, or a Triton kernel of vLLM's by its name there (a vLLM
@@ -23,7 +26,7 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
-from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_v1
+from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_mla, vllm_v1
 from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
@@ -77,6 +80,44 @@ def _function(path: Path, name: str, where: str) -> object:
     return target
 
 
+def has_gpu_runner(version: str) -> bool:
+    """Whether release ``version`` has the GPU model runner's slot kernel (fetched first:
+    only its wheel can tell); a release's other errors as ``releases.fetch`` raises them."""
+    try:
+        _kept(version, vllm.MEMBER)
+    except releases.ReleaseError as exc:
+        if isinstance(exc, releases.CacheFault | releases.UnknownRelease):
+            raise
+        if not releases.lacks(version, vllm.MEMBER):
+            raise
+        return False
+    return True
+
+
+def lengths_member(version: str) -> str:
+    """The wheel member a release without the GPU runner computes its local lengths in:
+    the attention backends' utilities where they define ``get_dcp_local_seq_lens``, else
+    the MLA metadata builder."""
+    utilities = releases.fetch(version, vllm.SEQ_LENS_FUNCTION_MEMBER).source
+    defined = f"def {vllm.SEQ_LENS_FUNCTION}(".encode()
+    return vllm.SEQ_LENS_FUNCTION_MEMBER if defined in utilities else vllm.MLA_MEMBER
+
+
+def _before_gpu_runner(release: releases.ReleaseSpec) -> Routines:
+    """A release before the GPU model runner, unnamed (module docstring): the V1 runner's
+    block table and the local lengths of its attention backends."""
+    version, name = release.version, release.name
+    table_class = _function(_kept(version, vllm.V1_MEMBER), "BlockTable", name)
+    slots = _adapted(vllm_v1.VllmV1SlotMappings, table_class, name)
+    member = lengths_member(version)
+    path = _kept(version, member)
+    if member == vllm.MLA_MEMBER:
+        builder = _adapted(vllm_mla.builder_lengths, path, name)
+        return Routines(slots, vllm.VllmLocalSeqLens.of_builder(builder, name))
+    function = _adapted(vllm.torch_function, path, vllm.SEQ_LENS_FUNCTION, name)
+    return Routines(slots, vllm.VllmLocalSeqLens.of_function(function, name))
+
+
 def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     """A release's routines (module docstring); ``named``: the spec named one."""
     version, name = release.version, release.name
@@ -95,6 +136,8 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
         target = _function(path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name), why)
+    if not named and not has_gpu_runner(version):
+        return _before_gpu_runner(release)
     target = _function(_kept(version, vllm.MEMBER), release.function, name)
     caller = _kept(version, vllm.CALLER_MEMBER)
     slots = _adapted(vllm.VllmSlotMappings, target, name, caller)
@@ -140,7 +183,11 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
         return tuple(loading.judged_file(Path(source)) for source in sources)
     release = release_of(spec)
     if release is not None:
-        members = vllm.members_of(release.function, named=":" in spec)
+        named = ":" in spec
+        if named or has_gpu_runner(release.version):
+            members = vllm.members_of(release.function, named)
+        else:
+            members = (vllm.V1_MEMBER, lengths_member(release.version))
         present = [m for m in members if not releases.lacks(release.version, m)]
         kept = [releases.fetch(release.version, member) for member in present]
         return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)

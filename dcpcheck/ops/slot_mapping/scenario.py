@@ -11,7 +11,7 @@ File format (``scenario_to_toml`` writes exactly this)::
     sharded = [true, false]               # per group: sharded across ranks, or replicated
     interleave = 1                        # optional, default 1; divides every block size
     kernel_block_sizes = [16, 16]         # optional, default the block sizes; each divides
-                                          # its block size and is a multiple of interleave
+                                          # its block size
     dcp = [1, 2, 4, 8]                    # DCP sizes to run
     seed = 0                              # shuffles the block tables
     padding = 0                           # optional: CUDA-graph padding rows
@@ -123,11 +123,11 @@ def _check(values: dict[str, Any], where: str) -> None:
     kernel = values["kernel_block_sizes"]
     if kernel:
         try:
-            check_kernel_block_sizes(tuple(sizes), tuple(kernel), interleave)
+            check_kernel_block_sizes(tuple(sizes), tuple(kernel))
         except ValueError as error:
             fail("kernel_block_sizes", str(error))
-    if not 0 <= values["padding"] <= limits.PADDING_MAX:
-        fail("padding", f"must be in 0..{limits.PADDING_MAX}, got {values['padding']}")
+    if not 0 <= values["padding"] <= limits.SLOT_PADDING_MAX:
+        fail("padding", f"must be in 0..{limits.SLOT_PADDING_MAX}, got {values['padding']}")
     requests = values["requests"]
     if not 1 <= len(requests) <= limits.REQUESTS_MAX:
         fail("requests", f"must hold 1 to {limits.REQUESTS_MAX} requests, got {len(requests)}")

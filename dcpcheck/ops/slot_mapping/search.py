@@ -6,6 +6,18 @@ scenario file of the op, which ``dcpcheck repro`` replays.
 The strategies are built so that shrinking means something: toward one request of one
 new token, one sharded group of block size 16, interleave 1, no padding, every request
 owning blocks, and DCP2, the smallest DCP size at which a rank owns nothing.
+
+Two inputs are drawn because deployments make them and shipped bugs needed them:
+
+* CUDA-graph padding longer than one program's block of rows (:data:`LONG_PADDING`, one
+  batch in four): vLLM's slot kernels fill the padding 1024 rows per loop step
+  (``TRITON_BLOCK_SIZE``), and a step captured at a graph size past 1024 tokens pads by
+  more than that, so a fill that stops after one step, or the rows 0.17.x left between
+  the scheduled and the padded count, show only there;
+* kernel blocks smaller than the interleave: every divisor of a group's block size is
+  drawn as its kernel block, not only multiples of the interleave, as vLLM runs an
+  interleave of 32 over attention kernels of 16-token blocks; localizing by the kernel
+  block instead of the cache block (vLLM #51031, 0.22.0 - 0.28.0) is wrong only there.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from hypothesis import strategies as st
 
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.contract import Routines
+from dcpcheck.ops.slot_mapping.vllm import CALLER_BLOCK
 
 DCP_SIZES = (2, 4, 8, 1)
 """Drawn DCP sizes, the first the one shrinking settles on."""
@@ -24,6 +37,10 @@ INTERLEAVES = (1, 2, 4, 8, 16)
 BLOCK_MULTIPLES = (16, 1, 2, 4, 8)
 """A group's block size is the interleave times one of these (16 first: block size 16 at
 interleave 1, the usual cache)."""
+
+LONG_PADDING = (CALLER_BLOCK + 1, CALLER_BLOCK + 64)
+"""The padding rows of a batch drawn with long padding: past one loop step of vLLM's
+slot kernels (module docstring)."""
 
 
 @st.composite
@@ -43,10 +60,10 @@ def batches(
     interleave = draw(st.sampled_from(INTERLEAVES if interleaved else (1,)))
     groups = draw(st.integers(1, 3))
     block_sizes = tuple(interleave * draw(st.sampled_from(BLOCK_MULTIPLES)) for _ in range(groups))
-    # each group's kernel block: a divisor of its block size, a multiple of the interleave
-    # (shrinks to the block size itself)
+    # each group's kernel block: a divisor of its block size, below the interleave too
+    # (module docstring; shrinks to the block size itself)
     kernel_block_sizes = tuple(
-        draw(st.sampled_from([k for k in range(size, 0, -interleave) if size % k == 0]))
+        draw(st.sampled_from([k for k in range(size, 0, -1) if size % k == 0]))
         for size in block_sizes
     )
     # shrinks to sharded
@@ -65,7 +82,9 @@ def batches(
             kernel_block_sizes=(
                 kernel_block_sizes if kernel_blocks and kernel_block_sizes != block_sizes else ()
             ),
-            padding=draw(st.integers(0, 8)),
+            padding=draw(
+                st.integers(*LONG_PADDING) if draw(st.integers(0, 3)) == 3 else st.integers(0, 8)
+            ),
             without_blocks=tuple(sorted(without)),
             seed=draw(st.integers(0, 2**16)),
         ),

@@ -17,17 +17,24 @@ signature and gives each the value the release's caller gives it:
 * ``block_table_ptrs``, ``block_table_strides``: one table per cache group, by address;
 * ``page_sizes`` / ``block_sizes``, ``kernel_block_sizes`` (0.29.0 - 0.31.0): the groups'
   block sizes and their kernel block sizes, the tables then in kernel blocks as the runner
-  writes them (:func:`in_kernel_blocks`); a release without ``kernel_block_sizes`` is not
-  asked a kernel block smaller than the cache's;
+  writes them (:func:`in_kernel_blocks`). Without ``kernel_block_sizes``, what
+  ``BlockTables`` stores in the tensor it passes as ``block_sizes`` says
+  (:func:`blocks_the_caller_passes`): the kernel blocks' sizes, the tables in kernel blocks
+  (0.22.0 - 0.28.0, whose kernel then deals positions to the ranks by the kernel block,
+  vLLM #51031), or the cache's, the tables in cache blocks (0.12.0 - 0.21.0, 0.32.0 on),
+  which is never asked a kernel block smaller than the cache's;
 * ``slot_mapping_enabled`` (0.29.0 on): every group writes the cache (a group that does
   not, a recurrent state's, has no slots to judge);
-* ``dcp_sharded`` (0.31.0 on): the op's sharded flags;
+* ``dcp_sharded`` (0.31.0 on): the op's sharded flags. Before it the runner hands the
+  kernel every cache group its model has, replicated ones (sliding window, recurrent state)
+  included, and the kernel shards them all (vLLM #57260): a replicated group is asked and
+  judged;
 * ``cp_rank``, ``CP_SIZE``, ``CP_INTERLEAVE`` (0.17.0 on): the rank, DCP size, interleave.
 
 What a release's API cannot be asked is ``not_applicable`` with the reason
 (:meth:`VllmSlotMappings.not_applicable`), each one a thing that release's caller never
-passes: DCP before the kernel took a rank, a replicated group before it took a sharded
-flag, a request without blocks before it read one.
+passes: DCP before the kernel took a rank, a kernel block smaller than the cache's where
+the tables are in cache blocks, a request without blocks before it read one.
 
 The local sequence lengths come in two routines: the GPU runner's Triton kernel
 (``_dcp_local_seq_lens_kernel`` in ``vllm/v1/worker/gpu/cp_utils.py``, 0.17.0 on), launched
@@ -35,7 +42,8 @@ as ``prepare_dcp_local_seq_lens`` launches it, only under DCP; and the attention
 torch function (``get_dcp_local_seq_lens`` in ``vllm/v1/attention/backends/utils.py``,
 0.11.1 on), called as the runners call it, on the CPU, for one rank. The function's module
 imports half of vLLM, so the function alone is taken from it (:func:`torch_function`): it
-uses torch and nothing else.
+uses torch and nothing else. Before the function, the MLA metadata builder computed them
+itself (``dcpcheck.ops.slot_mapping.vllm_mla``).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels.loading import definitions_alone, source_of
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.vllm_mla import BuilderLengths
 
 MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
     SLOT_MAPPING
@@ -59,7 +68,7 @@ MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
 FUNCTION = OPS[SLOT_MAPPING].function
 SEQ_LENS_KERNEL = "_dcp_local_seq_lens_kernel"
 V1_FUNCTION = "compute_slot_mapping"
-V1_MEMBER = OPS[SLOT_MAPPING].wheel_members[4]
+V1_MEMBER, MLA_MEMBER = OPS[SLOT_MAPPING].wheel_members[4:6]
 SEQ_LENS_FUNCTION = "get_dcp_local_seq_lens"
 
 CALLER_BLOCK = 1024
@@ -173,6 +182,59 @@ def rows_the_caller_passes(source: str, where: str) -> CallerRows:
     return CallerRows(padded, "; ".join(evidence))
 
 
+SEPARATE_SIZES = "separate"
+KERNEL_BLOCKS_AS_SIZES = "kernel blocks as block sizes"
+CACHE_BLOCKS = "cache blocks"
+TABLE_SIZES = "self.block_sizes_tensor"
+"""What ``BlockTables.compute_slot_mappings`` hands the kernel as its block sizes."""
+
+
+@dataclass(frozen=True)
+class CallerBlocks:
+    """Which block sizes the caller's tables are in (``blocks_the_caller_passes``):
+    ``SEPARATE_SIZES`` (the kernel takes the cache's and the kernel blocks' sizes),
+    ``KERNEL_BLOCKS_AS_SIZES`` (the tables in kernel blocks, whose size the kernel is given
+    as its block size) or ``CACHE_BLOCKS``; ``evidence`` quotes the line that says."""
+
+    kind: str
+    evidence: str
+
+
+def defined_at(tree: ast.Module, where: str) -> str:
+    """``where:line`` of the kernel's ``def`` in its module's ``tree``."""
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == FUNCTION
+    ]
+    return f"{where}:{lines[0]}" if lines else where
+
+
+def blocks_the_caller_passes(
+    tree: ast.Module, where: str, parameters: tuple[str, ...]
+) -> CallerBlocks:
+    """Read from the kernel's own module (``tree``, of the file ``where``) which block
+    sizes ``BlockTables`` hands it: a kernel with ``kernel_block_sizes`` is given both;
+    else what ``BlockTables`` stores in the tensor it passes as ``block_sizes``, the kernel
+    blocks' sizes (its tables then in kernel blocks, ``append_block_ids``) or the cache's.
+    ``AdapterError`` when the module does not say."""
+    if "kernel_block_sizes" in parameters:
+        return CallerBlocks(
+            SEPARATE_SIZES, f"{defined_at(tree, where)}: {FUNCTION}(..., kernel_block_sizes"
+        )
+    stored = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(ast.unparse(target) == TABLE_SIZES for target in node.targets)
+    ]
+    if not stored:
+        raise AdapterError(f"{where}: no {TABLE_SIZES} to read the block sizes it passes from")
+    said = ast.unparse(stored[0].value)
+    kind = KERNEL_BLOCKS_AS_SIZES if "kernel_block_sizes" in said else CACHE_BLOCKS
+    return CallerBlocks(kind, f"{where}:{stored[0].lineno}: {TABLE_SIZES} = {said}")
+
+
 @dataclass(frozen=True)
 class Askable:
     """Which of the op's inputs a release's kernel can be asked at all."""
@@ -219,6 +281,10 @@ class VllmSlotMappings:
                     f"passes is read from the caller ({CALLER_MEMBER}), which is not there"
                 )
             self.caller = rows_the_caller_passes(source_of(caller_file), caller_file.name)
+        kernel_file = Path(function.__code__.co_filename)
+        tree = ast.parse(source_of(kernel_file))
+        self.defined_at = defined_at(tree, kernel_file.name)
+        self.blocks = blocks_the_caller_passes(tree, kernel_file.name, self.parameters)
         self.kernel = kernel
         self.name = name
 
@@ -227,9 +293,9 @@ class VllmSlotMappings:
         """What the property search may draw for this release (``not_applicable``)."""
         return Askable(
             dcp="cp_rank" in self.parameters,
-            replicated="dcp_sharded" in self.parameters,
+            replicated=True,
             without_blocks="dcp_sharded" in self.parameters,
-            kernel_blocks="kernel_block_sizes" in self.parameters,
+            kernel_blocks=self.blocks.kind != CACHE_BLOCKS,
         )
 
     def not_applicable(self, inputs: SlotMappingInputs) -> str | None:
@@ -237,26 +303,20 @@ class VllmSlotMappings:
         never asks it (module docstring); None when it can run them."""
         if inputs.dcp_size > 1 and "cp_rank" not in self.parameters:
             return (
-                f"{FUNCTION} of this release takes no DCP rank: its GPU model runner has no "
-                "context parallelism"
-            )
-        if inputs.dcp_size > 1 and not all(inputs.sharded) and "dcp_sharded" not in self.parameters:
-            return (
-                f"{FUNCTION} of this release has no per-group sharded flag: its runner "
-                "shards every cache group under DCP (a replicated one, a DCP1 draft's, "
-                "first reaches the kernel in 0.31.0)"
+                f"{FUNCTION} of this release takes no DCP rank ({self.defined_at}): its GPU "
+                "model runner has no context parallelism"
             )
         smaller = inputs.kernel_blocks != inputs.block_sizes
-        if smaller and "kernel_block_sizes" not in self.parameters:
+        if smaller and self.blocks.kind == CACHE_BLOCKS:
             return (
-                f"{FUNCTION} of this release takes no kernel block size: its runner passes "
-                "tables in cache blocks"
+                f"{FUNCTION} of this release is given no kernel block size: its runner's "
+                f"block tables are in cache blocks ({self.blocks.evidence})"
             )
         if bool((inputs.idx_mapping < 0).any()) and "dcp_sharded" not in self.parameters:
             return (
-                f"{FUNCTION} of this release reads every request's block-table row: its "
-                "runner gives every request one (a request without blocks, idx_mapping -1, "
-                "first reaches the kernel in 0.31.0)"
+                f"{FUNCTION} of this release reads every request's block-table row "
+                f"({self.defined_at}, no sharded flags): its runner gives every request one "
+                "(a request without blocks, idx_mapping -1, first reaches the kernel in 0.31.0)"
             )
         return None
 
@@ -300,10 +360,12 @@ class VllmSlotMappings:
             "BLOCK_SIZE": CALLER_BLOCK,
             "TRITON_BLOCK_SIZE": CALLER_BLOCK,
         }
-        values["block_sizes"] = values["page_sizes"]
         values["kernel_block_sizes"] = torch.tensor(
             inputs.kernel_blocks, dtype=torch.int32, device=device
         )
+        # the block sizes the caller's BlockTables hands the kernel (blocks_the_caller_passes)
+        given = "kernel_block_sizes" if self.blocks.kind == KERNEL_BLOCKS_AS_SIZES else "page_sizes"
+        values["block_sizes"] = values[given]
         arguments = [values[name] for name in self.parameters]
         self.kernel[(groups, inputs.num_requests + 1)](*arguments)  # type: ignore[index]
         # the tables stay alive until here: the kernel reads them by address
@@ -335,6 +397,11 @@ PADDING_BY_CALLER = (
     "requests' entries themselves"
 )
 
+BUILDER_PADDING = (
+    "the MLA builder rewrites its decode requests' lengths only ({where}); padded requests "
+    "are not among them"
+)
+
 
 def torch_function(path: Path, name: str, where: str) -> Callable[..., torch.Tensor]:
     """The function ``name`` of the file at ``path``, compiled alone with ``torch`` as its
@@ -346,13 +413,16 @@ def torch_function(path: Path, name: str, where: str) -> Callable[..., torch.Ten
 @dataclass(frozen=True)
 class VllmLocalSeqLens:
     """A release's local-sequence-length routine under the op's protocol (module
-    docstring): its Triton kernel (``of_kernel``) or its torch function (``of_function``).
-    ``skips``: checks that do not apply to it, with the reason."""
+    docstring): its Triton kernel (``of_kernel``), its torch function (``of_function``), or
+    the MLA builder's statement before the function (``of_builder``,
+    ``dcpcheck.ops.slot_mapping.vllm_mla``). ``skips``: checks that do not apply to it, with
+    the reason; ``unasked``: what its release never asks it (``not_applicable``)."""
 
     routine: object
     name: str
     is_kernel: bool
     skips: dict[str, str] = field(default_factory=dict)
+    unasked: Callable[[LocalSeqLensInputs], str | None] | None = None
 
     @classmethod
     def of_kernel(cls, kernel: object, name: str) -> VllmLocalSeqLens:
@@ -369,15 +439,21 @@ class VllmLocalSeqLens:
     def of_function(cls, function: object, name: str) -> VllmLocalSeqLens:
         return cls(function, name, False, {"seq_lens_padding": PADDING_BY_CALLER})
 
+    @classmethod
+    def of_builder(cls, builder: BuilderLengths, name: str) -> VllmLocalSeqLens:
+        skips = {"seq_lens_padding": BUILDER_PADDING.format(where=builder.evidence)}
+        return cls(builder, name, False, skips, builder.not_applicable)
+
     def not_applicable(self, inputs: LocalSeqLensInputs) -> str | None:
         """The runner's kernel is launched only under DCP (its caller returns, or asserts,
-        at DCP1); the function is called at any size."""
+        at DCP1); the function is called at any size; the builder's statement as its
+        release asks it (``unasked``)."""
         if self.is_kernel and inputs.dcp_size == 1:
             return (
                 f"{SEQ_LENS_KERNEL} runs only under DCP: its caller, "
                 "prepare_dcp_local_seq_lens, does not launch it at DCP1"
             )
-        return None
+        return self.unasked(inputs) if self.unasked else None
 
     def __call__(self, inputs: LocalSeqLensInputs, local_seq_lens: torch.Tensor) -> None:
         if self.is_kernel:
