@@ -6,16 +6,16 @@ Triton fixes a kernel as compiled or interpreted when it is defined; and the GPU
 recorder (``dcpcheck.gpu_fit``), which records the launches of exactly these kernels.
 """
 
+from dcpcheck.op_registry import OPS
+
 KERNEL_MODULES = (
     "dcpcheck.ops.fused_norm_rope.kernel",
     "dcpcheck.ops.fused_norm_rope.fp8_codes",
     "dcpcheck.ops.fused_norm_rope.launch_checks",
     "dcpcheck.ops.fused_norm_rope.tolerance_kernel",
     "dcpcheck.cases.seeded_kernel",
-    "dcpcheck.ops.slot_mapping.kernel",
-    "dcpcheck.ops.lse_combine.kernel",
-    "dcpcheck.ops.lse_combine.attention",
-    "dcpcheck.ops.sparse_topk_remap.kernel",
+    # every op package's, as its line in the registry names them
+    *(f"{op.package}.{name}" for op in OPS.values() if op.package for name in op.kernel_modules),
 )
 """Once one is imported, its ``@triton.jit`` functions are defined, compiled or
 interpreted for good (the registry and the loaders define none)."""

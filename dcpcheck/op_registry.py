@@ -23,6 +23,9 @@ class Op:
     function: str  # the function of the first member a release is judged by
     # the module of its OpPackage (None: the fused op, run by dcpcheck.workflows.session)
     package: str | None = None
+    # the modules of that package that define the project's Triton kernels
+    # (dcpcheck.kernel_modules)
+    kernel_modules: tuple[str, ...] = ("kernel",)
 
 
 OPS: dict[str, Op] = {
@@ -64,6 +67,7 @@ OPS: dict[str, Op] = {
         ),
         "cp_lse_ag_out_rs",
         "dcpcheck.ops.lse_combine",
+        ("kernel", "attention"),
     ),
     SPARSE_TOPK_REMAP: Op(
         "each rank's local slots of a sparse attention's top-k token picks "
