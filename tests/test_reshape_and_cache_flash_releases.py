@@ -1,8 +1,11 @@
 """vLLM's ``triton_reshape_and_cache_flash`` (``dcpcheck.ops.reshape_and_cache_flash.vllm``),
-judged in the releases where its file or what it handles changes, as ``dcpcheck run --op
+judged in one release of each caller group (``callers.GROUPS``), as ``dcpcheck run --op
 reshape-and-cache-flash --kernel vllm==X`` judges it: 0.10.2 (no such function), 0.11.0
-(its first file; contiguous 4-D caches only), 0.14.0 (moved under ``v1/``; the head-major
-5-D key cache), 0.20.0 (heads addressed by their stride), 0.34.0. The wheels are the other
+(contiguous 4-D caches only), 0.14.0 (ROCm's head-major 5-D key cache), 0.20.0 (the Triton
+backend's HND stride order), 0.26.0 (the Triton backend's K and V halves of one cache, no
+caller with contiguous heads), 0.34.0 (ROCm's segmented backend's contiguous heads again).
+No backend that calls the function runs under DCP: every case above DCP1 is not
+applicable. The wheels are the other
 ops' (one download keeps every op's files), skipped only where the registry is
 unreachable and the release is not cached.
 """
@@ -10,6 +13,7 @@ unreachable and the release is not cached.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pytest
 
@@ -52,30 +56,31 @@ def test_0_10_2_has_no_such_function():
         kernels.load("vllm==0.10.2")
 
 
-@pytest.mark.parametrize("version", ("0.11.0", "0.14.0", "0.20.0", "0.34.0"))
+GROUPS = ("0.11.0", "0.14.0", "0.20.0", "0.26.0", "0.34.0")
+
+PASSED = {
+    "0.11.0": {"nhd"},
+    "0.14.0": {"nhd", "head-major"},
+    "0.20.0": {"nhd", "hnd", "head-major"},
+    "0.26.0": {"hnd", "head-major"},
+    "0.34.0": {"nhd", "hnd", "head-major"},
+}
+"""The layouts some caller of each group's releases passes (``callers``)."""
+
+
+@pytest.mark.parametrize("version", GROUPS)
+@pytest.mark.parametrize("layout", ("nhd", "hnd", "head-major"))
 @pytest.mark.parametrize("kv_cache_dtype", ("auto", "fp8"))
-def test_every_release_writes_exactly_its_own_tokens_under_dcp(version, kv_cache_dtype):
-    batch = CacheWriteBatch(
-        BATCH.requests, 2, 16, "float16", kv_cache_dtype, 0.5, 0.1, "nhd", 4, padding=1
-    )
-    for size in (1, 2, 4):
-        result = judge(f"vllm=={version}", batch, size)
-        assert result.status == "pass", result
+def test_a_layout_its_callers_pass_is_judged_at_dcp1_and_passes(version, layout, kv_cache_dtype):
+    batch = replace(BATCH, kv_cache_dtype=kv_cache_dtype, k_scale=0.5, v_scale=0.1, layout=layout)
+    result = judge(f"vllm=={version}", batch, 1)
+    expected = "pass" if layout in PASSED[version] else "not_applicable"
+    assert result.status == expected, result
 
 
-@pytest.mark.parametrize(
-    ("version", "layout", "applies"),
-    [
-        ("0.11.0", "head-major", False),
-        ("0.11.0", "hnd", False),
-        ("0.14.0", "head-major", True),
-        ("0.14.0", "hnd", False),
-        ("0.20.0", "hnd", True),
-        ("0.34.0", "head-major", True),
-    ],
-)
-def test_a_layout_is_asked_only_of_releases_whose_function_handles_it(version, layout, applies):
-    from dataclasses import replace
-
+@pytest.mark.parametrize("version", GROUPS)
+def test_no_release_is_asked_a_case_above_dcp1(version):
+    layout = sorted(PASSED[version])[0]
     result = judge(f"vllm=={version}", replace(BATCH, layout=layout), 2)
-    assert result.status == ("pass" if applies else "not_applicable"), result
+    assert result.status == "not_applicable", result
+    assert "can_return_lse_for_decode" in str(result.error), result

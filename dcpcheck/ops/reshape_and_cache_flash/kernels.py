@@ -64,7 +64,7 @@ def load(spec: str) -> CacheWriteKernel:
         return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
     judged = _file(release)
     try:
-        return vllm.VllmCacheWrite.of(Path(judged.path), release.name)
+        return vllm.VllmCacheWrite.of(Path(judged.path), release.name, release.version)
     except AdapterError as exc:  # the revision's: bisect skips it
         raise KernelLoadError(str(exc)) from None
 

@@ -6,16 +6,15 @@ The function lives in ``vllm/attention/ops/triton_reshape_and_cache_flash.py`` (
 has neither. It is taken alone from its file with what it needs of it
 (``loading.definitions_alone``) and the stand-ins below for its imports of vLLM.
 
-**How its callers call it.** The Triton attention backend (``TritonAttentionImpl``,
-``vllm/v1/attention/backends/triton_attn.py``) unbinds its ``[blocks, 2, block_size,
-kv_heads, head_size]`` cache into K and V, views them as the platform's fp8 dtype when its
-``kv_cache_dtype`` starts with ``fp8``, and passes ``(key, value, key_cache, value_cache,
-slot_mapping, kv_cache_dtype, layer._k_scale, layer._v_scale)``: positionally, the layer's
-rank-local slot mapping and its fp32 scale tensors (the op's ``nhd`` layout). ROCm's
-backends pass the head-major 5-D key cache, which the function handles where its file
-reads ``key_cache.ndim == 5``; a cache whose heads are not contiguous (the op's ``hnd``
-layout) is asked only of a release whose function addresses heads by their stride.
-A case a release's function cannot be asked is not applicable, with the reason.
+**How its callers call it** (``callers``, release by release). The Triton attention
+backend (``TritonAttentionImpl``, ``vllm/v1/attention/backends/triton_attn.py``) views its
+cache as K and V, as the platform's fp8 dtype when its ``kv_cache_dtype`` starts with
+``fp8``, and passes ``(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+layer._k_scale, layer._v_scale)``: positionally, the layer's slot mapping and its fp32
+scale tensors. ROCm's backend passes the head-major 5-D key cache as allocated (uint8 for
+an fp8 cache, which the function views itself), and so does this adapter. A layout no
+caller of the release passes, and every case above DCP1 (no backend that calls the function
+runs under DCP), is not applicable, with the line that shows it.
 
 **Stand-ins.** ``current_platform`` is ``dcpcheck.adapters.shims.vllm.platforms``'s, which
 also answers ``is_xpu`` (no) and, under Triton's interpreter, ``has_device_capability``
@@ -27,7 +26,6 @@ fp8 may be stored), never what is computed. ``is_quantized_kv_cache`` is the shi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +39,9 @@ import triton.language as tl
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.adapters.shims.vllm.kv_cache_dtypes import is_quantized_kv_cache
 from dcpcheck.adapters.shims.vllm.platforms import StandInPlatform
-from dcpcheck.kernels.loading import definitions_alone, source_of
+from dcpcheck.kernels.loading import definitions_alone
 from dcpcheck.op_registry import OPS, RESHAPE_AND_CACHE_FLASH
+from dcpcheck.ops.reshape_and_cache_flash import callers
 from dcpcheck.ops.reshape_and_cache_flash.contract import CacheWriteInputs
 
 FUNCTION = OPS[RESHAPE_AND_CACHE_FLASH].function
@@ -86,11 +85,6 @@ class _Torch(SimpleNamespace):
 
 _TORCH = _Torch(cuda=SimpleNamespace(get_device_capability=_device_capability))
 
-HEAD_MAJOR = re.compile(r"key_cache\.ndim == 5")
-STRIDED_HEADS = re.compile(r"block_offset \* page_stride\s*\+\s*cur_head \* head_stride")
-"""What a release's file says it handles: the 5-D head-major key cache; heads addressed by
-their stride in a 4-D cache."""
-
 
 @dataclass(frozen=True)
 class VllmCacheWrite:
@@ -98,11 +92,10 @@ class VllmCacheWrite:
 
     function: Callable[..., object]
     name: str
-    head_major: bool
-    strided_heads: bool
+    version: str
 
     @classmethod
-    def of(cls, path: Path, name: str) -> VllmCacheWrite:
+    def of(cls, path: Path, name: str, version: str) -> VllmCacheWrite:
         provided: dict[str, object] = {
             "torch": _TORCH,
             "triton": triton,
@@ -117,29 +110,26 @@ class VllmCacheWrite:
                 f"{name}: {FUNCTION} takes ({', '.join(parameters)}), not the "
                 f"({', '.join(PARAMETERS)}) its callers pass"
             )
-        source = source_of(path)
-        return cls(
-            function,  # type: ignore[arg-type]
-            name,
-            HEAD_MAJOR.search(source) is not None,
-            STRIDED_HEADS.search(source) is not None,
-        )
+        return cls(function, name, version)  # type: ignore[arg-type]
 
     def not_applicable(self, inputs: CacheWriteInputs) -> str | None:
-        """Why the case cannot be asked (module docstring), or None."""
-        if inputs.layout == "head-major" and not self.head_major:
-            return f"{self.name}'s {FUNCTION} has no head-major (5-D) key cache"
-        if inputs.layout == "hnd" and not self.strided_heads:
+        """Why the release's callers never ask the case (module docstring), or None."""
+        refused = callers.DCP_REFUSED.get(self.version)
+        if inputs.dcp_size > 1 and refused is not None:
             return (
-                f"{self.name}'s {FUNCTION} writes 4-D caches whose heads are contiguous "
-                "(a head stride of head_size); a cache with a head stride of its own is "
-                "asked from the first release that addresses heads by it"
+                f"{self.name} runs no backend that calls {FUNCTION} under DCP: the impls "
+                f"keep can_return_lse_for_decode False, which {refused} asserts"
             )
+        group = callers.group_of(self.version)
+        if group is not None and inputs.layout not in group.passed:
+            return f"{self.name}'s callers never pass a {inputs.layout} cache: {group.never}"
         return None
 
     def __call__(
         self, inputs: CacheWriteInputs, key_cache: torch.Tensor, value_cache: torch.Tensor
     ) -> None:
+        if inputs.layout == "head-major" and inputs.kv_cache_dtype == "fp8":
+            key_cache, value_cache = key_cache.view(torch.uint8), value_cache.view(torch.uint8)
         self.function(
             inputs.key,
             inputs.value,
