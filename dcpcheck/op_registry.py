@@ -10,6 +10,7 @@ FUSED_NORM_ROPE = "fused-norm-rope"
 SLOT_MAPPING = "slot-mapping"
 LSE_COMBINE = "lse-combine"
 SPARSE_TOPK_REMAP = "sparse-topk-remap"
+RESHAPE_AND_CACHE_FLASH = "reshape-and-cache-flash"
 
 
 PACKAGE_RUN_OPTIONS = frozenset(
@@ -96,6 +97,7 @@ OPS: dict[str, Op] = {
         ),
         "cp_lse_ag_out_rs",
         "dcpcheck.ops.lse_combine",
+        ("kernel", "attention"),
     ),
     SPARSE_TOPK_REMAP: Op(
         "each rank's local slots of a sparse attention's top-k token picks "
@@ -108,6 +110,16 @@ OPS: dict[str, Op] = {
         ),
         "triton_convert_req_index_to_global_index",
         "dcpcheck.ops.sparse_topk_remap",
+    ),
+    RESHAPE_AND_CACHE_FLASH: Op(
+        "the paged K/V cache write of non-MLA attention (docs/reshape-and-cache-flash.md)",
+        # where triton_reshape_and_cache_flash lived, oldest first
+        (
+            "vllm/attention/ops/triton_reshape_and_cache_flash.py",
+            "vllm/v1/attention/ops/triton_reshape_and_cache_flash.py",
+        ),
+        "triton_reshape_and_cache_flash",
+        "dcpcheck.ops.reshape_and_cache_flash",
     ),
 }
 """Name -> the op (``Op``)."""

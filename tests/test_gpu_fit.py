@@ -13,6 +13,7 @@ import triton.language as tl
 
 from dcpcheck import gpu_fit
 from dcpcheck.gpu_fit import LaunchConfig, Recorder, check_fit, read_manifest, recording
+from dcpcheck.op_registry import OPS
 from tests.conftest import BACKEND
 
 
@@ -32,6 +33,15 @@ def test_every_recorded_launch_compiles_and_fits_each_target(capsys):
             f"{took:.1f} s; largest {largest.shared:,} B at sm_{largest.arch}: "
             f"{largest.config.describe()}"
         )
+
+
+def test_every_op_packages_kernel_has_recorded_launches():
+    recorded = {config.kernel.split(":")[0] for config in read_manifest()}
+    packages = {op.package for op in OPS.values() if op.package}
+    missing = sorted(p for p in packages if f"{p}.kernel" not in recorded)
+    assert not missing, (
+        f"no launch of these ops' kernels recorded: {missing}; {gpu_fit.RECORD_COMMAND}"
+    )
 
 
 OLD_ATTENTION = LaunchConfig(

@@ -22,7 +22,12 @@ import torch
 
 from dcpcheck.cases import memory
 from dcpcheck.cases.scenario_files import ScenarioError
-from dcpcheck.op_registry import LSE_COMBINE, SLOT_MAPPING, SPARSE_TOPK_REMAP
+from dcpcheck.op_registry import (
+    LSE_COMBINE,
+    RESHAPE_AND_CACHE_FLASH,
+    SLOT_MAPPING,
+    SPARSE_TOPK_REMAP,
+)
 from dcpcheck.ops import package, packaged
 from dcpcheck.ops.lse_combine import case as combine_case
 from dcpcheck.ops.lse_combine.case import CombineBatch
@@ -121,7 +126,22 @@ OVERSIZED = {
         ],
         "requests[0].prefix",
     ),
+    # 64 fp32 heads of 512 over a million cached tokens at DCP 64: every rank's cache
+    RESHAPE_AND_CACHE_FLASH: (
+        [
+            'kv_heads = 64', 'head_size = 512', 'dtype = "float32"', 'block_size = 16',
+            'dcp = [64]', 'seed = 0', *_requests({"prefix": 1_000_000, "new": 8192}),
+        ],
+        "kv_heads",
+    ),
 }  # fmt: skip
+"""A scenario per op within its limits and over any machine's memory, with the key its
+refusal names: the keys are each op's own, so the table is kept by hand, and
+``test_every_packaged_op_has_an_oversized_scenario`` holds it to the registry."""
+
+
+def test_every_packaged_op_has_an_oversized_scenario():
+    assert sorted(OVERSIZED) == sorted(packaged())
 
 
 @pytest.mark.parametrize("command", ["run", "repro"])

@@ -33,10 +33,9 @@ from dcpcheck.cli import cli
 from dcpcheck.harness.isolation import IsolatedKernel
 from dcpcheck.kernels import release_lock, releases, relock
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
+from dcpcheck.ops import package, packaged
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.lse_combine import kernels as lse_kernels
-from dcpcheck.ops.slot_mapping import kernels as slot_kernels
-from dcpcheck.ops.sparse_topk_remap import kernels as sparse_kernels
 from tests.conftest import BACKEND, registry_problem
 
 SUITE_CACHE = releases.cache_root()
@@ -100,15 +99,20 @@ def _one_error_line(output: str) -> str:
 
 MARKER = "dcpcheck_tests_planted_bytecode_ran"
 
+
+def _loads(op: str) -> Callable[[], object]:
+    return lambda: package(op).kernel("vllm==0.30.0")
+
+
 LOADERS: dict[str, Callable[[], object]] = {
     "fused-norm-rope": lambda: load_kernel("vllm==0.30.0"),
-    "slot-mapping": lambda: slot_kernels.load("vllm==0.30.0"),
+    **{op: _loads(op) for op in packaged()},
     "lse-combine attention": lambda: lse_kernels.load_attention("vllm==0.30.0"),
     "lse-combine state merge": lambda: lse_kernels.load("vllm==0.30.0:merge_attn_states"),
-    "lse-combine": lambda: lse_kernels.load("vllm==0.30.0"),
-    "sparse-topk-remap": lambda: sparse_kernels.load("vllm==0.30.0"),
 }
-"""Every op's loading of a release's files."""
+"""Every op's loading of a release's files: each op package's ``--kernel vllm==X``, the fused
+op's (no package), and lse-combine's two further functions (its attention stage and the
+state merge, which ``--kernel`` names apart)."""
 
 
 def _plant_bytecode(source_file: Path) -> None:

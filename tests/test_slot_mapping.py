@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import format_finding
-from dcpcheck.op_registry import SLOT_MAPPING
-from dcpcheck.ops import op_cases, package
+from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck.ops import op_cases, package, packaged
 from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
@@ -337,11 +337,11 @@ def test_the_default_run_judges_every_op_and_one_report_tells_them_apart(tmp_pat
     )
     assert done.exit_code == 0, done.output
     written = json.loads(report.read_text())
-    assert written["op"] == "fused-norm-rope,slot-mapping,lse-combine,sparse-topk-remap"
+    assert written["op"] == ",".join(OPS)
     names = [case["scenario"] for case in written["cases"]]
     others = [
         f"{op}/{path.stem}"
-        for op in ("slot-mapping", "lse-combine", "sparse-topk-remap")
+        for op in packaged()
         for path in sorted((SCENARIOS.parent / op).glob("*.toml"))
     ]
     fused = names[: len(names) - len(others)]
