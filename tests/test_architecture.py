@@ -288,6 +288,7 @@ OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
         "fused_norm_rope.selftest",
     },
     "dcpcheck.cli.mutating": {"fused_norm_rope.kernels"},
+    "dcpcheck.cli.options": {"fused_norm_rope.contract", "fused_norm_rope.search"},
     "dcpcheck.cli.preflight": {"fused_norm_rope.cost", "fused_norm_rope.scenario"},
     "dcpcheck.cli.ranks": {
         "fused_norm_rope.contract", "fused_norm_rope.runner", "fused_norm_rope.scenario",

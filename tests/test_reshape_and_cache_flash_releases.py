@@ -19,6 +19,8 @@ import pytest
 
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.op_registry import RESHAPE_AND_CACHE_FLASH
+from dcpcheck.ops import package
 from dcpcheck.ops.reshape_and_cache_flash import kernels
 from dcpcheck.ops.reshape_and_cache_flash.case import CacheWriteBatch
 from dcpcheck.ops.reshape_and_cache_flash.scenario import CacheWriteScenario
@@ -44,7 +46,8 @@ def release(spec: str) -> VllmCacheWrite:
 
 def judge(spec: str, batch: CacheWriteBatch, size: int) -> CaseResult:
     scenario = CacheWriteScenario("t", "a test batch", batch, (size,))
-    [result] = package(RESHAPE_AND_CACHE_FLASH).run_scenario(release(spec), spec, scenario, (size,), BACKEND.device)
+    run_scenario = package(RESHAPE_AND_CACHE_FLASH).run_scenario
+    [result] = run_scenario(release(spec), spec, scenario, (size,), BACKEND.device)
     return result
 
 
