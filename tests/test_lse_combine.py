@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpcheck.cases.scenario_files import ScenarioError
+from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import package
 from dcpcheck.ops.lse_combine import checks, mutants
@@ -302,9 +303,12 @@ def test_run_replays_a_saved_failure_and_refuses_a_function_it_does_not_judge(
 
 
 def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_with_the_reason():
+    """The reason is printed; a run of nothing but such cases judged nothing, and says so
+    (125: no check could call the kernel good or bad)."""
     done = invoke("run", "--op", "lse-combine", "--scenario", "unmasked-nan", "--dcp", "3")
-    assert done.exit_code == 0, done.output
+    assert done.exit_code == EXIT_KERNEL_LOAD, done.output
     assert "3 ranks cannot share the 8 heads" in done.output
+    assert "no case was judged" in done.output
 
 
 def test_all_to_all_single_over_the_simulated_group_sends_slice_r_to_rank_r():

@@ -625,7 +625,7 @@ def test_bisecting_the_releases_names_0_30_0_as_the_first_fixed(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "first fixed release: 0.30.0 vllm 0.30.0" in done.stdout
     runs = [line for line in done.stdout.splitlines() if line.startswith("  ")]
-    assert 1 <= len(runs) <= 3  # log2 of five candidates, rounded up
+    assert 2 <= len(runs) <= 4  # both ends judged, then log2 of the three between, rounded up
     assert f"{len(runs)} dcpcheck run(s) for 5 revision(s)" in done.stdout
 
 
