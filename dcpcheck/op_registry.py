@@ -97,7 +97,6 @@ OPS: dict[str, Op] = {
         ),
         "cp_lse_ag_out_rs",
         "dcpcheck.ops.lse_combine",
-        ("kernel", "attention"),
     ),
     SPARSE_TOPK_REMAP: Op(
         "each rank's local slots of a sparse attention's top-k token picks "

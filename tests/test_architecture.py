@@ -278,9 +278,7 @@ def op_internals_imported(module: str, imported: set[str]) -> set[str]:
 
 OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
     # the command line: the fused op's run, replay, listing, hashing and selftest
-    "dcpcheck.cli.common": {
-        "fused_norm_rope.adapters", "fused_norm_rope.contract", "fused_norm_rope.kernels",
-    },
+    "dcpcheck.cli.common": {"fused_norm_rope.contract", "fused_norm_rope.kernels"},
     "dcpcheck.cli.hashing": {"fused_norm_rope.contract", "fused_norm_rope.kernels"},
     "dcpcheck.cli.kernel_process": {"fused_norm_rope.kernels", "fused_norm_rope.runner"},
     "dcpcheck.cli.listing": {
@@ -376,6 +374,7 @@ def op_package_name(op: str) -> str:
 
 OP_NAMES_NAMED: dict[str, set[str]] = {
     # the fused op as the default of the command line, the plugin, bisect, mutate and reports
+    "dcpcheck.cases.options": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.bisecting": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.mutating": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
@@ -386,7 +385,7 @@ OP_NAMES_NAMED: dict[str, set[str]] = {
     "dcpcheck.output.report": {"FUSED_NORM_ROPE"},
     "dcpcheck.workflows.bisection": {"FUSED_NORM_ROPE"},
     # the decode chain's stages, named as the ops they run
-    "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"'},
+    "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"', "FUSED_NORM_ROPE"},
 }
 """Module -> how it still names an op outside the registry and that op's package."""
 

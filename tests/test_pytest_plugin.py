@@ -499,7 +499,7 @@ def test_the_slot_mapping_op_as_test_items(pytester):
     home = pytester.path / "home"
     op = ("--dcpcheck-op=slot-mapping", f"--dcpcheck-home={home}")
     passing = run(pytester, "--dcpcheck-kernel=default", *op)
-    passing.assert_outcomes(passed=18)  # 4 scenarios at DCP 1, 2, 4, 8; many-requests at 1, 4
+    passing.assert_outcomes(passed=26)  # 6 scenarios at DCP 1, 2, 4, 8; many-requests at 1, 4
     mutant = run(pytester, "--dcpcheck-kernel=mutant/interleave-ignored", *op, "-k", "dcp4")
     mutant.assert_outcomes(passed=3, failed=2)  # the two interleaved scenarios fail
     mutant.stdout.fnmatch_lines(["*interleaved-prefix[[]dcp4]: FAIL on kernel*: slots*"])

@@ -14,8 +14,11 @@ from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.exit_codes import EXIT_USAGE
 from dcpcheck.op_registry import FUSED_NORM_ROPE, LSE_COMBINE, OPS, SLOT_MAPPING
-from dcpcheck.ops import op_cases, package, packaged
+from dcpcheck.ops import op_cases
 from dcpcheck.ops.fused_norm_rope import scenario as fused
+from dcpcheck.ops.lse_combine import runner as merge_cases
+from dcpcheck.ops.slot_mapping import package, packaged
+from dcpcheck.ops.slot_mapping import runner as slot_cases
 
 FINDINGS = shipped_scenarios(LSE_COMBINE) / "findings"
 """Findings against vLLM's releases: the lse-combine op's files, not shipped scenarios."""
@@ -47,8 +50,7 @@ def test_a_finding_is_the_ops_file_but_not_a_shipped_scenario():
     shipped = {s.name for s in merge.load_scenarios([], merge.scenarios)}
     loaded = merge.load_scenario(finding)
     assert loaded.name == finding.stem and loaded.name not in shipped
-    cases = op_cases.OpCases(LSE_COMBINE, merge.scenarios, str, lambda *a: [])
-    assert op_cases.replay_command(cases, loaded, 2, "vllm==0.33.0") == (
+    assert op_cases.replay_command(merge_cases.OP_CASES, loaded, 2, "vllm==0.33.0") == (
         f"dcpcheck repro {finding} --dcp 2 --kernel vllm==0.33.0"
     )
 
@@ -67,8 +69,7 @@ def test_replays_name_shipped_scenarios_as_before(tmp_path: Path):
     )
     slots = package(SLOT_MAPPING)
     [single] = slots.load_scenarios(["decode-single"], slots.scenarios)
-    cases = op_cases.OpCases(SLOT_MAPPING, slots.scenarios, str, lambda *a: [])
-    assert op_cases.replay_command(cases, single, 4, "default") == (
+    assert op_cases.replay_command(slot_cases.OP_CASES, single, 4, "default") == (
         "dcpcheck run --op slot-mapping --scenario decode-single --dcp 4"
     )
 
