@@ -3,7 +3,7 @@
 # matrix with and without the oracle, the slot-mapping op's release matrix, the release
 # bisect, the default run, the property search on releases, the selftest, the merge's
 # release matrices (its group merges and merge_attn_states), the sparse read side's
-# release matrix, the decode chain's token streams through every release,
+# release matrix, the paged K/V cache write's release matrix, the decode chain's token streams through every release,
 # compute-sanitizer (tests, slowdown, and every shipped scenario under each tool:
 # sanitize-all), and the ahead-of-time fit check under this box's Triton (fit). Releases
 # come from $DCPCHECK_CACHE (carry it: the GPU box has no network).
@@ -61,6 +61,8 @@ for job in $JOBS; do
           tests/test_interpreter_dots.py tests/test_interpreter_scalars.py tests/test_lse_combine.py \
           tests/test_lse_combine_releases.py tests/test_chain.py \
           tests/test_sparse_topk_remap.py tests/test_sparse_topk_remap_releases.py \
+          tests/test_reshape_and_cache_flash.py tests/test_reshape_and_cache_flash_releases.py \
+          tests/test_op_contract.py tests/test_options.py \
           > "$OUT/tests.log" 2>&1 ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
@@ -91,6 +93,10 @@ for job in $JOBS; do
     sparse-topk-remap)  # vLLM's converters in every release, as their backends call them
       ( timed python3 benchmarks/sparse_topk_remap_matrix.py --jobs 37 --out "$OUT/sparse-topk-remap" \
           > "$OUT/sparse_topk_remap_matrix.md" 2> "$OUT/sparse_topk_remap_rows.log" ) & ;;
+    reshape-and-cache-flash)  # vLLM's paged K/V cache write in every release that has it
+      ( timed python3 benchmarks/reshape_and_cache_flash_matrix.py --jobs 37 \
+          --out "$OUT/reshape-and-cache-flash" > "$OUT/reshape_and_cache_flash_matrix.md" \
+          2> "$OUT/reshape_and_cache_flash_rows.log" ) & ;;
     chain)  # token streams through every release's slot mappings, attention and merge
       ( timed python3 benchmarks/chain_matrix.py --jobs 37 --out "$OUT/chain" \
           > "$OUT/chain_matrix.md" 2> "$OUT/chain_rows.log" ) & ;;
