@@ -379,7 +379,6 @@ OP_NAMES_NAMED: dict[str, set[str]] = {
     "dcpcheck.cli.mutating": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.selftest": {"FUSED_NORM_ROPE"},
-    "dcpcheck.pytest_plugin": {'"fused-norm-rope"'},
     "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
     "dcpcheck.mutation.runner": {"FUSED_NORM_ROPE"},
     "dcpcheck.output.report": {"FUSED_NORM_ROPE"},

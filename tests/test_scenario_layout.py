@@ -14,10 +14,9 @@ from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.exit_codes import EXIT_USAGE
 from dcpcheck.op_registry import FUSED_NORM_ROPE, LSE_COMBINE, OPS, SLOT_MAPPING
-from dcpcheck.ops import op_cases
+from dcpcheck.ops import op_cases, package, packaged
 from dcpcheck.ops.fused_norm_rope import scenario as fused
 from dcpcheck.ops.lse_combine import runner as merge_cases
-from dcpcheck.ops.slot_mapping import package, packaged
 from dcpcheck.ops.slot_mapping import runner as slot_cases
 
 FINDINGS = shipped_scenarios(LSE_COMBINE) / "findings"
