@@ -41,6 +41,7 @@ from dcpcheck.e2e.token_streams import (
     StreamConfig,
     check_sizes,
     compare_paths,
+    raised_line,
     stream_config_for,
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
@@ -216,7 +217,7 @@ def hash_command(
     except ChainError as exc:  # a stage's kernel cannot be asked this chain's steps
         raise InputError(f"the decode chain cannot run: {exc}") from None
     except (Exception, SystemExit) as exc:  # a stage's kernel raised inside the model
-        message = f"the kernel raised: {type(exc).__name__}: {exc}"
+        message = f"the kernel raised: {raised_line(exc)}"
         failed(message, judged, chain)
         raise KernelFailed(message) from exc
     if json_path is not None:

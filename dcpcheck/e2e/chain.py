@@ -404,7 +404,8 @@ def rank_slots(
     """Every rank's slot mapping ``[N, T]`` (int64) and local lengths ``[N, R]`` (int32)
     of one step, as the stage's routines compute them: ``positions`` ``[T]`` of the new
     tokens, each request's length and new tokens, the requests' block table ``[R, W]``
-    (one cache group, sharded)."""
+    (one cache group, sharded). At DCP1 the local lengths are the lengths: every release
+    rewrites them under DCP only (0.10.2's MLA builder inside ``if dcp_world_size > 1``)."""
     device = positions.device
     starts = torch.tensor([0, *torch.tensor(new).cumsum(0).tolist()], dtype=torch.int32)
     slots, local = [], []
@@ -424,6 +425,9 @@ def rank_slots(
         out = torch.full((1, positions.shape[0]), PAD_SLOT - 1, dtype=torch.int64, device=device)
         routines.slot_mappings(inputs, out)
         slots.append(out[0])
+        if dcp_size == 1:  # every release rewrites the lengths under DCP only
+            local.append(torch.tensor(lengths, dtype=torch.int32, device=device))
+            continue
         seq_lens = LocalSeqLensInputs(
             seq_lens=torch.tensor(lengths, dtype=torch.int32, device=device),
             num_reqs=len(lengths),

@@ -533,8 +533,18 @@ def compare_paths(
         except ChainError:
             raise
         except Exception as exc:  # the path's kernel raised inside the model
-            judged.append(PathStreams(chain.merge, None, f"{type(exc).__name__}: {exc}"))
+            judged.append(PathStreams(chain.merge, None, raised_line(exc)))
     return tuple(judged)
+
+
+def raised_line(exc: BaseException) -> str:
+    """What a kernel raised, in one line: its type and its message's last line, where a
+    compiler's message ends (Triton's ``CompilationError`` begins with the source position
+    and the lines around it, which follow in brackets, the position alone)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return f"{type(exc).__name__}: {lines[-1]} ({lines[0].rstrip(':')})"
 
 
 def compare_runs(config: StreamConfig, runs: Sequence[Streams]) -> StreamComparison:
