@@ -478,3 +478,15 @@ def spec_files(spec: str) -> tuple[JudgedFile, ...]:
     where = spec.rsplit(":", 1)[0]
     source = Path(where) if where.endswith(".py") else _module_file(where)
     return () if source is None else (judged_file(source),)
+
+
+def mutant_name(function: object) -> str:
+    """The registry name of an op's mutant function: ``mutant/`` and its name in dashes
+    (``interleave_ignored`` is ``mutant/interleave-ignored``)."""
+    return "mutant/" + function.__name__.replace("_", "-")  # type: ignore[attr-defined]
+
+
+def summary(function: object) -> str:
+    """A mutant's description, as ``dcpcheck list kernels`` and the selftest print it: the
+    first line of its docstring."""
+    return (function.__doc__ or "").split("\n")[0]

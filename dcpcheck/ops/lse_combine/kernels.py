@@ -32,21 +32,16 @@ from dcpcheck.ops.lse_combine import mutants, vllm, vllm_attention, vllm_state_m
 from dcpcheck.ops.lse_combine.attention import mla_decode_attention
 from dcpcheck.ops.lse_combine.contract import CombineKernel, DecodeAttention
 
-
-def _mutant_name(function: object) -> str:
-    return "mutant/" + function.__name__.replace("_", "-")  # type: ignore[attr-defined]
-
-
 KERNELS: dict[str, CombineKernel] = {
     "default": project_kernel.combine,
-    **{_mutant_name(m): m for m in mutants.MUTANTS},
-    **{_mutant_name(a): mutants.ProducedBy(a) for a in mutants.ATTENTION_MUTANTS},
+    **{loading.mutant_name(m): m for m in mutants.MUTANTS},
+    **{loading.mutant_name(a): mutants.ProducedBy(a) for a in mutants.ATTENTION_MUTANTS},
 }
 
 DESCRIPTIONS: dict[str, str] = {
     "default": "the project's merge: all-gathered LSEs, a Triton correction, reduce-scatter",
     **{
-        _mutant_name(m): m.__doc__.split("\n")[0]  # type: ignore[union-attr]
+        loading.mutant_name(m): loading.summary(m)
         for m in (*mutants.MUTANTS, *mutants.ATTENTION_MUTANTS)
     },
 }
@@ -153,7 +148,7 @@ def canonical(spec: str) -> str:
 
 ATTENTIONS: dict[str, DecodeAttention] = {
     "default": mla_decode_attention,
-    **{_mutant_name(m): m for m in mutants.ATTENTION_MUTANTS},
+    **{loading.mutant_name(m): m for m in mutants.ATTENTION_MUTANTS},
 }
 """The project's decode attentions by name: the correct one and its mutants."""
 

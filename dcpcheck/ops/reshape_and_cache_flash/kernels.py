@@ -23,19 +23,14 @@ from dcpcheck.ops.reshape_and_cache_flash import kernel as project_kernel
 from dcpcheck.ops.reshape_and_cache_flash import mutants, vllm
 from dcpcheck.ops.reshape_and_cache_flash.contract import CacheWriteKernel
 
-
-def _mutant_name(function: object) -> str:
-    return "mutant/" + function.__name__.replace("_", "-")  # type: ignore[attr-defined]
-
-
 KERNELS: dict[str, CacheWriteKernel] = {
     "default": project_kernel.write,
-    **{_mutant_name(m): m for m in mutants.MUTANTS},
+    **{loading.mutant_name(m): m for m in mutants.MUTANTS},
 }
 
 DESCRIPTIONS: dict[str, str] = {
     "default": "the project's paged K/V cache write, in Triton",
-    **{_mutant_name(m): m.__doc__.split("\n")[0] for m in mutants.MUTANTS},  # type: ignore[union-attr]
+    **{loading.mutant_name(m): loading.summary(m) for m in mutants.MUTANTS},
 }
 """What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
 

@@ -30,21 +30,18 @@ from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_mla, vllm_v1
 from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
-
-def _mutant_name(function: object) -> str:
-    return "mutant/" + function.__name__.replace("_", "-")  # type: ignore[attr-defined]
-
-
 KERNELS: dict[str, Routines] = {
     "default": Routines(compute_slot_mappings, compute_local_seq_lens),
-    **{_mutant_name(m): Routines(m, compute_local_seq_lens) for m in mutants.MUTANTS},
-    **{_mutant_name(m): Routines(compute_slot_mappings, m) for m in mutants.SEQ_LENS_MUTANTS},
+    **{loading.mutant_name(m): Routines(m, compute_local_seq_lens) for m in mutants.MUTANTS},
+    **{
+        loading.mutant_name(m): Routines(compute_slot_mappings, m) for m in mutants.SEQ_LENS_MUTANTS
+    },
 }
 
 DESCRIPTIONS: dict[str, str] = {
     "default": "the project's slot-mapping and local-sequence-length Triton kernels",
     **{
-        _mutant_name(m): m.__doc__.split("\n")[0]  # type: ignore[union-attr]
+        loading.mutant_name(m): loading.summary(m)
         for m in (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS)
     },
 }

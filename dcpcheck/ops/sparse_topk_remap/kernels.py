@@ -23,19 +23,14 @@ from dcpcheck.ops.sparse_topk_remap import kernel as project_kernel
 from dcpcheck.ops.sparse_topk_remap import mutants, vllm
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
 
-
-def _mutant_name(function: object) -> str:
-    return "mutant/" + function.__name__.replace("_", "-")  # type: ignore[attr-defined]
-
-
 KERNELS: dict[str, RemapKernel] = {
     "default": project_kernel.remap,
-    **{_mutant_name(m): m for m in mutants.MUTANTS},
+    **{loading.mutant_name(m): m for m in mutants.MUTANTS},
 }
 
 DESCRIPTIONS: dict[str, str] = {
     "default": "the project's remap of top-k picks to a rank's local slots, in Triton",
-    **{_mutant_name(m): m.__doc__.split("\n")[0] for m in mutants.MUTANTS},  # type: ignore[union-attr]
+    **{loading.mutant_name(m): loading.summary(m) for m in mutants.MUTANTS},
 }
 """What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
 
