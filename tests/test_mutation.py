@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.mutation import campaign, equivalents, runner, selection
+from dcpcheck.kernels import ran
+from dcpcheck.mutation import campaign, equivalents, reach, runner, selection
 from dcpcheck.mutation.operators import OPERATORS, fp32_ulp, mutants_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -358,3 +359,114 @@ def test_sigterm_ends_a_campaign_with_143_and_its_partial_report(tmp_path):
     document = json.loads(report.read_text())
     assert document["partial"] is True
     assert 1 <= len(document["mutants"]) < 4
+
+
+REACHED = textwrap.dedent(
+    '''
+    import triton
+
+
+    @triton.jit
+    def _launched(x_ptr):
+        _inlined(x_ptr + 1)
+
+
+    @triton.jit
+    def _inlined(x_ptr):
+        pass
+
+
+    @triton.jit
+    def _other_layout(x_ptr):
+        pass
+
+
+    def _by_table(x):
+        return x
+
+
+    def _unused_host(x):
+        _other_layout[(1,)](x + 2)
+
+
+    TABLE = {"a": _by_table}
+
+
+    class Table:
+        def write(self, x):
+            return x
+
+        def unread(self, x):
+            return x
+
+
+    def entry(x, table):
+        _launched[(1,)](x)
+        table.write(x)
+        return TABLE["a"](x)
+    '''
+)
+
+
+def test_the_gate_reaches_what_the_functions_it_ran_name_and_nothing_else(tmp_path):
+    """From ``entry``: its launch, the launched kernel's inlined call, a method read as an
+    attribute, a function through a module-level table. ``_other_layout`` is launched only
+    by a function nothing reaches; a class nobody names keeps its unread method unreached."""
+    path = tmp_path / "reached.py"
+    path.write_text(REACHED)
+    assert reach.reachable(path, ["entry"]) == {
+        "entry", "_launched", "_inlined", "write", "TABLE", "_by_table",
+    }  # fmt: skip
+    assert reach.reachable(path, ["entry", "_unused_host"]) >= {"_unused_host", "_other_layout"}
+    assert "unread" in reach.reachable(path, ["entry", "Table"])
+
+
+def test_a_mutant_is_unreached_only_by_a_record_of_what_ran(tmp_path):
+    path = tmp_path / "reached.py"
+    path.write_text(REACHED)
+    mutants = {m.function: m for m in mutants_of(path)}
+    ran = {str(path.resolve()): ["entry"]}
+    judged = campaign.unreached(mutants["_unused_host"], ran)
+    assert judged is not None and judged.kind == campaign.UNREACHED
+    assert "runs only entry of reached.py" in judged.reason
+    assert campaign.unreached(mutants["_launched"], ran) is None
+    assert campaign.unreached(mutants["_unused_host"], {}) is None  # no record: no claim
+
+
+def test_a_worker_records_what_of_the_stood_in_file_ran_and_launched(small, tmp_path):
+    """Python entered ``copy``; Triton launched ``_copy`` (on a GPU its body is compiled,
+    never entered: the launch records it)."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(small.read_text())
+    code = (
+        "import torch; from pathlib import Path\n"
+        "from dcpcheck import backend; backend.select_backend('auto')\n"
+        "from dcpcheck.kernels.substitution import substitute\n"
+        "from dcpcheck.kernels.loading import load_file\n"
+        f"substitute(Path({str(small)!r}), Path({str(stand_in)!r}))\n"
+        f"module = load_file(Path({str(small)!r}))\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "module.copy(torch.ones(2, 16, device=device), 2)\n"
+    )
+    (tmp_path / "ran").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DCPCHECK_RAN_DIR": str(tmp_path / "ran")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert ran.read(tmp_path / "ran") == {str(small.resolve()): {"<module>", "copy", "_copy"}}
+
+
+def test_mutate_does_not_run_the_mutants_of_a_kernel_the_gate_never_launches(tmp_path):
+    """The project's merge with a second kernel appended that nothing launches: its
+    mutants are reported unreached, never run; the merge's own are run."""
+    kernel = tmp_path / "merge.py"
+    kernel.write_text(
+        (REPO / "dcpcheck/ops/lse_combine/kernel.py").read_text()
+        + "\n\n@triton.jit\ndef _never_launched(x_ptr):\n    tl.store(x_ptr, 1.0)\n"
+    )
+    gate = ["--op", "lse-combine", "--kernel", f"{kernel}:combine", "--dcp", "2"]
+    gate += ["--scenario", "base2-sink-speculative"]
+    picked = ["--mutant", "merge.py:_never_launched:*", "--mutant", "merge.py:*:72:store-removed:*"]
+    done, report = _mutate(tmp_path, *gate, *picked)
+    statuses = {m["function"]: m["status"] for m in report["mutants"]}
+    assert statuses == {"_never_launched": "unreached", "_correct_kernel": "killed"}, done.stdout
+    assert "unreached, not run: " in done.stdout and "_never_launched" in done.stdout

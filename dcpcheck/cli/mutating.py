@@ -153,7 +153,8 @@ def mutate_command(
 ) -> None:
     """Mutate the kernel's Triton file(s) one edit at a time and run the op's gate on each
     mutant (its named scenarios at DCP1 and --dcp, in a worker process of its own). Mutants
-    that no input can observe are explained in KERNEL.mutants.toml next to the file.
+    that no input can observe are explained in KERNEL.mutants.toml next to the file; those
+    of functions that nothing the gate runs reaches are reported unreached, not run.
 
     Exit 0 when mutants were judged and none survives (or the score reaches --min-score); 1
     when one does, when none was judged (every one explained in the mutants file or not

@@ -9,6 +9,8 @@ replacement through a finder placed first on ``sys.meta_path``. The replacement'
 path is the module's ``__file__``, so Triton reads the mutant's source, at the lines the
 original has. A module imported before the substitution keeps the original: substitute
 first.
+With ``$DCPCHECK_RAN_DIR`` set, the process records which of the replacement's functions
+run (``dcpcheck.kernels.ran``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import importlib.machinery
 import importlib.util
 import sys
 from pathlib import Path
+
+from dcpcheck.kernels import ran
 
 _SUBSTITUTES: dict[Path, Path] = {}
 
@@ -53,5 +57,6 @@ def substitute(original: Path, replacement: Path) -> None:
     """Read ``replacement`` wherever ``original`` is loaded, from now on (module
     docstring)."""
     _SUBSTITUTES[original.resolve()] = replacement.resolve()
+    ran.watch(replacement.resolve(), original.resolve())
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)

@@ -8,7 +8,9 @@ against a kernel that passes. A gate that refuses its arguments raises
 ``runner.GateError``.
 
 The score counts the mutants the gate could see: killed, timed out and crashed over those
-and the survivors. Equivalent, not applicable and not compiled mutants are listed apart.
+and the survivors. Equivalent, not applicable and not compiled mutants are listed apart,
+and so are the unreached: edits of functions that nothing the unedited kernel's gate ran
+can reach (``reach``), which are not run.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dcpcheck.mutation import equivalents, runner, selection
+from dcpcheck.mutation import equivalents, reach, runner, selection
 from dcpcheck.mutation.operators import Mutant, mutants_of
 from dcpcheck.mutation.runner import COUNTED_KILLED, SURVIVED, Cache, Gate, Outcome
+
+UNREACHED = "unreached"
+"""A mutant's status when nothing the gate runs reaches its function (``reach``)."""
 
 
 class MutationError(RuntimeError):
@@ -123,7 +128,18 @@ def plan(
 def baseline(path: Path) -> Mutant:
     """The edit of nothing: the kernel's file as it is, run as a mutant is."""
     source = path.read_text(encoding="utf-8")
-    return Mutant(path, "<baseline>", 0, "baseline", "nothing", source, source)
+    return Mutant(path, "<baseline>", 0, runner.BASELINE, "nothing", source, source)
+
+
+def unreached(mutant: Mutant, ran: dict[str, list[str]]) -> equivalents.Judged | None:
+    """``mutant`` judged unreached when its function lies outside what the functions of its
+    file that the unedited gate ran can reach (``reach``); None when it may be reached,
+    or when nothing of its file was seen to run (no claim without a record)."""
+    names = ran.get(str(mutant.path.resolve()))
+    if not names or mutant.function in reach.reachable(mutant.path, names):
+        return None
+    reason = f"the gate runs only {', '.join(names)} of {mutant.path.name}, which never reach it"
+    return equivalents.Judged(mutant.name, UNREACHED, reason)
 
 
 def mutate(
@@ -141,17 +157,23 @@ def mutate(
     judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
     cache = Cache(home / "mutants", gate)
     unedited = baseline(files[0])
+    ran: dict[str, list[str]] = {}
     for search in (False, True) if gate.search else (False,):
-        base = runner.run_mutants([unedited], gate, cache, 1, search=search)[unedited.name]
+        base = runner.run_mutants([unedited], gate, cache, 1, search=search, watched=files)[
+            unedited.name
+        ]
         if base.outcome != SURVIVED:
             where = f" ({base.scenario}: {base.check})" if base.scenario else ""
             raise MutationError(
                 f"{gate.kernel} does not pass its own gate{where}: {base.detail or base.outcome}"
             )
+        for path, names in base.ran.items():
+            ran[path] = sorted({*ran.get(path, ()), *names})
     campaign = Campaign(gate, list(files))
     to_run = []
     for mutant in mutants:
-        entry = Entry(mutant, judged=equivalents.judged(mutant.name, judgements[mutant.path]))
+        judged = equivalents.judged(mutant.name, judgements[mutant.path])
+        entry = Entry(mutant, judged=judged or unreached(mutant, ran))
         campaign.entries.append(entry)
         if entry.judged is None:
             to_run.append(mutant)

@@ -15,7 +15,7 @@ from rich.table import Table
 from dcpcheck import __version__
 from dcpcheck.files import write_atomic
 from dcpcheck.kernels.loading import judged_file
-from dcpcheck.mutation.campaign import Campaign, Entry
+from dcpcheck.mutation.campaign import UNREACHED, Campaign, Entry
 from dcpcheck.mutation.runner import COUNTED_KILLED, SURVIVED
 
 
@@ -132,9 +132,23 @@ def print_campaign(console: Console, campaign: Campaign) -> None:
     if campaign.by_scenario():
         first = ", ".join(f"{name} {n}" for name, n in campaign.by_scenario().items())
         console.print(f"first killed by: {first}", markup=False)
-    judged = [e for e in campaign.entries if e.judged is not None]
-    for entry in judged:
-        console.print(f"{entry.status}: {entry.mutant.name}: {entry.judged.reason}", markup=False)  # type: ignore[union-attr]
+    unreached: dict[str, list[str]] = {}  # reason -> the functions, said once per reason
+    for entry in campaign.entries:
+        if entry.judged is None:
+            continue
+        if entry.status == UNREACHED:
+            functions = unreached.setdefault(entry.judged.reason, [])
+            functions += [entry.mutant.function] * (entry.mutant.function not in functions)
+        else:
+            console.print(
+                f"{entry.status}: {entry.mutant.name}: {entry.judged.reason}", markup=False
+            )
+    for reason, functions in unreached.items():
+        count = sum(1 for e in campaign.entries if e.judged and e.judged.reason == reason)
+        console.print(
+            f"unreached, not run: {count} mutant(s) of {', '.join(functions)}: {reason}",
+            markup=False,
+        )
     for entry in campaign.survivors:
         console.print(f"SURVIVED {entry.mutant.name}", markup=False)
         console.print(entry.mutant.diff.rstrip(), markup=False, highlight=False)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.files import write_atomic
+from dcpcheck.kernels import ran
 from dcpcheck.mutation.operators import Mutant
 from dcpcheck.op_registry import FUSED_NORM_ROPE
 
@@ -46,6 +47,7 @@ KILLED, TIMED_OUT, CRASHED, SURVIVED, NOT_COMPILED = (
     "survived",
     "not_compiled",
 )
+BASELINE = "baseline"  # the operator of the edit of nothing: the kernel as it is
 OUTCOMES = (KILLED, TIMED_OUT, CRASHED, SURVIVED, NOT_COMPILED)
 COUNTED_KILLED = (KILLED, TIMED_OUT, CRASHED)
 
@@ -131,6 +133,7 @@ class Outcome:
     by: str = "gate"  # "gate", or "search" when only the property search killed it
     seconds: float = 0.0
     failing: list[tuple[str, str]] = field(default_factory=list)  # every (scenario, check)
+    ran: dict[str, list[str]] = field(default_factory=dict)  # baseline: file -> functions run
 
 
 def _first_line(text: str) -> str:
@@ -233,7 +236,9 @@ class _Running:
     search: bool
 
 
-def _launch(mutant: Mutant, gate: Gate, scratch: Path, search: bool) -> _Running:
+def _launch(
+    mutant: Mutant, gate: Gate, scratch: Path, search: bool, files: Sequence[Path] = ()
+) -> _Running:
     folder = Path(tempfile.mkdtemp(prefix="mutant-", dir=scratch))
     mutated = folder / mutant.path.name
     mutated.write_text(mutant.source, encoding="utf-8")
@@ -242,12 +247,17 @@ def _launch(mutant: Mutant, gate: Gate, scratch: Path, search: bool) -> _Running
     command += gate.arguments(report, folder / "home", search)
     root = str(Path(__file__).parents[2])  # this checkout, installed or not
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    if mutant.operator == BASELINE:  # what of the file the gate runs (``campaign``)
+        (folder / "ran").mkdir()
+        env[ran.RAN_DIR_ENV] = str(folder / "ran")
+        env[ran.RAN_FILES_ENV] = os.pathsep.join(str(f.resolve()) for f in files)
     with (folder / "stderr.txt").open("w") as stderr:  # a file: a pipe could fill and stall
         process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            env={**os.environ, "PYTHONPATH": path},
+            env=env,
             start_new_session=True,  # a timeout kills the worker and whatever it started
         )
     return _Running(mutant, process, report, time.monotonic(), search)
@@ -268,6 +278,8 @@ def _finish(running: _Running, timed_out: bool) -> Outcome:
             report = None
     outcome = classify(running.mutant.name, code, report, stderr)
     outcome.seconds = round(time.monotonic() - running.started, 1)
+    if (running.report.parent / "ran").is_dir():
+        outcome.ran = {p: sorted(n) for p, n in ran.read(running.report.parent / "ran").items()}
     return outcome
 
 
@@ -278,9 +290,11 @@ def run_mutants(
     jobs: int,
     on_outcome: Callable[[Mutant, Outcome], None] = lambda m, o: None,
     search: bool = False,
+    watched: Sequence[Path] = (),
 ) -> dict[str, Outcome]:
     """Each of ``mutants``' outcome under ``gate`` (by name), from the cache or run
-    ``jobs`` at a time (the property-search pass when ``search``). A Ctrl-C stops the
+    ``jobs`` at a time (the property-search pass when ``search``; the baseline records
+    what of ``watched`` it ran, ``dcpcheck.kernels.ran``). A Ctrl-C stops the
     workers and propagates; what finished is cached."""
     outcomes: dict[str, Outcome] = {}
     pending = []
@@ -297,7 +311,7 @@ def run_mutants(
         try:
             while pending or running:
                 while pending and len(running) < jobs:
-                    running.append(_launch(pending.pop(), gate, Path(scratch), search))
+                    running.append(_launch(pending.pop(), gate, Path(scratch), search, watched))
                 time.sleep(0.05)
                 for job in list(running):
                     late = time.monotonic() - job.started > gate.timeout

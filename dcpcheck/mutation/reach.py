@@ -1,0 +1,67 @@
+"""Which functions of a kernel file the gate can reach: those it ran (``dcpcheck.kernels.ran``,
+recorded while the unedited kernel passed its gate) and every function of the file they
+name, transitively. A mutant of any other function is an edit of code that the routines
+the op judges never call, under any input: the release files hold other entry points
+(another cache layout's writer, a helper of another backend), and running their mutants
+through the gate only counts survivors that no scenario could kill.
+
+The closure reads names, not calls, so it over-approximates: a function is reached when a
+reached one mentions its name anywhere (a call, a launch ``kernel[grid](...)``, a
+reference passed along, a module-level name whose value mentions it), a class when its
+name is mentioned (then all of its methods), a method when any reached code reads an
+attribute of its name. Over-approximating can
+only keep a mutant in the run, never skip one the gate could see.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def _definitions(tree: ast.Module) -> dict[str, list[ast.AST]]:
+    """Every function and class of ``tree``, nested ones and methods included, and every
+    name the module's own statements assign (a table of kernels, an alias), by name."""
+    found: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.setdefault(node.name, []).append(node)
+    for statement in tree.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        found.setdefault(name.id, []).append(statement)
+    return found
+
+
+def _mentioned(node: ast.AST) -> set[str]:
+    """The names ``node``'s body reads: bare names and attribute names."""
+    names: set[str] = set()
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Name):
+            names.add(inner.id)
+        elif isinstance(inner, ast.Attribute):
+            names.add(inner.attr)
+    return names
+
+
+def reachable(path: Path, ran: Iterable[str]) -> set[str]:
+    """The names of the functions and classes of ``path`` that the functions named ``ran``
+    reach (module docstring), ``ran`` included."""
+    definitions = _definitions(ast.parse(path.read_bytes(), str(path)))
+    reached: set[str] = set()
+    pending = [name for name in ran if name in definitions]
+    while pending:
+        name = pending.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for node in definitions[name]:
+            mentioned = _mentioned(node)
+            if isinstance(node, ast.ClassDef):
+                mentioned |= {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            pending += [m for m in mentioned if m in definitions and m not in reached]
+    return reached
