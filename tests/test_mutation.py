@@ -385,6 +385,9 @@ REACHED = textwrap.dedent(
         return x
 
 
+    LIMIT = 448
+
+
     def _unused_host(x):
         _other_layout[(1,)](x + 2)
 
@@ -403,7 +406,7 @@ REACHED = textwrap.dedent(
     def entry(x, table):
         _launched[(1,)](x)
         table.write(x)
-        return TABLE["a"](x)
+        return TABLE["a"](x) < LIMIT
     '''
 )
 
@@ -415,7 +418,7 @@ def test_the_gate_reaches_what_the_functions_it_ran_name_and_nothing_else(tmp_pa
     path = tmp_path / "reached.py"
     path.write_text(REACHED)
     assert reach.reachable(path, ["entry"]) == {
-        "entry", "_launched", "_inlined", "write", "TABLE", "_by_table",
+        "entry", "_launched", "_inlined", "write", "TABLE", "_by_table", "LIMIT",
     }  # fmt: skip
     assert reach.reachable(path, ["entry", "_unused_host"]) >= {"_unused_host", "_other_layout"}
     assert "unread" in reach.reachable(path, ["entry", "Table"])
@@ -431,6 +434,8 @@ def test_a_mutant_is_unreached_only_by_a_record_of_what_ran(tmp_path):
     assert "runs only entry of reached.py" in judged.reason
     assert campaign.unreached(mutants["_launched"], ran) is None
     assert campaign.unreached(mutants["_unused_host"], {}) is None  # no record: no claim
+    module_level = next(m for m in mutants_of(path) if m.function == "<module>")
+    assert campaign.unreached(module_level, {str(path.resolve()): ["<module>"]}) is None
 
 
 def test_a_worker_records_what_of_the_stood_in_file_ran_and_launched(small, tmp_path):

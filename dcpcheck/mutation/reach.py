@@ -50,18 +50,21 @@ def _mentioned(node: ast.AST) -> set[str]:
 
 def reachable(path: Path, ran: Iterable[str]) -> set[str]:
     """The names of the functions and classes of ``path`` that the functions named ``ran``
-    reach (module docstring), ``ran`` included."""
+    reach (module docstring), ``ran`` included (``<module>``, the file's own statements,
+    among them once it was imported)."""
     definitions = _definitions(ast.parse(path.read_bytes(), str(path)))
-    reached: set[str] = set()
+    reached: set[str] = set(ran)
     pending = [name for name in ran if name in definitions]
+    expanded: set[str] = set()
     while pending:
         name = pending.pop()
-        if name in reached:
+        if name in expanded:
             continue
+        expanded.add(name)
         reached.add(name)
         for node in definitions[name]:
             mentioned = _mentioned(node)
             if isinstance(node, ast.ClassDef):
                 mentioned |= {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
-            pending += [m for m in mentioned if m in definitions and m not in reached]
+            pending += [m for m in mentioned if m in definitions and m not in expanded]
     return reached
