@@ -7,7 +7,9 @@ Three small shipped scenarios at DCP4 and the token streams stand for the gate: 
 check of the op, a failing kernel's findings (foreign and padding rows), the oracle-free
 forms. Left out of the comparison, because they change by design and say so: the files
 the kernel's code is read from (``kernel_files``: where the project keeps its kernel
-modules) and dcpcheck's version.
+modules) and dcpcheck's version; and the fourth digit of the token streams' DCP1 top-2
+margin, which comes from torch's CPU matmuls, whose summation order follows the machine's
+vector width (0.9012 on one CPU, 0.9011 on another; the verdict and the bound do not move).
 
 A report that differs fails with the first differing line; to accept a change that is
 meant, write the fixtures again with ``DCPCHECK_WRITE_REPORT_FIXTURES=1``.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,16 +38,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+MARGIN = re.compile(r"(DCP1 top-2 margin \d\.\d\d\d)\d")
+
+
 def _stable_json(text: str) -> str:
     doc = json.loads(text)
     doc.pop("kernel_files")
     doc.pop("dcpcheck")
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return MARGIN.sub(r"\1", json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _stable_junit(text: str) -> str:
     kept = [line for line in text.splitlines(keepends=True) if 'name="kernel_file"' not in line]
-    return "".join(kept)
+    return MARGIN.sub(r"\1", "".join(kept))
 
 
 @pytest.mark.parametrize("oracle", ["on", "off"])
