@@ -396,11 +396,18 @@ REACHED = textwrap.dedent(
 
 
     class Table:
+        def __init__(self):
+            self.rows = 0
+
         def write(self, x):
             return x
 
         def unread(self, x):
             return x
+
+
+    def _reads_unread(table):
+        return table.unread
 
 
     def entry(x, table):
@@ -414,14 +421,16 @@ REACHED = textwrap.dedent(
 def test_the_gate_reaches_what_the_functions_it_ran_name_and_nothing_else(tmp_path):
     """From ``entry``: its launch, the launched kernel's inlined call, a method read as an
     attribute, a function through a module-level table. ``_other_layout`` is launched only
-    by a function nothing reaches; a class nobody names keeps its unread method unreached."""
+    by a function nothing reaches; a class whose body ran on import reaches no method
+    until some reached code reads it."""
     path = tmp_path / "reached.py"
     path.write_text(REACHED)
     assert reach.reachable(path, ["entry"]) == {
         "entry", "_launched", "_inlined", "write", "TABLE", "_by_table", "LIMIT",
     }  # fmt: skip
     assert reach.reachable(path, ["entry", "_unused_host"]) >= {"_unused_host", "_other_layout"}
-    assert "unread" in reach.reachable(path, ["entry", "Table"])
+    assert "unread" not in reach.reachable(path, ["entry", "Table"])  # its body ran, on import
+    assert "unread" in reach.reachable(path, ["entry", "_reads_unread"])
 
 
 def test_a_mutant_is_unreached_only_by_a_record_of_what_ran(tmp_path):

@@ -8,8 +8,9 @@ through the gate only counts survivors that no scenario could kill.
 The closure reads names, not calls, so it over-approximates: a function is reached when a
 reached one mentions its name anywhere (a call, a launch ``kernel[grid](...)``, a
 reference passed along, a module-level name whose value mentions it), a class when its
-name is mentioned (then all of its methods), a method when any reached code reads an
-attribute of its name. Over-approximating can
+name is mentioned (then its class-level statements and dunder methods: its body runs on
+import, which names no other method), a method when any reached code reads an attribute
+of its name. Over-approximating can
 only keep a mutant in the run, never skip one the gate could see.
 """
 
@@ -48,6 +49,18 @@ def _mentioned(node: ast.AST) -> set[str]:
     return names
 
 
+def _class_mentions(node: ast.ClassDef) -> set[str]:
+    """What naming a class reaches: its bases, decorators and class-level statements, and
+    its dunder methods (construction, calls, operators); any other method is reached by
+    reading an attribute of its name."""
+    methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    names = {m.name for m in methods if m.name.startswith("__") and m.name.endswith("__")}
+    for part in [*node.bases, *node.keywords, *node.decorator_list, *node.body]:
+        if part not in methods:
+            names |= _mentioned(part)
+    return names
+
+
 def reachable(path: Path, ran: Iterable[str]) -> set[str]:
     """The names of the functions and classes of ``path`` that the functions named ``ran``
     reach (module docstring), ``ran`` included (``<module>``, the file's own statements,
@@ -63,8 +76,8 @@ def reachable(path: Path, ran: Iterable[str]) -> set[str]:
         expanded.add(name)
         reached.add(name)
         for node in definitions[name]:
-            mentioned = _mentioned(node)
-            if isinstance(node, ast.ClassDef):
-                mentioned |= {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            mentioned = (
+                _class_mentions(node) if isinstance(node, ast.ClassDef) else _mentioned(node)
+            )
             pending += [m for m in mentioned if m in definitions and m not in expanded]
     return reached
