@@ -25,7 +25,6 @@ from dcpcheck.cases.toml_tables import (
     known,
     read_table,
     string,
-    table_array,
     toml_literal,
 )
 
@@ -228,15 +227,19 @@ class NamedBatch(Generic[B]):
 @dataclass(frozen=True)
 class ScenarioFormat(Generic[B]):
     """How an op package's scenario file is read and written: every key of the file, in the
-    order it is written (``HEAD_KEYS``, the op's, ``RUN_KEYS``, the op's table arrays),
+    order it is written (``HEAD_KEYS``, the op's, ``RUN_KEYS``, the op's table arrays);
     ``batch(values, where)``, the op's batch from the values read (checking the op's own
-    keys, one-line ``ScenarioError`` otherwise), and ``values(batch)``, the op's own keys'
-    values of a batch (a table array's as a list of tables)."""
+    keys, one-line ``ScenarioError`` otherwise); ``tables``, the keys of each table array's
+    tables, in the order of the batch's rows of it (``requests``: pairs of integers).
+
+    A key's value is written from the batch's field of its name (a tuple as an array);
+    ``values(batch)`` gives those of the keys that are no field of the batch."""
 
     op: str
     keys: dict[str, Key]
     batch: Callable[[dict[str, Any], str], B]
-    values: Callable[[B], dict[str, object]]
+    tables: dict[str, dict[str, Key]]
+    values: Callable[[B], dict[str, object]] = lambda batch: {}
 
     @property
     def scenarios(self) -> Path:
@@ -265,16 +268,21 @@ class ScenarioFormat(Generic[B]):
             "op": self.op,
             "name": scenario.name,
             "description": scenario.description,
-            "dcp": list(scenario.dcp_sizes),
-            "seed": scenario.seed,
+            "dcp": scenario.dcp_sizes,
             **self.values(scenario.batch),
         }
         lines, tables = [], []
-        for key, spec in self.keys.items():
-            if spec.accepts is not table_array:
-                lines.append(f"{key} = {toml_literal(values[key])}")
+        for key in self.keys:
+            value = values[key] if key in values else getattr(scenario.batch, key)
+            if key not in self.tables:
+                lines.append(f"{key} = {toml_literal(_array(value))}")
                 continue
-            for table in values[key]:  # type: ignore[attr-defined]
-                tables += ["", f"[[{key}]]"]
-                tables += [f"{k} = {toml_literal(v)}" for k, v in table.items()]
+            for row in value:
+                pairs = zip(self.tables[key], row, strict=True)
+                tables += ["", f"[[{key}]]", *(f"{k} = {toml_literal(v)}" for k, v in pairs)]
         return "\n".join(lines + tables) + "\n"
+
+
+def _array(value: object) -> object:
+    """A batch's value as TOML writes it: a tuple as an array."""
+    return list(value) if isinstance(value, tuple) else value

@@ -140,19 +140,7 @@ def _batch(values: dict[str, Any], where: str) -> SlotMappingBatch:
     )
 
 
-def _values(b: SlotMappingBatch) -> dict[str, object]:
-    return {
-        "block_sizes": list(b.block_sizes),
-        "sharded": list(b.sharded),
-        "interleave": b.interleave,
-        "kernel_block_sizes": list(b.kernel_block_sizes),
-        "padding": b.padding,
-        "without_blocks": list(b.without_blocks),
-        "requests": [{"prefix": prefix, "new": new} for prefix, new in b.requests],
-    }
-
-
-FORMAT = ScenarioFormat(OP, _KEYS, _batch, _values)
+FORMAT = ScenarioFormat(OP, _KEYS, _batch, {"requests": _REQUEST_KEYS})
 """The op's scenario file (module docstring)."""
 
 SCENARIOS = FORMAT.scenarios

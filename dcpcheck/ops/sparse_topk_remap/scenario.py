@@ -151,20 +151,6 @@ def _remap_batch(values: dict[str, Any], where: str) -> RemapBatch:
     )
 
 
-def _remap_values(b: RemapBatch) -> dict[str, object]:
-    return {
-        "topk": b.topk,
-        "block_size": b.block_size,
-        "interleave": b.interleave,
-        "compact": b.compact,
-        "count_valid": b.count_valid,
-        "unused": b.unused,
-        "duplicates": b.duplicates,
-        "padding": b.padding,
-        "requests": [{"context": context, "rows": rows} for context, rows in b.requests],
-    }
-
-
 def _read_write_batch(values: dict[str, Any], where: str) -> ReadWriteBatch:
     """A batch of the end-to-end check (module docstring)."""
     written = FUSED_SCENARIOS / f"{values['write_side']}.toml"
@@ -181,19 +167,10 @@ def _read_write_batch(values: dict[str, Any], where: str) -> ReadWriteBatch:
     )  # fmt: skip
 
 
-def _read_write_values(b: ReadWriteBatch) -> dict[str, object]:
-    return {
-        "write_side": b.write_side,
-        "topk": b.topk,
-        "compact": b.compact,
-        "count_valid": b.count_valid,
-    }
-
-
-REMAP = ScenarioFormat(OP, _KEYS, _remap_batch, _remap_values)
+REMAP = ScenarioFormat(OP, _KEYS, _remap_batch, {"requests": _REQUEST_KEYS})
 """The op's scenario file of requests (module docstring)."""
 
-READ_WRITE = ScenarioFormat(OP, _READ_WRITE_KEYS, _read_write_batch, _read_write_values)
+READ_WRITE = ScenarioFormat(OP, _READ_WRITE_KEYS, _read_write_batch, {})
 """The op's scenario file of the end-to-end check, which names ``write_side``."""
 
 
