@@ -20,12 +20,11 @@ package registry reachable.)
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
 
-from op_matrix import add_row_options, dcpcheck, finish_row, print_rows
+from op_matrix import dcpcheck, print_rows, start
 from slot_mapping_matrix import RELEASES
 
 STAGES = ("slot-mapping", "fused-norm-rope", "attention")
@@ -86,15 +85,9 @@ def judge(version: str, out: Path, sizes: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("out/chain"))
-    parser.add_argument("--dcp", default="1,2,4,8")
-    parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_row_options(parser)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.row:
-        finish_row(judge(args.row, args.out, args.dcp))
+    args = start(
+        __doc__, "out/chain", RELEASES, lambda a: [judge(a.row, a.out, a.dcp)], dcp="1,2,4,8"
+    )
     print(
         "| release | slot mappings | fused op | attention | merge paths | streams | "
         "first divergence | s |\n|---|---|---|---|---|---|---|---|"

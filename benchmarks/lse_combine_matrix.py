@@ -20,10 +20,9 @@ package registry reachable.)
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from op_matrix import add_row_options, finish_row, property_search, rows, verdict
+from op_matrix import property_search, rows, start, verdict
 from slot_mapping_matrix import RELEASES
 
 OP = "lse-combine"
@@ -70,15 +69,10 @@ def judge(version: str, out: Path, examples: int) -> tuple[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("out/lse-combine"))
-    parser.add_argument("--examples", type=int, default=100)
-    parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_row_options(parser)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.row:
-        finish_row(*judge(args.row, args.out, args.examples))
+    args = start(
+        __doc__, "out/lse-combine", RELEASES,
+        lambda a: judge(a.row, a.out, a.examples), examples=100,
+    )  # fmt: skip
     print(
         "| release | cp_lse_ag_out_rs: file / parameters | cases pass / fail / N/A | "
         "property search | dcp_a2a_lse_reduce: file / parameters | cases | s |\n"

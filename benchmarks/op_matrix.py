@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,6 +60,30 @@ def add_row_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--row", metavar="VERSION", help="judge VERSION's row in this process and print it"
     )
+
+
+def start(
+    doc: str,
+    out: str,
+    releases: Sequence[str],
+    row: Callable[[argparse.Namespace], Sequence[str]],
+    **options: int | str,
+) -> argparse.Namespace:
+    """A release matrix's arguments: ``--out`` (default ``out``), each of ``options``
+    (``--NAME``, its type its default's), the versions (default ``releases``) and the row
+    options; its ``--out`` folder made. In a row process (``--row``), the lines ``row(args)``
+    makes are printed and the process leaves."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(out))
+    for name, default in options.items():
+        parser.add_argument(f"--{name}", type=type(default), default=default)
+    parser.add_argument("versions", nargs="*", default=list(releases))
+    add_row_options(parser)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        finish_row(*row(args))
+    return args
 
 
 @contextlib.contextmanager

@@ -21,10 +21,9 @@ package registry reachable.)
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from op_matrix import add_row_options, finish_row, print_rows, property_search, verdict
+from op_matrix import print_rows, property_search, start, verdict
 
 OP = "slot-mapping"
 
@@ -76,15 +75,10 @@ def judge(version: str, out: Path, examples: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("out/slot-mapping"))
-    parser.add_argument("--examples", type=int, default=100)
-    parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_row_options(parser)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.row:
-        finish_row(judge(args.row, args.out, args.examples))
+    args = start(
+        __doc__, "out/slot-mapping", RELEASES,
+        lambda a: [judge(a.row, a.out, a.examples)], examples=100,
+    )  # fmt: skip
     print(
         "| release | slot kernel's shape parameters / caller rows | the GPU runner's routines: "
         "cases pass / fail / N/A | their property search | get_dcp_local_seq_lens | "

@@ -16,10 +16,9 @@ package registry reachable.)
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from op_matrix import add_row_options, finish_row, print_rows, property_search, verdict
+from op_matrix import print_rows, property_search, start, verdict
 from slot_mapping_matrix import RELEASES
 
 OP = "sparse-topk-remap"
@@ -39,15 +38,10 @@ def judge(version: str, out: Path, examples: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("out/sparse-topk-remap"))
-    parser.add_argument("--examples", type=int, default=50)
-    parser.add_argument("versions", nargs="*", default=list(RELEASES))
-    add_row_options(parser)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.row:
-        finish_row(judge(args.row, args.out, args.examples))
+    args = start(
+        __doc__, "out/sparse-topk-remap", RELEASES,
+        lambda a: [judge(a.row, a.out, a.examples)], examples=50,
+    )  # fmt: skip
     print(
         "| release | as its callers call them: pass / fail / N/A | property search | "
         f"{CONVERT} alone | s |\n|---|---|---|---|---|"

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcpcheck.cases.scenario_files import ScenarioError
+from dcpcheck.cases.scenario_files import NamedBatch, ScenarioError
 from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import package
@@ -24,7 +24,6 @@ from dcpcheck.ops.lse_combine.contract import Merged
 from dcpcheck.ops.lse_combine.kernel import combine
 from dcpcheck.ops.lse_combine.scenario import (
     SCENARIOS,
-    CombineScenario,
     load_scenario,
     load_scenarios,
     scenario_to_toml,
@@ -254,7 +253,7 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
     outcome = package(LSE_COMBINE).search(mutant, _mutant_id(mutant), 60, DEVICE)
     assert not outcome.passed, f"{_mutant_id(mutant)} survived 60 examples"
     shrunk = outcome.failure
-    assert isinstance(shrunk, CombineScenario)
+    assert isinstance(shrunk, NamedBatch)
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows <= 2
     if mutant is mutants.base_ignored:
         assert not shrunk.batch.base_e

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import package
 from dcpcheck.ops.lse_combine import kernels
 from dcpcheck.ops.lse_combine.case import CombineBatch
-from dcpcheck.ops.lse_combine.scenario import CombineScenario
 from dcpcheck.ops.lse_combine.vllm import DCP_ONLY, VllmMerge
 from tests.conftest import BACKEND, registry_problem
 
@@ -52,7 +52,7 @@ def release(version: str) -> VllmMerge:
 
 
 def judge(version: str, batch: CombineBatch, dcp_size: int) -> CaseResult:
-    scenario = CombineScenario("t", "a test batch", batch, (dcp_size,))
+    scenario = NamedBatch("t", "a test batch", batch, (dcp_size,))
     kernel = release(version)
     [result] = run_scenario(kernel, f"vllm=={version}", scenario, (dcp_size,), BACKEND.device)
     return result
@@ -166,7 +166,7 @@ def test_the_all_to_all_merge_agrees_with_the_oracle_whatever_empty_shards_hold(
     """0.28.0's lives in dcp_alltoall.py and takes its empty-shard mask from common.py."""
     kernel = a2a(version)
     for batch in (FULL, EMPTY_NAN, dataclasses.replace(EMPTY_NAN, empty="zero-garbage")):
-        scenario = CombineScenario("t", "a test batch", batch, (4,))
+        scenario = NamedBatch("t", "a test batch", batch, (4,))
         [result] = run_scenario(kernel, "a2a", scenario, (4,), BACKEND.device)
         assert result.status == "pass", [c.findings for c in result.failed_checks]
     if version == "0.28.0":
@@ -189,7 +189,7 @@ def test_the_triton_mla_backends_bf16_lse_breaks_the_bound_whichever_merge_runs(
     fp32 = dataclasses.replace(finding.batch, lse_dtype="float32")
     for kernel in (release("0.33.0"), kernels.load("default")):
         for batch, status in ((finding.batch, "fail"), (fp32, "pass")):
-            scenario = CombineScenario("t", "a test batch", batch, (2,))
+            scenario = NamedBatch("t", "a test batch", batch, (2,))
             [result] = run_scenario(kernel, "k", scenario, (2,), BACKEND.device)
             assert result.status == status
             if status == "fail":
@@ -217,7 +217,7 @@ def state_merge(version: str):
 
 
 def judge_state_merge(version: str, batch: CombineBatch, dcp_size: int) -> CaseResult:
-    scenario = CombineScenario("t", "a test batch", batch, (dcp_size,))
+    scenario = NamedBatch("t", "a test batch", batch, (dcp_size,))
     [result] = run_scenario(state_merge(version), "m", scenario, (dcp_size,), BACKEND.device)
     return result
 

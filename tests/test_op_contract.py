@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from dcpcheck.cases.limits import DCP_SIZE_MAX
+from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult, SelftestReport
 from dcpcheck.ops import OpPackage, package, packaged
-from dcpcheck.ops.op_cases import OpScenario
 from tests.conftest import BACKEND
 
 OPS = packaged()
@@ -84,7 +84,7 @@ def selftest_of(op: str) -> SelftestReport:
     return _REPORTS[op]
 
 
-def cheapest(op: OpPackage) -> tuple[OpScenario, int]:
+def cheapest(op: OpPackage) -> tuple[NamedBatch, int]:
     """The op's cheapest shipped scenario (module docstring) and its smallest DCP size
     above 1 (one where ranks share the work), else its smallest."""
     scenarios = op.load_scenarios([], op.scenarios)

@@ -17,13 +17,13 @@ from dataclasses import replace
 
 import pytest
 
+from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import RESHAPE_AND_CACHE_FLASH
 from dcpcheck.ops import package
 from dcpcheck.ops.reshape_and_cache_flash import kernels
 from dcpcheck.ops.reshape_and_cache_flash.case import CacheWriteBatch
-from dcpcheck.ops.reshape_and_cache_flash.scenario import CacheWriteScenario
 from dcpcheck.ops.reshape_and_cache_flash.vllm import VllmCacheWrite
 from tests.conftest import BACKEND, registry_problem
 
@@ -45,7 +45,7 @@ def release(spec: str) -> VllmCacheWrite:
 
 
 def judge(spec: str, batch: CacheWriteBatch, size: int) -> CaseResult:
-    scenario = CacheWriteScenario("t", "a test batch", batch, (size,))
+    scenario = NamedBatch("t", "a test batch", batch, (size,))
     run_scenario = package(RESHAPE_AND_CACHE_FLASH).run_scenario
     [result] = run_scenario(release(spec), spec, scenario, (size,), BACKEND.device)
     return result

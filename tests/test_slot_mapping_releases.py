@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import SLOT_MAPPING
@@ -36,7 +37,7 @@ from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.checks import CHECKS as SLOT_CHECKS
 from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, Routines
 from dcpcheck.ops.slot_mapping.runner import OP_CASES
-from dcpcheck.ops.slot_mapping.scenario import SlotMappingScenario, load_scenarios
+from dcpcheck.ops.slot_mapping.scenario import load_scenarios
 from dcpcheck.ops.slot_mapping.search import batches
 from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
 from dcpcheck.ops.slot_mapping.vllm import (
@@ -73,13 +74,13 @@ def release(version: str) -> Routines:
 
 
 def judge(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
-    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    scenario = NamedBatch("t", "a test batch", batch, (dcp_size,))
     kernel = release(version)
     [result] = run_scenario(kernel, f"vllm=={version}", scenario, (dcp_size,), BACKEND.device)
     return result
 
 
-def shipped(name: str) -> SlotMappingScenario:
+def shipped(name: str) -> NamedBatch:
     [scenario] = load_scenarios([name])
     return scenario
 
@@ -325,7 +326,7 @@ def backends_function(version: str) -> Routines:
 def test_the_backends_lengths_function_counts_each_ranks_positions(version, dcp_size, interleave):
     """Called as the runners call it; the padded requests are its callers', not its own."""
     batch = dataclasses.replace(LONG, interleave=interleave, block_sizes=(16 * interleave,))
-    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    scenario = NamedBatch("t", "a test batch", batch, (dcp_size,))
     kernel = backends_function(version)
     [result] = run_scenario(kernel, "f", scenario, (dcp_size,), BACKEND.device)
     assert result.status == "pass", failed(result)
@@ -359,7 +360,7 @@ def v1_table(version: str) -> Routines:
 
 
 def judge_v1(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
-    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    scenario = NamedBatch("t", "a test batch", batch, (dcp_size,))
     kernel = v1_table(version)
     [result] = run_scenario(kernel, "v1", scenario, (dcp_size,), BACKEND.device)
     return result
@@ -529,7 +530,7 @@ EVEN = SlotMappingBatch(((7, 1), (8, 1), (3, 1), (0, 4)), (16,), (True,), 1)
 
 def judge_whole(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
     """``batch`` judged by a release before the GPU runner, as ``--kernel vllm==X``."""
-    scenario = SlotMappingScenario("t", "a test batch", batch, (dcp_size,))
+    scenario = NamedBatch("t", "a test batch", batch, (dcp_size,))
     kernel = before_gpu_runner(version)
     [result] = run_scenario(kernel, f"vllm=={version}", scenario, (dcp_size,), BACKEND.device)
     return result

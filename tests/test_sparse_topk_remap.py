@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from dcpcheck.cases.scenario_files import ScenarioError
+from dcpcheck.cases.scenario_files import NamedBatch, ScenarioError
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import package
 from dcpcheck.ops.sparse_topk_remap import checks, mutants
@@ -22,7 +22,6 @@ from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs
 from dcpcheck.ops.sparse_topk_remap.kernel import remap
 from dcpcheck.ops.sparse_topk_remap.scenario import (
     SCENARIOS,
-    RemapScenario,
     load_scenario,
     load_scenarios,
     scenario_to_toml,
@@ -195,7 +194,7 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
     outcome = OP.search(mutant, mutant.__name__, 80, DEVICE)
     assert not outcome.passed, f"{mutant.__name__} survived 80 examples"
     shrunk = outcome.failure
-    assert isinstance(shrunk, RemapScenario)
+    assert isinstance(shrunk, NamedBatch)
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows == 1
     if mutant is mutants.last_tile_dropped:
         assert shrunk.batch.topk == 257  # the smallest width with a second tile

@@ -16,13 +16,13 @@ import functools
 
 import pytest
 
+from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import package
 from dcpcheck.ops.sparse_topk_remap import kernels
 from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
-from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
 from dcpcheck.ops.sparse_topk_remap.vllm import CONVERT, FILTER, VllmRemap
 from reference import sparse_topk_remap as oracle
 from tests.conftest import BACKEND, registry_problem
@@ -54,7 +54,7 @@ def release(spec: str) -> VllmRemap:
 
 
 def judge(spec: str, batch: RemapBatch, size: int) -> CaseResult:
-    scenario = RemapScenario("t", "a test batch", batch, (size,))
+    scenario = NamedBatch("t", "a test batch", batch, (size,))
     [result] = run_scenario(release(spec), spec, scenario, (size,), BACKEND.device)
     return result
 

@@ -13,7 +13,8 @@ modules are:
 
 * ``scenario`` (:class:`ScenarioModule`): ``SCENARIOS``, the shipped scenario files'
   folder; ``load_scenario(path)`` and ``load_scenarios(patterns, root)``, the op's
-  scenario type (``op_cases.OpScenario``) read strictly; ``scenario_to_toml``.
+  scenarios (``dcpcheck.cases.scenario_files.NamedBatch``) read strictly;
+  ``scenario_to_toml``: a ``scenario_files.ScenarioFormat`` of the op's keys and batch.
 * ``cost`` (:class:`CostModule`): ``check_cost(scenario, dcp_sizes, budget)``, the peak
   memory estimate (``dcpcheck.cases.memory``).
 * ``kernels`` (:class:`KernelsModule`): ``KERNELS``, the project's kernel (``default``)
@@ -57,9 +58,10 @@ if TYPE_CHECKING:
 
     from dcpcheck.backend import Backend
     from dcpcheck.cases.memory import Peak
+    from dcpcheck.cases.scenario_files import NamedBatch
     from dcpcheck.cases.verdicts import CaseResult, SelftestReport, SelftestRow
     from dcpcheck.kernels.loading import JudgedFile
-    from dcpcheck.ops.op_cases import OpCases, OpScenario, SearchOutcome
+    from dcpcheck.ops.op_cases import OpCases, SearchOutcome
 
 
 class OpKernel(Protocol):
@@ -72,18 +74,18 @@ class ScenarioModule(Protocol):
 
     SCENARIOS: Path
 
-    def load_scenario(self, path: Path) -> OpScenario: ...
+    def load_scenario(self, path: Path) -> NamedBatch: ...
 
-    def load_scenarios(self, patterns: list[str], root: Path) -> Sequence[OpScenario]: ...
+    def load_scenarios(self, patterns: list[str], root: Path) -> Sequence[NamedBatch]: ...
 
-    def scenario_to_toml(self, scenario: OpScenario) -> str: ...
+    def scenario_to_toml(self, scenario: NamedBatch) -> str: ...
 
 
 class CostModule(Protocol):
     """An op package's ``cost`` module (module docstring)."""
 
     def check_cost(
-        self, scenario: OpScenario, dcp_sizes: Sequence[int], budget: int | None
+        self, scenario: NamedBatch, dcp_sizes: Sequence[int], budget: int | None
     ) -> Peak: ...
 
 
@@ -166,16 +168,16 @@ class OpPackage:
         runner: RunnerModule = self._part("runner")  # type: ignore[assignment]
         return runner.OP_CASES
 
-    def load_scenarios(self, patterns: list[str], root: Path) -> list[OpScenario]:
+    def load_scenarios(self, patterns: list[str], root: Path) -> list[NamedBatch]:
         """The scenarios under ``root`` whose names match a pattern (all without one)."""
         return list(self._scenario().load_scenarios(patterns, root))
 
-    def load_scenario(self, path: Path) -> OpScenario:
+    def load_scenario(self, path: Path) -> NamedBatch:
         """One scenario file of the op, wherever it lies."""
         return self._scenario().load_scenario(path)
 
     def check_cost(
-        self, scenario: OpScenario, dcp_sizes: Sequence[int], budget: int | None
+        self, scenario: NamedBatch, dcp_sizes: Sequence[int], budget: int | None
     ) -> Peak:
         """The peak estimate of ``scenario`` at ``dcp_sizes``; a one-line ``ScenarioError``
         when a run of it would hold more than ``budget`` (``dcpcheck.cases.memory``)."""
@@ -202,7 +204,7 @@ class OpPackage:
         self,
         kernel: OpKernel,
         kernel_name: str,
-        scenario: OpScenario,
+        scenario: NamedBatch,
         dcp_sizes: Sequence[int],
         device: torch.device,
     ) -> list[CaseResult]:
@@ -214,7 +216,7 @@ class OpPackage:
         )
 
     def save_failed_case(
-        self, scenario: OpScenario, result: CaseResult, kernel_name: str, home: Path
+        self, scenario: NamedBatch, result: CaseResult, kernel_name: str, home: Path
     ) -> Path:
         """A failing case saved as a scenario file under ``home`` (``op_cases``)."""
         from dcpcheck.ops import op_cases

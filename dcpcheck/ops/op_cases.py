@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
@@ -25,6 +25,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from dcpcheck.backend import Backend
+from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.seeded_draws import seed_alone
 from dcpcheck.cases.verdicts import (
     CaseResult,
@@ -40,32 +41,19 @@ DEFAULT_SEED = 0
 """The property search's seed when none is given."""
 
 
-class OpScenario(Protocol):
-    """What the code here reads of an op's scenario."""
-
-    name: str
-    description: str
-    batch: Any
-    dcp_sizes: tuple[int, ...]
-    source: Path | None
-
-
 @dataclass(frozen=True)
 class OpCases:
     """An op's parts the functions here need: its name, its shipped scenarios' folder, how
-    a scenario is written back as TOML, how one case is judged
-    (``judge(kernel, batch, dcp_size, device) -> checks``), and its scenario type, which
-    the property search makes its drawn batches into
-    (``scenario(name, description, batch, dcp_sizes)``)."""
+    a scenario is written back as TOML, and how one case is judged
+    (``judge(kernel, batch, dcp_size, device) -> checks``)."""
 
     op: str
     scenarios: Path
     to_toml: Callable[[Any], str]
     judge: Callable[[Any, Any, int, torch.device], list[CheckResult]]
-    scenario: Callable[[str, str, Any, tuple[int, ...]], OpScenario]
 
 
-def replay_command(op: OpCases, scenario: OpScenario, dcp_size: int, kernel_name: str) -> str:
+def replay_command(op: OpCases, scenario: NamedBatch, dcp_size: int, kernel_name: str) -> str:
     """The command that runs this one case again: a shipped scenario by name, any other by
     its file."""
     kernel = f" --kernel {shlex.quote(kernel_name)}" if kernel_name != "default" else ""
@@ -76,7 +64,7 @@ def replay_command(op: OpCases, scenario: OpScenario, dcp_size: int, kernel_name
 
 
 def save_failed_case(
-    op: OpCases, scenario: OpScenario, result: CaseResult, kernel_name: str, home: Path
+    op: OpCases, scenario: NamedBatch, result: CaseResult, kernel_name: str, home: Path
 ) -> Path:
     """A failing case as a scenario file of the op under ``home/failures/``, at the DCP
     size it failed at, which ``dcpcheck repro`` replays."""
@@ -128,7 +116,7 @@ def run_scenario(
     op: OpCases,
     kernel: Any,
     kernel_name: str,
-    scenario: OpScenario,
+    scenario: NamedBatch,
     dcp_sizes: Sequence[int],
     device: torch.device,
 ) -> list[CaseResult]:
@@ -188,7 +176,7 @@ def search(
     ``op`` on ``kernel``, each as a scenario of the op at that one size; the smallest
     failing scenario, when any fails, as Hypothesis shrinks it."""
     ran = skipped = 0
-    failing: list[tuple[int, OpScenario, CaseResult]] = []
+    failing: list[tuple[int, NamedBatch, CaseResult]] = []
 
     @settings(
         max_examples=examples,
@@ -202,7 +190,7 @@ def search(
         nonlocal ran, skipped
         ran += 1
         batch, size = pair
-        scenario = op.scenario("drawn", "a batch drawn by the property search", batch, (size,))
+        scenario = NamedBatch("drawn", "a batch drawn by the property search", batch, (size,))
         [result] = run_scenario(op, kernel, kernel_name, scenario, (size,), device)
         skipped += result.status == "not_applicable"
         if result.failed:
@@ -237,7 +225,7 @@ def _selftest_row(
     name: str,
     description: str,
     mutant: bool,
-    scenarios: Sequence[OpScenario],
+    scenarios: Sequence[NamedBatch],
     backend: Backend,
 ) -> SelftestRow:
     """The selftest's row of one kernel: the first failing case over ``scenarios``."""
@@ -274,7 +262,7 @@ def selftest(
     op: OpCases,
     kernels: dict[str, Any],
     descriptions: dict[str, str],
-    scenarios: Sequence[OpScenario],
+    scenarios: Sequence[NamedBatch],
     backend: Backend,
     on_row: Callable[[SelftestRow], None] | None = None,
 ) -> SelftestReport:

@@ -23,39 +23,14 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
-from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
+from dcpcheck.kernels.loading import JudgedFile, KernelLoadError
+from dcpcheck.kernels.registry import OpKernels, adapted, described
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops.lse_combine import kernel as project_kernel
 from dcpcheck.ops.lse_combine import mutants, vllm, vllm_attention, vllm_state_merge
 from dcpcheck.ops.lse_combine.attention import mla_decode_attention
 from dcpcheck.ops.lse_combine.contract import CombineKernel, DecodeAttention
-
-KERNELS: dict[str, CombineKernel] = {
-    "default": project_kernel.combine,
-    **{loading.mutant_name(m): m for m in mutants.MUTANTS},
-    **{loading.mutant_name(a): mutants.ProducedBy(a) for a in mutants.ATTENTION_MUTANTS},
-}
-
-DESCRIPTIONS: dict[str, str] = {
-    "default": "the project's merge: all-gathered LSEs, a Triton correction, reduce-scatter",
-    **{
-        loading.mutant_name(m): loading.summary(m)
-        for m in (*mutants.MUTANTS, *mutants.ATTENTION_MUTANTS)
-    },
-}
-"""What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
-
-
-def release_of(spec: str) -> releases.ReleaseSpec | None:
-    """``spec`` as a vLLM release of this op; ``KernelSpecError`` for a version that is
-    no version, or a function the op does not know."""
-    release = loading.release_of(spec, vllm.FUNCTION)
-    judged = (*vllm.FUNCTIONS, vllm_state_merge.FUNCTION)
-    if release is not None and release.function not in judged:
-        raise KernelSpecError(f"{spec}: the {LSE_COMBINE} op judges {', '.join(judged)} only")
-    return release
 
 
 def _neighbours(version: str) -> dict[str, Path]:
@@ -76,115 +51,104 @@ def _imports(path: Path, neighbours: dict[str, Path]) -> list[Path]:
     return [file for module, file in neighbours.items() if module in modules]
 
 
-def load(spec: str) -> CombineKernel:
-    """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""
-    if spec in KERNELS:
-        return KERNELS[spec]
-    release = release_of(spec)
-    if release is not None and release.function == vllm_state_merge.FUNCTION:
-        path = Path(_state_merge_file(release).path)
-        return vllm_state_merge.load(path, release.version, release.name)
-    if release is not None:
-        path = Path(
-            loading.release_file(release.version, release.name, release.function, vllm.MEMBERS).path
-        )
-        merge = _release_merge(path, release.version, release.name, release.function)
-        other = next(f for f in vllm.FUNCTIONS if f != release.function)
-        found = loading.release_file_defining(release.version, other, vllm.MEMBERS)
-        if found is None:
-            return merge  # the release has one path
-        counterpart = _release_merge(Path(found.path), release.version, release.name, other)
-        return dataclasses.replace(merge, counterpart=counterpart)
-    return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
-
-
-def _release_merge(path: Path, version: str, name: str, function: str) -> vllm.VllmMerge:
-    """Release ``version``'s ``function``, defined in ``path``, under the op's protocol;
-    ``KernelLoadError`` when its API is one the adapter does not know."""
-    try:
-        routine = vllm.routine_of(path, function, name, _neighbours(version))
-        return vllm.VllmMerge(routine, name, function)
-    except AdapterError as exc:  # the revision's: bisect skips it
-        raise KernelLoadError(str(exc)) from None
-
-
 def _state_merge_file(release: releases.ReleaseSpec) -> JudgedFile:
     return loading.release_file(
         release.version, release.name, release.function, vllm_state_merge.MEMBERS
     )
 
 
-def judged_files(spec: str) -> tuple[JudgedFile, ...]:
-    """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel
-    and mutant modules for a registry name, a release's files, else what
-    ``dcpcheck.kernels.loading.spec_files`` names."""
-    if spec in KERNELS:
-        sources = (project_kernel.__file__, mutants.__file__)
-        return tuple(loading.judged_file(Path(source)) for source in sources)
-    release = release_of(spec)
-    if release is not None and release.function == vllm_state_merge.FUNCTION:
+def _release_merge(path: Path, version: str, name: str, function: str) -> vllm.VllmMerge:
+    """Release ``version``'s ``function``, defined in ``path``, under the op's protocol;
+    ``KernelLoadError`` when its API is one the adapter does not know."""
+    routine = adapted(vllm.routine_of, path, function, name, _neighbours(version))
+    return adapted(vllm.VllmMerge, routine, name, function)
+
+
+def _release(release: releases.ReleaseSpec, named: bool) -> CombineKernel:
+    if release.function == vllm_state_merge.FUNCTION:
+        path = Path(_state_merge_file(release).path)
+        return vllm_state_merge.load(path, release.version, release.name)
+    path = Path(
+        loading.release_file(release.version, release.name, release.function, vllm.MEMBERS).path
+    )
+    merge = _release_merge(path, release.version, release.name, release.function)
+    other = next(f for f in vllm.FUNCTIONS if f != release.function)
+    found = loading.release_file_defining(release.version, other, vllm.MEMBERS)
+    if found is None:
+        return merge  # the release has one path
+    counterpart = _release_merge(Path(found.path), release.version, release.name, other)
+    return dataclasses.replace(merge, counterpart=counterpart)
+
+
+def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFile, ...]:
+    if release.function == vllm_state_merge.FUNCTION:
         return (_state_merge_file(release),)
-    if release is not None:
-        judged = loading.release_file(release.version, release.name, release.function, vllm.MEMBERS)
-        other = next(f for f in vllm.FUNCTIONS if f != release.function)
-        counterpart = loading.release_file_defining(release.version, other, vllm.MEMBERS)
-        files = [Path(judged.path)]
-        if counterpart is not None:  # the paths checks run it too
-            files.append(Path(counterpart.path))
-        neighbours = _neighbours(release.version)
-        files += [sibling for file in list(files) for sibling in _imports(file, neighbours)]
-        unique = dict.fromkeys(files)
-        return (judged, *(loading.judged_file(path) for path in list(unique)[1:]))
-    return loading.spec_files(spec)
+    judged = loading.release_file(release.version, release.name, release.function, vllm.MEMBERS)
+    other = next(f for f in vllm.FUNCTIONS if f != release.function)
+    counterpart = loading.release_file_defining(release.version, other, vllm.MEMBERS)
+    files = [Path(judged.path)]
+    if counterpart is not None:  # the paths checks run it too
+        files.append(Path(counterpart.path))
+    neighbours = _neighbours(release.version)
+    files += [sibling for file in list(files) for sibling in _imports(file, neighbours)]
+    unique = dict.fromkeys(files)
+    return (judged, *(loading.judged_file(path) for path in list(unique)[1:]))
 
 
-def canonical(spec: str) -> str:
-    """``spec`` as reports and replays spell it: a release's version normalised."""
-    release = release_of(spec)
-    if release is None:
-        return spec
-    return release.name + (f":{release.function}" if ":" in spec else "")
+REGISTRY: OpKernels[CombineKernel] = OpKernels(
+    op=LSE_COMBINE,
+    kernels={
+        "default": project_kernel.combine,
+        **{loading.mutant_name(m): m for m in mutants.MUTANTS},
+        **{loading.mutant_name(a): mutants.ProducedBy(a) for a in mutants.ATTENTION_MUTANTS},
+    },
+    descriptions=described(
+        "the project's merge: all-gathered LSEs, a Triton correction, reduce-scatter",
+        (*mutants.MUTANTS, *mutants.ATTENTION_MUTANTS),
+    ),
+    sources=(project_kernel.__file__, mutants.__file__),
+    function=vllm.FUNCTION,
+    judged=(*vllm.FUNCTIONS, vllm_state_merge.FUNCTION),
+    release=_release,
+    release_files=_release_files,
+)
+"""The op's kernels by spec (module docstring)."""
+
+KERNELS = REGISTRY.kernels
+DESCRIPTIONS = REGISTRY.descriptions
+load = REGISTRY.load
+judged_files = REGISTRY.judged_files
+canonical = REGISTRY.canonical
 
 
-ATTENTIONS: dict[str, DecodeAttention] = {
-    "default": mla_decode_attention,
-    **{loading.mutant_name(m): m for m in mutants.ATTENTION_MUTANTS},
-}
-"""The project's decode attentions by name: the correct one and its mutants."""
+def _attention_file(release: releases.ReleaseSpec) -> JudgedFile:
+    return loading.release_file(
+        release.version, release.name, release.function, vllm_attention.MEMBERS
+    )
 
 
-def load_attention(spec: str) -> DecodeAttention:
-    """The decode attention ``spec`` names (module docstring); ``KernelLoadError`` with
-    one line."""
-    if spec in ATTENTIONS:
-        return ATTENTIONS[spec]
-    release = loading.release_of(spec, vllm_attention.FUNCTION)
-    if release is not None:
-        path = Path(
-            loading.release_file(
-                release.version, release.name, release.function, vllm_attention.MEMBERS
-            ).path
-        )
-        function = getattr(loading.load_file(path), release.function, None)
-        if not callable(function):
-            raise KernelLoadError(f"{release.name}: {path} has no {release.function}")
-        try:
-            return vllm_attention.VllmDecodeAttention(function, release.name)
-        except AdapterError as exc:
-            raise KernelLoadError(str(exc)) from None
-    return loading.load_callable(spec, list(ATTENTIONS))  # type: ignore[return-value]
+def _release_attention(release: releases.ReleaseSpec, named: bool) -> DecodeAttention:
+    path = Path(_attention_file(release).path)
+    function = getattr(loading.load_file(path), release.function, None)
+    if not callable(function):
+        raise KernelLoadError(f"{release.name}: {path} has no {release.function}")
+    return adapted(vllm_attention.VllmDecodeAttention, function, release.name)
 
 
-def attention_files(spec: str) -> tuple[JudgedFile, ...]:
-    """The files the decode attention ``spec`` names comes from, with their SHA256."""
-    if spec in ATTENTIONS:
-        sources = (mla_decode_attention.__code__.co_filename, mutants.__file__)
-        return tuple(loading.judged_file(Path(source)) for source in sources)
-    release = loading.release_of(spec, vllm_attention.FUNCTION)
-    if release is not None:
-        return (
-            loading.release_file(
-                release.version, release.name, release.function, vllm_attention.MEMBERS
-            ),
-        )
-    return loading.spec_files(spec)
+ATTENTION_REGISTRY: OpKernels[DecodeAttention] = OpKernels(
+    op=LSE_COMBINE,
+    kernels={
+        "default": mla_decode_attention,
+        **{loading.mutant_name(m): m for m in mutants.ATTENTION_MUTANTS},
+    },
+    sources=(mla_decode_attention.__code__.co_filename, mutants.__file__),
+    function=vllm_attention.FUNCTION,
+    judged=(),
+    release=_release_attention,
+    release_files=lambda release, named: (_attention_file(release),),
+)
+"""The decode attentions by spec (module docstring): the project's by name, the correct
+one and its mutants."""
+
+load_attention = ATTENTION_REGISTRY.load
+attention_files = ATTENTION_REGISTRY.judged_files

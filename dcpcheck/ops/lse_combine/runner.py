@@ -16,7 +16,7 @@ from dcpcheck.ops.lse_combine.case import CombineBatch, CombineCase, build_case,
 from dcpcheck.ops.lse_combine.chain import chain
 from dcpcheck.ops.lse_combine.contract import CombineKernel, Merged
 from dcpcheck.ops.lse_combine.paths import judge_paths
-from dcpcheck.ops.lse_combine.scenario import SCENARIOS, CombineScenario, scenario_to_toml
+from dcpcheck.ops.lse_combine.scenario import SCENARIOS, scenario_to_toml
 
 Launch = Callable[[CombineKernel, CombineCase], list[Merged]]
 """Every rank's merge of a case: ``case.launch_all`` (simulated ranks) or a real group's
@@ -43,4 +43,4 @@ def judged(
     return op_cases.with_skips(judged_here, kernel)
 
 
-OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, judged, CombineScenario)
+OP_CASES = op_cases.OpCases(LSE_COMBINE, SCENARIOS, scenario_to_toml, judged)

@@ -30,35 +30,21 @@ File format (``scenario_to_toml`` writes exactly this)::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.scenario_files import (
+    HEAD_KEYS,
+    RUN_KEYS,
     ScenarioError,
-    load_named,
-    read_op_scenario,
-    scenario_files,
-    shipped_scenarios,
+    ScenarioFormat,
+    check_range,
+    key_error,
+    read_tables,
 )
-from dcpcheck.cases.toml_tables import (
-    Key,
-    boolean,
-    integer,
-    integer_array,
-    known,
-    number,
-    read_table,
-    string,
-    table_array,
-    toml_literal,
-)
+from dcpcheck.cases.toml_tables import Key, boolean, integer, known, number, string, table_array
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops.lse_combine.case import DTYPES, EMPTY_SHARDS, NEEDS_LENGTHS, CombineBatch
-
-SCENARIOS = shipped_scenarios(LSE_COMBINE)
-"""The op's shipped scenarios."""
 
 HEADS_MAX = 256
 HEAD_DIM_MAX = 1024
@@ -71,9 +57,7 @@ LOGIT_MAX = 1e4
 BASES = {"e": True, "2": False}
 
 _KEYS: dict[str, Key] = {
-    "op": Key("string", string),
-    "name": Key("string", string),
-    "description": Key("string", string),
+    **HEAD_KEYS,
     "heads": Key("integer", integer),
     "head_dim": Key("integer", integer),
     "dtype": Key("string", string),
@@ -86,8 +70,7 @@ _KEYS: dict[str, Key] = {
     "padding": Key("integer", integer, 0),
     "sink_logit": Key("number", number, 0.0),
     "logit_shift": Key("number", number, 0.0),
-    "dcp": Key("array of integers", integer_array),
-    "seed": Key("integer", integer),
+    **RUN_KEYS,
     "requests": Key("array of tables ([[requests]])", table_array),
 }
 
@@ -97,63 +80,43 @@ _REQUEST_KEYS: dict[str, Key] = {
 }
 
 
-@dataclass(frozen=True)
-class CombineScenario:
-    """One named, replayable batch of the op and the DCP sizes it runs at."""
-
-    name: str
-    description: str
-    batch: CombineBatch
-    dcp_sizes: tuple[int, ...]
-    source: Path | None = field(default=None, compare=False)
-
-    @property
-    def seed(self) -> int:
-        return self.batch.seed
-
-
 def _check(values: dict[str, Any], where: str) -> None:
     """The op's own keys within what it and ``dcpcheck.cases.limits`` allow (the keys
     every op's file has are ``read_op_scenario``'s)."""
-
-    def fail(key: str, problem: str) -> None:
-        raise ScenarioError(f"{where}: key '{key}': {problem}")
-
-    for key, most in (("heads", HEADS_MAX), ("head_dim", HEAD_DIM_MAX)):
-        if not 1 <= values[key] <= most:
-            fail(key, f"must be in 1..{most}, got {values[key]}")
+    check_range(values, "heads", 1, HEADS_MAX, where)
+    check_range(values, "head_dim", 1, HEAD_DIM_MAX, where)
     for key in ("dtype", "lse_dtype"):
         if values[key] not in DTYPES:
-            fail(key, f"must be one of {known(DTYPES)}, got {values[key]!r}")
-    if values["base"] not in BASES:
-        fail("base", f"must be one of {known(BASES)}, got {values['base']!r}")
-    if values["empty"] not in EMPTY_SHARDS:
-        fail("empty", f"must be one of {known(EMPTY_SHARDS)}, got {values['empty']!r}")
+            raise key_error(where, key, f"must be one of {known(DTYPES)}, got {values[key]!r}")
+    for key, choices in (("base", BASES), ("empty", EMPTY_SHARDS)):
+        if values[key] not in choices:
+            raise key_error(where, key, f"must be one of {known(choices)}, got {values[key]!r}")
     if values["empty"] in NEEDS_LENGTHS and not values["masked"]:
-        fail(
+        raise key_error(
+            where,
             "empty",
             f"{values['empty']!r} looks like a real shard: no merge can tell it apart unless "
             "its caller passes the lengths (masked = true)",
         )
-    if not 1 <= values["interleave"] <= limits.BLOCK_SIZE_MAX:
-        fail("interleave", f"must be in 1..{limits.BLOCK_SIZE_MAX}, got {values['interleave']}")
-    if not 0 <= values["padding"] <= limits.PADDING_MAX:
-        fail("padding", f"must be in 0..{limits.PADDING_MAX}, got {values['padding']}")
+    check_range(values, "interleave", 1, limits.BLOCK_SIZE_MAX, where)
+    check_range(values, "padding", 0, limits.PADDING_MAX, where)
     for key in ("sink_logit", "logit_shift"):
         if not (math.isfinite(values[key]) and abs(values[key]) <= LOGIT_MAX):
-            fail(key, f"must be finite and at most {LOGIT_MAX:g} in size, got {values[key]}")
+            raise key_error(
+                where, key, f"must be finite and at most {LOGIT_MAX:g} in size, got {values[key]}"
+            )
     sizes = values["dcp"]
     if any(values["heads"] % n for n in sizes):
-        fail("dcp", f"every DCP size must divide the {values['heads']} heads, got {sizes}")
+        raise key_error(
+            where, "dcp", f"every DCP size must divide the {values['heads']} heads, got {sizes}"
+        )
     if not 1 <= len(values["requests"]) <= limits.REQUESTS_MAX:
-        fail("requests", f"must hold 1 to {limits.REQUESTS_MAX} requests")
+        raise key_error(where, "requests", f"must hold 1 to {limits.REQUESTS_MAX} requests")
 
 
 def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int], ...]:
     parsed = []
-    for index, table in enumerate(tables):
-        prefix = f"requests[{index}]."
-        values = read_table(table, _REQUEST_KEYS, where, ScenarioError, prefix)
+    for prefix, values in read_tables(tables, _REQUEST_KEYS, where):
         context, queries = values["context"], values["queries"]
         if not 1 <= queries <= context <= CONTEXT_MAX:
             key = "queries" if queries < 1 else "context"
@@ -168,13 +131,9 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
     return tuple(parsed)
 
 
-def load_scenario(path: Path) -> CombineScenario:
-    """Read and check one scenario file of the op, wherever it lies."""
-    path = Path(path)
-    where = str(path)
-    values = read_op_scenario(path, _KEYS, LSE_COMBINE)
+def _batch(values: dict[str, Any], where: str) -> CombineBatch:
     _check(values, where)
-    batch = CombineBatch(
+    return CombineBatch(
         requests=_requests(values["requests"], where),
         heads=values["heads"],
         head_dim=values["head_dim"],
@@ -190,40 +149,17 @@ def load_scenario(path: Path) -> CombineScenario:
         logit_shift=float(values["logit_shift"]),
         seed=values["seed"],
     )
-    return CombineScenario(
-        values["name"], values["description"], batch, tuple(values["dcp"]), source=path
-    )
 
 
-def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[CombineScenario]:
-    """The op's scenarios under ``root`` whose names match a pattern (all without one),
-    sorted by name."""
-    return load_named(scenario_files(patterns, root, f"{LSE_COMBINE} scenario"), load_scenario)
+def _base(b: CombineBatch) -> dict[str, object]:
+    """The key that is no field of the batch: the LSEs' base."""
+    return {"base": "e" if b.base_e else "2"}
 
 
-def scenario_to_toml(scenario: CombineScenario) -> str:
-    """The TOML text of ``scenario``, every key spelled out (module docstring)."""
-    b = scenario.batch
-    top: list[tuple[str, object]] = [
-        ("op", LSE_COMBINE),
-        ("name", scenario.name),
-        ("description", scenario.description),
-        ("heads", b.heads),
-        ("head_dim", b.head_dim),
-        ("dtype", b.dtype),
-        ("lse_dtype", b.lse_dtype),
-        ("base", "e" if b.base_e else "2"),
-        ("return_lse", b.return_lse),
-        ("masked", b.masked),
-        ("empty", b.empty),
-        ("interleave", b.interleave),
-        ("padding", b.padding),
-        ("sink_logit", b.sink_logit),
-        ("logit_shift", b.logit_shift),
-        ("dcp", list(scenario.dcp_sizes)),
-        ("seed", b.seed),
-    ]
-    lines = [f"{key} = {toml_literal(value)}" for key, value in top]
-    for context, queries in b.requests:
-        lines += ["", "[[requests]]", f"context = {context}", f"queries = {queries}"]
-    return "\n".join(lines) + "\n"
+FORMAT = ScenarioFormat(LSE_COMBINE, _KEYS, _batch, {"requests": _REQUEST_KEYS}, _base)
+"""The op's scenario file (module docstring)."""
+
+SCENARIOS = FORMAT.scenarios
+load_scenario = FORMAT.load_scenario
+load_scenarios = FORMAT.load_scenarios
+scenario_to_toml = FORMAT.scenario_to_toml

@@ -17,7 +17,6 @@ from dcpcheck.ops.reshape_and_cache_flash.case import CacheWriteBatch, build_cas
 from dcpcheck.ops.reshape_and_cache_flash.contract import CacheWriteKernel
 from dcpcheck.ops.reshape_and_cache_flash.scenario import (
     SCENARIOS,
-    CacheWriteScenario,
     scenario_to_toml,
 )
 
@@ -35,5 +34,5 @@ def _judged(
 
 
 OP_CASES = op_cases.OpCases(
-    RESHAPE_AND_CACHE_FLASH, SCENARIOS, scenario_to_toml, _judged, CacheWriteScenario
+    RESHAPE_AND_CACHE_FLASH, SCENARIOS, scenario_to_toml, _judged
 )

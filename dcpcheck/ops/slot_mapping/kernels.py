@@ -22,48 +22,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError
+from dcpcheck.kernels.registry import OpKernels, adapted, described
+from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
 from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_mla, vllm_v1
 from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
-KERNELS: dict[str, Routines] = {
-    "default": Routines(compute_slot_mappings, compute_local_seq_lens),
-    **{loading.mutant_name(m): Routines(m, compute_local_seq_lens) for m in mutants.MUTANTS},
-    **{
-        loading.mutant_name(m): Routines(compute_slot_mappings, m) for m in mutants.SEQ_LENS_MUTANTS
-    },
-}
-
-DESCRIPTIONS: dict[str, str] = {
-    "default": "the project's slot-mapping and local-sequence-length Triton kernels",
-    **{
-        loading.mutant_name(m): loading.summary(m)
-        for m in (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS)
-    },
-}
-"""What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
-
 ONE_ROUTINE = "{spec} names the {this} routine alone"
 """Why a spec naming one routine has the other's checks skipped."""
-
-
-def release_of(spec: str) -> releases.ReleaseSpec | None:
-    """``spec`` as a vLLM release of this op (its function ``vllm.FUNCTION`` unless it
-    names one); ``KernelSpecError`` for a version that is no version."""
-    return loading.release_of(spec, vllm.FUNCTION)
-
-
-def _adapted(build, *args) -> object:
-    """An adapter of ``dcpcheck.ops.slot_mapping.vllm``; a signature or caller it cannot
-    read is a load error (exit 125): it is the revision's, which ``bisect`` skips."""
-    try:
-        return build(*args)
-    except AdapterError as exc:
-        raise KernelLoadError(str(exc)) from None
 
 
 def _kept(version: str, member: str) -> Path:
@@ -105,13 +74,13 @@ def _before_gpu_runner(release: releases.ReleaseSpec) -> Routines:
     block table and the local lengths of its attention backends."""
     version, name = release.version, release.name
     table_class = _function(_kept(version, vllm.V1_MEMBER), "BlockTable", name)
-    slots = _adapted(vllm_v1.VllmV1SlotMappings, table_class, name)
+    slots = adapted(vllm_v1.VllmV1SlotMappings, table_class, name)
     member = lengths_member(version)
     path = _kept(version, member)
     if member == vllm.MLA_MEMBER:
-        builder = _adapted(vllm_mla.builder_lengths, path, name)
+        builder = adapted(vllm_mla.builder_lengths, path, name)
         return Routines(slots, vllm.VllmLocalSeqLens.of_builder(builder, name))
-    function = _adapted(vllm.torch_function, path, vllm.SEQ_LENS_FUNCTION, name)
+    function = adapted(vllm.torch_function, path, vllm.SEQ_LENS_FUNCTION, name)
     return Routines(slots, vllm.VllmLocalSeqLens.of_function(function, name))
 
 
@@ -120,24 +89,24 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     version, name = release.version, release.name
     if release.function == vllm.SEQ_LENS_FUNCTION:
         path = _kept(version, vllm.ALONE[release.function])
-        function = _adapted(vllm.torch_function, path, release.function, name)
+        function = adapted(vllm.torch_function, path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
-        return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
+        return Routines(None, adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
     if release.function == vllm.V1_FUNCTION:
         path = _kept(version, vllm.ALONE[release.function])
         table_class = _function(path, "BlockTable", name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
-        return Routines(_adapted(vllm_v1.VllmV1SlotMappings, table_class, name), None, why)
+        return Routines(adapted(vllm_v1.VllmV1SlotMappings, table_class, name), None, why)
     if release.function == vllm.SEQ_LENS_KERNEL:
         path = _kept(version, vllm.ALONE[release.function])
         target = _function(path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
-        return Routines(None, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name), why)
+        return Routines(None, adapted(vllm.VllmLocalSeqLens.of_kernel, target, name), why)
     if not named and not has_gpu_runner(version):
         return _before_gpu_runner(release)
     target = _function(_kept(version, vllm.MEMBER), release.function, name)
     caller = _kept(version, vllm.CALLER_MEMBER)
-    slots = _adapted(vllm.VllmSlotMappings, target, name, caller)
+    slots = adapted(vllm.VllmSlotMappings, target, name, caller)
     if named:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
         return Routines(slots, None, why)
@@ -149,45 +118,37 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
         return Routines(slots, None, why)
     path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
     target = _function(path, vllm.SEQ_LENS_KERNEL, name)
-    return Routines(slots, _adapted(vllm.VllmLocalSeqLens.of_kernel, target, name))
+    return Routines(slots, adapted(vllm.VllmLocalSeqLens.of_kernel, target, name))
 
 
-def load(spec: str) -> Routines:
-    """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""
-    if spec in KERNELS:
-        return KERNELS[spec]
-    release = release_of(spec)
-    if release is not None:
-        return _release(release, named=":" in spec)
-    target = loading.load_callable(spec, list(KERNELS))
+def _callable(spec: str) -> Routines:
+    """A file's or a module's callable with the slot-mapping protocol, or a Triton kernel
+    of vLLM's (module docstring): the slot mappings alone."""
+    target = loading.load_callable(spec, list(REGISTRY.kernels))
     if hasattr(target, "fn") and hasattr(target, "__getitem__"):  # a Triton kernel: vLLM's
         where = Path(spec.rsplit(":", 1)[0])
         caller = vllm.beside(where) if where.suffix == ".py" else None
-        slots = _adapted(vllm.VllmSlotMappings, target, spec, caller)
+        slots = adapted(vllm.VllmSlotMappings, target, spec, caller)
     else:
         slots = target
     why = ONE_ROUTINE.format(spec=spec, this="slot-mapping")
     return Routines(slots, None, why)  # type: ignore[arg-type]
 
 
-def judged_files(spec: str) -> tuple[JudgedFile, ...]:
-    """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel
-    and mutant modules for a registry name, a release's cached files (checked against the
-    lock file or its wheel's RECORD once more), else what
-    ``dcpcheck.kernels.loading.spec_files`` names."""
-    if spec in KERNELS:
-        sources = (project_kernel.__file__, mutants.__file__)
-        return tuple(loading.judged_file(Path(source)) for source in sources)
-    release = release_of(spec)
-    if release is not None:
-        named = ":" in spec
-        if named or has_gpu_runner(release.version):
-            members = vllm.members_of(release.function, named)
-        else:
-            members = (vllm.V1_MEMBER, lengths_member(release.version))
-        present = [m for m in members if not releases.lacks(release.version, m)]
-        kept = [releases.fetch(release.version, member) for member in present]
-        return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
+def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFile, ...]:
+    """A release's cached files (checked against the lock file or its wheel's RECORD once
+    more)."""
+    if named or has_gpu_runner(release.version):
+        members = vllm.members_of(release.function, named)
+    else:
+        members = (vllm.V1_MEMBER, lengths_member(release.version))
+    present = [m for m in members if not releases.lacks(release.version, m)]
+    kept = [releases.fetch(release.version, member) for member in present]
+    return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
+
+
+def _callable_files(spec: str) -> tuple[JudgedFile, ...]:
+    """What ``loading.spec_files`` names, and a vLLM kernel file's caller beside it."""
     judged_here = loading.spec_files(spec)
     where = Path(spec.rsplit(":", 1)[0])
     caller = vllm.beside(where)
@@ -196,9 +157,32 @@ def judged_files(spec: str) -> tuple[JudgedFile, ...]:
     return judged_here
 
 
-def canonical(spec: str) -> str:
-    """``spec`` as reports and replays spell it: a release's version normalised."""
-    release = release_of(spec)
-    if release is None:
-        return spec
-    return release.name + (f":{release.function}" if ":" in spec else "")
+REGISTRY: OpKernels[Routines] = OpKernels(
+    op=SLOT_MAPPING,
+    kernels={
+        "default": Routines(compute_slot_mappings, compute_local_seq_lens),
+        **{loading.mutant_name(m): Routines(m, compute_local_seq_lens) for m in mutants.MUTANTS},
+        **{
+            loading.mutant_name(m): Routines(compute_slot_mappings, m)
+            for m in mutants.SEQ_LENS_MUTANTS
+        },
+    },
+    descriptions=described(
+        "the project's slot-mapping and local-sequence-length Triton kernels",
+        (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS),
+    ),
+    sources=(project_kernel.__file__, mutants.__file__),
+    function=vllm.FUNCTION,
+    judged=(),
+    release=_release,
+    release_files=_release_files,
+    external=_callable,
+    external_files=_callable_files,
+)
+"""The op's kernels by spec (module docstring)."""
+
+KERNELS = REGISTRY.kernels
+DESCRIPTIONS = REGISTRY.descriptions
+load = REGISTRY.load
+judged_files = REGISTRY.judged_files
+canonical = REGISTRY.canonical

@@ -17,7 +17,7 @@ from dcpcheck.ops.slot_mapping import checks as checks_of_slots
 from dcpcheck.ops.slot_mapping import seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.contract import Routines
-from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, SlotMappingScenario, scenario_to_toml
+from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, scenario_to_toml
 
 
 def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> list[CheckResult]:
@@ -43,4 +43,4 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
     return checks + with_skips(judged, kernel.local_seq_lens)
 
 
-OP_CASES = op_cases.OpCases(SLOT_MAPPING, SCENARIOS, scenario_to_toml, _judged, SlotMappingScenario)
+OP_CASES = op_cases.OpCases(SLOT_MAPPING, SCENARIOS, scenario_to_toml, _judged)

@@ -21,12 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dcpcheck.cases import memory
-from dcpcheck.cases.scenario_files import where_of
+from dcpcheck.cases.scenario_files import NamedBatch, where_of
 from dcpcheck.ops.fused_norm_rope import cost as fused_cost
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario as load_fused_scenario
 from dcpcheck.ops.sparse_topk_remap.case import GUARD_ROWS, ReadWriteBatch, RemapBatch
-from dcpcheck.ops.sparse_topk_remap.scenario import RemapScenario
 
 INT32_BYTES = 4
 """Picks, block tables, requests, outputs and counts are int32."""
@@ -111,7 +110,7 @@ def _write_side(batch: ReadWriteBatch, dcp_sizes: Sequence[int]) -> memory.Peak:
 
 
 def check_cost(
-    scenario: RemapScenario, dcp_sizes: Sequence[int], budget: int | None
+    scenario: NamedBatch, dcp_sizes: Sequence[int], budget: int | None
 ) -> memory.Peak:
     """The estimate of a run of ``scenario`` at ``dcp_sizes``; a ``ScenarioError`` naming
     the file, the key that drives the size, the estimate and the budget if it is over

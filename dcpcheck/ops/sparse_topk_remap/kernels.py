@@ -15,35 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels import loading, releases
-from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
+from dcpcheck.kernels.loading import JudgedFile
+from dcpcheck.kernels.registry import OpKernels, adapted, described
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops.sparse_topk_remap import kernel as project_kernel
 from dcpcheck.ops.sparse_topk_remap import mutants, vllm
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
-
-KERNELS: dict[str, RemapKernel] = {
-    "default": project_kernel.remap,
-    **{loading.mutant_name(m): m for m in mutants.MUTANTS},
-}
-
-DESCRIPTIONS: dict[str, str] = {
-    "default": "the project's remap of top-k picks to a rank's local slots, in Triton",
-    **{loading.mutant_name(m): loading.summary(m) for m in mutants.MUTANTS},
-}
-"""What each kernel of ``KERNELS`` is, as ``dcpcheck list kernels`` and the selftest say."""
-
-
-def release_of(spec: str) -> releases.ReleaseSpec | None:
-    """``spec`` as a vLLM release of this op; ``KernelSpecError`` for a version that is no
-    version, or a function the op does not judge."""
-    release = loading.release_of(spec, vllm.CONVERT)
-    if release is not None and release.function not in vllm.FUNCTIONS:
-        raise KernelSpecError(
-            f"{spec}: the {SPARSE_TOPK_REMAP} op judges {' and '.join(vllm.FUNCTIONS)} only"
-        )
-    return release
 
 
 def _files(release: releases.ReleaseSpec) -> tuple[JudgedFile, JudgedFile | None]:
@@ -56,42 +34,40 @@ def _files(release: releases.ReleaseSpec) -> tuple[JudgedFile, JudgedFile | None
     return convert, filtered
 
 
-def load(spec: str) -> RemapKernel:
-    """The kernel ``spec`` names (module docstring); ``KernelLoadError`` with one line."""
-    if spec in KERNELS:
-        return KERNELS[spec]
-    release = release_of(spec)
-    if release is None:
-        return loading.load_callable(spec, list(KERNELS))  # type: ignore[return-value]
+def _release(release: releases.ReleaseSpec, named: bool) -> RemapKernel:
     convert_file, filter_file = _files(release)
-    try:
-        convert = vllm.function_of(Path(convert_file.path), vllm.CONVERT, release.name)
-        filtered = None
-        if filter_file is not None:
-            filtered = vllm.function_of(Path(filter_file.path), vllm.FILTER, release.name)
-        named = release.function if ":" in spec else None
-        return vllm.VllmRemap(convert, filtered, release.name, release.version, named)
-    except AdapterError as exc:  # the revision's: bisect skips it
-        raise KernelLoadError(str(exc)) from None
+    convert = adapted(vllm.function_of, Path(convert_file.path), vllm.CONVERT, release.name)
+    filtered = None
+    if filter_file is not None:
+        filtered = adapted(vllm.function_of, Path(filter_file.path), vllm.FILTER, release.name)
+    function = release.function if named else None
+    return adapted(vllm.VllmRemap, convert, filtered, release.name, release.version, function)
 
 
-def judged_files(spec: str) -> tuple[JudgedFile, ...]:
-    """The files ``spec``'s kernel comes from, with their SHA256: the project's kernel and
-    mutant modules for a registry name, a release's files, else what ``loading.spec_files``
-    names."""
-    if spec in KERNELS:
-        sources = (project_kernel.__file__, mutants.__file__)
-        return tuple(loading.judged_file(Path(source)) for source in sources)
-    release = release_of(spec)
-    if release is None:
-        return loading.spec_files(spec)
-    files = [f for f in _files(release) if f is not None]
-    return tuple(dict.fromkeys(files))
+def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFile, ...]:
+    return tuple(dict.fromkeys(f for f in _files(release) if f is not None))
 
 
-def canonical(spec: str) -> str:
-    """``spec`` as reports and replays spell it: a release's version normalised."""
-    release = release_of(spec)
-    if release is None:
-        return spec
-    return release.name + (f":{release.function}" if ":" in spec else "")
+REGISTRY: OpKernels[RemapKernel] = OpKernels(
+    op=SPARSE_TOPK_REMAP,
+    kernels={
+        "default": project_kernel.remap,
+        **{loading.mutant_name(m): m for m in mutants.MUTANTS},
+    },
+    descriptions=described(
+        "the project's remap of top-k picks to a rank's local slots, in Triton", mutants.MUTANTS
+    ),
+    sources=(project_kernel.__file__, mutants.__file__),
+    function=vllm.CONVERT,
+    judged=vllm.FUNCTIONS,
+    judged_as=" and ".join(vllm.FUNCTIONS),
+    release=_release,
+    release_files=_release_files,
+)
+"""The op's kernels by spec (module docstring)."""
+
+KERNELS = REGISTRY.kernels
+DESCRIPTIONS = REGISTRY.descriptions
+load = REGISTRY.load
+judged_files = REGISTRY.judged_files
+canonical = REGISTRY.canonical

@@ -14,7 +14,7 @@ from dcpcheck.ops.op_cases import not_applicable, raising, with_skips
 from dcpcheck.ops.sparse_topk_remap import checks, read_write
 from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
-from dcpcheck.ops.sparse_topk_remap.scenario import SCENARIOS, RemapScenario, scenario_to_toml
+from dcpcheck.ops.sparse_topk_remap.scenario import SCENARIOS, scenario_to_toml
 
 
 def _judged(
@@ -42,4 +42,4 @@ def _judged(
     return with_skips(checks.judge(raising(kernel), case), kernel)
 
 
-OP_CASES = op_cases.OpCases(SPARSE_TOPK_REMAP, SCENARIOS, scenario_to_toml, _judged, RemapScenario)
+OP_CASES = op_cases.OpCases(SPARSE_TOPK_REMAP, SCENARIOS, scenario_to_toml, _judged)

@@ -39,29 +39,27 @@ writes instead of requests and a cache layout of its own::
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dcpcheck.cases import limits
 from dcpcheck.cases.scenario_files import (
+    HEAD_KEYS,
+    RUN_KEYS,
+    NamedBatch,
     ScenarioError,
+    ScenarioFormat,
+    check_block_size,
+    check_context_tokens,
+    check_range,
+    key_error,
     load_named,
     op_of,
-    read_op_scenario,
+    read_tables,
     scenario_files,
     shipped_scenarios,
 )
-from dcpcheck.cases.toml_tables import (
-    Key,
-    boolean,
-    integer,
-    integer_array,
-    read_table,
-    string,
-    table_array,
-    toml_literal,
-)
+from dcpcheck.cases.toml_tables import Key, boolean, integer, string, table_array
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
 from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch
 
@@ -77,9 +75,7 @@ ROWS_MAX = 16
 """Query rows per request: a decode row and its speculative ones."""
 
 _KEYS: dict[str, Key] = {
-    "op": Key("string", string),
-    "name": Key("string", string),
-    "description": Key("string", string),
+    **HEAD_KEYS,
     "topk": Key("integer", integer),
     "block_size": Key("integer", integer),
     "interleave": Key("integer", integer, 1),
@@ -88,21 +84,17 @@ _KEYS: dict[str, Key] = {
     "unused": Key("integer", integer, 0),
     "duplicates": Key("integer", integer, 0),
     "padding": Key("integer", integer, 0),
-    "dcp": Key("array of integers", integer_array),
-    "seed": Key("integer", integer),
+    **RUN_KEYS,
     "requests": Key("array of tables ([[requests]])", table_array),
 }
 
 _READ_WRITE_KEYS: dict[str, Key] = {
-    "op": Key("string", string),
-    "name": Key("string", string),
-    "description": Key("string", string),
+    **HEAD_KEYS,
     "write_side": Key("string", string),
     "topk": Key("integer", integer),
     "compact": Key("boolean", boolean, False),
     "count_valid": Key("boolean", boolean, False),
-    "dcp": Key("array of integers", integer_array),
-    "seed": Key("integer", integer),
+    **RUN_KEYS,
 }
 
 _REQUEST_KEYS: dict[str, Key] = {
@@ -111,47 +103,19 @@ _REQUEST_KEYS: dict[str, Key] = {
 }
 
 
-@dataclass(frozen=True)
-class RemapScenario:
-    """One named, replayable batch of the op and the DCP sizes it runs at."""
-
-    name: str
-    description: str
-    batch: RemapBatch | ReadWriteBatch
-    dcp_sizes: tuple[int, ...]
-    source: Path | None = field(default=None, compare=False)
-
-    @property
-    def seed(self) -> int:
-        return self.batch.seed
-
-
 def _check(values: dict[str, Any], where: str) -> None:
     """The op's own keys within what it and ``dcpcheck.cases.limits`` allow (the keys
     every op's file has are ``read_op_scenario``'s)."""
-
-    def fail(key: str, problem: str) -> None:
-        raise ScenarioError(f"{where}: key '{key}': {problem}")
-
-    topk, interleave = values["topk"], values["interleave"]
-    if not 1 <= topk <= TOPK_MAX:
-        fail("topk", f"must be in 1..{TOPK_MAX}, got {topk}")
-    if not 1 <= interleave <= limits.BLOCK_SIZE_MAX:
-        fail("interleave", f"must be in 1..{limits.BLOCK_SIZE_MAX}, got {interleave}")
-    size = values["block_size"]
-    if not 1 <= size <= limits.BLOCK_SIZE_MAX or size % interleave:
-        fail(
-            "block_size",
-            f"must be in 1..{limits.BLOCK_SIZE_MAX} and a multiple of the interleave "
-            f"{interleave}, got {size}",
-        )
+    topk = values["topk"]
+    check_range(values, "topk", 1, TOPK_MAX, where)
+    check_block_size(values, where)
     for key in ("unused", "duplicates"):
         if not 0 <= values[key] <= topk:
-            fail(key, f"must be in 0..topk ({topk}), got {values[key]}")
-    if not 0 <= values["padding"] <= limits.PADDING_MAX:
-        fail("padding", f"must be in 0..{limits.PADDING_MAX}, got {values['padding']}")
+            raise key_error(where, key, f"must be in 0..topk ({topk}), got {values[key]}")
+    check_range(values, "padding", 0, limits.PADDING_MAX, where)
     if not 1 <= len(values["requests"]) <= limits.REQUESTS_MAX:
-        fail(
+        raise key_error(
+            where,
             "requests",
             f"must hold 1 to {limits.REQUESTS_MAX} requests, got {len(values['requests'])}",
         )
@@ -159,9 +123,7 @@ def _check(values: dict[str, Any], where: str) -> None:
 
 def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int], ...]:
     parsed = []
-    for index, table in enumerate(tables):
-        prefix = f"requests[{index}]."
-        values = read_table(table, _REQUEST_KEYS, where, ScenarioError, prefix)
+    for prefix, values in read_tables(tables, _REQUEST_KEYS, where):
         context, rows = values["context"], values["rows"]
         if not 1 <= rows <= min(context, ROWS_MAX):
             raise ScenarioError(
@@ -169,45 +131,13 @@ def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int]
                 f"more than its context, got context {context}, rows {rows}"
             )
         parsed.append((context, rows))
-    total = sum(context for context, _ in parsed)
-    if total > limits.CONTEXT_TOKENS_MAX:
-        raise ScenarioError(
-            f"{where}: key 'requests': {total} cached tokens, over {limits.CONTEXT_TOKENS_MAX} "
-            "(CONTEXT_TOKENS_MAX, dcpcheck/cases/limits.py)"
-        )
+    check_context_tokens(sum(context for context, _ in parsed), where)
     return tuple(parsed)
 
 
-def _read_write_scenario(path: Path) -> RemapScenario:
-    """A scenario of the end-to-end check (module docstring)."""
-    where = str(path)
-    values = read_op_scenario(path, _READ_WRITE_KEYS, OP)
-    written = FUSED_SCENARIOS / f"{values['write_side']}.toml"
-    if op_of(written) is not None or not written.is_file():
-        raise ScenarioError(
-            f"{where}: key 'write_side': {values['write_side']!r} is not a scenario of the "
-            f"fused op in {FUSED_SCENARIOS}"
-        )
-    if not 1 <= values["topk"] <= TOPK_MAX:
-        raise ScenarioError(f"{where}: key 'topk': must be in 1..{TOPK_MAX}, got {values['topk']}")
-    batch = ReadWriteBatch(
-        values["write_side"], values["topk"], values["compact"], values["count_valid"],
-        values["seed"],
-    )  # fmt: skip
-    return RemapScenario(
-        values["name"], values["description"], batch, tuple(values["dcp"]), source=path
-    )
-
-
-def load_scenario(path: Path) -> RemapScenario:
-    """Read and check one scenario file of the op, wherever it lies."""
-    path = Path(path)
-    where = str(path)
-    if path.is_file() and "write_side" in _top_keys(path):
-        return _read_write_scenario(path)
-    values = read_op_scenario(path, _KEYS, OP)
+def _remap_batch(values: dict[str, Any], where: str) -> RemapBatch:
     _check(values, where)
-    batch = RemapBatch(
+    return RemapBatch(
         requests=_requests(values["requests"], where),
         topk=values["topk"],
         block_size=values["block_size"],
@@ -219,12 +149,43 @@ def load_scenario(path: Path) -> RemapScenario:
         padding=values["padding"],
         seed=values["seed"],
     )
-    return RemapScenario(
-        values["name"], values["description"], batch, tuple(values["dcp"]), source=path
-    )
 
 
-def load_scenarios(patterns: list[str], root: Path = SCENARIOS) -> list[RemapScenario]:
+def _read_write_batch(values: dict[str, Any], where: str) -> ReadWriteBatch:
+    """A batch of the end-to-end check (module docstring)."""
+    written = FUSED_SCENARIOS / f"{values['write_side']}.toml"
+    if op_of(written) is not None or not written.is_file():
+        raise key_error(
+            where,
+            "write_side",
+            f"{values['write_side']!r} is not a scenario of the fused op in {FUSED_SCENARIOS}",
+        )
+    check_range(values, "topk", 1, TOPK_MAX, where)
+    return ReadWriteBatch(
+        values["write_side"], values["topk"], values["compact"], values["count_valid"],
+        values["seed"],
+    )  # fmt: skip
+
+
+REMAP = ScenarioFormat(OP, _KEYS, _remap_batch, {"requests": _REQUEST_KEYS})
+"""The op's scenario file of requests (module docstring)."""
+
+READ_WRITE = ScenarioFormat(OP, _READ_WRITE_KEYS, _read_write_batch, {})
+"""The op's scenario file of the end-to-end check, which names ``write_side``."""
+
+
+def load_scenario(path: Path) -> NamedBatch[RemapBatch] | NamedBatch[ReadWriteBatch]:
+    """Read and check one scenario file of the op, wherever it lies: the end-to-end check's
+    when it names ``write_side``."""
+    path = Path(path)
+    if path.is_file() and "write_side" in _top_keys(path):
+        return READ_WRITE.load_scenario(path)
+    return REMAP.load_scenario(path)
+
+
+def load_scenarios(
+    patterns: list[str], root: Path = SCENARIOS
+) -> list[NamedBatch[RemapBatch] | NamedBatch[ReadWriteBatch]]:
     """The op's scenarios under ``root`` whose names match a pattern (all without one),
     sorted by name."""
     return load_named(scenario_files(patterns, root, f"{OP} scenario"), load_scenario)
@@ -240,38 +201,8 @@ def _top_keys(path: Path) -> set[str]:
         return set()
 
 
-def scenario_to_toml(scenario: RemapScenario) -> str:
+def scenario_to_toml(scenario: NamedBatch[RemapBatch] | NamedBatch[ReadWriteBatch]) -> str:
     """The TOML text of ``scenario``, every key spelled out (module docstring)."""
-    b = scenario.batch
-    if isinstance(b, ReadWriteBatch):
-        pairs: list[tuple[str, object]] = [
-            ("op", OP),
-            ("name", scenario.name),
-            ("description", scenario.description),
-            ("write_side", b.write_side),
-            ("topk", b.topk),
-            ("compact", b.compact),
-            ("count_valid", b.count_valid),
-            ("dcp", list(scenario.dcp_sizes)),
-            ("seed", b.seed),
-        ]
-        return "\n".join(f"{key} = {toml_literal(value)}" for key, value in pairs) + "\n"
-    top: list[tuple[str, object]] = [
-        ("op", OP),
-        ("name", scenario.name),
-        ("description", scenario.description),
-        ("topk", b.topk),
-        ("block_size", b.block_size),
-        ("interleave", b.interleave),
-        ("compact", b.compact),
-        ("count_valid", b.count_valid),
-        ("unused", b.unused),
-        ("duplicates", b.duplicates),
-        ("padding", b.padding),
-        ("dcp", list(scenario.dcp_sizes)),
-        ("seed", b.seed),
-    ]
-    lines = [f"{key} = {toml_literal(value)}" for key, value in top]
-    for context, rows in b.requests:
-        lines += ["", "[[requests]]", f"context = {context}", f"rows = {rows}"]
-    return "\n".join(lines) + "\n"
+    if isinstance(scenario.batch, ReadWriteBatch):
+        return READ_WRITE.scenario_to_toml(scenario)  # type: ignore[arg-type]
+    return REMAP.scenario_to_toml(scenario)  # type: ignore[arg-type]
