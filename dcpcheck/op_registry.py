@@ -68,7 +68,8 @@ OPS: dict[str, Op] = {
         # the GPU model runner's kernel and its caller, which says how it sizes the rows;
         # the runner's local sequence lengths; the attention backends' function; the V1
         # runner's block table; the MLA metadata builder, which computed the local lengths
-        # itself before the function
+        # itself before the function; the V1 runner, which says which interleave it builds
+        # its block tables with
         (
             "vllm/v1/worker/gpu/block_table.py",
             "vllm/v1/worker/gpu/model_runner.py",
@@ -76,6 +77,7 @@ OPS: dict[str, Op] = {
             "vllm/v1/attention/backends/utils.py",
             "vllm/v1/worker/block_table.py",
             "vllm/v1/attention/backends/mla/common.py",
+            "vllm/v1/worker/gpu_model_runner.py",
         ),
         "_compute_slot_mappings_kernel",
         "dcpcheck.ops.slot_mapping",

@@ -46,6 +46,7 @@ from dcpcheck.ops.slot_mapping.vllm import (
     rows_the_caller_passes,
     torch_function,
 )
+from dcpcheck.ops.slot_mapping.vllm_v1 import VllmV1SlotMappings, rebuild_of
 from tests.conftest import BACKEND, registry_problem
 
 run_scenario = package(SLOT_MAPPING).run_scenario
@@ -366,16 +367,39 @@ def judge_v1(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult
     return result
 
 
+REBUILT_WITHOUT_INTERLEAVE = ("0.11.1", "0.12.0", "0.17.0", "0.18.0", "0.25.1")
+"""Releases whose V1 runner builds its block tables again without the interleave when the
+cache groups are not one at the configured block size (vLLM #45528)."""
+
+
+def mismatched(result: CaseResult, *lines: int) -> bool:
+    """Whether only the slots fail, each finding quoting the runner's rebuild ``lines``."""
+    details = [f.detail for c in result.failed_checks for f in c.findings]
+    return (
+        {c.check for c in result.failed_checks} == {"slots"}
+        and bool(details)
+        and all(
+            "rebuilds its block tables for these cache groups at interleave 1" in d for d in details
+        )
+        and all(f"gpu_model_runner.py:{line}" in d for d in details for line in lines)
+    )
+
+
 @pytest.mark.parametrize("version", ["0.10.2", "0.12.0", "0.17.0", "0.28.0", "0.29.0"])
 @pytest.mark.parametrize(("dcp_size", "interleave"), [(1, 1), (2, 1), (4, 1), (8, 1), (4, 16)])
 def test_the_v1_block_table_maps_every_rank_as_its_runner_asks(version, dcp_size, interleave):
-    """From DCP's first release on; the rows after the scheduled tokens are the runner's."""
+    """From DCP's first release on; the rows after the scheduled tokens are the runner's.
+    Two cache groups: a runner that rebuilds its tables without the interleave maps them
+    at interleave 1, against lengths at the configured one."""
     batch = SlotMappingBatch(
         ((1000, 33), (3, 70), (0, 5)), (16 * interleave, 64), (True, True), interleave, padding=3
     )
     result = judge_v1(version, batch, dcp_size)
     if version == "0.10.2" and interleave > 1:
         assert result.status == "not_applicable" and "no interleave setting" in result.error
+        return
+    if version in REBUILT_WITHOUT_INTERLEAVE and interleave > 1:
+        assert result.status == "fail" and mismatched(result), failed(result)
         return
     assert result.status == "pass", failed(result)
     verdicts = {c.check: c for c in result.checks}
@@ -440,13 +464,105 @@ def test_a_gpu_runner_without_kernel_blocks_is_not_asked_them(version, line):
 @pytest.mark.parametrize("version", ["0.12.0", "0.28.0", "0.29.0"])
 @pytest.mark.parametrize("dcp_size", [1, 4, 8])
 def test_the_v1_table_maps_each_cache_block_to_its_kernel_blocks_itself(version, dcp_size):
+    """At interleave 4 from 0.26.0 on; before, the runner rebuilds these tables at 1."""
     result = judge_v1(version, shipped("kernel-blocks").batch, dcp_size)
+    if version in REBUILT_WITHOUT_INTERLEAVE and dcp_size > 1:
+        assert result.status == "fail" and mismatched(result), failed(result)
+        return
     assert result.status == "pass", failed(result)
 
 
 def test_the_first_v1_table_has_no_kernel_blocks_to_be_asked():
     result = judge_v1("0.10.2", shipped("kernel-blocks").batch, 1)
     assert result.status == "not_applicable" and "no kernel block size" in result.error
+
+
+# -- vLLM #45528: the V1 runner's rebuild drops the interleave (0.11.1 - 0.25.1) ------------
+
+REBUILD_LINES = {
+    "0.11.1": (False, (4675, 4683, 1433)),
+    "0.18.0": (False, (6178, 6189, 1979)),
+    "0.25.1": (False, (7050, 7056, 2399)),
+    "0.26.0": (True, (7224,)),
+}
+"""Per release: whether the runner's rebuild passes the interleave, and the lines that say
+(the rebuild's condition, its InputBatch, the local lengths' call; or the interleave
+passed), as read from the wheels."""
+
+
+@pytest.mark.parametrize(("version", "facts"), REBUILD_LINES.items())
+def test_which_interleave_the_v1_runner_rebuilds_its_tables_with_is_read_from_it(version, facts):
+    keeps, lines = facts
+    rebuild = v1_table(version).slot_mappings.rebuild
+    assert rebuild.keeps_interleave is keeps
+    assert all(f"gpu_model_runner.py:{line}:" in rebuild.evidence for line in lines)
+
+
+@pytest.mark.parametrize("dcp_size", [2, 4, 8])
+def test_45528_0_25_s_v1_table_under_kernel_blocks_is_rebuilt_at_interleave_1(dcp_size):
+    result = judge_v1("0.25.1", shipped("interleave-over-kernel-block").batch, dcp_size)
+    assert result.status == "fail" and mismatched(result, 7050, 7056, 2399), failed(result)
+
+
+@pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
+def test_45528_0_26_rebuilds_its_v1_table_at_the_configured_interleave(dcp_size):
+    result = judge_v1("0.26.0", shipped("interleave-over-kernel-block").batch, dcp_size)
+    assert result.status == "pass", failed(result)
+
+
+def test_45528_one_group_at_its_cache_block_is_not_rebuilt():
+    """The runner keeps the tables it built with the interleave: they map right."""
+    batch = SlotMappingBatch(((1000, 33), (3, 70)), (64,), (True,), 16)
+    assert judge_v1("0.25.1", batch, 4).status == "pass"
+
+
+@pytest.mark.parametrize("dcp_size", [2, 4, 8])
+def test_45528_vllm_0_11_1_judged_whole_fails_its_slots_against_its_lengths(dcp_size):
+    """The slots at the rebuilt interleave, the local lengths at the configured one."""
+    result = judge_whole("0.11.1", shipped("interleave-over-kernel-block").batch, dcp_size)
+    assert result.status == "fail" and mismatched(result, 4675, 4683, 1433), failed(result)
+    assert any(c.passed for c in result.checks if c.check == "local_seq_lens")
+
+
+RUNNER = """
+class Runner:
+    def may_reinitialize_input_batch(self, kv_cache_config, kernel_block_sizes):
+        if {test}:
+            self.input_batch = InputBatch(block_sizes=block_sizes{extra})
+
+    def _prepare_inputs(self):
+        x = get_dcp_local_seq_lens(lens, size, rank, self.config.interleave_size)
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "extra", "words"),
+    [
+        ("block_sizes != self._init_block_sizes", "", "without the interleave on block_sizes"),
+        ("True", "", "without the interleave on True"),
+        ("block_sizes != a and kernel_block_sizes != b", "", "on block_sizes != a and"),
+        (
+            "block_sizes != a or kernel_block_sizes != b",
+            ", x=1)\n        InputBatch(y=2",
+            "2 InputBatch",
+        ),
+    ],
+)
+def test_a_runner_whose_rebuild_the_adapter_cannot_read_is_refused(test, extra, words):
+    with pytest.raises(AdapterError, match=words):
+        rebuild_of(RUNNER.format(test=test, extra=extra), "gpu_model_runner.py")
+
+
+def test_a_runner_that_rebuilds_without_saying_its_lengths_interleave_is_refused():
+    source = RUNNER.format(test="block_sizes != a or kernel_block_sizes != b", extra="")
+    with pytest.raises(AdapterError, match="no get_dcp_local_seq_lens"):
+        rebuild_of(source.replace("self.config.interleave_size", "1"), "r.py")
+
+
+def test_a_v1_table_that_takes_an_interleave_needs_its_runner():
+    table = v1_table("0.25.1").slot_mappings.table_class
+    with pytest.raises(AdapterError, match="read from the runner"):
+        VllmV1SlotMappings(table, "vllm==0.25.1", None)
 
 
 # -- vLLM #51031: localized by the kernel block (0.22.0 - 0.28.0) ---------------------------
@@ -582,8 +698,9 @@ def test_a_release_before_the_gpu_runner_is_judged_whole_by_its_version(version,
     from the files it names."""
     before_gpu_runner(version)
     files = [f.path for f in kernels.judged_files(f"vllm=={version}")]
-    assert [f.endswith(member) for f in files] == [False, True]
+    assert [f.endswith(member) for f in files] == [False, False, True]
     assert files[0].endswith("vllm/v1/worker/block_table.py")
+    assert files[1].endswith("vllm/v1/worker/gpu_model_runner.py")
     done = subprocess.run(
         [sys.executable, "-m", "dcpcheck", "run", "--op", "slot-mapping", "--kernel",
          f"vllm=={version}", "--scenario", "decode-single", "--dcp", "2"],

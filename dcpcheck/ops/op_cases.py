@@ -112,6 +112,28 @@ def with_skips(results: Sequence[CheckResult], routine: object) -> list[CheckRes
     ]
 
 
+def with_caller_notes(
+    results: Sequence[CheckResult], routine: object, asked: Sequence[object]
+) -> list[CheckResult]:
+    """``results`` with every finding of a failing check saying how ``routine``'s caller
+    asks it this case other than as the case gives it (an adapter's ``as_called`` of any
+    of ``asked``, with the caller's lines), so that the failure names what makes it."""
+    say = getattr(routine, "as_called", None)
+    notes = [say(inputs) for inputs in asked] if say is not None else []
+    note = next((n for n in notes if n is not None), None)
+    if note is None:
+        return list(results)
+    return [
+        dataclasses.replace(
+            r,
+            findings=tuple(
+                dataclasses.replace(f, detail=f"{f.detail}; {note}") for f in r.findings
+            ),
+        )
+        for r in results
+    ]
+
+
 def run_scenario(
     op: OpCases,
     kernel: Any,

@@ -69,12 +69,20 @@ def lengths_member(version: str) -> str:
     return vllm.SEQ_LENS_FUNCTION_MEMBER if defined in utilities else vllm.MLA_MEMBER
 
 
+def _v1_table(version: str, name: str) -> vllm_v1.VllmV1SlotMappings:
+    """Release ``version``'s V1 ``BlockTable``, with its runner, which says the interleave
+    it builds the table with (``vllm_v1.rebuild_of``)."""
+    table_class = _function(_kept(version, vllm.V1_MEMBER), "BlockTable", name)
+    lacking = releases.lacks(version, vllm.V1_RUNNER_MEMBER)
+    runner = None if lacking else _kept(version, vllm.V1_RUNNER_MEMBER)
+    return adapted(vllm_v1.VllmV1SlotMappings, table_class, name, runner)  # type: ignore[return-value]
+
+
 def _before_gpu_runner(release: releases.ReleaseSpec) -> Routines:
     """A release before the GPU model runner, unnamed (module docstring): the V1 runner's
     block table and the local lengths of its attention backends."""
     version, name = release.version, release.name
-    table_class = _function(_kept(version, vllm.V1_MEMBER), "BlockTable", name)
-    slots = adapted(vllm_v1.VllmV1SlotMappings, table_class, name)
+    slots = _v1_table(version, name)
     member = lengths_member(version)
     path = _kept(version, member)
     if member == vllm.MLA_MEMBER:
@@ -93,10 +101,8 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
     if release.function == vllm.V1_FUNCTION:
-        path = _kept(version, vllm.ALONE[release.function])
-        table_class = _function(path, "BlockTable", name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
-        return Routines(adapted(vllm_v1.VllmV1SlotMappings, table_class, name), None, why)
+        return Routines(_v1_table(version, name), None, why)
     if release.function == vllm.SEQ_LENS_KERNEL:
         path = _kept(version, vllm.ALONE[release.function])
         target = _function(path, release.function, name)
@@ -141,7 +147,7 @@ def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFi
     if named or has_gpu_runner(release.version):
         members = vllm.members_of(release.function, named)
     else:
-        members = (vllm.V1_MEMBER, lengths_member(release.version))
+        members = (*vllm.members_of(vllm.V1_FUNCTION, True), lengths_member(release.version))
     present = [m for m in members if not releases.lacks(release.version, m)]
     kept = [releases.fetch(release.version, member) for member in present]
     return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)

@@ -4,7 +4,8 @@ run's data model the reports and the console already speak.
 A case builds every rank's inputs, launches each routine of the kernel (``Routines``: the
 slot mappings, the local sequence lengths) on each rank, then runs that routine's checks;
 a routine that is absent, or cannot be asked the case, has its checks skipped with the
-reason.
+reason; one its caller asks the case otherwise than as given (the V1 table at the
+interleave its runner builds it with) has its failures say so.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import not_applicable, raising, with_skips
+from dcpcheck.ops.op_cases import not_applicable, raising, with_caller_notes, with_skips
 from dcpcheck.ops.slot_mapping import checks as checks_of_slots
 from dcpcheck.ops.slot_mapping import seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
@@ -32,7 +33,8 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
     else:
         assert kernel.slot_mappings is not None
         judged = checks_of_slots.judge(raising(kernel.slot_mappings), slot_case)
-        checks = with_skips(judged, kernel.slot_mappings)
+        noted = with_caller_notes(judged, kernel.slot_mappings, slot_case.ranks)
+        checks = with_skips(noted, kernel.slot_mappings)
     lengths_case = seq_lens.build_case(batch, size, device)
     reason = kernel.absent if kernel.local_seq_lens is None else None
     reason = reason or not_applicable(kernel.local_seq_lens, lengths_case.ranks)

@@ -68,7 +68,7 @@ MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
 FUNCTION = OPS[SLOT_MAPPING].function
 SEQ_LENS_KERNEL = "_dcp_local_seq_lens_kernel"
 V1_FUNCTION = "compute_slot_mapping"
-V1_MEMBER, MLA_MEMBER = OPS[SLOT_MAPPING].wheel_members[4:6]
+V1_MEMBER, MLA_MEMBER, V1_RUNNER_MEMBER = OPS[SLOT_MAPPING].wheel_members[4:7]
 SEQ_LENS_FUNCTION = "get_dcp_local_seq_lens"
 
 CALLER_BLOCK = 1024
@@ -485,7 +485,10 @@ ALONE = {
 
 
 def members_of(function: str, named: bool) -> tuple[str, ...]:
-    """The wheel members a release spec of the op judges (``vllm==X`` or ``vllm==X:NAME``)."""
+    """The wheel members a release spec of the op judges (``vllm==X`` or ``vllm==X:NAME``);
+    the V1 table's with its runner, which says the interleave it is built with."""
+    if function == V1_FUNCTION:
+        return (V1_MEMBER, V1_RUNNER_MEMBER)
     if function in ALONE:
         return (ALONE[function],)
     return (MEMBER, CALLER_MEMBER) if named else (MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER)

@@ -14,6 +14,20 @@ positions)`` from 0.19.0, where it is a Triton kernel reading the table's device
 (``commit_block_table`` first, as the runner does). The slots are read from the table's
 own buffer, rows ``0 .. scheduled tokens``.
 
+The interleave the table is built with is the runner's (:func:`rebuild_of`, read from
+``vllm/v1/worker/gpu_model_runner.py``). The runner first builds its ``InputBatch`` (and
+the tables in it) with the configured interleave, at one cache group of the configured
+block size whose kernel block is the cache block; once it knows the cache groups it builds
+the batch again (``may_reinitialize_input_batch``) when they are not that: more than one
+group, or a kernel block smaller than the cache block. From 0.11.1 to 0.25.1 that rebuild
+passes no interleave, so the tables take ``InputBatch``'s default, 1, while the runner
+still computes the local sequence lengths, which the attention reads, at the configured
+interleave (``get_dcp_local_seq_lens``): the slots and the lengths disagree (vLLM #45528;
+0.26.0 on passes the interleave). Such a case is run as the runner runs it, the table at
+interleave 1, and judged against the contract at the configured interleave; each failing
+check's findings quote the runner's lines (:meth:`VllmV1SlotMappings.as_called`). A case of
+one group is taken at the configured block size.
+
 What the V1 routine is not asked, by its release's runner, is skipped with the reason:
 
 * the rows after the scheduled tokens: the runner fills them with -1 itself
@@ -33,18 +47,27 @@ file's own); from 0.30.0 the class returns a launch specification that vLLM's
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from dcpcheck.adapters.protocol import AdapterError
+from dcpcheck.kernels.loading import source_of
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
-from dcpcheck.ops.slot_mapping.vllm import V1_FUNCTION, Askable
+from dcpcheck.ops.slot_mapping.vllm import SEQ_LENS_FUNCTION, V1_FUNCTION, V1_RUNNER_MEMBER, Askable
 
 INTERLEAVE_PARAMETERS = ("dcp_kv_cache_interleave_size", "cp_kv_cache_interleave_size")
+
+REBUILD = "may_reinitialize_input_batch"
+BATCH = "InputBatch"
+REBUILT_ON = {"block_sizes", "kernel_block_sizes"}
+"""What the runner's rebuild without the interleave compares with the configured one (module
+docstring): the groups' block sizes and their kernel block sizes."""
 
 SKIPS = {
     "padding": (
@@ -58,6 +81,81 @@ SKIPS = {
 }
 
 
+@dataclass(frozen=True)
+class Rebuild:
+    """How the V1 runner builds its ``InputBatch`` again once it knows the cache groups
+    (module docstring): with the configured interleave (``keeps_interleave``) or without;
+    ``evidence`` quotes the lines that say, and where it computes the local lengths."""
+
+    keeps_interleave: bool
+    evidence: str
+
+
+def _calls_named(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == name
+    ]
+
+
+def rebuild_of(source: str, where: str) -> Rebuild:
+    """Read from the V1 runner's source (of the file ``where``) whether its rebuild of the
+    ``InputBatch`` (``REBUILD``) passes the interleave, and when it does not, on what it
+    rebuilds (``REBUILT_ON``) and with what interleave it computes the local lengths.
+    ``AdapterError`` when the source does not say."""
+    tree = ast.parse(source)
+    functions = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == REBUILD
+    ]
+    calls = [call for function in functions for call in _calls_named(function, BATCH)]
+    if len(calls) != 1:
+        raise AdapterError(
+            f"{where}: {len(calls)} {BATCH}(...) in {REBUILD}, not the one the adapter reads "
+            "the interleave its block tables are rebuilt with from"
+        )
+    [call] = calls
+    passed = [k for k in call.keywords if k.arg in INTERLEAVE_PARAMETERS]
+    if passed:
+        return Rebuild(True, f"{where}:{passed[0].lineno}: {BATCH}(..., {passed[0].arg}=...)")
+    guards = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and any(inner is call for inner in ast.walk(node))
+    ]
+    test = guards[-1].test if guards else None  # the innermost: ast.walk goes outside in
+    compared = {
+        ast.unparse(node.left)
+        for node in (ast.walk(test) if test else ())
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.NotEq)
+    }
+    either = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)
+    if test is None or not either or compared != REBUILT_ON:
+        said = f"on {ast.unparse(test)}" if test else "always"
+        raise AdapterError(
+            f"{where}:{call.lineno}: the runner rebuilds its {BATCH} without the interleave "
+            f"{said}, which the adapter does not know how to ask"
+        )
+    lengths = [
+        call
+        for call in _calls_named(tree, SEQ_LENS_FUNCTION)
+        if len(call.args) == 4 and "interleave" in ast.unparse(call.args[3])
+    ]
+    if not lengths:
+        raise AdapterError(
+            f"{where}: no {SEQ_LENS_FUNCTION}(..., interleave) call to say which interleave "
+            "the runner's local lengths take"
+        )
+    return Rebuild(
+        False,
+        f"{where}:{guards[-1].lineno}: if {ast.unparse(test)}; {where}:{call.lineno}: "
+        f"{BATCH}(...) with no interleave; {where}:{lengths[0].lineno}: "
+        f"{SEQ_LENS_FUNCTION}(..., {ast.unparse(lengths[0].args[3])})",
+    )
+
+
 def _stand_in_groups():
     return importlib.import_module("dcpcheck.adapters.shims.vllm.v1_runner")
 
@@ -69,6 +167,7 @@ class VllmV1SlotMappings:
 
     table_class: type
     name: str
+    runner_file: Path | None
     skips: dict[str, str] = field(default_factory=lambda: dict(SKIPS))
 
     def __post_init__(self) -> None:
@@ -85,6 +184,15 @@ class VllmV1SlotMappings:
                 f"{self.name}: BlockTable.{V1_FUNCTION}({', '.join(self.call_parameters)}) is "
                 "not a signature the adapter knows how the V1 runner calls"
             )
+        self.rebuild: Rebuild | None = None
+        if self.interleave_parameter is not None:
+            if self.runner_file is None or not self.runner_file.is_file():
+                raise AdapterError(
+                    f"{self.name}: BlockTable takes an interleave, and which one its runner "
+                    f"builds it with is read from the runner ({V1_RUNNER_MEMBER}), which is "
+                    "not there"
+                )
+            self.rebuild = rebuild_of(source_of(self.runner_file), self.runner_file.name)
 
     @property
     def interleave_parameter(self) -> str | None:
@@ -121,6 +229,26 @@ class VllmV1SlotMappings:
             return "this release's V1 block table has no interleave setting (1 only)"
         return None
 
+    def built_interleave(self, inputs: SlotMappingInputs) -> int:
+        """The interleave the runner builds the tables of ``inputs``' cache groups with
+        (module docstring): 1 where its rebuild drops the configured one."""
+        rebuilt = len(inputs.block_sizes) != 1 or inputs.kernel_blocks != inputs.block_sizes
+        if rebuilt and self.rebuild is not None and not self.rebuild.keeps_interleave:
+            return 1
+        return inputs.interleave
+
+    def as_called(self, inputs: SlotMappingInputs) -> str | None:
+        """How the runner asks its table ``inputs`` other than as they are given, with the
+        lines that say (module docstring); None when as given."""
+        if self.built_interleave(inputs) == inputs.interleave:
+            return None
+        assert self.rebuild is not None
+        return (
+            f"the V1 runner rebuilds its block tables for these cache groups at interleave 1 "
+            f"while its local lengths take interleave {inputs.interleave}: "
+            f"{self.rebuild.evidence}"
+        )
+
     def _table(self, inputs: SlotMappingInputs, group: int, max_num_tokens: int) -> object:
         """The release's ``BlockTable`` of ``group`` on this rank, every request's row
         added, as the runner builds it."""
@@ -136,7 +264,7 @@ class VllmV1SlotMappings:
             "kernel_block_size": inputs.kernel_blocks[group],
         }
         if self.interleave_parameter is not None:
-            arguments[self.interleave_parameter] = inputs.interleave
+            arguments[self.interleave_parameter] = self.built_interleave(inputs)
         unknown = [
             p
             for p, spec in inspect.signature(self.table_class.__init__).parameters.items()
