@@ -5,9 +5,13 @@
 * the property search at DCP4 (``--property-only --stats``): examples per second, first
   with the Triton cache the run left (the search's own kernel variants compile then) and
   again warm;
-* ``dcpcheck bisect`` over the kernel history of the bisect tests (16 revisions).
+* ``dcpcheck bisect`` over the kernel history of the bisect tests (16 revisions);
+* a command's start, the floor under every command: ``run --dcp 4`` of a scenario name
+  that names none, which loads Python, torch and the run command and exits 2 before any
+  case; the best of ``START_RUNS`` runs, wall and CPU (user + sys) seconds.
 
-    python3 benchmarks/gate_wall_time.py [--examples N] [--only run|property|bisect] [--tree DIR]
+    python3 benchmarks/gate_wall_time.py [--examples N] [--only run|property|bisect|start]
+        [--tree DIR]
 
 ``--tree`` times another checkout (e.g. ``git worktree add OLD <rev>``) with this script,
 so two trees are measured the same way (``side_by_side.sh``). After each command it prints
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,19 +117,39 @@ def bisect_time(scratch: Path, env: dict[str, str]) -> None:
     )
 
 
+START_RUNS = 9
+"""Runs of the start (module docstring); the best is the figure, the machine's noise the
+rest."""
+
+
+def start_time(env: dict[str, str]) -> None:
+    walls, cpus = [], []
+    for _ in range(START_RUNS):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds, _, code = timed(["run", "--dcp", "4", "--scenario", "no-such-scenario"], env)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        walls.append(seconds)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    print(
+        f"start (run --dcp 4 --scenario no-such-scenario, exit {code}), best of {START_RUNS}: "
+        f"{min(walls):.2f} s wall, {min(cpus):.2f} s CPU; median {statistics.median(walls):.2f} "
+        "s wall"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--profile", default="ci", help="property search profile")
     parser.add_argument(
         "--only",
-        choices=["run", "property", "bisect"],
+        choices=["run", "property", "bisect", "start"],
         action="append",
         help="measure only these (repeatable; default: all)",
     )
     parser.add_argument("--tree", type=Path, default=REPO, help="the checkout to time")
     args = parser.parse_args()
-    wanted = set(args.only or ("run", "property", "bisect"))
+    wanted = set(args.only or ("run", "property", "bisect", "start"))
     with tempfile.TemporaryDirectory() as scratch:
         env = {
             **os.environ,
@@ -137,6 +163,8 @@ def main() -> None:
             property_rate(args.examples, args.profile, env)
         if "bisect" in wanted:
             bisect_time(Path(scratch), env)
+        if "start" in wanted:
+            start_time(env)
 
 
 if __name__ == "__main__":

@@ -332,7 +332,7 @@ def unspellable_names() -> set[str]:
     (``--profile-name``) and, when no English word (``patterns``), as itself: an error
     line naming one names what nobody can type."""
     names = set()
-    for command in cli.commands.values():
+    for command in (cli.get_command(None, name) for name in cli.list_commands(None)):
         for param in command.params:
             option = "--" + param.name.replace("_", "-")
             if isinstance(param, click.Option) and option not in param.opts:

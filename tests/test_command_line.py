@@ -76,3 +76,30 @@ def test_a_process_with_an_injected_library_exits_the_ordinary_way():
     done = entry_point("list", "layouts", env={"LD_PRELOAD": "libm.so.6"})
     assert done.returncode == EXIT_OK, done.stderr
     assert TEARDOWN in done.stdout
+
+
+def test_the_entry_point_loads_the_command_line_uncollected_and_frozen():
+    """``dcpcheck.__main__.uncollected``: the collector off inside, what loaded frozen on
+    the way out, the collector's own state (on, or off as a caller left it) kept."""
+    program = (
+        "import gc\n"
+        "from dcpcheck.__main__ import uncollected\n"
+        "with uncollected():\n"
+        "    inside = gc.isenabled()\n"
+        "    import dcpcheck.cli\n"
+        "frozen, after = gc.get_freeze_count(), gc.isenabled()\n"
+        "gc.disable()\n"
+        "with uncollected():\n"
+        "    pass\n"
+        "print(inside, frozen > 0, after, gc.isenabled())"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True", "True", "False"], done.stderr
+
+
+def test_python_dash_m_dcpcheck_runs_the_command_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "list", "scenarios"], capture_output=True, text=True
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    assert all(path.stem in done.stdout for path in SCENARIOS.glob("*.toml"))

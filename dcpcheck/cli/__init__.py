@@ -6,6 +6,7 @@ text with the exit codes, the shared options and the errors that become them."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -13,32 +14,45 @@ from typing import NoReturn
 
 import click
 
-from dcpcheck.cli import bisecting, fetching, hashing, listing, mutating, ranks, run, selftest
 from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
 from dcpcheck.distributed.group import in_torchrun_environment
 from dcpcheck.kernels import import_probe
 from dcpcheck.output.console import err
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("dcpcheck.cli.run", "run_command"),
+    "repro": ("dcpcheck.cli.run", "repro_command"),
+    "selftest": ("dcpcheck.cli.selftest", "selftest_command"),
+    "hash": ("dcpcheck.cli.hashing", "hash_command"),
+    "bisect": ("dcpcheck.cli.bisecting", "bisect_command"),
+    "fetch": ("dcpcheck.cli.fetching", "fetch_command"),
+    "list": ("dcpcheck.cli.listing", "list_command"),
+    "mutate": ("dcpcheck.cli.mutating", "mutate_command"),
+}
+"""Each command's module and function. A command's module is imported when the command is
+asked for (to run it, or to list it in ``--help``), so a run pays for no other command's
+imports (bisect's, the selftest's, the ownership maps')."""
 
-@click.group(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """The group of :data:`COMMANDS`, each imported on demand (click's lazy subcommands)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), name)
+
+
+@click.group(cls=_Commands, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     # A command writes its reports and exit status only if it outlives the kernel's import:
     # an outside module it imports itself is imported in a probe first.
     ctx.with_resource(import_probe.probing())
-
-
-for command in (
-    run.run_command,
-    run.repro_command,
-    selftest.selftest_command,
-    hashing.hash_command,
-    bisecting.bisect_command,
-    fetching.fetch_command,
-    listing.list_command,
-    mutating.mutate_command,
-):
-    cli.add_command(command)
 
 
 def main(args: list[str] | None = None) -> None:
@@ -49,6 +63,8 @@ def main(args: list[str] | None = None) -> None:
     one rank of a real-rank run: ``dcpcheck.cli.ranks`` takes over."""
     args = sys.argv[1:] if args is None else list(args)
     if args[:1] in (["run"], ["hash"]) and in_torchrun_environment():
+        from dcpcheck.cli import ranks  # a rank's process alone needs it
+
         ranks.main(args)
     signal.signal(signal.SIGTERM, raise_terminated)
     try:

@@ -38,7 +38,6 @@ from dcpcheck.cli.kernel_process import (
     case_timeout_for,
     kernel_under_test,
 )
-from dcpcheck.distributed import launcher
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.op_registry import FUSED_NORM_ROPE
@@ -46,7 +45,6 @@ from dcpcheck.ops import packaged
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
-from dcpcheck.output import ownership_map
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import (
@@ -159,6 +157,8 @@ def run_command(
     config = options.config(RunConfig, options.option_values(ctx, "run"))
     reports = [("--json", json_path), ("--junit", junit_path)]
     if report_dir is not None:
+        from dcpcheck.output import ownership_map  # here: PIL is for --report-dir alone
+
         cases = [(s.name, n) for s in scenarios for n in config.sizes_of(s)]
         reports += [("--report-dir", p) for p in ownership_map.report_files(report_dir, cases)]
     inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
@@ -200,6 +200,8 @@ def run_command(
     if outcome.internal_error is not None:
         raise _internal_failure(outcome, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
+        from dcpcheck.output import ownership_map  # here: PIL is for --report-dir alone
+
         written = ownership_map.write_report_dir(
             outcome.results, scenarios, report_dir, kernel_name=kernel_name
         )
@@ -291,6 +293,8 @@ def _internal_failure(outcome: RunOutcome, json_path, junit_path) -> InternalFai
 
 def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> int:
     """``run --launcher torchrun``: start one process per rank; their exit code."""
+    from dcpcheck.distributed import launcher  # torchrun's launcher: for this option alone
+
     sizes = [n for n in (dcp_sizes or ()) if n != 1]
     if len(sizes) != 1:
         raise InputError("--launcher torchrun: --dcp must name one size N > 1 (and maybe 1)")

@@ -17,12 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
-from hypothesis import strategies as st
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.scenario_files import NamedBatch
@@ -36,6 +33,9 @@ from dcpcheck.cases.verdicts import (
     Status,
 )
 from dcpcheck.files import FAILURES_DIR, kernel_slug, save_failure
+
+if TYPE_CHECKING:
+    from hypothesis import strategies as st
 
 DEFAULT_SEED = 0
 """The property search's seed when none is given."""
@@ -197,6 +197,11 @@ def search(
     """Run ``examples`` (batch, DCP size) pairs drawn from ``drawn`` through every check of
     ``op`` on ``kernel``, each as a scenario of the op at that one size; the smallest
     failing scenario, when any fails, as Hypothesis shrinks it."""
+    # Imported here: only a search needs Hypothesis, and a run of named scenarios does not
+    # pay its import.
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
     ran = skipped = 0
     failing: list[tuple[int, NamedBatch, CaseResult]] = []
 

@@ -182,6 +182,9 @@ PRESETS: dict[str, ModelPreset] = {
     )
 }
 
+SMALL_PRESETS = ("small-neox", "small-interleaved")
+"""Presets fast enough for the CPU interpreter (the real ones need a GPU)."""
+
 
 def mla_entry_bytes(layout: CacheLayout, kv_dim: int, rope_dim: int, act_dtype: torch.dtype) -> int:
     """Bytes of one MLA cache entry in ``layout``."""

@@ -43,19 +43,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from hypothesis import HealthCheck, Phase, Verbosity, configuration, given, seed, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import Flaky
+from typing import TYPE_CHECKING
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.seeded_draws import seed_alone
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
-from dcpcheck.ops.fused_norm_rope import strategies
-from dcpcheck.ops.fused_norm_rope.contract import PRESETS, DsMlaScale, Kernel
+from dcpcheck.ops.fused_norm_rope.contract import PRESETS, SMALL_PRESETS, DsMlaScale, Kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario, with_effective_ds_mla_scale
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
+
+if TYPE_CHECKING:
+    from dcpcheck.ops.fused_norm_rope import strategies
 
 DEFAULT_SEED = 0
 """Hypothesis seed of a run without ``--seed``: every such run draws the same scenarios."""
@@ -95,6 +94,10 @@ class Profile:
     description: str
 
     def space(self, backend: Backend, dcp_sizes: tuple[int, ...] | None) -> strategies.SearchSpace:
+        # Imported here: Hypothesis (under the strategies) is for the search alone, and a
+        # run without one does not pay its import.
+        from dcpcheck.ops.fused_norm_rope import strategies
+
         presets = self.cpu_presets if backend.interpreted else self.gpu_presets
         return strategies.SearchSpace(
             presets, self.max_tokens, self.max_requests, dcp_sizes, BATCHED_SCENARIOS_MAX
@@ -109,8 +112,8 @@ PROFILES: dict[str, Profile] = {
             20,
             4,
             2,
-            strategies.SMALL_PRESETS,
-            strategies.SMALL_PRESETS,
+            SMALL_PRESETS,
+            SMALL_PRESETS,
             "20 examples, <= 4 rows, <= 2 requests per scenario, small presets: a few seconds "
             "on the CPU",
         ),
@@ -119,8 +122,8 @@ PROFILES: dict[str, Profile] = {
             100,
             8,
             3,
-            strategies.SMALL_PRESETS,
-            strategies.SMALL_PRESETS,
+            SMALL_PRESETS,
+            SMALL_PRESETS,
             "100 examples, <= 8 rows, <= 3 requests per scenario, small presets: about a "
             "minute on 2 CPU cores",
         ),
@@ -129,7 +132,7 @@ PROFILES: dict[str, Profile] = {
             1000,
             32,
             4,
-            strategies.SMALL_PRESETS,
+            SMALL_PRESETS,
             tuple(PRESETS),
             "1000 examples, <= 32 rows, <= 4 requests per scenario; the real DeepSeek-V3.2 / "
             "GLM-5 presets too on a GPU (small ones only on the CPU)",
@@ -246,6 +249,8 @@ def hypothesis_storage(directory: Path) -> Iterator[None]:
     after. Its default is fixed when Hypothesis is imported (``.hypothesis`` in the working
     directory of that moment) and ``HYPOTHESIS_STORAGE_DIRECTORY`` is read once, so only
     ``set_hypothesis_home_dir`` moves it for one search."""
+    from hypothesis import configuration  # imported by a search alone (``Profile.space``)
+
     before = configuration.storage_directory(intent_to_write=False).home_directory
     configuration.set_hypothesis_home_dir(directory)
     try:
@@ -262,6 +267,13 @@ def search(
 ) -> SearchResult:
     """Run the property over ``config.max_examples`` drawn scenarios (plus replays and
     shrinking); ``on_example`` sees the running count (progress)."""
+    # Imported here, as in ``Profile.space``: a run without a search does not pay for them.
+    from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
+    from hypothesis.errors import Flaky
+
+    from dcpcheck.ops.fused_norm_rope import strategies
+
     space = config.profile.space(backend, config.dcp_sizes)
     # Each scenario's own sizes and seed; the options' tile-scale rule (if given) and oracle.
     run_config = RunConfig(

@@ -42,6 +42,7 @@ from dcpcheck.cases.dcp import Batch, Request
 from dcpcheck.ops.fused_norm_rope.contract import (
     INDEX_SHUFFLE_TILE,
     PRESETS,
+    SMALL_PRESETS,
     CacheLayout,
     IndexFormat,
     IndexScale,
@@ -79,9 +80,6 @@ EXAMPLE_CONTEXT_TOKENS = 65_536
 scenario of the space may hold more (``max_requests`` x the preset's last position): so a
 batched example costs no more memory than the largest single scenario, or 65,536 tokens'
 caches (under 100 MB per rank at the widest entry)."""
-
-SMALL_PRESETS = ("small-neox", "small-interleaved")
-"""Presets fast enough for the CPU interpreter (the real ones need a GPU)."""
 
 MAX_VALUE_SEED = 2**16
 """Value seeds are drawn in 0..2^16 (they shrink to 0)."""
