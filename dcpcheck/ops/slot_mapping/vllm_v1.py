@@ -224,10 +224,24 @@ class VllmV1SlotMappings:
             inputs.kernel_blocks != inputs.block_sizes
             and "kernel_block_size" not in self.init_parameters
         ):
-            return "this release's V1 block table has no kernel block size (the cache's only)"
+            return (
+                "this release's V1 block table has no kernel block size (the cache's only: "
+                f"{self.constructor})"
+            )
         if inputs.interleave > 1 and self.interleave_parameter is None:
-            return "this release's V1 block table has no interleave setting (1 only)"
+            return (
+                "this release's V1 block table has no interleave setting (1 only: "
+                f"{self.constructor})"
+            )
         return None
+
+    @property
+    def constructor(self) -> str:
+        """``file:line: BlockTable(parameters)``: the constructor that shows which settings
+        the table takes, for the reasons of what it is never asked."""
+        code = self.table_class.__init__.__code__
+        parameters = ", ".join(p for p in self.init_parameters if p != "self")
+        return f"{Path(code.co_filename).name}:{code.co_firstlineno}: BlockTable({parameters})"
 
     def built_interleave(self, inputs: SlotMappingInputs) -> int:
         """The interleave the runner builds the tables of ``inputs``' cache groups with
