@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,9 @@ def pytest_sessionfinish(session, exitstatus):
     an unlisted one that fits is named so the manifest can be regenerated."""
     if not CHECKS_LAUNCHES:
         return
-    unlisted = gpu_fit.recorded(os.environ[RECORD_ENV]) - set(gpu_fit.read_manifest())
+    recorded = gpu_fit.recorded(os.environ[RECORD_ENV])
+    shutil.rmtree(os.environ[RECORD_ENV], ignore_errors=True)  # read once, by its maker
+    unlisted = recorded - set(gpu_fit.read_manifest())
     if not unlisted:
         return
     results = gpu_fit.check_fit(unlisted)
