@@ -63,11 +63,27 @@ def test_no_tokens_skips_the_token_stream_case(tmp_path):
     assert "token-streams" not in {c["scenario"] for c in report["cases"]}
 
 
-def test_token_streams_catch_the_regression(tmp_path):
-    code, report = run_json(
-        tmp_path, "--dcp", "4", "--kernel", "regress/pre-54908", "--scenario", "decode-single-dcp4"
-    )
+@pytest.fixture(scope="module")
+def regression_runs(tmp_path_factory) -> list[tuple[int, Path, Path]]:
+    """``run --dcp 4 --kernel regress/pre-54908`` over SMALL with the token streams, twice
+    with the same arguments: each run's exit code, JSON and JUnit report. The reports,
+    the token-stream verdict and the identity of two runs are read from these two."""
+    folder = tmp_path_factory.mktemp("regression-runs")
+    runs = []
+    for name in ("a", "b"):
+        json_path, junit_path = folder / f"{name}.json", folder / f"{name}.xml"
+        result = invoke(
+            "run", "--dcp", "4", "--kernel", "regress/pre-54908", *SMALL,
+            "--json", str(json_path), "--junit", str(junit_path),
+        )  # fmt: skip
+        runs.append((result.exit_code, json_path, junit_path))
+    return runs
+
+
+def test_token_streams_catch_the_regression(regression_runs):
+    code, json_path, _ = regression_runs[0]
     assert code == 1
+    report = json.loads(json_path.read_text())
     tokens = next(c for c in report["cases"] if c["scenario"] == "token-streams")
     assert tokens["status"] == "fail"
     assert "genuine divergence" in tokens["checks"][0]["findings"][0]["detail"]
@@ -180,20 +196,14 @@ def test_repro_writes_the_json_its_findings_point_to(tmp_path):
     assert all(len(f["sha256"]) == 64 for f in report["kernel_files"])
 
 
-def test_identical_runs_write_identical_json(tmp_path):
-    args = ["--dcp", "4", "--kernel", "regress/pre-54908", *SMALL]
-    first, second = tmp_path / "a.json", tmp_path / "b.json"
-    invoke("run", *args, "--json", str(first))
-    invoke("run", *args, "--json", str(second))
+def test_identical_runs_write_identical_json(regression_runs):
+    (_, first, _), (_, second, _) = regression_runs
     assert first.read_bytes() == second.read_bytes()
 
 
-def test_junit_lists_every_check_and_the_failures(tmp_path):
-    path = tmp_path / "junit.xml"
-    result = invoke(
-        "run", "--dcp", "4", "--kernel", "regress/pre-54908", *SMALL, "--junit", str(path)
-    )
-    assert result.exit_code == 1
+def test_junit_lists_every_check_and_the_failures(regression_runs):
+    code, _, path = regression_runs[0]
+    assert code == 1
     suite = ET.parse(path).getroot()
     assert int(suite.get("failures")) > 0
     names = {case.get("name") for case in suite.iter("testcase")}
