@@ -46,7 +46,7 @@ from dcpcheck.ops.slot_mapping.vllm import (
     rows_the_caller_passes,
     torch_function,
 )
-from dcpcheck.ops.slot_mapping.vllm_v1 import VllmV1SlotMappings, rebuild_of
+from dcpcheck.ops.slot_mapping.vllm_v1 import VllmV1SlotMappings, rebuild_of, slotless_of
 from tests.conftest import BACKEND, registry_problem
 
 run_scenario = package(SLOT_MAPPING).run_scenario
@@ -413,7 +413,7 @@ def test_the_v1_block_table_maps_every_rank_as_its_runner_asks(version, dcp_size
     ("batch", "words"),
     [
         (SlotMappingBatch(((5, 3), (9, 1)), (16,), (True,), without_blocks=(1,)), "row i"),
-        (SlotMappingBatch(((5, 3),), (16, 16), (True, False)), "no replicated group"),
+        (SlotMappingBatch(((5, 3),), (16, 16), (True, False)), "no replicated cache group"),
     ],
 )
 def test_what_the_v1_runner_never_asks_its_table_is_not_applicable(batch, words):
@@ -629,6 +629,59 @@ def test_57260_the_releases_with_sharded_flags_keep_a_replicated_group_whole(ver
 
 def test_57260_is_not_a_dcp1_matter():
     assert judge("0.30.0", shipped("replicated-groups").batch, 1).status == "pass"
+
+
+V1_NEVER_ASKED = {
+    "0.11.1": ("single_type_kv_cache_manager.py:46: ", "kv_cache_interface.py:221: "),
+    "0.17.0": ("single_type_kv_cache_manager.py:54: ", "kv_cache_interface.py:252: "),
+    "0.25.1": ("single_type_kv_cache_manager.py:71: ", "kv_cache_interface.py:569: "),
+    "0.28.0": (
+        "gpu_model_runner.py:7401: SlotMappingMode.NONE if kv_cache_spec_kind == "
+        "KVCacheSpecKind.MAMBA",
+        "kv_cache_interface.py:575: ",
+    ),
+    "0.33.0": (
+        "gpu_model_runner.py:6859: SlotMappingMode.NONE if kv_cache_spec_kind == "
+        "KVCacheSpecKind.MAMBA",
+        "indexer.py:880: compute_kpool_tail_slot_mapping",
+        "kv_cache_interface.py:947: ",
+    ),
+}
+"""What each V1 release's reason quotes (``vllm_v1`` module docstring): up to 0.25.1 the KV
+cache manager's line that shards every group; from 0.26.0 the runner's line that builds a
+recurrent state's table without slots (read from the cached runner), from 0.32.0 the line
+where a replicated ring's builder replaces its table's slots; in every release the line that
+refuses a sliding-window group under DCP."""
+
+
+@pytest.mark.parametrize("version", sorted(V1_NEVER_ASKED))
+@pytest.mark.parametrize("dcp_size", [2, 8])
+def test_57260_the_v1_runner_never_asks_its_table_a_replicated_groups_slots(version, dcp_size):
+    """The V1 table shards every group it is built for, and no V1 release asks it for a
+    replicated group's slots under DCP: not applicable, the lines that show it quoted."""
+    result = judge_v1(version, shipped("replicated-groups").batch, dcp_size)
+    assert result.status == "not_applicable", failed(result)
+    assert all(line in result.error for line in V1_NEVER_ASKED[version]), result.error
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.28.0"])
+def test_the_v1_table_keeps_a_replicated_group_whole_at_dcp1(version):
+    assert judge_v1(version, shipped("replicated-groups").batch, 1).status == "pass"
+
+
+def test_a_v1_release_whose_replicated_groups_are_not_declared_is_refused():
+    slots = v1_table("0.28.0").slot_mappings
+    undeclared = VllmV1SlotMappings(slots.table_class, "vllm==0.99.0", slots.runner_file, "0.99.0")
+    with pytest.raises(AdapterError, match=r"declared for the releases 0\.10\.2 - 0\.33\.0"):
+        assert undeclared.replicated
+
+
+def test_the_runner_that_builds_no_slotless_table_says_so():
+    assert (
+        slotless_of("def f(a):\n    a.append(SlotMappingMode.TOKEN_TO_KV_SLOT)\n", "r.py") is None
+    )
+    with pytest.raises(AdapterError, match="unguarded"):
+        slotless_of("def f(a):\n    a.append(SlotMappingMode.NONE)\n", "r.py")
 
 
 # -- vLLM #27518: the MLA builder's local lengths (0.10.2, 0.11.0) ---------------------------

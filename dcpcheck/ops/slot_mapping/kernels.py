@@ -75,7 +75,7 @@ def _v1_table(version: str, name: str) -> vllm_v1.VllmV1SlotMappings:
     table_class = _function(_kept(version, vllm.V1_MEMBER), "BlockTable", name)
     lacking = releases.lacks(version, vllm.V1_RUNNER_MEMBER)
     runner = None if lacking else _kept(version, vllm.V1_RUNNER_MEMBER)
-    return adapted(vllm_v1.VllmV1SlotMappings, table_class, name, runner)  # type: ignore[return-value]
+    return adapted(vllm_v1.VllmV1SlotMappings, table_class, name, runner, version)  # type: ignore[return-value]
 
 
 def _before_gpu_runner(release: releases.ReleaseSpec) -> Routines:

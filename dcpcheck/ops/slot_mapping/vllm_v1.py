@@ -35,9 +35,25 @@ What the V1 routine is not asked, by its release's runner, is skipped with the r
   ``padding`` is not the routine's to pass or fail;
 * ``guard``: the table owns its slot buffer, so a write past the rows is not seen;
 * a request that owns no blocks, or rows not in batch order (the persistent batch keeps
-  request ``i`` at row ``i``), a replicated group under DCP (the V1 table shards every
-  group), an interleave above 1 or a kernel block smaller than the cache's before 0.11.1
-  (no such setting): the case is not applicable.
+  request ``i`` at row ``i``), an interleave above 1 or a kernel block smaller than the
+  cache's before 0.11.1 (no such setting): the case is not applicable;
+* a replicated cache group under DCP (:meth:`VllmV1SlotMappings.replicated`): the table
+  shards every group it is built for (its constructor asks the DCP group for the rank and
+  size, whatever the group), and no V1 release asks it for a replicated group's slots. A
+  sliding-window group, which DCP would shard, is refused at start-up in every release
+  (``SlidingWindowSpec.max_memory_usage_bytes`` asserts DCP 1, taken for every group the
+  engine plans; from 0.31.0 unless the spec is marked replicated, which nothing the V1
+  runner builds is, a ring that reads no slots aside). Up to 0.25.1 the KV cache manager
+  shards every other group, a recurrent state's and a chunked-local one included (each
+  group's block size times the DCP size): there is no replicated group. From 0.26.0 the
+  recurrent state is kept whole on every rank, and the runner builds its table to compute
+  no slots (``SlotMappingMode.NONE``, read from the runner: :func:`slotless_of`). From
+  0.32.0 a model may plan one more group kept whole, GLM-5-Next's kpool-tail ring, whose
+  table computes slots; its metadata builder replaces them, mapping every token to the ring
+  itself. The lines of the files the release cache does not hold (``kv_cache_interface.py``,
+  ``single_type_kv_cache_manager.py``, ``attention/backends/mla/indexer.py``) are declared
+  per release (``SLIDING_WINDOW_REFUSED``, ``MANAGER_SHARDS``, ``RING_REMAPPED``), read
+  from the wheels.
 
 0.29.0's kernel class derives from vLLM's JIT warm-up base (a stand-in: the launch is the
 file's own); from 0.30.0 the class returns a launch specification that vLLM's
@@ -89,6 +105,75 @@ class Rebuild:
 
     keeps_interleave: bool
     evidence: str
+
+
+SLIDING_WINDOW_REFUSED = {
+    ("0.10.2",): 171,
+    ("0.11.0",): 197,
+    ("0.11.1", "0.11.2"): 221,
+    ("0.12.0", "0.13.0"): 222,
+    ("0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1"): 252,
+    ("0.18.0", "0.18.1", "0.19.0", "0.19.1"): 252,
+    ("0.20.0", "0.20.1", "0.20.2"): 444,
+    ("0.21.0",): 466,
+    ("0.22.0", "0.22.1"): 486,
+    ("0.23.0",): 511,
+    ("0.24.0",): 529,
+    ("0.25.0", "0.25.1"): 569,
+    ("0.26.0",): 591,
+    ("0.27.0", "0.27.1"): 611,
+    ("0.28.0",): 575,
+    ("0.29.0",): 733,
+    ("0.30.0",): 845,
+    ("0.31.0",): 869,
+    ("0.32.0",): 888,
+    ("0.33.0",): 947,
+}
+"""The line of ``vllm/v1/kv_cache_interface.py`` where each V1 release's
+``SlidingWindowSpec.max_memory_usage_bytes`` asserts DCP 1 (from 0.31.0: unless the spec is
+not DCP-sharded), read from the release's wheel: the engine takes every planned group's
+``max_memory_usage_bytes`` at start-up (``get_max_concurrency_for_kv_cache_config`` in
+``vllm/v1/core/kv_cache_utils.py``), so a sliding-window group under DCP never reaches the
+runner (module docstring)."""
+
+MANAGER_SHARDS = {
+    ("0.10.2", "0.11.0"): 40,
+    ("0.11.1", "0.11.2"): 46,
+    ("0.12.0", "0.13.0"): 48,
+    ("0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0"): 50,
+    ("0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1"): 54,
+    ("0.20.0", "0.20.1", "0.20.2", "0.21.0"): 63,
+    ("0.22.0", "0.22.1"): 64,
+    ("0.23.0", "0.24.0"): 70,
+    ("0.25.0", "0.25.1"): 71,
+}
+"""The line of ``vllm/v1/core/single_type_kv_cache_manager.py`` where the base
+``SingleTypeKVCacheManager`` of each release up to 0.25.1 multiplies every group's block size
+by the DCP size (``self.block_size *= dcp_world_size``), read from the release's wheel: the
+manager shards every group, a recurrent state's included; from 0.26.0 the Mamba manager
+keeps its spec's block size and the runner builds its table without slots (module
+docstring)."""
+
+FLAGGED_WINDOWS = ("0.31.0", "0.32.0", "0.33.0")
+"""The releases whose sliding-window assert spares a spec marked not DCP-sharded
+(``not self.dcp_sharded or ...``), read from their wheels: none the V1 runner plans with
+slots is so marked (module docstring)."""
+
+RING_REMAPPED = {("0.32.0",): 882, ("0.33.0",): 880}
+"""The line of ``vllm/v1/attention/backends/mla/indexer.py`` where each release whose V1
+runner can be handed a replicated attention group (GLM-5-Next's kpool-tail ring, a
+``CircularBufferSpec`` with ``dcp_sharded=False``, which the runner builds a slot-computing
+table for: only a recurrent state's is built without) replaces that table's slots: the
+ring's metadata builder maps every scheduled token to the request's ring itself
+(``compute_kpool_tail_slot_mapping``, from the positions the V1 runner passes), read from
+the release's wheel (module docstring)."""
+
+SLOT_MODE = "SlotMappingMode"
+
+
+def declared(table: dict[tuple[str, ...], int], version: str | None) -> int | None:
+    """The line ``table`` declares for release ``version``, or None."""
+    return next((line for versions, line in table.items() if version in versions), None)
 
 
 def _calls_named(tree: ast.AST, name: str) -> list[ast.Call]:
@@ -156,6 +241,39 @@ def rebuild_of(source: str, where: str) -> Rebuild:
     )
 
 
+def slotless_of(source: str, where: str) -> str | None:
+    """``file:line: SlotMappingMode.NONE if <test>``: where the V1 runner's source (of the
+    file ``where``) builds a cache group's table to compute no slots, and for which groups;
+    None where it builds every table to compute them (before 0.26.0). ``AdapterError`` when
+    it does so in more than one place or unguarded."""
+    tree = ast.parse(source)
+    marks = [
+        call
+        for call in _calls_named(tree, "append")
+        if call.args and ast.unparse(call.args[0]) == f"{SLOT_MODE}.NONE"
+    ]
+    if not marks:
+        return None
+    guards = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and any(
+            inner is mark
+            for mark in marks
+            for statement in node.body
+            for inner in ast.walk(statement)
+        )
+    ]
+    if len(marks) != 1 or not guards:
+        raise AdapterError(
+            f"{where}: {len(marks)} tables built with {SLOT_MODE}.NONE, "
+            f"{'guarded' if guards else 'unguarded'}: not the one place the adapter reads "
+            "which cache groups the runner asks no slots from"
+        )
+    return f"{where}:{marks[0].lineno}: {SLOT_MODE}.NONE if {ast.unparse(guards[-1].test)}"
+
+
 def _stand_in_groups():
     return importlib.import_module("dcpcheck.adapters.shims.vllm.v1_runner")
 
@@ -168,6 +286,7 @@ class VllmV1SlotMappings:
     table_class: type
     name: str
     runner_file: Path | None
+    version: str | None = None
     skips: dict[str, str] = field(default_factory=lambda: dict(SKIPS))
 
     def __post_init__(self) -> None:
@@ -185,6 +304,9 @@ class VllmV1SlotMappings:
                 "not a signature the adapter knows how the V1 runner calls"
             )
         self.rebuild: Rebuild | None = None
+        self.slotless: str | None = None
+        if self.runner_file is not None and self.runner_file.is_file():
+            self.slotless = slotless_of(source_of(self.runner_file), self.runner_file.name)
         if self.interleave_parameter is not None:
             if self.runner_file is None or not self.runner_file.is_file():
                 raise AdapterError(
@@ -219,7 +341,7 @@ class VllmV1SlotMappings:
                 "request blocks (no request without blocks)"
             )
         if inputs.dcp_size > 1 and not all(inputs.sharded):
-            return "the V1 block table shards every cache group under DCP (no replicated group)"
+            return self.replicated
         if (
             inputs.kernel_blocks != inputs.block_sizes
             and "kernel_block_size" not in self.init_parameters
@@ -234,6 +356,51 @@ class VllmV1SlotMappings:
                 f"{self.constructor})"
             )
         return None
+
+    @property
+    def replicated(self) -> str:
+        """Why the V1 runner of this release never asks its table for a replicated group's
+        slots under DCP, with the lines that show it (module docstring)."""
+        refused = declared(SLIDING_WINDOW_REFUSED, self.version)
+        shards = declared(MANAGER_SHARDS, self.version)
+        if refused is None or (shards is None and self.slotless is None):
+            raise AdapterError(
+                f"{self.name}: which cache groups its vLLM keeps whole under DCP, and what "
+                "its runner asks their tables, is declared for the releases 0.10.2 - 0.33.0 "
+                "(SLIDING_WINDOW_REFUSED, MANAGER_SHARDS) and read from the runner, not for "
+                f"{self.version}"
+            )
+        flagged = self.version in FLAGGED_WINDOWS
+        spared = (
+            " for a DCP-sharded spec, which every one the V1 runner plans is" if flagged else ""
+        )
+        window = (
+            f"a sliding-window group is refused at start-up (kv_cache_interface.py:{refused}: "
+            "SlidingWindowSpec.max_memory_usage_bytes asserts decode_context_parallel_size == 1"
+            f"{spared})"
+        )
+        if self.slotless is None:
+            return (
+                "the V1 runner hands its block tables no replicated cache group under DCP: "
+                f"its KV cache manager shards every group (single_type_kv_cache_manager.py:"
+                f"{shards}: each group's block size times the DCP size, a recurrent state's "
+                f"included) and {window}"
+            )
+        ring = declared(RING_REMAPPED, self.version)
+        remapped = (
+            ""
+            if ring is None
+            else (
+                "; a self-addressed ring kept whole (CircularBufferSpec, dcp_sharded=False) "
+                "has its table's slots replaced: its metadata builder maps every token to the "
+                f"ring itself (indexer.py:{ring}: compute_kpool_tail_slot_mapping)"
+            )
+        )
+        return (
+            "the V1 runner asks its block tables no replicated cache group's slots under "
+            "DCP: the group every rank keeps whole, a recurrent state's, computes none "
+            f"({self.slotless}){remapped}; and {window}"
+        )
 
     @property
     def constructor(self) -> str:
