@@ -18,6 +18,7 @@ from dcpcheck.cases.options import COMMANDS, OPTIONS, PASSED_TO_RANKS, ops_takin
 from dcpcheck.cases.verdicts import RunConfig
 from dcpcheck.cli import main, options, ranks
 from dcpcheck.cli import run as run_module
+from dcpcheck.distributed import launcher
 from dcpcheck.op_registry import OPS
 from dcpcheck.ops import package, packaged
 from dcpcheck.ops.fused_norm_rope import search
@@ -211,7 +212,7 @@ def test_the_ranks_take_exactly_what_a_real_rank_run_passes(tmp_path, monkeypatc
         passed.append(list(argv))
         return 0
 
-    monkeypatch.setattr(run_module.launcher, "launch", launch)
+    monkeypatch.setattr(launcher, "launch", launch)
     argv = ["run", "--launcher", "torchrun"]
     for name in PASSED_TO_RANKS:
         given = ["--dcp", "2"] if name == "dcp" else _typed(name, tmp_path)[0]
