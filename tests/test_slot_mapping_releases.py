@@ -238,16 +238,8 @@ def test_the_search_finds_and_shrinks_0_17s_unwritten_padding():
     assert {c.check for c in outcome.result.failed_checks} == {"slots", "padding"}
 
 
-def test_the_search_finds_and_shrinks_57260_in_0_30():
-    outcome = search(release("0.30.0"), "vllm==0.30.0", 100, BACKEND.device)
-    assert not outcome.passed
-    batch = outcome.failure.batch
-    assert batch.sharded == (False,) and len(batch.requests) == 1
-    assert outcome.failure.dcp_sizes == (2,)
-
-
 def test_the_search_finds_and_shrinks_51031_in_0_28():
-    """Drawing sharded groups alone, where 0.28.0's other bug (#57260) is not."""
+    """Drawing sharded groups alone, as the release's own search does."""
     kernel = release("0.28.0")
     drawn = batches((1, 2, 4, 8), replicated=False, without_blocks=False)
     outcome = op_cases.search(OP_CASES, kernel, "k", drawn, 100, BACKEND.device, None)
@@ -603,38 +595,64 @@ def test_51031_the_releases_that_take_both_block_sizes_localize_by_the_cache_blo
     assert result.status == "pass", failed(result)
 
 
-# -- vLLM #57260: replicated groups sharded (0.17.0 - 0.30.0) ------------------------------
+# -- replicated groups before the sharded flags (0.17.0 - 0.30.0) ---------------------------
 
-WITHOUT_SHARDED_FLAGS = ("0.17.0", "0.18.0", "0.22.0", "0.28.0", "0.29.0", "0.30.0")
-"""Releases whose runner hands the kernel every cache group and the kernel shards them all."""
+MANAGER = "single_type_kv_cache_manager.py"
+NEVER_HANDED_A_REPLICATED_GROUP = {
+    "0.17.0": (MANAGER + ":54", "kv_cache_interface.py:252"),
+    "0.18.0": (MANAGER + ":54", "kv_cache_interface.py:252"),
+    "0.22.0": (MANAGER + ":64", "kv_cache_interface.py:486"),
+    "0.28.0": (MANAGER + ":79", "mamba_attn.py:811", "kv_cache_interface.py:575"),
+    "0.29.0": (MANAGER + ":83", "mamba_attn.py:811", "kv_cache_interface.py:733"),
+    "0.30.0": (MANAGER + ":110", "mamba_attn.py:880", "kv_cache_interface.py:845"),
+}  # fmt: skip
+"""Releases whose kernel shards every group it is handed, and the lines that show their
+runner hands it no replicated group whose slots are read (``kept_whole``)."""
 
 
-@pytest.mark.parametrize("version", WITHOUT_SHARDED_FLAGS)
-@pytest.mark.parametrize("dcp_size", [2, 4, 8])
-def test_57260_a_replicated_group_is_sharded(version, dcp_size):
-    """The replicated group's owned rows are wrong (most of them on no rank): the finding,
-    in that group alone (0.17.0's own padding rows aside)."""
+@pytest.mark.parametrize("version", sorted(NEVER_HANDED_A_REPLICATED_GROUP))
+@pytest.mark.parametrize("dcp_size", [2, 8])
+def test_a_replicated_group_is_never_handed_to_the_kernels_without_sharded_flags(
+    version, dcp_size
+):
+    """Not applicable, the lines quoted: the manager shards every group (from 0.26.0 but
+    a recurrent state's, whose slots its reader leaves unread) and refuses sliding windows."""
     result = judge(version, shipped("replicated-groups").batch, dcp_size)
-    assert result.status == "fail"
+    [reason] = {c.skipped for c in result.checks if c.check in ("slots", "ownership")}
+    assert reason is not None and "no replicated group whose slots are read" in reason
+    for line in NEVER_HANDED_A_REPLICATED_GROUP[version]:
+        assert line in reason, reason
+    assert release(version).slot_mappings.askable.replicated is False  # nor drawn
+
+
+def test_the_kernel_by_its_file_is_judged_on_a_replicated_group_and_shards_it():
+    """With no release's callers to say what it is handed, 0.30.0's kernel is asked a
+    replicated group, and sharding it fails in that group alone (the search shrinks it)."""
+    path = Path(release("0.30.0").slot_mappings.kernel.fn.__code__.co_filename)
+    by_path = kernels.load(f"{path}:_compute_slot_mappings_kernel")
+    [result] = run_scenario(by_path, "path", shipped("replicated-groups"), (2,), BACKEND.device)
     rows = {(check, field) for check, field, ownership in failed(result) if ownership != "padding"}
     assert rows == {("slots", "slot_mapping[1]"), ("ownership", "slot_mapping[1]")}
+    outcome = search(by_path, "path", 100, BACKEND.device)
+    assert not outcome.passed
+    assert outcome.failure.batch.sharded == (False,) and len(outcome.failure.batch.requests) == 1
 
 
 @pytest.mark.parametrize("version", ["0.31.0", "0.33.0"])
 @pytest.mark.parametrize("dcp_size", [1, 2, 4, 8])
-def test_57260_the_releases_with_sharded_flags_keep_a_replicated_group_whole(version, dcp_size):
+def test_the_releases_with_sharded_flags_keep_a_replicated_group_whole(version, dcp_size):
     result = judge(version, shipped("replicated-groups").batch, dcp_size)
     assert result.status == "pass", failed(result)
 
 
-def test_57260_is_not_a_dcp1_matter():
+def test_a_replicated_group_at_dcp1_is_kept_whole():
     assert judge("0.30.0", shipped("replicated-groups").batch, 1).status == "pass"
 
 
 V1_NEVER_ASKED = {
-    "0.11.1": ("single_type_kv_cache_manager.py:46: ", "kv_cache_interface.py:221: "),
-    "0.17.0": ("single_type_kv_cache_manager.py:54: ", "kv_cache_interface.py:252: "),
-    "0.25.1": ("single_type_kv_cache_manager.py:71: ", "kv_cache_interface.py:569: "),
+    "0.11.1": (MANAGER + ":46: ", "kv_cache_interface.py:221: "),
+    "0.17.0": (MANAGER + ":54: ", "kv_cache_interface.py:252: "),
+    "0.25.1": (MANAGER + ":71: ", "kv_cache_interface.py:569: "),
     "0.28.0": (
         "gpu_model_runner.py:7401: SlotMappingMode.NONE if kv_cache_spec_kind == "
         "KVCacheSpecKind.MAMBA",
@@ -656,7 +674,7 @@ refuses a sliding-window group under DCP."""
 
 @pytest.mark.parametrize("version", sorted(V1_NEVER_ASKED))
 @pytest.mark.parametrize("dcp_size", [2, 8])
-def test_57260_the_v1_runner_never_asks_its_table_a_replicated_groups_slots(version, dcp_size):
+def test_the_v1_runner_never_asks_its_table_a_replicated_groups_slots(version, dcp_size):
     """The V1 table shards every group it is built for, and no V1 release asks it for a
     replicated group's slots under DCP: not applicable, the lines that show it quoted."""
     result = judge_v1(version, shipped("replicated-groups").batch, dcp_size)

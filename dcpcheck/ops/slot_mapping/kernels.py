@@ -112,7 +112,7 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
         return _before_gpu_runner(release)
     target = _function(_kept(version, vllm.MEMBER), release.function, name)
     caller = _kept(version, vllm.CALLER_MEMBER)
-    slots = adapted(vllm.VllmSlotMappings, target, name, caller)
+    slots = adapted(vllm.VllmSlotMappings, target, name, caller, version)
     if named:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
         return Routines(slots, None, why)

@@ -25,10 +25,13 @@ signature and gives each the value the release's caller gives it:
   which is never asked a kernel block smaller than the cache's;
 * ``slot_mapping_enabled`` (0.29.0 on): every group writes the cache (a group that does
   not, a recurrent state's, has no slots to judge);
-* ``dcp_sharded`` (0.31.0 on): the op's sharded flags. Before it the runner hands the
-  kernel every cache group its model has, replicated ones (sliding window, recurrent state)
-  included, and the kernel shards them all (vLLM #57260): a replicated group is asked and
-  judged;
+* ``dcp_sharded`` (0.31.0 on): the op's sharded flags. Before them the kernel shards
+  every group it is handed, but 0.17.0 - 0.30.0 hand it no replicated group whose slots
+  are read (``kept_whole``: a sliding-window group is refused under DCP, the KV cache
+  manager shards every other group but, from 0.26.0, a recurrent state's, whose reader
+  takes it by block and never by slot), so a replicated group under DCP is not applicable
+  there, with those lines; a kernel named by its file, with no release's callers, is
+  judged on it;
 * ``cp_rank``, ``CP_SIZE``, ``CP_INTERLEAVE`` (0.17.0 on): the rank, DCP size, interleave.
 
 What a release's API cannot be asked is ``not_applicable`` with the reason
@@ -60,6 +63,13 @@ from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels.loading import definitions_alone, source_of
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.kept_whole import (
+    MANAGER_SHARDS,
+    OTHER_GROUPS_SHARDED,
+    RECURRENT_SLOTS_UNREAD,
+    SLIDING_WINDOW_REFUSED,
+    declared,
+)
 from dcpcheck.ops.slot_mapping.vllm_mla import BuilderLengths
 
 MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, SEQ_LENS_FUNCTION_MEMBER = OPS[
@@ -262,7 +272,9 @@ class VllmSlotMappings:
     """A release's ``_compute_slot_mappings_kernel`` under the op's protocol (module
     docstring); ``name`` is what reports call it."""
 
-    def __init__(self, kernel: object, name: str, caller_file: Path | None) -> None:
+    def __init__(
+        self, kernel: object, name: str, caller_file: Path | None, version: str | None = None
+    ) -> None:
         function = getattr(kernel, "fn", None)
         if function is None or not callable(kernel.__getitem__):  # type: ignore[attr-defined]
             raise AdapterError(f"{name}: {FUNCTION} is not a Triton kernel")
@@ -287,13 +299,14 @@ class VllmSlotMappings:
         self.blocks = blocks_the_caller_passes(tree, kernel_file.name, self.parameters)
         self.kernel = kernel
         self.name = name
+        self.version = version  # a release's, whose callers ``kept_whole`` describes
 
     @property
     def askable(self) -> Askable:
         """What the property search may draw for this release (``not_applicable``)."""
         return Askable(
             dcp="cp_rank" in self.parameters,
-            replicated=True,
+            replicated="dcp_sharded" in self.parameters or self.never_replicated is None,
             without_blocks="dcp_sharded" in self.parameters,
             kernel_blocks=self.blocks.kind != CACHE_BLOCKS,
         )
@@ -312,6 +325,9 @@ class VllmSlotMappings:
                 f"{FUNCTION} of this release is given no kernel block size: its runner's "
                 f"block tables are in cache blocks ({self.blocks.evidence})"
             )
+        replicated = inputs.dcp_size > 1 and not all(inputs.sharded)
+        if replicated and "dcp_sharded" not in self.parameters and self.never_replicated:
+            return self.never_replicated
         if bool((inputs.idx_mapping < 0).any()) and "dcp_sharded" not in self.parameters:
             return (
                 f"{FUNCTION} of this release reads every request's block-table row "
@@ -319,6 +335,35 @@ class VllmSlotMappings:
                 "(a request without blocks, idx_mapping -1, first reaches the kernel in 0.31.0)"
             )
         return None
+
+    @property
+    def never_replicated(self) -> str | None:
+        """Why this release's runner never hands the kernel a replicated group whose slots
+        are read, with the lines (``kept_whole``); None for a kernel with no release's
+        callers or a release the facts do not cover."""
+        refused = declared(SLIDING_WINDOW_REFUSED, self.version)
+        shards = declared(MANAGER_SHARDS, self.version)
+        others = declared(OTHER_GROUPS_SHARDED, self.version)
+        unread = declared(RECURRENT_SLOTS_UNREAD, self.version)
+        if refused is None or (shards is None and (others is None or unread is None)):
+            return None
+        if shards is not None:
+            groups = (
+                "the KV cache manager shards every group, a recurrent state's included "
+                f"(single_type_kv_cache_manager.py:{shards}: the block size times the DCP size)"
+            )
+        else:
+            groups = (
+                "the KV cache manager shards every group but a recurrent state's "
+                f"(single_type_kv_cache_manager.py:{others}), whose reader never takes its "
+                f"slots (mamba_attn.py:{unread}: update_block_table leaves slot_mapping unread)"
+            )
+        return (
+            f"{FUNCTION} of this release shards every group it is handed ({self.defined_at}, "
+            f"no sharded flags), and its runner hands it no replicated group whose slots are "
+            f"read: {groups}; a sliding-window group is refused at start-up under DCP "
+            f"(kv_cache_interface.py:{refused})"
+        )
 
     def __call__(self, inputs: SlotMappingInputs, slot_mappings: torch.Tensor) -> None:
         groups, max_num_tokens = slot_mappings.shape

@@ -52,8 +52,7 @@ What the V1 routine is not asked, by its release's runner, is skipped with the r
   table computes slots; its metadata builder replaces them, mapping every token to the ring
   itself. The lines of the files the release cache does not hold (``kv_cache_interface.py``,
   ``single_type_kv_cache_manager.py``, ``attention/backends/mla/indexer.py``) are declared
-  per release (``SLIDING_WINDOW_REFUSED``, ``MANAGER_SHARDS``, ``RING_REMAPPED``), read
-  from the wheels.
+  per release in ``dcpcheck.ops.slot_mapping.kept_whole``, read from the wheels.
 
 0.29.0's kernel class derives from vLLM's JIT warm-up base (a stand-in: the launch is the
 file's own); from 0.30.0 the class returns a launch specification that vLLM's
@@ -75,6 +74,13 @@ import torch
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels.loading import source_of
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.kept_whole import (
+    FLAGGED_WINDOWS,
+    MANAGER_SHARDS,
+    RING_REMAPPED,
+    SLIDING_WINDOW_REFUSED,
+    declared,
+)
 from dcpcheck.ops.slot_mapping.vllm import SEQ_LENS_FUNCTION, V1_FUNCTION, V1_RUNNER_MEMBER, Askable
 
 INTERLEAVE_PARAMETERS = ("dcp_kv_cache_interleave_size", "cp_kv_cache_interleave_size")
@@ -107,73 +113,7 @@ class Rebuild:
     evidence: str
 
 
-SLIDING_WINDOW_REFUSED = {
-    ("0.10.2",): 171,
-    ("0.11.0",): 197,
-    ("0.11.1", "0.11.2"): 221,
-    ("0.12.0", "0.13.0"): 222,
-    ("0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1"): 252,
-    ("0.18.0", "0.18.1", "0.19.0", "0.19.1"): 252,
-    ("0.20.0", "0.20.1", "0.20.2"): 444,
-    ("0.21.0",): 466,
-    ("0.22.0", "0.22.1"): 486,
-    ("0.23.0",): 511,
-    ("0.24.0",): 529,
-    ("0.25.0", "0.25.1"): 569,
-    ("0.26.0",): 591,
-    ("0.27.0", "0.27.1"): 611,
-    ("0.28.0",): 575,
-    ("0.29.0",): 733,
-    ("0.30.0",): 845,
-    ("0.31.0",): 869,
-    ("0.32.0",): 888,
-    ("0.33.0",): 947,
-}
-"""The line of ``vllm/v1/kv_cache_interface.py`` where each V1 release's
-``SlidingWindowSpec.max_memory_usage_bytes`` asserts DCP 1 (from 0.31.0: unless the spec is
-not DCP-sharded), read from the release's wheel: the engine takes every planned group's
-``max_memory_usage_bytes`` at start-up (``get_max_concurrency_for_kv_cache_config`` in
-``vllm/v1/core/kv_cache_utils.py``), so a sliding-window group under DCP never reaches the
-runner (module docstring)."""
-
-MANAGER_SHARDS = {
-    ("0.10.2", "0.11.0"): 40,
-    ("0.11.1", "0.11.2"): 46,
-    ("0.12.0", "0.13.0"): 48,
-    ("0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0"): 50,
-    ("0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1"): 54,
-    ("0.20.0", "0.20.1", "0.20.2", "0.21.0"): 63,
-    ("0.22.0", "0.22.1"): 64,
-    ("0.23.0", "0.24.0"): 70,
-    ("0.25.0", "0.25.1"): 71,
-}
-"""The line of ``vllm/v1/core/single_type_kv_cache_manager.py`` where the base
-``SingleTypeKVCacheManager`` of each release up to 0.25.1 multiplies every group's block size
-by the DCP size (``self.block_size *= dcp_world_size``), read from the release's wheel: the
-manager shards every group, a recurrent state's included; from 0.26.0 the Mamba manager
-keeps its spec's block size and the runner builds its table without slots (module
-docstring)."""
-
-FLAGGED_WINDOWS = ("0.31.0", "0.32.0", "0.33.0")
-"""The releases whose sliding-window assert spares a spec marked not DCP-sharded
-(``not self.dcp_sharded or ...``), read from their wheels: none the V1 runner plans with
-slots is so marked (module docstring)."""
-
-RING_REMAPPED = {("0.32.0",): 882, ("0.33.0",): 880}
-"""The line of ``vllm/v1/attention/backends/mla/indexer.py`` where each release whose V1
-runner can be handed a replicated attention group (GLM-5-Next's kpool-tail ring, a
-``CircularBufferSpec`` with ``dcp_sharded=False``, which the runner builds a slot-computing
-table for: only a recurrent state's is built without) replaces that table's slots: the
-ring's metadata builder maps every scheduled token to the request's ring itself
-(``compute_kpool_tail_slot_mapping``, from the positions the V1 runner passes), read from
-the release's wheel (module docstring)."""
-
 SLOT_MODE = "SlotMappingMode"
-
-
-def declared(table: dict[tuple[str, ...], int], version: str | None) -> int | None:
-    """The line ``table`` declares for release ``version``, or None."""
-    return next((line for versions, line in table.items() if version in versions), None)
 
 
 def _calls_named(tree: ast.AST, name: str) -> list[ast.Call]:
