@@ -198,6 +198,19 @@ RUN_KEYS: dict[str, Key] = {
 """The DCP sizes a scenario runs at and the seed of its batch, in every op package's file."""
 
 
+def batch_rows(requests: Sequence[tuple[int, int]], padding: int) -> int:
+    """A batch's rows: every request's rows of the step (the second of its pair), then the
+    ``padding`` rows, which belong to no request."""
+    return sum(rows for _, rows in requests) + padding
+
+
+def requests_in_words(requests: Sequence[tuple[int, int]], rows: int) -> str:
+    """The start of a batch's summary: how many requests, each one's context (the first of
+    its pair) and the batch's rows."""
+    contexts = ", ".join(str(context) for context, _ in requests)
+    return f"{len(requests)} request(s) of context {contexts}, {rows} row(s)"
+
+
 class Seeded(Protocol):
     """What :class:`NamedBatch` reads of an op's batch: the seed its values are drawn from."""
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dcpcheck.cases.scenario_files import batch_rows, requests_in_words
 from dcpcheck.ops.lse_combine.collectives import run_ranks
 from dcpcheck.ops.lse_combine.contract import CombineInputs, CombineKernel, Merged
 from reference import lse_combine as oracle
@@ -75,15 +76,14 @@ class CombineBatch:
 
     @property
     def num_rows(self) -> int:
-        return sum(queries for _, queries in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def summary(self) -> str:
         """The batch in a few words, as a shrunk failure is reported."""
-        contexts = ", ".join(str(context) for context, _ in self.requests)
         base = "e" if self.base_e else "2"
         return (
-            f"{len(self.requests)} request(s) of context {contexts}, {self.num_rows} row(s), "
+            f"{requests_in_words(self.requests, self.num_rows)}, "
             f"{self.heads} heads, {self.dtype}, LSE base {base}, empty shards {self.empty}"
         )
 

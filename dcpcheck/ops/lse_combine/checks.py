@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 
+from dcpcheck.cases import op_checks
 from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.lse_combine.case import DTYPES, CombineCase
 from dcpcheck.ops.lse_combine.contract import Merged
@@ -171,4 +172,4 @@ def judge(case: CombineCase, merged: list[Merged]) -> list[CheckResult]:
 
 def skipped(reason: str) -> tuple[CheckResult, ...]:
     """Every check of the op skipped with ``reason``."""
-    return tuple(CheckResult(check, skipped=reason) for check in CHECKS)
+    return op_checks.skipped(CHECKS, reason)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dcpcheck.cases import memory
+from dcpcheck.cases.scenario_files import batch_rows
 from dcpcheck.ops.lse_combine.case import DTYPES, CombineBatch
 
 FP64_BYTES = 8
@@ -87,7 +88,7 @@ class _Shape:
 
     @property
     def rows(self) -> int:
-        return sum(queries for _, queries in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def elements(self) -> int:

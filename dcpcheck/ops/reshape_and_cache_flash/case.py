@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from dcpcheck.cases.scenario_files import batch_rows
 from dcpcheck.ops.reshape_and_cache_flash.contract import CacheWriteInputs, CacheWriteKernel
 from reference import reshape_and_cache_flash as oracle
 from reference import slot_mapping as write_side
@@ -60,7 +61,7 @@ class CacheWriteBatch:
 
     @property
     def num_tokens(self) -> int:
-        return sum(new for _, new in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def table_width(self) -> int:

@@ -22,6 +22,8 @@ from dataclasses import replace
 
 import torch
 
+from dcpcheck.cases import op_checks
+from dcpcheck.cases.op_checks import rows_finding
 from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.reshape_and_cache_flash.case import (
     CacheWriteCase,
@@ -78,17 +80,6 @@ def entry_elements(case: CacheWriteCase, slots: torch.Tensor, kind: str) -> torc
     return found.reshape(len(slots), batch.kv_heads * batch.head_size)
 
 
-def _finding(field: str, rank: int | None, rows: list[int], detail: str) -> Finding:
-    return Finding(
-        field=field,
-        rank=rank,
-        detail=detail.format(count=len(rows), first=rows[0]),
-        token=rows[0],
-        count=len(rows),
-        tokens=tuple(rows),
-    )
-
-
 def check_owned(case: CacheWriteCase) -> CheckResult:
     """Each rank's own tokens hold the oracle's entries (module docstring)."""
     findings = []
@@ -113,7 +104,7 @@ def check_owned(case: CacheWriteCase) -> CheckResult:
                 detail = "{count} token(s) of the rank hold another entry than the oracle's"
                 if unwritten:
                     detail += " (some never written)"
-                findings.append(_finding(f"{kind}_cache", rank, bad, detail))
+                findings.append(rows_finding(f"{kind}_cache", rank, bad, detail))
     return CheckResult("owned", tuple(findings))
 
 
@@ -182,25 +173,15 @@ def check_reassembly(case: CacheWriteCase) -> CheckResult:
     if not bad:
         return CheckResult("reassembly")
     detail = "{count} token(s) read back from their owner differ from the DCP1 cache"
-    return CheckResult("reassembly", (_finding("cache", None, sorted(bad), detail),))
+    return CheckResult("reassembly", (rows_finding("cache", None, sorted(bad), detail),))
 
 
 def check_guard(case: CacheWriteCase, before: tuple[CacheWriteInputs, ...]) -> CheckResult:
     """Every input as it was (``before``: copies)."""
     findings = []
     for rank, (inputs, kept) in enumerate(zip(case.ranks, before, strict=True)):
-        for name in INPUT_TENSORS:
-            if not torch.equal(getattr(inputs, name).cpu(), getattr(kept, name).cpu()):
-                findings.append(Finding(field=name, rank=rank, detail="an input was modified"))
+        findings.extend(op_checks.modified_inputs(rank, inputs, kept, INPUT_TENSORS))
     return CheckResult("guard", tuple(findings))
-
-
-def snapshot(case: CacheWriteCase) -> tuple[CacheWriteInputs, ...]:
-    """Copies of every rank's input tensors, taken before a launch (``check_guard``)."""
-    return tuple(
-        replace(inputs, **{name: getattr(inputs, name).clone() for name in INPUT_TENSORS})
-        for inputs in case.ranks
-    )
 
 
 def check_launched(
@@ -210,12 +191,11 @@ def check_launched(
     return (check_owned(case), check_stray(case), check_reassembly(case), check_guard(case, before))
 
 
-def judge(kernel: CacheWriteKernel, case: CacheWriteCase) -> tuple[CheckResult, ...]:
-    """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
-    before = snapshot(case)
-    return check_launched(launch_all(kernel, case), before)
+LAUNCH_CHECKS: op_checks.LaunchChecks[CacheWriteKernel, CacheWriteCase] = op_checks.LaunchChecks(
+    CHECKS, INPUT_TENSORS, launch_all, check_launched
+)
+"""How a case of the op is judged (``op_checks.LaunchChecks``)."""
 
-
-def skipped(reason: str) -> tuple[CheckResult, ...]:
-    """Every check of this module, skipped for ``reason`` (reported, never passed)."""
-    return tuple(CheckResult(name, skipped=reason) for name in CHECKS)
+snapshot = LAUNCH_CHECKS.snapshot
+judge = LAUNCH_CHECKS.judge
+skipped = LAUNCH_CHECKS.skipped

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dcpcheck.cases import memory
+from dcpcheck.cases.scenario_files import batch_rows
 from dcpcheck.ops.reshape_and_cache_flash.case import DTYPES, GUARD_BLOCKS, CacheWriteBatch
 
 INT64_BYTES = 8
@@ -48,7 +49,7 @@ class _Shape:
 
     def case(self, dcp_size: int) -> memory.Peak:
         """What the case at ``dcp_size`` holds at its peak (module docstring)."""
-        tokens = sum(new for _, new in self.requests) + self.padding
+        tokens = batch_rows(self.requests, self.padding)
         longest = max((p + n for p, n in self.requests), default=1)
         blocks = len(self.requests) * -(-longest // self.block_size) + GUARD_BLOCKS
         entry = self.kv_heads * self.head_size

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from dcpcheck.cases.scenario_files import batch_rows
 from dcpcheck.ops.slot_mapping.contract import SlotMappingInputs, SlotMappingKernel
 
 POISON = -7_777_777
@@ -47,7 +48,7 @@ class SlotMappingBatch:
 
     @property
     def num_rows(self) -> int:
-        return sum(new for _, new in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def summary(self) -> str:

@@ -16,10 +16,9 @@ that row is owned by the rank, another rank's, or padding.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
+from dcpcheck.cases import op_checks
 from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.slot_mapping.case import POISON, SlotMappingCase, launch_all, owned_rows
 from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs, SlotMappingKernel
@@ -143,18 +142,8 @@ def check_guard(case: SlotMappingCase, before: tuple[SlotMappingInputs, ...]) ->
                         count=len(rows),
                     )
                 )
-        for name in INPUT_TENSORS:
-            if not torch.equal(getattr(inputs, name).cpu(), getattr(kept, name).cpu()):
-                findings.append(Finding(field=name, rank=rank, detail="an input was modified"))
+        findings.extend(op_checks.modified_inputs(rank, inputs, kept, INPUT_TENSORS))
     return CheckResult("guard", tuple(findings))
-
-
-def snapshot(case: SlotMappingCase) -> tuple[SlotMappingInputs, ...]:
-    """Copies of every rank's input tensors, taken before a launch (``check_guard``)."""
-    return tuple(
-        replace(inputs, **{name: getattr(inputs, name).clone() for name in INPUT_TENSORS})
-        for inputs in case.ranks
-    )
 
 
 def check_launched(
@@ -169,12 +158,11 @@ def check_launched(
     )
 
 
-def judge(kernel: SlotMappingKernel, case: SlotMappingCase) -> tuple[CheckResult, ...]:
-    """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
-    before = snapshot(case)
-    return check_launched(launch_all(kernel, case), before)
+LAUNCH_CHECKS: op_checks.LaunchChecks[SlotMappingKernel, SlotMappingCase] = op_checks.LaunchChecks(
+    CHECKS, INPUT_TENSORS, launch_all, check_launched
+)
+"""How a case of the op is judged (``op_checks.LaunchChecks``)."""
 
-
-def skipped(reason: str) -> tuple[CheckResult, ...]:
-    """Every check of this module, skipped for ``reason`` (reported, never passed)."""
-    return tuple(CheckResult(name, skipped=reason) for name in CHECKS)
+snapshot = LAUNCH_CHECKS.snapshot
+judge = LAUNCH_CHECKS.judge
+skipped = LAUNCH_CHECKS.skipped

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from dcpcheck.cases import memory
 from dcpcheck.cases.limits import BLOCK_SIZE_MAX
+from dcpcheck.cases.scenario_files import batch_rows
 from dcpcheck.ops.slot_mapping.case import GUARD_ROWS, SlotMappingBatch
 
 INT32_BYTES = 4
@@ -60,7 +61,7 @@ class _Shape:
 
     @property
     def rows(self) -> int:
-        return sum(new for _, new in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def table_entries(self) -> int:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from dcpcheck.cases.scenario_files import batch_rows, requests_in_words
 from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
 
 POISON = -7_777_777
@@ -51,15 +52,14 @@ class RemapBatch:
 
     @property
     def num_rows(self) -> int:
-        return sum(rows for _, rows in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def summary(self) -> str:
         """The batch in a few words, as a shrunk failure is reported."""
-        contexts = ", ".join(str(context) for context, _ in self.requests)
         packed = "compacted" if self.compact else "in place"
         return (
-            f"{len(self.requests)} request(s) of context {contexts}, {self.num_rows} row(s), "
+            f"{requests_in_words(self.requests, self.num_rows)}, "
             f"top-{self.topk} {packed}, block size {self.block_size}, "
             f"interleave {self.interleave}"
         )

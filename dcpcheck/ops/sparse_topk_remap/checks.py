@@ -23,10 +23,10 @@ A finding names the field (``out``, ``valid_counts``), the rank and the first ba
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
+from dcpcheck.cases import op_checks
+from dcpcheck.cases.op_checks import rows_finding
 from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops.sparse_topk_remap.case import POISON, RemapCase, launch_all
 from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
@@ -52,17 +52,6 @@ def expected_slots(inputs: RemapInputs) -> torch.Tensor:
     )
 
 
-def _finding(field: str, rank: int | None, rows: list[int], detail: str) -> Finding:
-    return Finding(
-        field=field,
-        rank=rank,
-        detail=detail.format(count=len(rows), first=rows[0]),
-        token=rows[0],
-        count=len(rows),
-        tokens=tuple(rows),
-    )
-
-
 def _slots_of(row: torch.Tensor) -> set[int]:
     return {int(s) for s in row.tolist() if s != NO_SLOT}
 
@@ -81,7 +70,7 @@ def check_slots(case: RemapCase) -> CheckResult:
         if bad:
             unwritten = bool((got[bad[0]] == POISON).any())
             suffix = " (row {first} has entries never written)" if unwritten else ""
-            findings.append(_finding("out", rank, bad, detail + suffix))
+            findings.append(rows_finding("out", rank, bad, detail + suffix))
     return CheckResult("slots", tuple(findings))
 
 
@@ -125,11 +114,11 @@ def check_partition(case: RemapCase) -> CheckResult:
                 read[row].add(position)
         if foreign:
             detail = "{count} row(s) read a slot that holds no pick of the row on this rank"
-            findings.append(_finding("out", rank, sorted(set(foreign)), detail))
+            findings.append(rows_finding("out", rank, sorted(set(foreign)), detail))
     missed = [row for row in range(case.num_rows) if picked_rows[row] - read[row]]
     if missed:
         detail = "{count} row(s) have a pick no rank reads"
-        findings.append(_finding("out", None, missed, detail))
+        findings.append(rows_finding("out", None, missed, detail))
     return CheckResult("partition", tuple(findings))
 
 
@@ -148,7 +137,7 @@ def check_unused(case: RemapCase) -> CheckResult:
             bad = (unused & (out != NO_SLOT)).any(dim=1)
             detail = "{count} row(s) have a slot in a column whose pick is -1"
         if bad.any():
-            findings.append(_finding("out", rank, bad.nonzero().flatten().tolist(), detail))
+            findings.append(rows_finding("out", rank, bad.nonzero().flatten().tolist(), detail))
     return CheckResult("unused", tuple(findings))
 
 
@@ -164,7 +153,7 @@ def check_compaction(case: RemapCase) -> CheckResult:
         bad = (after_gap & ~tail).any(dim=1)
         if bad.any():
             detail = "{count} row(s) have a slot after a -1"
-            findings.append(_finding("out", rank, bad.nonzero().flatten().tolist(), detail))
+            findings.append(rows_finding("out", rank, bad.nonzero().flatten().tolist(), detail))
     return CheckResult("compaction", tuple(findings))
 
 
@@ -179,7 +168,7 @@ def check_valid_counts(case: RemapCase) -> CheckResult:
         if bad.any():
             detail = "{count} row(s) counted other than their slots"
             findings.append(
-                _finding("valid_counts", rank, bad.nonzero().flatten().tolist(), detail)
+                rows_finding("valid_counts", rank, bad.nonzero().flatten().tolist(), detail)
             )
     return CheckResult("valid_counts", tuple(findings))
 
@@ -197,18 +186,8 @@ def check_guard(case: RemapCase, before: tuple[RemapInputs, ...]) -> CheckResult
             if written:
                 detail = f"{written} entries written that the caller did not hand over"
                 findings.append(Finding(field=field, rank=rank, detail=detail, count=written))
-        for name in INPUT_TENSORS:
-            if not torch.equal(getattr(inputs, name).cpu(), getattr(kept, name).cpu()):
-                findings.append(Finding(field=name, rank=rank, detail="an input was modified"))
+        findings.extend(op_checks.modified_inputs(rank, inputs, kept, INPUT_TENSORS))
     return CheckResult("guard", tuple(findings))
-
-
-def snapshot(case: RemapCase) -> tuple[RemapInputs, ...]:
-    """Copies of every rank's input tensors, taken before a launch (``check_guard``)."""
-    return tuple(
-        replace(inputs, **{name: getattr(inputs, name).clone() for name in INPUT_TENSORS})
-        for inputs in case.ranks
-    )
 
 
 def check_launched(case: RemapCase, before: tuple[RemapInputs, ...]) -> tuple[CheckResult, ...]:
@@ -223,12 +202,11 @@ def check_launched(case: RemapCase, before: tuple[RemapInputs, ...]) -> tuple[Ch
     )
 
 
-def judge(kernel: RemapKernel, case: RemapCase) -> tuple[CheckResult, ...]:
-    """Launch ``kernel`` on every rank of ``case`` and run every check of the op."""
-    before = snapshot(case)
-    return check_launched(launch_all(kernel, case), before)
+LAUNCH_CHECKS: op_checks.LaunchChecks[RemapKernel, RemapCase] = op_checks.LaunchChecks(
+    CHECKS, INPUT_TENSORS, launch_all, check_launched
+)
+"""How a case of the op is judged (``op_checks.LaunchChecks``)."""
 
-
-def skipped(reason: str) -> tuple[CheckResult, ...]:
-    """Every check of this module, skipped for ``reason`` (reported, never passed)."""
-    return tuple(CheckResult(name, skipped=reason) for name in CHECKS)
+snapshot = LAUNCH_CHECKS.snapshot
+judge = LAUNCH_CHECKS.judge
+skipped = LAUNCH_CHECKS.skipped

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dcpcheck.cases import memory
-from dcpcheck.cases.scenario_files import NamedBatch, where_of
+from dcpcheck.cases.scenario_files import NamedBatch, batch_rows, where_of
 from dcpcheck.ops.fused_norm_rope import cost as fused_cost
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenario as load_fused_scenario
@@ -61,7 +61,7 @@ class _Shape:
 
     @property
     def rows(self) -> int:
-        return sum(rows for _, rows in self.requests) + self.padding
+        return batch_rows(self.requests, self.padding)
 
     @property
     def table_entries(self) -> int:
@@ -109,9 +109,7 @@ def _write_side(batch: ReadWriteBatch, dcp_sizes: Sequence[int]) -> memory.Peak:
     return memory.Peak({"the fused op's case that writes (its own estimate)": held})
 
 
-def check_cost(
-    scenario: NamedBatch, dcp_sizes: Sequence[int], budget: int | None
-) -> memory.Peak:
+def check_cost(scenario: NamedBatch, dcp_sizes: Sequence[int], budget: int | None) -> memory.Peak:
     """The estimate of a run of ``scenario`` at ``dcp_sizes``; a ``ScenarioError`` naming
     the file, the key that drives the size, the estimate and the budget if it is over
     ``budget`` bytes (``None``: no budget known, nothing refused)."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dcpcheck.cases import op_checks
 from dcpcheck.cases.dcp import NO_OWNER
 from dcpcheck.cases.verdicts import CheckResult, Finding
 from dcpcheck.ops import op_cases
@@ -105,15 +106,9 @@ def _wrong_entries(
 
 
 def _finding(rank: int | None, rows: list[int], detail: str) -> Finding:
-    rows = sorted(set(rows))
-    return Finding(
-        field="mla_cache",
-        rank=rank,
-        detail=f"{len(rows)} row(s) {detail}",
-        token=rows[0],
-        count=len(rows),
-        tokens=tuple(rows),
-    )
+    """A finding in the MLA cache over ``rows`` (any order, repeats), ``detail`` after
+    their count."""
+    return op_checks.rows_finding("mla_cache", rank, sorted(set(rows)), "{count} row(s) " + detail)
 
 
 def _reads(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None):
