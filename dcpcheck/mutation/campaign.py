@@ -15,6 +15,7 @@ can reach (``reach``), which are not run.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -131,12 +132,19 @@ def baseline(path: Path) -> Mutant:
     return Mutant(path, "<baseline>", 0, runner.BASELINE, "nothing", source, source)
 
 
+@functools.lru_cache(maxsize=64)
+def _reachable(path: Path, ran: tuple[str, ...]) -> frozenset[str]:
+    """``reach.reachable``, parsed once a file and record: a campaign asks it of every
+    mutant of the file, and the file stays as it is while the campaign runs."""
+    return frozenset(reach.reachable(path, ran))
+
+
 def unreached(mutant: Mutant, ran: dict[str, list[str]]) -> equivalents.Judged | None:
     """``mutant`` judged unreached when its function lies outside what the functions of its
     file that the unedited gate ran can reach (``reach``); None when it may be reached,
     or when nothing of its file was seen to run (no claim without a record)."""
     names = ran.get(str(mutant.path.resolve()))
-    if not names or mutant.function in reach.reachable(mutant.path, names):
+    if not names or mutant.function in _reachable(mutant.path, tuple(names)):
         return None
     reason = f"the gate runs only {', '.join(names)} of {mutant.path.name}, which never reach it"
     return equivalents.Judged(mutant.name, UNREACHED, reason)

@@ -17,7 +17,7 @@ only keep a mutant in the run, never skip one the gate could see.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Collection
 from pathlib import Path
 
 
@@ -61,7 +61,7 @@ def _class_mentions(node: ast.ClassDef) -> set[str]:
     return names
 
 
-def reachable(path: Path, ran: Iterable[str]) -> set[str]:
+def reachable(path: Path, ran: Collection[str]) -> set[str]:
     """The names of the functions and classes of ``path`` that the functions named ``ran``
     reach (module docstring), ``ran`` included (``<module>``, the file's own statements,
     among them once it was imported)."""
