@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from op_matrix import property_search, rows, start, verdict
+from op_matrix import end, property_search, rows, start, verdict
 from slot_mapping_matrix import RELEASES
 
 OP = "lse-combine"
@@ -87,6 +87,7 @@ def main() -> None:
         "property search | s |\n|---|---|---|---|---|"
     )
     print("\n".join(states), flush=True)
+    end()
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ SLOTS_VARIABLE = "MATRIX_SLOTS"
 ROW_VARIABLE = "MATRIX_ROW"
 """Set in a row process, which judges its row and starts no rows of its own."""
 
+LOST_ROWS: list[str] = []
+"""The versions whose row process ended without its row, in this matrix process: the
+matrix prints a line for each and exits 1 (:func:`end`), so a runbook never reads a table
+with a lost row as a finished one."""
+
 SLOT_POLL_S = 0.2
 """How often a row waiting for a slot tries the slots again."""
 
@@ -124,6 +129,7 @@ def _row_process(version: str) -> list[str]:
     if done.returncode == 0 and lines:
         return lines
     said = (done.stderr.strip().splitlines() or ["?"])[-1][-200:]
+    LOST_ROWS.append(version)
     return [f"| {version} | row process exit {done.returncode}: {said} |"]
 
 
@@ -137,9 +143,17 @@ def rows(versions: Sequence[str], jobs: int) -> Iterator[list[str]]:
 
 
 def print_rows(versions: Sequence[str], jobs: int) -> None:
-    """:func:`rows` of a one-line-per-row table, printed as they come."""
+    """:func:`rows` of a one-line-per-row table, printed as they come, then :func:`end`."""
     for lines in rows(versions, jobs):
         print("\n".join(lines), flush=True)
+    end()
+
+
+def end() -> None:
+    """Leave 1 with the lost rows named on stderr when any row process ended without its
+    row (:data:`LOST_ROWS`); return otherwise."""
+    if LOST_ROWS:
+        raise SystemExit(f"{len(LOST_ROWS)} row(s) lost: {', '.join(LOST_ROWS)}")
 
 
 def finish_row(*lines: str) -> None:
@@ -186,10 +200,12 @@ def verdict(op: str, spec: str, out: Path) -> tuple[str, float]:
         "run", "--op", op, "--kernel", spec, "--dcp", "1,2,4,8",
         "--json", str(report), "--home", str(out / "home"),
     )  # fmt: skip
-    if not report.is_file():
+    from dcpcheck.workflows.session import KERNEL_LOAD_CASE
+
+    cases = json.loads(report.read_text())["cases"] if report.is_file() else []
+    if not cases or [c["scenario"] for c in cases] == [KERNEL_LOAD_CASE]:
         said = (done.stderr.strip().splitlines() or ["?"])[-1]
         return f"not loaded (exit {done.returncode}): {said}", seconds
-    cases = json.loads(report.read_text())["cases"]
     counts = [sum(c["status"] == s for c in cases) for s in ("pass", "fail", "not_applicable")]
     found: dict[str, dict[str, set]] = {}
     skipped: set[str] = set()

@@ -20,7 +20,7 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from op_matrix import add_row_options, dcpcheck, finish_row, rows
+from op_matrix import add_row_options, dcpcheck, end, finish_row, rows
 
 RELEASES = (
     "0.25.0",
@@ -144,6 +144,7 @@ def main() -> None:
         for row in table[oracle]:
             for check, reason in sorted(row["limits"].items()):
                 print(f"- {row['version']} `{check}`: {reason}")
+    end()
 
 
 if __name__ == "__main__":
