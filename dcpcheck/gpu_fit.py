@@ -23,6 +23,16 @@ Checking. :func:`check_fit` compiles configs ahead of time for each target in a 
 worker processes, outside the interpreter, and returns one :class:`FitResult` each: the
 shared memory the binary asks, or why it did not compile.
 
+Known results. A compile's figure depends on nothing but what Triton keys its own on-disk
+cache by: Triton's own source and version, the kernel's source with every function and
+global it reads (``JITFunction.cache_key``), the signature, constexprs and specializations,
+the backend (the target and the ``ptxas`` Triton ships) and the options. :data:`RESULTS`
+keeps the shared memory of each compile under that key (:func:`cache_key`), so the test
+suite compiles only launches whose key it does not hold: a changed kernel, a new launch or
+another Triton is compiled, an unchanged one is read. ``python -m dcpcheck.gpu_fit
+results`` compiles the manifest afresh and rewrites the file; the suite compiles a sample
+of what it reads and holds the file to it.
+
 Margin for older Tritons: the project supports Triton 3.1 onwards, and the same launch asks
 different shared memory of different releases (the whole-row attention tile: 327,680 B on
 Triton 3.9, 458,880 B on 3.6, 1.4x). Only the installed Triton is compiled with here, so a
@@ -65,6 +75,13 @@ SHARED_MEMORY_BUDGET = int(SHARED_MEMORY_LIMIT / OLDEST_TRITON_MARGIN)
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "tests" / "fixtures" / "gpu_launches.json"
 """Every distinct launch config the gate and the test suite make, checked by the suite."""
+
+RESULTS = REPO / "tests" / "fixtures" / "gpu_fit_results.json"
+"""Shared memory of each compile the manifest needs, by :func:`cache_key` (module
+docstring)."""
+
+RESULTS_COMMAND = "python -m dcpcheck.gpu_fit results"
+"""Regenerates :data:`RESULTS` from a fresh compile of :data:`MANIFEST`."""
 
 COMPILE_TEST = "tests/test_gpu_fit.py::test_every_recorded_launch_compiles_and_fits_each_target"
 
@@ -279,12 +296,16 @@ def write_manifest(configs: Iterable[LaunchConfig], path: Path = MANIFEST) -> No
 
 @dataclass(frozen=True)
 class FitResult:
-    """One config compiled for one target: its shared memory, or why it did not compile."""
+    """One config compiled for one target: its shared memory, or why it did not compile;
+    ``key`` is Triton's key of the compile (None where it cannot be worked out), ``compiled``
+    False where the figure was read from the known results under that key."""
 
     config: LaunchConfig
     arch: int
     shared: int | None
     error: str | None
+    key: str | None = None
+    compiled: bool = True
 
     @property
     def problem(self) -> str | None:
@@ -301,8 +322,9 @@ class FitResult:
         return None
 
 
-def _compile(config: LaunchConfig, arch: int) -> dict[str, Any]:
-    """Compile ``config`` for ``arch`` in this (uninterpreted) process."""
+def _source(config: LaunchConfig, arch: int) -> tuple[Any, Any, Any]:
+    """``config``'s kernel as Triton compiles it for ``arch``: its source, target and
+    backend, in this (uninterpreted) process."""
     import importlib
 
     import triton
@@ -317,19 +339,65 @@ def _compile(config: LaunchConfig, arch: int) -> dict[str, Any]:
     backend = make_backend(target)
     attrs = {(fn.arg_names.index(n),): backend.parse_attr(code) for n, code in config.attrs}
     source = triton.compiler.ASTSource(fn, dict(config.signature), dict(config.constexprs), attrs)
+    return source, target, backend
+
+
+def cache_key(source: Any, backend: Any, options: dict[str, Any]) -> str | None:
+    """What Triton keys the binary of ``source`` on (module docstring), hashed; None where
+    this Triton's parts of it cannot be found, so that the launch is compiled."""
+    import hashlib
+
+    try:
+        try:
+            from triton.runtime.cache import triton_key
+        except ImportError:  # Triton < 3.3
+            from triton.compiler.compiler import triton_key
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        parsed = backend.parse_options(dict(options, **source.parse_options()))
+        env = sorted(get_cache_invalidating_env_vars().items())
+        key = f"{triton_key()}-{source.hash()}-{backend.hash()}-{parsed.hash()}-{env}"
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _compile(config: LaunchConfig, arch: int, known: dict[str, int]) -> dict[str, Any]:
+    """``config`` for ``arch`` in this (uninterpreted) process: read from ``known`` under
+    its key, or compiled."""
+    import triton
+
+    source, target, backend = _source(config, arch)
+    key = cache_key(source, backend, dict(config.options))
+    if key is not None and key in known:
+        return {"shared": known[key], "error": None, "key": key, "compiled": False}
     try:
         kernel = triton.compile(source, target=target, options=dict(config.options))
     except Exception as error:
         first = (str(error).strip().splitlines() or [""])[0]
-        return {"shared": None, "error": f"{type(error).__name__}: {first}"}
-    return {"shared": kernel.metadata.shared, "error": None}
+        return {"shared": None, "error": f"{type(error).__name__}: {first}", "key": key}
+    return {"shared": kernel.metadata.shared, "error": None, "key": key}
 
 
-def _worker() -> None:
-    """Compile the (config, arch) lines on stdin, a result line each on stdout."""
+def read_results(path: Path = RESULTS) -> dict[str, int]:
+    """The known results (module docstring): key -> shared memory; none where no file."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def write_results(results: Iterable[FitResult], path: Path = RESULTS) -> int:
+    """The compiles of ``results`` that fit and have a key, sorted by key; how many."""
+    known = {r.key: r.shared for r in results if r.key and r.shared is not None}
+    path.write_text(json.dumps(dict(sorted(known.items())), indent=0) + "\n", encoding="utf-8")
+    return len(known)
+
+
+def _worker(known_path: str | None) -> None:
+    """Compile the (config, arch) lines on stdin, a result line each on stdout, reading
+    what the results at ``known_path`` hold."""
+    known = read_results(Path(known_path)) if known_path else {}
     for line in sys.stdin:
         item = json.loads(line)
-        result = _compile(LaunchConfig.from_json(item["config"]), item["arch"])
+        result = _compile(LaunchConfig.from_json(item["config"]), item["arch"], known)
         print(json.dumps(result), flush=True)
 
 
@@ -338,9 +406,11 @@ def check_fit(
     archs: Iterable[int] = TARGETS,
     jobs: int | None = None,
     pythonpath: Iterable[str] = (),
+    known: Path | None = RESULTS,
 ) -> list[FitResult]:
     """Compile every config for every arch in ``jobs`` worker processes (default: one per
-    core) outside the interpreter; Triton's on-disk cache (``TRITON_CACHE_DIR``) keeps
+    core) outside the interpreter, but what the results file ``known`` holds under the
+    compile's key (None: compile all); Triton's on-disk cache (``TRITON_CACHE_DIR``) keeps
     binaries between calls. ``pythonpath`` adds where kernel modules outside the package
     are imported from."""
     items = [(c, a) for c in sorted(set(configs), key=_json_key) for a in archs]
@@ -354,7 +424,7 @@ def check_fit(
 
     def serve() -> None:
         with subprocess.Popen(
-            [sys.executable, "-m", "dcpcheck.gpu_fit", "compile"],
+            [sys.executable, "-m", "dcpcheck.gpu_fit", "compile", *([str(known)] if known else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -370,7 +440,14 @@ def check_fit(
                 worker.stdin.write(json.dumps({"config": config.to_json(), "arch": arch}) + "\n")
                 worker.stdin.flush()
                 answer = json.loads(worker.stdout.readline())
-                results[index] = FitResult(config, arch, answer["shared"], answer["error"])
+                results[index] = FitResult(
+                    config,
+                    arch,
+                    answer["shared"],
+                    answer["error"],
+                    answer["key"],
+                    answer.get("compiled", True),
+                )
             worker.stdin.close()
 
     threads = [
@@ -411,9 +488,12 @@ def _record(jobs: int) -> int:
     return 0
 
 
-def _check(jobs: int) -> int:
-    """Compile the manifest for every target; print what does not fit."""
-    results = check_fit(read_manifest(), jobs=jobs)
+def _check(jobs: int, write: bool) -> int:
+    """Compile the whole manifest afresh for every target; print what does not fit; with
+    ``write``, keep the results (:data:`RESULTS`)."""
+    results = check_fit(read_manifest(), jobs=jobs, known=None)
+    if write:
+        print(f"{write_results(results)} results written to {RESULTS.relative_to(REPO)}")
     problems = [r.problem for r in results if r.problem]
     for problem in problems:
         print(problem)
@@ -426,16 +506,22 @@ def _check(jobs: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``record`` (regenerate the manifest), ``check`` (compile it), ``compile`` (a worker)."""
-    usage = "usage: python -m dcpcheck.gpu_fit {record|check} [jobs]"
+    """``record`` (regenerate the manifest), ``check`` (compile it afresh), ``results``
+    (compile it afresh and keep the results), ``compile`` (a worker)."""
+    usage = "usage: python -m dcpcheck.gpu_fit {record|check|results} [jobs]"
     if argv[:1] == ["compile"]:
-        _worker()
+        _worker(argv[1] if len(argv) > 1 else None)
         return 0
-    if not argv or argv[0] not in ("record", "check") or len(argv) > 2:
+    if not argv or argv[0] not in ("record", "check", "results") or len(argv) > 2:
         print(usage)
         return 2
+    if len(argv) == 2 and not argv[1].isdigit():
+        print(f"{usage}\njobs must be a number of processes, not {argv[1]!r}")
+        return 2
     jobs = int(argv[1]) if len(argv) == 2 else os.cpu_count() or 1
-    return _record(jobs) if argv[0] == "record" else _check(jobs)
+    if argv[0] == "record":
+        return _record(jobs)
+    return _check(jobs, write=argv[0] == "results")
 
 
 if __name__ == "__main__":

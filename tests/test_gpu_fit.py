@@ -27,12 +27,73 @@ def test_every_recorded_launch_compiles_and_fits_each_target(capsys):
     assert {r.arch for r in results} == set(gpu_fit.TARGETS)
     assert len(results) == len(configs) * len(gpu_fit.TARGETS)
     largest = max(results, key=lambda r: r.shared)
+    compiled = sum(r.compiled for r in results)
     with capsys.disabled():
         print(
-            f"\n{len(configs)} launch configs x {len(gpu_fit.TARGETS)} targets compiled in "
-            f"{took:.1f} s; largest {largest.shared:,} B at sm_{largest.arch}: "
+            f"\n{len(configs)} launch configs x {len(gpu_fit.TARGETS)} targets in {took:.1f} s "
+            f"({compiled} compiled, {len(results) - compiled} read from "
+            f"{gpu_fit.RESULTS.name}); largest {largest.shared:,} B at sm_{largest.arch}: "
             f"{largest.config.describe()}"
         )
+
+
+SAMPLE_STRIDE = 150
+"""Every this-many-th compile of the manifest, and the largest, is compiled afresh to hold
+the known results to: a file that disagrees with Triton anywhere is unlikely to agree on
+every sampled compile, and the sample costs a dozen compiles, not 1,800."""
+
+
+def test_the_known_results_are_what_a_fresh_compile_gives():
+    known = gpu_fit.read_results()
+    read = check_fit(read_manifest())
+    largest = max(read, key=lambda r: r.shared)
+    sample = [r for r in [*read[::SAMPLE_STRIDE], largest] if not r.compiled]
+    if not sample:
+        pytest.skip(
+            f"{gpu_fit.RESULTS.name} holds none of this Triton's compiles of the manifest: "
+            f"every launch was compiled ({gpu_fit.RESULTS_COMMAND} keeps them)"
+        )
+    configs = {r.config for r in sample}
+    fresh = {(r.config, r.arch): r for r in check_fit(configs, known=None) if r.config in configs}
+    for result in sample:
+        again = fresh[(result.config, result.arch)]
+        assert again.compiled and again.key == result.key
+        assert again.shared == known[result.key] == result.shared, result.config.describe()
+
+
+PLANTED_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def planted(src, dst, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(dst + offsets, tl.load(src + offsets) {op} 2.0)
+"""
+
+
+def test_a_changed_kernel_is_compiled_not_read(tmp_path):
+    """A figure is read only under the key of the very source it was compiled from: the
+    same launch of an edited kernel is compiled again, whatever the file holds."""
+    config = LaunchConfig(
+        "planted_kernel:planted",
+        signature=(("src", "*fp32"), ("dst", "*fp32"), ("BLOCK", "constexpr")),
+        attrs=(("src", "D"), ("dst", "D")),
+        constexprs=(("BLOCK", 64),),
+        options=(("num_stages", 3), ("num_warps", 4)),
+    )
+    (tmp_path / "planted_kernel.py").write_text(PLANTED_KERNEL.format(op="*"))
+    (first,) = check_fit([config], archs=(90,), pythonpath=[str(tmp_path)], known=None)
+    assert first.compiled and first.key is not None and first.error is None
+    planted = tmp_path / "results.json"
+    planted.write_text(f'{{"{first.key}": 12345}}')
+    (read,) = check_fit([config], archs=(90,), pythonpath=[str(tmp_path)], known=planted)
+    assert not read.compiled and read.shared == 12345  # read, as the file says
+    (tmp_path / "planted_kernel.py").write_text(PLANTED_KERNEL.format(op="+"))
+    (edited,) = check_fit([config], archs=(90,), pythonpath=[str(tmp_path)], known=planted)
+    assert edited.compiled and edited.key != first.key
+    assert edited.shared == first.shared  # compiled: the true figure, not the planted one
 
 
 def test_every_op_packages_kernel_has_recorded_launches():
