@@ -27,11 +27,13 @@ from dcpcheck.distributed.ranks import distributed_sizes
 from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
+from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.ops.fused_norm_rope import indexer_groups
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.output import report
-from tests.conftest import BACKEND, requires_cuda
+from tests.conftest import BACKEND, registry_problem, requires_cuda
 from tests.kernels_under_test import NoFp4Here, oracle_kernel, overwrites_prefix
 
 requires_interpreter = pytest.mark.skipif(
@@ -127,6 +129,28 @@ def test_real_ranks_report_a_case_the_kernel_cannot_run_as_not_applicable(tmp_pa
     assert code == EXIT_KERNEL_LOAD
     [case] = json.loads(path.read_text())["cases"]
     assert (case["status"], case["error"]) == ("not_applicable", NoFp4Here.REASON)
+
+
+@requires_interpreter
+def test_real_ranks_report_what_a_releases_callers_never_pass_as_not_applicable(tmp_path):
+    """The reason lies in the ranks' mappings (a replicated indexer beside a sharded MLA
+    cache, ``indexer_groups``): every rank builds the same case, decides alike and launches
+    nothing; DCP1, rank 0's alone, is still judged."""
+    try:
+        load_kernel("vllm==0.33.0")
+    except KernelLoadError as exc:
+        problem = registry_problem()
+        if problem is None:
+            raise
+        pytest.skip(f"vllm==0.33.0 is not cached and the registry is unreachable: {exc}")
+    path = tmp_path / "report.json"
+    argv = ["run", "--dcp", "1,2", "--kernel", "vllm==0.33.0", "--scenario", "indexer-replicated"]
+    code = launcher.launch(2, [*argv, "--json", str(path), "--no-tokens"], LAUNCH_TIMEOUT_S)
+    assert code == EXIT_OK
+    cases = {case["dcp"]: case for case in json.loads(path.read_text())["cases"]}
+    assert cases[1]["status"] == "pass"
+    reason = indexer_groups.apart_never_passed("0.33.0")
+    assert (cases[2]["status"], cases[2]["error"]) == ("not_applicable", reason)
 
 
 @requires_interpreter

@@ -8,10 +8,12 @@ kernels.py`` (README, "vLLM's released kernels"):
   negative, so Q is skipped on every token another rank owns (the PR-50005 bug); K has no
   output. 0.25.0 - 0.26.0 keep it at ``deepseek_v32/nvidia/kernels.py``.
 * 0.29.0: Q fixed; the KV/k_pe outputs still skipped on foreign rows (the PR-54908 bug).
-* 0.30.0 - 0.33.0: fixed. One true finding remains on inputs the API accepts but vLLM's
-  caller never passes: with the indexer's own mapping *replicated* (every rank stores
-  every token), the indexer program returns on a negative MLA slot before it reads the
-  indexer slot, so foreign tokens' indexer entries are never written.
+* 0.30.0 - 0.33.0: fixed. The file still returns from the indexer program on a negative
+  MLA slot before it reads the indexer slot, so with the indexer's own mapping
+  *replicated* (every rank stores every token) foreign tokens' indexer entries are never
+  written: the file named by its path fails that case. No caller of 0.30.0 - 0.34.0
+  passes such a mapping (``indexer_groups``), so as ``vllm==X`` the case is not applicable
+  under DCP, with the lines that show it.
 
 The releases are fetched as ``--kernel vllm==X`` fetches them (pip, then the cache outside
 the checkout), so a second run reads the cache. Where the package registry cannot be
@@ -45,6 +47,7 @@ from dcpcheck.cli import cli
 from dcpcheck.kernels import release_lock, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck.ops.fused_norm_rope import indexer_groups
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
@@ -561,16 +564,53 @@ def test_the_fixed_releases_pass_under_dcp_with_their_callers_arguments(
 
 
 @pytest.mark.parametrize("version", RELEASES[2:])
-def test_the_fixed_releases_drop_a_replicated_indexers_foreign_entries(version):
-    """The true finding that remains (module docstring): only the indexer cache, only on
-    the tokens whose MLA slot is on another rank."""
+def test_a_fixed_release_file_named_by_its_path_drops_a_replicated_indexers_foreign_entries(
+    version,
+):
+    """What the file does (module docstring), judged where it has no release's callers:
+    only the indexer cache, only on the tokens whose MLA slot is on another rank."""
+    release_kernel(version)
+    path = releases.fetch(version).path
+    by_path = load_kernel(f"{path}:fused_norm_rope")
+    assert isinstance(by_path, VllmFusedNormRope) and by_path.release is None
     scenario = "indexer-replicated"
-    result = judge(version, scenario, 4)
+    [sc] = load_scenarios([scenario])
+    [result] = run_scenario(by_path, sc, RunConfig(str(path), (4,)), BACKEND)
     assert {(check, field.split(".")[0]) for check, field, _ in findings(result)} == {
         ("cache_owned", "index_cache"),
         ("shards_reassemble", "index_cache"),  # the owner's shard lacks the entry too
     }
     assert bad_tokens(result, "cache_owned", "index_cache.values") == _foreign_rows(scenario, 4)
+
+
+INDEXER_APART_READ = (*RELEASES[2:], "0.34.0")
+"""The releases whose callers ``indexer_groups`` reads: from the indexer's own mapping on."""
+
+
+@pytest.mark.parametrize("version", INDEXER_APART_READ)
+@pytest.mark.parametrize("dcp_size", [2, 4])
+def test_a_replicated_indexer_is_not_applicable_to_a_release_whose_callers_never_pass_one(
+    version, dcp_size
+):
+    """As ``vllm==X`` the case is never launched and never passed; its reason quotes the
+    release's lines: the caller's two mappings and the indexer cache's spec."""
+    kernel = release_kernel(version)
+    assert kernel.release == version
+    result = run_release(version, "indexer-replicated", dcp_size)
+    assert result.status == "not_applicable" and not result.failed and not result.checks
+    assert result.error == indexer_groups.apart_never_passed(version)
+    mla, index = indexer_groups.declared(indexer_groups.MAPPINGS_TAKEN, version)
+    assert f"deepseek_v32/attention.py:{mla},{index}" in result.error
+    spec = indexer_groups.declared(indexer_groups.INDEXER_SPEC, version)
+    assert f"deepseek_v2.py:{spec}" in result.error
+
+
+@pytest.mark.parametrize("version", INDEXER_APART_READ)
+def test_a_replicated_indexer_is_still_judged_at_dcp1_where_both_mappings_agree(version):
+    result = run_release(version, "indexer-replicated", 1)
+    assert result.status == "pass", findings(result)
+    assert "cache_owned" in {c.check for c in result.checks if c.skipped is None}
+    assert not [c for c in result.checks if "[index_cache]" in c.check]  # nothing declared
 
 
 @pytest.mark.parametrize("version", ["0.25.0", "0.25.1", "0.26.0"])

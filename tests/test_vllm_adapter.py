@@ -11,6 +11,7 @@ own file, load without vLLM, and step aside when a real ``vllm`` is importable.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import logging
@@ -25,7 +26,7 @@ import triton.language as tl
 from dcpcheck.adapters.protocol import Limitation
 from dcpcheck.adapters.shims.vllm.platforms import StandInPlatform
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
-from dcpcheck.ops.fused_norm_rope import adapters
+from dcpcheck.ops.fused_norm_rope import adapters, indexer_groups
 from dcpcheck.ops.fused_norm_rope.adapters import kernel_limitations
 from dcpcheck.ops.fused_norm_rope.case import build_case
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
@@ -208,6 +209,52 @@ def test_one_slot_mapping_shape_gets_the_indexer_cache_as_its_caller_passes_it(d
     assert seen["slot_mapping"] is launch.inputs.slot_mapping
     # the one mapping addresses the replicated indexer only where the two agree (DCP1)
     assert (ONE_SLOT_MAPPING in kernel.limitations(launch.inputs)) == (dcp_size > 1)
+
+
+def _by_size(kernel, scenario_name: str, dcp_sizes: tuple[int, ...]) -> dict[int, CaseResult]:
+    """One scenario as ``run_scenario`` yields it, by DCP size, statuses as they come."""
+    [scenario] = load_scenarios([scenario_name])
+    results = run_scenario(kernel, scenario, RunConfig("fixture", dcp_sizes), BACKEND)
+    return {result.dcp_size: result for result in results}
+
+
+def _indexer_gated() -> VllmFusedNormRope:
+    return vllm_kernel(ApiShape.IN_PLACE, "fused_norm_rope_indexer_gated")
+
+
+def test_a_file_that_gates_the_indexer_on_the_mla_slot_fails_a_replicated_indexer():
+    """Named by its path, a kernel has no release's callers: it is judged on an indexer
+    mapping whose ranks differ from the MLA mapping's, and loses the entries of the tokens
+    another rank owns in the MLA cache."""
+    gated = _indexer_gated()
+    assert gated.release is None
+    results = _by_size(gated, "indexer-replicated", (1, 2))
+    assert results[1].status == "pass"
+    assert results[2].status == "fail"
+    found = {(check, field) for check, field, _ in failures(results[2])}
+    assert ("cache_owned", "index_cache.values") in found
+
+
+def test_a_release_is_not_asked_an_indexer_whose_ranks_differ_from_the_mla_mappings():
+    """Carrying a release, the same kernel is not asked what that release's callers never
+    pass (``indexer_groups``): N/A under DCP with the release's lines, never launched,
+    never passed; DCP1, where the two mappings agree, and a sharded indexer are judged."""
+    gated = dataclasses.replace(_indexer_gated(), release="0.33.0")
+    results = _by_size(gated, "indexer-replicated", (1, 2, 4))
+    assert results[1].status == "pass" and results[1].checks
+    for size in (2, 4):
+        assert results[size].status == "not_applicable"
+        assert not results[size].checks and not results[size].failed
+        assert results[size].error == indexer_groups.apart_never_passed("0.33.0")
+    assert "deepseek_v32/attention.py:326,328" in results[2].error
+    assert _by_size(gated, "decode-single-dcp4", (4,))[4].status == "pass"
+
+
+@pytest.mark.parametrize("version", [None, "0.29.0", "0.35.0"])
+def test_only_the_releases_whose_callers_are_read_are_spared_an_indexer_apart(version):
+    assert indexer_groups.apart_never_passed(version) is None
+    gated = dataclasses.replace(_indexer_gated(), release=version)
+    assert _by_size(gated, "indexer-replicated", (2,))[2].status == "fail"
 
 
 def test_apply_limitations_splits_a_check_by_field_and_never_counts_a_skip_as_passed():

@@ -77,8 +77,10 @@ pinned on DCP; ``error``: the kernel raised (its exception text);
 ``crash``: the worker process running the case died (a signal such as SIGSEGV, or a CUDA
 error that poisoned its context); ``timeout``: the case outlived ``--case-timeout`` and
 its worker was killed. The last two exist only under isolation (dcpcheck.harness.isolation).
-``not_applicable``: the kernel cannot run the case on this machine at all (an adapter's
-``not_applicable``, e.g. an instruction this GPU lacks); never launched, never a pass."""
+``not_applicable``: the kernel cannot run the case on this machine at all, or is never
+asked it by its release's callers (an adapter's ``not_applicable``, e.g. an instruction
+this GPU lacks, an input the callers never pass, with their lines); never launched, never a
+pass."""
 
 NOT_FAILED = ("pass", "not_applicable")
 """Statuses that do not fail a run (``CaseResult.failed``)."""

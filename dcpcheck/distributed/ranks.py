@@ -25,9 +25,11 @@ from dcpcheck.ops.fused_norm_rope.case import (
 from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.runner import (
     Launched,
+    case_not_applicable,
     judge,
     launch,
     launch_all,
+    not_applicable_result,
     not_applicable_results,
     run_again,
     with_effective_ds_mla_scale,
@@ -123,6 +125,23 @@ def _check_scenario(
     case = build_case(
         scenario, group.world_size, device, seed=seed, activations=act, expected=expected
     )
+
+    def dcp1_here() -> Launched:
+        start = time.perf_counter()
+        base_case = build_case(scenario, 1, device, seed=seed, activations=act, expected=expected)
+        return replace(launch(kernel, base_case), seconds=time.perf_counter() - start)
+
+    apart = case_not_applicable(kernel, case) if group.world_size > 1 else None
+    if apart is not None:  # every rank decides alike, on the same case, and launches none
+        if not group.is_root:
+            return None
+        baseline = run_again(dcp1_here(), dcp1_here) if 1 in sizes else None
+        return [
+            judge(kernel, scenario, config, baseline, baseline)
+            if n == 1 and baseline is not None
+            else not_applicable_result(scenario, config, n, apart)
+            for n in sizes
+        ]
     own = _launch_own_rank(kernel, case, group.rank)
     gathered = group.gather_to_root(own, f"the gathering of {label} on rank 0")
     if gathered is None:
@@ -130,11 +149,6 @@ def _check_scenario(
     group.progress.working(f"checking {label}")
     error, changes = _adopt(case, gathered)
     distributed = Launched(case, changes, error, time.perf_counter() - start)
-
-    def dcp1_here() -> Launched:
-        start = time.perf_counter()
-        base_case = build_case(scenario, 1, device, seed=seed, activations=act, expected=expected)
-        return replace(launch(kernel, base_case), seconds=time.perf_counter() - start)
 
     # Rank 0 is a whole DCP1 group by itself; it runs the baseline twice, as the simulated
     # mode does (runner.run_again). A failing DCPn case is not run again across the ranks.

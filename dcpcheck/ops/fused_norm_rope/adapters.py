@@ -76,13 +76,16 @@ class Adapter(Protocol):
 
 
 def kernel_not_applicable(kernel: Kernel, inputs: FusedOpInputs) -> str | None:
-    """Why ``kernel`` cannot run a case with these inputs on this machine at all, or None.
+    """Why ``kernel`` cannot run a case with these inputs on this machine at all, or is
+    never asked it by its release's callers, or None.
 
     An adapter may say so with a ``not_applicable(inputs)`` method: a case the foreign
     kernel cannot even launch here (an instruction this GPU lacks, a format the file never
-    names) is reported ``not_applicable`` with that reason, never run and never passed.
+    names), or one whose inputs its release's callers never pass (with the lines that show
+    it), is reported ``not_applicable`` with that reason, never run and never passed.
     Unlike a :class:`Limitation`, which skips checks of a case that runs, it covers the
-    whole case."""
+    whole case. It is asked of the scenario's shared inputs and of each rank's inputs at
+    every DCP size (``runner.case_not_applicable``), which carry the slot mappings."""
     ask = getattr(kernel, "not_applicable", None)
     return ask(inputs) if isinstance(kernel, Adapter) and callable(ask) else None
 

@@ -61,6 +61,7 @@ from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.runner import (
     CaseRunner,
     KernelUnderTest,
+    case_not_applicable,
     not_applicable_results,
     with_effective_ds_mla_scale,
 )
@@ -112,6 +113,8 @@ def _dry_run(kernel: Kernel, scenario: Scenario, config: RunConfig, backend: Bac
         case = build_case(
             scenario, dcp_size, backend.device, seed=seed, activations=act, expected=expected
         )
+        if dcp_size != 1 and case_not_applicable(kernel, case):
+            continue  # never launched by the run either
         for rank in case.ranks:
             try:
                 kernel(rank.inputs, rank.outputs, rank.caches)

@@ -139,7 +139,9 @@ def _release_file(release: releases.ReleaseSpec) -> JudgedFile:
 def _load_release(release: releases.ReleaseSpec) -> Kernel:
     """A released vLLM kernel: its file from the release cache, checked against the lock
     file (or its wheel's RECORD) just before it is compiled from the bytes checked, through
-    vLLM's adapter like any vLLM file."""
+    vLLM's adapter like any vLLM file. ``fused_norm_rope`` carries its version, whose
+    callers decide what it is never asked (``indexer_groups``); another function of the
+    file has other callers."""
     path = Path(_release_file(release).path)
     target = getattr(load_file(path), release.function, None)
     if target is None or not callable(target):
@@ -148,7 +150,8 @@ def _load_release(release: releases.ReleaseSpec) -> Kernel:
         kernel = vllm_adapter.adapt(target)
     except AdapterError as exc:
         raise KernelLoadError(f"{release.name}: {exc}") from exc
-    return dataclasses.replace(kernel, name=release.name)
+    called_as = release.version if release.function == releases.DEFAULT_FUNCTION else None
+    return dataclasses.replace(kernel, name=release.name, release=called_as)
 
 
 def judged_files(spec: str) -> tuple[JudgedFile, ...]:

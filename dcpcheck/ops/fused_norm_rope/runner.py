@@ -311,16 +311,31 @@ def not_applicable_results(
     reason = kernel_not_applicable(kernel, inputs)
     if reason is None:
         return []
-    return [
-        CaseResult(
-            scenario.name,
-            n,
-            "not_applicable",
-            error=reason,
-            replay=config.replay_command(scenario, n),
-        )
-        for n in sizes
-    ]
+    return [not_applicable_result(scenario, config, n, reason) for n in sizes]
+
+
+def not_applicable_result(
+    scenario: Scenario, config: RunConfig, dcp_size: int, reason: str
+) -> CaseResult:
+    """The case of ``scenario`` at ``dcp_size`` reported ``not_applicable`` for ``reason``:
+    never launched, never a pass."""
+    return CaseResult(
+        scenario.name,
+        dcp_size,
+        "not_applicable",
+        error=reason,
+        replay=config.replay_command(scenario, dcp_size),
+    )
+
+
+def case_not_applicable(kernel: object, case: Case) -> str | None:
+    """Why ``kernel`` cannot be asked ``case`` as its ranks' launches stand, or None: an
+    adapter's ``not_applicable`` on any rank's inputs, which carry that rank's slot mappings
+    (what a release's callers never pass may lie there, as an indexer mapping whose ranks
+    differ from the MLA mapping's). The baseline is launched all the same: the other DCP
+    sizes are judged against it."""
+    reasons = (kernel_not_applicable(kernel, rank.inputs) for rank in case.ranks)
+    return next((reason for reason in reasons if reason is not None), None)
 
 
 def run_scenario(
@@ -340,11 +355,15 @@ def run_scenario(
         return
     expected = oracle_for(inputs)
 
-    def launched(dcp_size: int) -> Launched:
+    def built(dcp_size: int) -> tuple[float, Case]:
         start = time.perf_counter()  # a case's time includes building its buffers
         case = build_case(
             scenario, dcp_size, backend.device, seed=seed, activations=act, expected=expected
         )
+        return start, case
+
+    def launched(dcp_size: int, ready: tuple[float, Case] | None = None) -> Launched:
+        start, case = built(dcp_size) if ready is None else ready
         return dataclasses.replace(launch(kernel, case), seconds=time.perf_counter() - start)
 
     # The baseline runs twice; a failing case, and its baseline, CONFIRMING_RUNS more times
@@ -353,7 +372,12 @@ def run_scenario(
     baseline = run_again(launched(1), lambda: launched(1))
     baseline_confirmed = False
     for dcp_size in config.sizes_of(scenario):
-        case = baseline if dcp_size == 1 else launched(dcp_size)
+        ready = None if dcp_size == 1 else built(dcp_size)
+        reason = case_not_applicable(kernel, baseline.case if ready is None else ready[1])
+        if reason is not None:
+            yield not_applicable_result(scenario, config, dcp_size, reason)
+            continue
+        case = baseline if ready is None else launched(dcp_size, ready)
         result = judge(kernel, scenario, config, case, baseline)
         if result.status == "fail" and case is not baseline:
             if not baseline_confirmed and not baseline.moved:

@@ -38,6 +38,12 @@ attention.py`` of the same release) passes to each:
   ``mla_kv_cache_dtype``; the file converts to e2m1 by inline PTX that only sm_100 and
   newer execute, so elsewhere such a case is not applicable (:meth:`not_applicable`).
 
+An indexer mapping that stores a token on other ranks than the MLA mapping does (an indexer
+cache kept whole beside a sharded MLA cache) is one no caller of 0.30.0 - 0.34.0 passes
+(``indexer_groups``, with each release's lines): a case that asks it of a kernel loaded as
+``vllm==X`` is not applicable there, with those lines. The same file named by its path has
+no release's callers and is judged on it.
+
 Cache views: for ``auto`` the kernel stores KV and k_pe as elements, so the MLA cache is
 the harness's bytes viewed in the activation dtype ([.., KV + R] elements); for the fp8
 layouts vLLM's wrapper itself views a uint8 cache as fp8 (and, for ``fp8_ds_mla``, as
@@ -61,6 +67,7 @@ import torch
 
 from dcpcheck.adapters.protocol import AdapterError, Limitation
 from dcpcheck.adapters.shims.vllm.mx_switch import MX_SCALES_WANTED
+from dcpcheck.ops.fused_norm_rope import indexer_groups
 from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
     DsMlaScale,
@@ -304,6 +311,14 @@ def _mla_cache_view(cache: torch.Tensor, inputs: FusedOpInputs) -> torch.Tensor:
     return cache
 
 
+def _owners_differ(inputs: FusedOpInputs) -> bool:
+    """Whether the indexer's mapping stores some token on this rank where the MLA mapping
+    does not, or the other way round (a replicated indexer beside a sharded MLA cache)."""
+    if not inputs.has_indexer or inputs.slot_mapping is None or inputs.index_slot_mapping is None:
+        return False
+    return not torch.equal(inputs.slot_mapping >= 0, inputs.index_slot_mapping >= 0)
+
+
 def _one_mapping_serves_both(inputs: FusedOpInputs) -> bool:
     """Whether the indexer's slots are the MLA cache's (a sharded indexer), so a single
     ``slot_mapping`` can address both caches."""
@@ -318,6 +333,8 @@ class VllmFusedNormRope:
 
     ``optional`` holds the :data:`OPTIONAL_PARAMETERS` its signature has. ``ds_mla_scale``
     is the fp8_ds_mla tile-scale rule its file writes (:func:`tile_scale_rule`), else None.
+    ``release`` is the vLLM version it was loaded as (``vllm==X``), whose callers
+    ``indexer_groups`` describes; None for a file named by its path.
     """
 
     function: Callable[..., object]
@@ -327,6 +344,7 @@ class VllmFusedNormRope:
     ds_mla_scale: DsMlaScale | None = None
     nvfp4: Nvfp4Path = Nvfp4Path.ABSENT
     mx_scales: bool = False  # asks_for_mx_scales
+    release: str | None = None
 
     @property
     def writes_k_outputs(self) -> bool:
@@ -341,7 +359,12 @@ class VllmFusedNormRope:
 
     def not_applicable(self, inputs: FusedOpInputs) -> str | None:
         """Why this kernel cannot run a case of ``inputs`` here: an nvfp4_ds_mla cache the
-        file has no path for, or whose e2m1 conversion this machine cannot execute."""
+        file has no path for, or whose e2m1 conversion this machine cannot execute; for a
+        release, an indexer mapping whose ranks differ from the MLA mapping's, which its
+        callers never pass (``indexer_groups``)."""
+        never = indexer_groups.apart_never_passed(self.release)
+        if never is not None and self.own_indexer_mapping and _owners_differ(inputs):
+            return never
         if inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA or self.nvfp4 is Nvfp4Path.OTHER:
             return None  # a conversion not recognised is run, and judged
         if self.nvfp4 is Nvfp4Path.ABSENT:
