@@ -60,7 +60,7 @@ def test_a_one_in_ten_kernel_is_nondeterministic_and_never_a_dcp_divergence():
     of the first run often enough that most tries reported a false divergence somewhere."""
     scenarios = [load_scenario(path) for path in sorted(SCENARIOS.glob("*.toml"))]
     scenarios = [s for s in scenarios if s.batch.num_real_tokens <= 64]
-    assert len(scenarios) == 17
+    assert len(scenarios) == 19
     for attempt in range(10):
         results = run(
             k.OneInTen(attempt), scenarios, RunConfig("one-in-ten", (1, 4), seed=0), BACKEND

@@ -12,7 +12,9 @@ eps outside the rsqrt needs a row whose mean square is comparable to eps (``zero
 RoPE by token index needs positions that differ from row indices, the indexer's slot
 mix-up needs an indexer mapped differently from the MLA cache, and 32-bit addresses need
 a cache past 2^31 bytes (GPU only). The two fp8_ds_mla tile-scale mutants each write
-the other rule, so each hides where the case demands the rule it writes.
+the other rule, so each hides where the case demands the rule it writes. The three mutants
+that floor a scale only for an all-zero row or tile need rows that are non-zero but below
+the floor (``below-floor``): all-zero rows (``zero-rows``) are exactly where they are right.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def shipped(name: str, dcp: tuple[int, ...]) -> Scenario:
 DECODE = "decode-single-dcp4"
 """One decode token (position 37) under DCP4, after a cached prefix: three ranks own nothing."""
 
+BELOW_FLOOR_POW2 = "below-floor-pow2-indexer"
+"""``below-floor`` values on an fp8_ds_mla (``pow2``) layer with an indexer, in bf16."""
+
+BELOW_FLOOR_NVFP4 = "below-floor-nvfp4-fp16"
+"""``below-floor`` values on an nvfp4_ds_mla layer with an indexer, in fp16."""
+
 WITNESSES: dict[str, Witness] = {
     "regress/pre-50005": Witness(DECODE, (4,), "outputs", "q_out"),
     "regress/pre-54908": Witness(DECODE, (4,), "outputs", "kv_out"),
@@ -101,6 +109,15 @@ WITNESSES: dict[str, Witness] = {
     ),
     "mutant/index-mx-scale-one-byte": Witness(
         "indexer-mx-scales", (1,), "cache_owned", "index_cache.scale"
+    ),
+    "mutant/ue8m0-floor-only-zero": Witness(
+        BELOW_FLOOR_POW2, (1,), "cache_owned", "index_cache.scale"
+    ),
+    "mutant/ds-mla-pow2-floor-only-zero": Witness(
+        BELOW_FLOOR_POW2, (1,), "cache_owned", "mla_cache.scales"
+    ),
+    "mutant/nvfp4-floor-only-zero": Witness(
+        BELOW_FLOOR_NVFP4, (1,), "cache_owned", "mla_cache.scales"
     ),
 }
 """Every mutant a CPU-sized scenario can show, with the scenario that shows it."""
@@ -211,6 +228,11 @@ def test_indexer_rope_flip_is_caught_in_both_directions():
 # ----------------------------------------------------------------------------------------
 
 
+def in_zero_rows(name: str) -> Scenario:
+    """The shipped scenario ``name`` at DCP 1 and 2, its values ``zero-rows``."""
+    return dataclasses.replace(shipped(name, (1, 2)), values="zero-rows")
+
+
 HIDING_PLACES = {
     "mutant/eps-outside-rsqrt": shipped(DECODE, (4,)),
     "mutant/token-index-as-position": dataclasses.replace(
@@ -222,11 +244,16 @@ HIDING_PLACES = {
     "mutant/ds-mla-scale-pow2-when-amax": shipped("fp8-ds-mla-pow2-scale", (1, 4)),
     "mutant/ds-mla-scale-amax-when-pow2": shipped("fp8-ds-mla-cache", (1, 4)),
     GPU_SCALE: shipped(DECODE, (4,)),
+    "mutant/ue8m0-floor-only-zero": in_zero_rows(BELOW_FLOOR_POW2),
+    "mutant/ds-mla-pow2-floor-only-zero": in_zero_rows(BELOW_FLOOR_POW2),
+    "mutant/nvfp4-floor-only-zero": in_zero_rows(BELOW_FLOOR_NVFP4),
 }
 """A scenario each mutant passes: normal values (mean square ~1 >> eps), a fresh prefill
 (positions 0..4 equal the row indices), an indexer sharded like the MLA cache, an indexer
 layer, a per-tensor fp8 cache, fp8_ds_mla cases that demand the tile-scale rule the
-mutant writes anyway, and a cache far below 2^31 bytes."""
+mutant writes anyway, a cache far below 2^31 bytes, and the floors' own scenarios with
+their tiny rows all zero instead (``zero-rows``: every scale there is the floor's, which a
+kernel that floors only an amax of 0 writes too)."""
 
 
 @pytest.mark.parametrize("name", sorted(HIDING_PLACES))

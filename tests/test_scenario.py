@@ -49,6 +49,8 @@ REQUIRED_SHIPPED = {
     "shuffled-block-table",
     "interleave-block",
     "fp16-interleaved-indexer",
+    "below-floor-pow2-indexer",
+    "below-floor-nvfp4-fp16",
 }
 
 
@@ -109,6 +111,19 @@ def test_shipped_scenarios_have_the_shapes_they_promise() -> None:
     fp16 = by_name["fp16-interleaved-indexer"]
     assert fp16.dtype == "float16"
     assert fp16.model.index_rope_interleaved
+    below_pow2 = by_name["below-floor-pow2-indexer"]
+    assert (below_pow2.values, below_pow2.cache_layout, below_pow2.ds_mla_scale) == (
+        "below-floor",
+        CacheLayout.FP8_DS_MLA,
+        DsMlaScale.POW2,
+    )
+    below_nvfp4 = by_name["below-floor-nvfp4-fp16"]
+    assert (below_nvfp4.values, below_nvfp4.cache_layout, below_nvfp4.dtype) == (
+        "below-floor",
+        CacheLayout.NVFP4_DS_MLA,
+        "float16",
+    )
+    assert below_pow2.has_indexer and below_nvfp4.has_indexer  # the UE8M0 rows too
 
 
 def test_shuffled_scenario_gets_non_identity_block_tables() -> None:
@@ -307,7 +322,13 @@ BAD_FILES = [
     ("negative-prefix", "prefix = 3", "prefix = -1", "requests[0].prefix", ">= 0, got -1"),
     ("negative-padding", "seed = 0", "seed = 0\npadding = -2", "padding", ">= 0, got -2"),
     ("negative-seed", "seed = 0", "seed = -1", "seed", ">= 0"),
-    ("unknown-values", "seed = 0", 'seed = 0\nvalues = "spiky"', "values", "known: exact-ties"),
+    (
+        "unknown-values",
+        "seed = 0",
+        'seed = 0\nvalues = "spiky"',
+        "values",
+        "known: below-floor, exact-ties",
+    ),
     ("values-not-string", "seed = 0", "seed = 0\nvalues = 1", "values", "expected string"),
     ("empty-description", "a scenario for the loader's tests", " ", "description", "blank"),
     # Counts past dcpcheck.cases.limits: refused before anything is sized by them.

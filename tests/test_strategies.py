@@ -24,7 +24,20 @@ import reference
 from dcpcheck.cases.dcp import NO_SLOT, Batch, Request, SlotMappings, num_blocks, slot_mappings
 from dcpcheck.ops.fused_norm_rope import strategies
 from dcpcheck.ops.fused_norm_rope.case import make_activations, oracle_for, scenario_inputs
-from dcpcheck.ops.fused_norm_rope.contract import FP8_E4M3_MAX, CacheLayout, IndexFormat, IndexScale
+from dcpcheck.ops.fused_norm_rope.contract import (
+    DS_MLA_SCALES_OFFSET,
+    DS_MLA_TILE,
+    FP8_E4M3_MAX,
+    NVFP4_DS_MLA_ROPE_OFFSET,
+    NVFP4_DS_MLA_SCALES_OFFSET,
+    NVFP4_DS_MLA_TILE,
+    NVFP4_SCALE_FLOOR,
+    UE8M0_AMAX_FLOOR,
+    CacheLayout,
+    DsMlaScale,
+    IndexFormat,
+    IndexScale,
+)
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
 from dcpcheck.ops.fused_norm_rope.strategies import (
     FP8_SCALES,
@@ -187,7 +200,7 @@ def test_the_search_visits_every_ownership_shape_and_value_regime() -> None:
 
     record()
     assert seen_shapes == {"none", "some", "all"}
-    assert seen_regimes == {"normal", "zero-rows", "fp8-saturating", "exact-ties"}
+    assert seen_regimes == {"normal", "zero-rows", "fp8-saturating", "exact-ties", "below-floor"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,6 +343,90 @@ def test_exact_ties_separate_rounding_to_nearest_even_from_truncation() -> None:
     nearest_even = q32.to(torch.bfloat16).float()
     differs = (nearest_even != truncated).float().mean().item()
     assert 0.1 < differs < 3 / 8
+
+
+def tile_amax(rows: torch.Tensor, width: int) -> torch.Tensor:
+    """``[T, tiles]``: the largest magnitude of each ``width``-lane tile of each row."""
+    return rows.abs().view(rows.shape[0], -1, width).amax(dim=-1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_below_floor_rows_are_non_zero_and_below_every_scale_floor(dtype: str) -> None:
+    """Rows 0 and 2 are tiny, never zero, and their quantized tiles sit under each layout's
+    floor, by enough that an unfloored scale would differ from the floor's; rows 1 and 3
+    stay above every floor. The stored scales of the tiny rows are the floors', their codes
+    not all zero (a zero row's are)."""
+    scenario = regime(
+        "below-floor",
+        dtype=dtype,
+        cache_layout=CacheLayout.FP8_DS_MLA,
+        ds_mla_scale=DsMlaScale.POW2,
+    )
+    for seed_value in range(4):
+        act = make_activations(scenario, seed_value, torch.device("cpu"))
+        for rows in (act.q_c, act.kv_c, act.index_k):
+            assert bool((rows[0::2] != 0).all())  # every lane: fp16's subnormals hold them
+            assert float(rows[0::2].float().abs().max()) <= 3 * 2**-23
+        ref = oracle(scenario, act)
+        tiny, usual = slice(0, None, 2), slice(1, None, 2)
+        ds_mla = tile_amax(ref.kv_fp32[tiny], DS_MLA_TILE)
+        assert bool((ds_mla > 0).all()) and bool((ds_mla / FP8_E4M3_MAX < 2**-14).all())
+        nvfp4 = tile_amax(ref.kv_fp32[tiny], NVFP4_DS_MLA_TILE)
+        assert bool((nvfp4 > 0).all()) and bool((nvfp4 / 6 < 2**-10).all())
+        index = ref.index_k_fp32[tiny].abs().amax(dim=1)
+        assert bool((index > 0).all()) and bool((index < FP8_E4M3_MAX * 2**-23).all())
+        assert bool((tile_amax(ref.kv_fp32[usual], DS_MLA_TILE) > FP8_E4M3_MAX * 1e-4).all())
+        assert bool((tile_amax(ref.kv_fp32[usual], NVFP4_DS_MLA_TILE) > 6 * 2**-9).all())
+        assert bool((ref.index_k_fp32[usual].abs().amax(dim=1) > UE8M0_AMAX_FLOOR).all())
+        # The tiny rows' scales are the floors', their codes not all zero.
+        assert ref.index_scales[tiny].tolist() == [2.0**-22] * 2
+        assert bool(((ref.index_values[tiny] & 0x7F) != 0).any(dim=1).all())
+        entries = ref.mla_entries[tiny]
+        scales = entries[:, DS_MLA_SCALES_OFFSET : DS_MLA_SCALES_OFFSET + 16].contiguous()
+        assert bool((scales.view(torch.float32) == 2.0**-13).all())
+        nope = (entries[:, :DS_MLA_SCALES_OFFSET] & 0x7F).view(-1, 4, DS_MLA_TILE)
+        assert bool((nope != 0).any(dim=2).all())  # every tile holds non-zero codes
+
+
+def test_below_floor_nvfp4_tiles_store_the_floor_scale() -> None:
+    """On an nvfp4_ds_mla layer every tile of a tiny row stores e4m3 byte 0x01 (2^-9), the
+    byte the floor gives; e4m3 of its unfloored ``amax / 6`` would be 0x00."""
+    scenario = regime("below-floor", dtype="float16", cache_layout=CacheLayout.NVFP4_DS_MLA)
+    act = make_activations(scenario, 0, torch.device("cpu"))
+    ref = oracle(scenario, act)
+    assert reference.fp8_e4m3_values(torch.tensor([1], dtype=torch.uint8)).item() == (
+        NVFP4_SCALE_FLOOR
+    )
+    scales = ref.mla_entries[:, NVFP4_DS_MLA_SCALES_OFFSET:]
+    assert bool((scales[0::2] == 1).all())
+    assert bool((scales[1::2] > 1).all())
+    nope = ref.mla_entries[0::2, :NVFP4_DS_MLA_ROPE_OFFSET]
+    assert bool((nope != 0).any(dim=1).all())
+
+
+def test_the_search_reaches_below_floor_rows_that_catch_a_zero_only_floor() -> None:
+    """Drawn on an indexer layer, the regime shrinks to one tiny decode token, which the
+    correct kernel passes and a kernel that floors the indexer's UE8M0 amax only when it is
+    0 fails."""
+    from dcpcheck.cases.verdicts import RunConfig
+    from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+    from dcpcheck.ops.fused_norm_rope.runner import run
+    from tests.conftest import BACKEND
+
+    shrunk = minimal(scenarios(SPACE), lambda s: s.values == "below-floor" and s.has_indexer)
+    assert shrunk.batch.num_tokens == 1  # row 0: tiny
+
+    def results(name: str):
+        return run(load_kernel(name), [shrunk], RunConfig(name, None), BACKEND)
+
+    assert all(r.status == "pass" for r in results("default"))
+    found = {
+        (check.check, finding.field)
+        for result in results("mutant/ue8m0-floor-only-zero")
+        for check in result.failed_checks
+        for finding in check.findings
+    }
+    assert ("cache_owned", "index_cache.scale") in found
 
 
 # ---------------------------------------------------------------------------------------

@@ -49,8 +49,11 @@ from dcpcheck.ops.fused_norm_rope.contract import (
 )
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 from dcpcheck.ops.fused_norm_rope.value_regimes import (
+    BELOW_FLOOR_INDEX_BIAS_GAIN,
+    BELOW_FLOOR_INDEX_WEIGHT_GAIN,
     FP8_SATURATION_GAIN,
     TIE_K_PE_MAX,
+    below_floor_rows,
     tie_rows,
     tie_weight,
     zero_rows,
@@ -232,6 +235,14 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
       dtype, the rest exactly representable: a kernel that rounds ties differently lands one
       step off, the most the tolerance allows. True ties can only be forced where the math is
       exact; the rotated outputs (RoPE's cos/sin) and fp8 encodings divided by a scale are not.
+    * ``below-floor``: every ``value_regimes.BELOW_FLOOR_STRIDE``-th row of ``q_c``, ``kv_c``,
+      ``index_k`` is tiny but non-zero in every lane (``below_floor_rows``), and the indexer's
+      weight and bias are scaled down (``BELOW_FLOOR_INDEX_WEIGHT_GAIN``, ``..._BIAS_GAIN``):
+      each such row's indexer amax lies below the UE8M0 floor 1e-4, and each of its
+      fp8_ds_mla and nvfp4_ds_mla NoPE tiles below the ``pow2`` ratio floor 1e-4 and the
+      nvfp4 floor 2^-9, so every scale of those rows is the floor's, as in ``zero-rows``, but
+      their codes are not all zero: a kernel that floors only an all-zero amax writes other
+      scales and codes (``value_regimes.BELOW_FLOOR_UNIT`` gives the bounds).
     """
     preset, dtype = scenario.model, scenario.torch_dtype
     gen = torch.Generator().manual_seed(seed)
@@ -285,6 +296,12 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
             act.index_k = tie_rows(tokens, preset.index_head_dim, gen).to(dtype)
             act.index_weight = tie_weight(preset.index_head_dim, dtype, gen).float()
             act.index_bias = torch.zeros(preset.index_head_dim)
+    elif scenario.values == "below-floor":
+        act.q_c, act.kv_c = below_floor_rows(act.q_c), below_floor_rows(act.kv_c)
+        if act.index_k is not None:
+            act.index_k = below_floor_rows(act.index_k)
+            act.index_weight = act.index_weight * BELOW_FLOOR_INDEX_WEIGHT_GAIN
+            act.index_bias = act.index_bias * BELOW_FLOOR_INDEX_BIAS_GAIN
 
     return Activations(
         **{name: None if value is None else value.to(device) for name, value in vars(act).items()}

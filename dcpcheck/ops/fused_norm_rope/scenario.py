@@ -39,7 +39,8 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     dcp = [1, 2, 4]                   # DCP sizes to run
     seed = 0
     values = "normal"                 # optional: or "zero-rows", "fp8-saturating",
-                                      #   "exact-ties" (VALUE_REGIMES: the token values)
+                                      #   "exact-ties", "below-floor" (VALUE_REGIMES: the
+                                      #   token values)
     block_table = "identity"          # optional, or "shuffled"
     profiling = false                 # optional: a call with no slot mapping
     padding = 0                       # optional: CUDA-graph padding rows
@@ -114,14 +115,21 @@ INDEXER_MODES = ("sharded", "replicated", "none")
 """``sharded``: the indexer cache uses the MLA cache's DCP mapping; ``replicated``: every rank
 stores every token at its DCP1 slot; ``none``: a shared layer with no indexer at all."""
 
-VALUE_REGIMES = ("normal", "zero-rows", "fp8-saturating", "exact-ties")
+VALUE_REGIMES = ("normal", "zero-rows", "fp8-saturating", "exact-ties", "below-floor")
 """How ``case.make_activations`` fills the token values (details in its docstring):
 ``normal``: seeded Gaussian rows; ``zero-rows``: every even row of ``q_c``/``kv_c``/``index_k``
 is zero (the norms' ``eps`` keeps them finite); ``fp8-saturating``: kv weights and ``k_pe``
 scaled so every token's ``kv_out`` and ``kpe_out`` rows reach far beyond ``448 * s`` for any
 per-tensor fp8 scale ``s <= 1``; ``exact-ties``: small-integer rows whose RMSNorm is exact in
-fp32 and lands 3/8 of the outputs exactly on rounding ties of the output dtype. Part of the
-scenario, so a failure found in one regime replays in it."""
+fp32 and lands 3/8 of the outputs exactly on rounding ties of the output dtype;
+``below-floor``: every even row of ``q_c``/``kv_c``/``index_k`` is tiny (about 1e-7, so its
+norm only scales it by ``1/sqrt(eps)``) and never zero, and the indexer's weight and bias are
+scaled down, so every quantized tile of those rows is non-zero with its amax below its
+scale's floor: the indexer's UE8M0 amax floor 1e-4, the fp8_ds_mla ``pow2`` ratio floor
+1e-4 and the nvfp4_ds_mla floor 2^-9 (the ``amax`` rule's FLT_MIN floor needs subnormal
+ratios no activation reaches, and the per-tensor ``fp8`` scale has no floor;
+``value_regimes.BELOW_FLOOR_UNIT``). Part of the scenario, so a failure found in one regime
+replays in it."""
 
 DS_MLA_SCALE_KEY = "ds_mla_scale"
 """The fp8_ds_mla tile-scale rule a scenario demands (``contract.DsMlaScale``: ``"amax"`` as

@@ -359,6 +359,48 @@ MUTANTS: tuple[KernelVariant, ...] = (
         ),
     ),
     KernelVariant(
+        "mutant/ue8m0-floor-only-zero",
+        "indexer UE8M0 amax floored at 1e-4 only when it is 0, not below 1e-4 too",
+        # `amax if amax > 0 else 1e-4` for max(amax, 1e-4): right for an all-zero row, a
+        # smaller scale (and larger codes) for a row whose amax is non-zero but below 1e-4.
+        (
+            _edit(
+                "_indexer_k_task",
+                "        scale = ue8m0_scale(amax)",
+                "        floored = tl.where(amax > 0, amax, 1e-4)\n"
+                "        scale = power_of_two_at_or_above(tl.math.div_rn(floored, 448.0))",
+            ),
+        ),
+    ),
+    KernelVariant(
+        "mutant/ds-mla-pow2-floor-only-zero",
+        "fp8_ds_mla pow2 tile-scale ratio floored at 1e-4 only for an all-zero tile",
+        # The same slip in the pow2 rule: a tile whose amax / 448 is below 1e-4 but not 0
+        # gets a power of two below 2^-13.
+        (
+            _edit(
+                "_ds_mla_tile_scales",
+                "power_of_two_at_or_above(tl.maximum(ratio, POW2_RATIO_FLOOR))",
+                "power_of_two_at_or_above(tl.where(amax > 0, ratio, POW2_RATIO_FLOOR))",
+            ),
+        ),
+    ),
+    KernelVariant(
+        "mutant/nvfp4-floor-only-zero",
+        "nvfp4_ds_mla tile scale floored at 2^-9 only for an all-zero tile",
+        # A tile whose amax / 6 is below 2^-10 but not 0 rounds to the e4m3 scale 0, and
+        # its values divided by it saturate.
+        (
+            _edit(
+                "write_nvfp4_ds_mla_entries",
+                "    ratio = tl.maximum(tl.math.div_rn(amax, NVFP4_E2M1_MAX), NVFP4_RATIO_FLOOR)",
+                "    ratio = tl.where(amax > 0, tl.math.div_rn(amax, NVFP4_E2M1_MAX), "
+                "NVFP4_RATIO_FLOOR)",
+                NVFP4,
+            ),
+        ),
+    ),
+    KernelVariant(
         "mutant/topk-fill-skipped",
         "top-k buffer not filled with -1 on indexer layers",
         (
