@@ -31,10 +31,11 @@ OP = "lse-combine"
 def shape(spec: str) -> str:
     """The file ``spec``'s routine came from and the parameters it gained, or what it does
     to an empty chunk (after a run of it in this process: the backend is chosen)."""
-    from dcpcheck.ops.lse_combine import kernels, vllm
+    from dcpcheck.ops import package
+    from dcpcheck.ops.lse_combine import vllm
 
-    where = kernels.judged_files(spec)[0].path.split("/vllm/", 2)[-1]
-    kernel = kernels.load(spec)
+    where = package(OP).judged_files(spec)[0].path.split("/vllm/", 2)[-1]
+    kernel = package(OP).kernel(spec)
     if hasattr(kernel, "empties"):
         return f"{where} / {kernel.empties}"
     return f"{where} / {' '.join(p for p in vllm.OPTIONAL[1:] if p in kernel.parameters) or '-'}"

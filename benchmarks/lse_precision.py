@@ -20,6 +20,7 @@ import time
 import torch
 
 from dcpcheck.backend import select_backend
+from dcpcheck.op_registry import LSE_COMBINE
 
 
 def worst(kernel, batch, size: int, device) -> float:
@@ -50,10 +51,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     backend = select_backend("auto")
+    from dcpcheck.ops import package
     from dcpcheck.ops.lse_combine.case import CombineBatch
-    from dcpcheck.ops.lse_combine.kernels import load
 
-    kernel = load(args.kernel)
+    kernel = package(LSE_COMBINE).kernel(args.kernel)
     print(f"kernel {args.kernel}, logits shifted by {args.shift:g}, {backend.describe()}")
     print("| context | DCP | fp32 LSE: worst error / bound | bf16 LSE | s |\n|---|---|---|---|---|")
     for context in map(int, args.contexts.split(",")):

@@ -43,10 +43,10 @@ SHAPE_PARAMETERS = ("num_tokens", "idx_mapping", "cp_rank", "kernel_block_sizes"
 def shape(version: str) -> str:
     """The release kernel's shape parameters and what was read from its caller (after a
     run of it in this process: the backend is chosen and the release is loaded)."""
-    from dcpcheck.ops.slot_mapping.kernels import load
+    from dcpcheck.ops import package
     from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings
 
-    kernel = load(f"vllm=={version}").slot_mappings
+    kernel = package(OP).kernel(f"vllm=={version}").slot_mappings
     if not isinstance(kernel, VllmSlotMappings):  # before the GPU runner: the V1 table
         return "no GPU runner: the V1 runner's BlockTable"
     parameters = " ".join(p for p in SHAPE_PARAMETERS if p in kernel.parameters) or "-"

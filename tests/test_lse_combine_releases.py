@@ -39,7 +39,7 @@ FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
 def release(version: str) -> VllmMerge:
     """Release ``version``'s merge as ``--kernel vllm==X`` loads it."""
     try:
-        kernel = kernels.load(f"vllm=={version}")
+        kernel = kernels.REGISTRY.load(f"vllm=={version}")
     except KernelLoadError as exc:
         problem = registry_problem()
         if problem is not None:
@@ -156,7 +156,7 @@ def a2a(version: str) -> VllmMerge:
     """Release ``version``'s all-to-all merge as ``--kernel vllm==X:dcp_a2a_lse_reduce``
     loads it."""
     release(version)  # fetched (or skipped) as the other tests fetch it
-    kernel = kernels.load(f"vllm=={version}:dcp_a2a_lse_reduce")
+    kernel = kernels.REGISTRY.load(f"vllm=={version}:dcp_a2a_lse_reduce")
     assert isinstance(kernel, VllmMerge)
     return kernel
 
@@ -170,14 +170,17 @@ def test_the_all_to_all_merge_agrees_with_the_oracle_whatever_empty_shards_hold(
         [result] = run_scenario(kernel, "a2a", scenario, (4,), BACKEND.device)
         assert result.status == "pass", [c.findings for c in result.failed_checks]
     if version == "0.28.0":
-        files = [Path(f.path).name for f in kernels.judged_files("vllm==0.28.0:dcp_a2a_lse_reduce")]
+        files = [
+            Path(f.path).name
+            for f in kernels.REGISTRY.judged_files("vllm==0.28.0:dcp_a2a_lse_reduce")
+        ]
         assert files == ["dcp_alltoall.py", "common.py"]
 
 
 def test_a_release_without_the_all_to_all_merge_says_so_in_one_line():
     release("0.12.0")
     with pytest.raises(KernelLoadError, match="defines dcp_a2a_lse_reduce") as error:
-        kernels.load("vllm==0.12.0:dcp_a2a_lse_reduce")
+        kernels.REGISTRY.load("vllm==0.12.0:dcp_a2a_lse_reduce")
     assert "\n" not in str(error.value)
 
 
@@ -187,7 +190,7 @@ def test_the_triton_mla_backends_bf16_lse_breaks_the_bound_whichever_merge_runs(
 
     finding = load_scenario(SCENARIOS / "findings" / "triton-mla-bf16-lse.toml")
     fp32 = dataclasses.replace(finding.batch, lse_dtype="float32")
-    for kernel in (release("0.33.0"), kernels.load("default")):
+    for kernel in (release("0.33.0"), kernels.REGISTRY.load("default")):
         for batch, status in ((finding.batch, "fail"), (fp32, "pass")):
             scenario = NamedBatch("t", "a test batch", batch, (2,))
             [result] = run_scenario(kernel, "k", scenario, (2,), BACKEND.device)
@@ -211,7 +214,7 @@ def state_merge(version: str):
     from dcpcheck.ops.lse_combine.vllm_state_merge import VllmStateMerge
 
     release(version)  # fetched (or skipped) as the other tests fetch it
-    kernel = kernels.load(f"vllm=={version}:merge_attn_states")
+    kernel = kernels.REGISTRY.load(f"vllm=={version}:merge_attn_states")
     assert isinstance(kernel, VllmStateMerge)
     return kernel
 

@@ -15,6 +15,7 @@ smallest case shows it as well as the largest and keeps the suite's time where i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import re
@@ -116,15 +117,15 @@ def test_a_package_lacking_a_module_or_a_name_is_named(tmp_path, monkeypatch):
     root.mkdir()
     (root / "__init__.py").write_text('"""An op package half written."""\n')
     (root / "scenario.py").write_text("from pathlib import Path\n\nSCENARIOS = Path('.')\n")
-    (root / "cost.py").write_text("def check_cost(scenario, dcp_sizes, budget): ...\n")
+    (root / "kernels.py").write_text("")
     (root / "runner.py").write_text("")
     (root / "search.py").write_text("DCP_SIZES = (2,)\n\ndef drawn(kernel, dcp_sizes): ...\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "halfop", raising=False)
     assert OpPackage("half-op", "halfop").conformance() == [
         "halfop.scenario: lacks load_scenario, load_scenarios, scenario_to_toml",
-        "halfop: no module 'kernels' (an op package provides scenario, cost, kernels, "
-        "runner, search)",
+        "halfop: no module 'cost' (an op package provides scenario, cost, kernels, runner, search)",
+        "halfop.kernels: lacks REGISTRY",
         "halfop.runner: lacks OP_CASES",
     ]
 
@@ -136,8 +137,8 @@ def test_a_package_lacking_a_module_or_a_name_is_named(tmp_path, monkeypatch):
 def test_the_selftest_passes_the_projects_kernel_and_catches_every_mutant(op):
     report = selftest_of(op)
     assert report.passed and report.default.status.value == "passed"
-    kernels = importlib.import_module(f"{package(op).module}.kernels")
-    assert [row.kernel for row in report.mutants] == [k for k in kernels.KERNELS if k != "default"]
+    registry = importlib.import_module(f"{package(op).module}.kernels").REGISTRY
+    assert [row.kernel for row in report.mutants] == [k for k in registry.kernels if k != "default"]
     assert {row.status.value for row in report.mutants} == {"caught"}
 
 
@@ -146,8 +147,11 @@ def test_a_mutant_no_scenario_catches_fails_the_selftest(op, monkeypatch):
     """On the op's cheapest scenario alone: what is checked is the selftest's verdict on a
     mutant that passes whatever it is asked."""
     kernels = importlib.import_module(f"{package(op).module}.kernels")
-    default = kernels.KERNELS["default"]
-    monkeypatch.setattr(kernels, "KERNELS", {"default": default, "mutant/harmless": default})
+    default = kernels.REGISTRY.kernels["default"]
+    harmless = dataclasses.replace(
+        kernels.REGISTRY, kernels={"default": default, "mutant/harmless": default}
+    )
+    monkeypatch.setattr(kernels, "REGISTRY", harmless)
     scenario, _ = cheapest(package(op))
     scenarios = importlib.import_module(f"{package(op).module}.scenario")
     monkeypatch.setattr(scenarios, "load_scenarios", lambda patterns, root: [scenario])

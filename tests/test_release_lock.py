@@ -107,8 +107,8 @@ def _loads(op: str) -> Callable[[], object]:
 LOADERS: dict[str, Callable[[], object]] = {
     "fused-norm-rope": lambda: load_kernel("vllm==0.30.0"),
     **{op: _loads(op) for op in packaged()},
-    "lse-combine attention": lambda: lse_kernels.load_attention("vllm==0.30.0"),
-    "lse-combine state merge": lambda: lse_kernels.load("vllm==0.30.0:merge_attn_states"),
+    "lse-combine attention": lambda: lse_kernels.ATTENTION_REGISTRY.load("vllm==0.30.0"),
+    "lse-combine state merge": lambda: lse_kernels.REGISTRY.load("vllm==0.30.0:merge_attn_states"),
 }
 """Every op's loading of a release's files: each op package's ``--kernel vllm==X``, the fused
 op's (no package), and lse-combine's two further functions (its attention stage and the
@@ -211,7 +211,7 @@ def test_a_record_that_hides_a_locked_file_is_refused(copied):
     (release / DCP_PY).unlink()
     _rewrite_record(release, lambda record: record["files"].pop(DCP_PY))
     with pytest.raises(KernelSpecError, match=f"says vllm 0.30.0's wheel has no {DCP_PY}"):
-        lse_kernels.load("vllm==0.30.0")
+        lse_kernels.REGISTRY.load("vllm==0.30.0")
 
 
 def _wheel(version: str, into: Path, kernels_py: bytes) -> Path:

@@ -34,7 +34,7 @@ BATCH = CacheWriteBatch(((5, 3), (0, 2)), kv_heads=2, head_size=16, block_size=4
 def release(spec: str) -> VllmCacheWrite:
     """The kernel ``--kernel SPEC`` loads."""
     try:
-        kernel = kernels.load(spec)
+        kernel = kernels.REGISTRY.load(spec)
     except KernelLoadError as exc:
         problem = registry_problem()
         if problem is not None:
@@ -55,7 +55,7 @@ def test_0_10_2_has_no_such_function():
     if registry_problem() is not None:
         pytest.skip("the registry is unreachable")
     with pytest.raises(KernelLoadError, match="defines triton_reshape_and_cache_flash"):
-        kernels.load("vllm==0.10.2")
+        kernels.REGISTRY.load("vllm==0.10.2")
 
 
 GROUPS = ("0.11.0", "0.14.0", "0.20.0", "0.26.0", "0.34.0")

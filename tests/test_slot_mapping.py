@@ -363,10 +363,10 @@ def test_a_run_that_names_the_fused_op_or_its_scenarios_judges_it_alone(tmp_path
 
 
 def test_the_default_run_fails_when_another_ops_kernel_does(tmp_path, monkeypatch):
-    from dcpcheck.ops.slot_mapping import kernels
+    from dcpcheck.ops.slot_mapping.kernels import REGISTRY
 
-    broken = kernels.KERNELS["mutant/padding-left-alone"]
-    monkeypatch.setitem(kernels.KERNELS, "default", broken)
+    broken = REGISTRY.kernels["mutant/padding-left-alone"]
+    monkeypatch.setitem(REGISTRY.kernels, "default", broken)
     done = invoke("run", "--dcp", "4", "--no-tokens", "--home", str(tmp_path))
     assert done.exit_code == 1
     assert "FAIL slot-mapping/mixed-groups-padded[dcp4] slots" in done.output
@@ -484,16 +484,15 @@ def test_selftest_of_the_op_from_the_command_line():
     "mutant", (*mutants.MUTANTS, *mutants.SEQ_LENS_MUTANTS), ids=lambda m: m.__name__
 )
 def test_the_search_finds_and_shrinks_each_mutant(mutant):
-    from dcpcheck.ops.slot_mapping.kernels import KERNELS
-
     name = f"mutant/{mutant.__name__.replace('_', '-')}"
-    outcome = package(SLOT_MAPPING).search(KERNELS[name], name, 100, BACKEND.device)
+    op = package(SLOT_MAPPING)
+    outcome = op.search(op.kernel(name), name, 100, BACKEND.device)
     assert not outcome.passed
     shrunk = outcome.failure
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows <= 4
     assert len(shrunk.batch.block_sizes) <= 2
-    [replayed] = package(SLOT_MAPPING).run_scenario(
-        KERNELS["default"], "default", shrunk, shrunk.dcp_sizes, BACKEND.device
+    [replayed] = op.run_scenario(
+        op.kernel("default"), "default", shrunk, shrunk.dcp_sizes, BACKEND.device
     )
     assert replayed.status == "pass"  # the failure is the mutant's, not the harness's
 
@@ -553,9 +552,8 @@ def test_the_search_draws_what_shipped_bugs_needed(planted, drawn):
 
 
 def test_the_search_passes_the_projects_kernel():
-    from dcpcheck.ops.slot_mapping.kernels import KERNELS
-
-    outcome = package(SLOT_MAPPING).search(KERNELS["default"], "default", 60, BACKEND.device)
+    op = package(SLOT_MAPPING)
+    outcome = op.search(op.kernel("default"), "default", 60, BACKEND.device)
     assert outcome.passed and outcome.examples_run == 60
 
 

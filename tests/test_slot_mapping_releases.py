@@ -62,7 +62,7 @@ FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
 def release(version: str) -> Routines:
     """Release ``version``'s routines as ``--kernel vllm==X`` loads them."""
     try:
-        kernel = kernels.load(f"vllm=={version}")
+        kernel = kernels.REGISTRY.load(f"vllm=={version}")
     except KernelLoadError as exc:
         problem = registry_problem()
         if problem is not None:
@@ -223,7 +223,7 @@ def test_a_file_by_path_is_judged_as_its_release(version):
     """A checkout's file (its caller beside it) is the release's kernel by another name."""
     kernel = release(version)
     path = Path(kernel.slot_mappings.kernel.fn.__code__.co_filename)  # the cached file
-    by_path = kernels.load(f"{path}:_compute_slot_mappings_kernel")
+    by_path = kernels.REGISTRY.load(f"{path}:_compute_slot_mappings_kernel")
     scenario = shipped("interleaved-prefix")
     [mine] = run_scenario(by_path, "path", scenario, (4,), BACKEND.device)
     assert mine.status == judge(version, scenario.batch, 4).status
@@ -311,7 +311,7 @@ def test_a_release_before_the_runners_lengths_kernel_says_where_to_judge_them():
 @functools.cache
 def backends_function(version: str) -> Routines:
     release(version)  # fetched (or skipped) as the other tests fetch it
-    return kernels.load(f"vllm=={version}:get_dcp_local_seq_lens")
+    return kernels.REGISTRY.load(f"vllm=={version}:get_dcp_local_seq_lens")
 
 
 @pytest.mark.parametrize("version", ["0.12.0", "0.28.0", "0.33.0"])
@@ -344,7 +344,7 @@ def test_a_function_that_needs_more_than_torch_is_refused(tmp_path):
 @functools.cache
 def v1_table(version: str) -> Routines:
     try:
-        return kernels.load(f"vllm=={version}:compute_slot_mapping")
+        return kernels.REGISTRY.load(f"vllm=={version}:compute_slot_mapping")
     except KernelLoadError:
         problem = registry_problem()
         if problem is not None:
@@ -612,9 +612,7 @@ runner hands it no replicated group whose slots are read (``kept_whole``)."""
 
 @pytest.mark.parametrize("version", sorted(NEVER_HANDED_A_REPLICATED_GROUP))
 @pytest.mark.parametrize("dcp_size", [2, 8])
-def test_a_replicated_group_is_never_handed_to_the_kernels_without_sharded_flags(
-    version, dcp_size
-):
+def test_a_replicated_group_is_never_handed_to_the_kernels_without_sharded_flags(version, dcp_size):
     """Not applicable, the lines quoted: the manager shards every group (from 0.26.0 but
     a recurrent state's, whose slots its reader leaves unread) and refuses sliding windows."""
     result = judge(version, shipped("replicated-groups").batch, dcp_size)
@@ -629,7 +627,7 @@ def test_the_kernel_by_its_file_is_judged_on_a_replicated_group_and_shards_it():
     """With no release's callers to say what it is handed, 0.30.0's kernel is asked a
     replicated group, and sharding it fails in that group alone (the search shrinks it)."""
     path = Path(release("0.30.0").slot_mappings.kernel.fn.__code__.co_filename)
-    by_path = kernels.load(f"{path}:_compute_slot_mappings_kernel")
+    by_path = kernels.REGISTRY.load(f"{path}:_compute_slot_mappings_kernel")
     [result] = run_scenario(by_path, "path", shipped("replicated-groups"), (2,), BACKEND.device)
     rows = {(check, field) for check, field, ownership in failed(result) if ownership != "padding"}
     assert rows == {("slots", "slot_mapping[1]"), ("ownership", "slot_mapping[1]")}
@@ -709,7 +707,7 @@ def test_the_runner_that_builds_no_slotless_table_says_so():
 def before_gpu_runner(version: str) -> Routines:
     """Release ``version`` (no GPU runner) as ``--kernel vllm==X`` loads it."""
     v1_table(version)  # fetched (or skipped) as the other tests fetch it
-    return kernels.load(f"vllm=={version}")
+    return kernels.REGISTRY.load(f"vllm=={version}")
 
 
 EVEN = SlotMappingBatch(((7, 1), (8, 1), (3, 1), (0, 4)), (16,), (True,), 1)
@@ -769,7 +767,7 @@ def test_a_release_before_the_gpu_runner_is_judged_whole_by_its_version(version,
     """``--kernel vllm==X`` alone: the V1 runner's table and the lengths its backends use,
     from the files it names."""
     before_gpu_runner(version)
-    files = [f.path for f in kernels.judged_files(f"vllm=={version}")]
+    files = [f.path for f in kernels.REGISTRY.judged_files(f"vllm=={version}")]
     assert [f.endswith(member) for f in files] == [False, False, True]
     assert files[0].endswith("vllm/v1/worker/block_table.py")
     assert files[1].endswith("vllm/v1/worker/gpu_model_runner.py")

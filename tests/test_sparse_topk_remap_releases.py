@@ -43,7 +43,7 @@ IN_PLACE = dataclasses.replace(PACKED, compact=False, count_valid=False)
 def release(spec: str) -> VllmRemap:
     """The kernel ``--kernel SPEC`` loads."""
     try:
-        kernel = kernels.load(spec)
+        kernel = kernels.REGISTRY.load(spec)
     except KernelLoadError as exc:
         problem = registry_problem()
         if problem is not None:
@@ -132,7 +132,7 @@ def test_what_the_api_cannot_be_asked_is_not_applicable_with_the_reason():
 def test_a_release_without_the_converter_says_so_in_one_line(spec, said):
     release("vllm==0.17.0")  # fetched (or skipped) as the other tests fetch it
     with pytest.raises(KernelLoadError, match=said) as error:
-        kernels.load(spec)
+        kernels.REGISTRY.load(spec)
     assert "\n" not in str(error.value)
 
 

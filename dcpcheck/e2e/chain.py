@@ -212,15 +212,11 @@ def _release_slot_mapping(version: str) -> Stage:
     """A release's slot mappings and local lengths, as its default model runner (the V1
     runner: its ``BlockTable``; the GPU model runner's kernels where it has no V1 table)
     and its attention backends (``get_dcp_local_seq_lens``) compute them."""
-    kernels = _slot_mapping_kernels()
+    load = _slot_mapping_kernels().REGISTRY.load
     name = f"vllm=={version}"
-    slots = _first(
-        [f"{name}:compute_slot_mapping", name], kernels.load, lambda r: r.slot_mappings
-    )
-    lengths = _first(
-        [f"{name}:get_dcp_local_seq_lens", name], kernels.load, lambda r: r.local_seq_lens
-    )
-    project = kernels.load("default")
+    slots = _first([f"{name}:compute_slot_mapping", name], load, lambda r: r.slot_mappings)
+    lengths = _first([f"{name}:get_dcp_local_seq_lens", name], load, lambda r: r.local_seq_lens)
+    project = load("default")
     notes = []
     if slots is None:
         notes.append(f"{name} has no slot-mapping routine: the project's")
@@ -246,7 +242,7 @@ def _release_stage(
 def _release_merges(version: str) -> tuple[Stage, ...]:
     """Release ``version``'s merge on every path its MLA layer offers, the default's
     first (``merge_paths``)."""
-    load = _lse_combine_kernels().load
+    load = _lse_combine_kernels().REGISTRY.load
     return tuple(
         _release_stage(MERGE, merge_paths.spec_of(version, path), load, path, i == 0)
         for i, path in enumerate(merge_paths.offered(version))
@@ -256,7 +252,7 @@ def _release_merges(version: str) -> tuple[Stage, ...]:
 def _named_stage(name: str, spec: str) -> Stage:
     """Stage ``name``'s kernel by a spec of its op (``KernelLoadError`` with one line)."""
     if name == SLOT_MAPPING:
-        routines = _slot_mapping_kernels().load(spec)
+        routines = _slot_mapping_kernels().REGISTRY.load(spec)
         if routines.slot_mappings is None or routines.local_seq_lens is None:
             raise KernelSpecError(
                 f"--stage {name}={spec}: the chain needs both the slot mappings and the "
@@ -264,7 +260,8 @@ def _named_stage(name: str, spec: str) -> Stage:
             )
         return Stage(name, spec, routines)
     kernels = _lse_combine_kernels()
-    return Stage(name, spec, (kernels.load_attention if name == ATTENTION else kernels.load)(spec))
+    registry = kernels.ATTENTION_REGISTRY if name == ATTENTION else kernels.REGISTRY
+    return Stage(name, spec, registry.load(spec))
 
 
 def stages_for(kernel_spec: str, named: Mapping[str, str] | None = None) -> Stages:
@@ -288,7 +285,7 @@ def stages_for(kernel_spec: str, named: Mapping[str, str] | None = None) -> Stag
         elif name == SLOT_MAPPING:
             resolved[name] = _release_slot_mapping(release.version)
         elif name == ATTENTION:
-            load = _lse_combine_kernels().load_attention
+            load = _lse_combine_kernels().ATTENTION_REGISTRY.load
             resolved[name] = _release_stage(name, f"vllm=={release.version}", load)
         else:
             resolved[name], *rest = _release_merges(release.version)
@@ -339,12 +336,12 @@ def stage_files(stages: Stages) -> tuple[loading.JudgedFile, ...]:
     """The files the stages' kernels come from (the slot-mapping op's and every merge
     path's ``judged_files``; a release's attention file), for the reports."""
     found: dict[str, loading.JudgedFile] = {}
-    slot_kernels, lse = _slot_mapping_kernels(), _lse_combine_kernels()
+    slots, lse = _slot_mapping_kernels().REGISTRY, _lse_combine_kernels()
     for spec in stages.slot_mapping.spec.split(" + "):
-        found.update((f.path, f) for f in slot_kernels.judged_files(spec))
-    found.update((f.path, f) for f in lse.attention_files(stages.attention.spec))
+        found.update((f.path, f) for f in slots.judged_files(spec))
+    found.update((f.path, f) for f in lse.ATTENTION_REGISTRY.judged_files(stages.attention.spec))
     for merge in (stages.merge, *stages.other_merges):
-        found.update((f.path, f) for f in lse.judged_files(merge.spec))
+        found.update((f.path, f) for f in lse.REGISTRY.judged_files(merge.spec))
     return tuple(found.values())
 
 

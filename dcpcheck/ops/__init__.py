@@ -17,8 +17,9 @@ modules are:
   ``scenario_to_toml``: a ``scenario_files.ScenarioFormat`` of the op's keys and batch.
 * ``cost`` (:class:`CostModule`): ``check_cost(scenario, dcp_sizes, budget)``, the peak
   memory estimate (``dcpcheck.cases.memory``).
-* ``kernels`` (:class:`KernelsModule`): ``KERNELS``, the project's kernel (``default``)
-  and its mutants (``mutant/NAME``), ``DESCRIPTIONS`` of each; ``load(spec)``,
+* ``kernels`` (:class:`KernelsModule`): ``REGISTRY``, the op's
+  ``dcpcheck.kernels.registry.OpKernels``: its ``kernels``, the project's kernel
+  (``default``) and its mutants (``mutant/NAME``), ``descriptions`` of each; ``load(spec)``,
   ``judged_files(spec)`` and ``canonical(spec)`` of any ``--kernel`` spec.
 * ``runner`` (:class:`RunnerModule`): ``OP_CASES`` (``op_cases.OpCases``), how one case of
   the op is judged; every run, replay, saved failure and the selftest go through it.
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from dcpcheck.cases.scenario_files import NamedBatch
     from dcpcheck.cases.verdicts import CaseResult, SelftestReport, SelftestRow
     from dcpcheck.kernels.loading import JudgedFile
+    from dcpcheck.kernels.registry import OpKernels
     from dcpcheck.ops.op_cases import OpCases, SearchOutcome
 
 
@@ -92,14 +94,7 @@ class CostModule(Protocol):
 class KernelsModule(Protocol):
     """An op package's ``kernels`` module (module docstring)."""
 
-    KERNELS: Mapping[str, OpKernel]
-    DESCRIPTIONS: Mapping[str, str]
-
-    def load(self, spec: str) -> OpKernel: ...
-
-    def judged_files(self, spec: str) -> tuple[JudgedFile, ...]: ...
-
-    def canonical(self, spec: str) -> str: ...
+    REGISTRY: OpKernels[OpKernel]
 
 
 class RunnerModule(Protocol):
@@ -186,19 +181,19 @@ class OpPackage:
 
     def kernel(self, spec: str) -> OpKernel:
         """The kernel ``--kernel SPEC`` names; ``KernelLoadError`` of one line."""
-        return self._kernels().load(spec)
+        return self._kernels().REGISTRY.load(spec)
 
     def judged_files(self, spec: str) -> tuple[JudgedFile, ...]:
         """The files ``spec``'s kernel's code comes from."""
-        return self._kernels().judged_files(spec)
+        return self._kernels().REGISTRY.judged_files(spec)
 
     def canonical(self, spec: str) -> str:
         """``spec`` as reports and replays spell it."""
-        return self._kernels().canonical(spec)
+        return self._kernels().REGISTRY.canonical(spec)
 
     def kernels(self) -> dict[str, str]:
         """The op's named kernels and what each is."""
-        return dict(self._kernels().DESCRIPTIONS)
+        return dict(self._kernels().REGISTRY.descriptions)
 
     def run_scenario(
         self,
@@ -250,13 +245,13 @@ class OpPackage:
         self, backend: Backend, on_row: Callable[[SelftestRow], None] | None = None
     ) -> SelftestReport:
         """The op's part of ``dcpcheck selftest``: its ``default`` kernel passes every
-        shipped scenario, every mutant of ``KERNELS`` fails one (``op_cases.selftest``)."""
+        shipped scenario, every mutant of its registry fails one (``op_cases.selftest``)."""
         from dcpcheck.ops import op_cases
 
-        kernels = self._kernels()
+        registry = self._kernels().REGISTRY
         scenarios = self.load_scenarios([], self.scenarios)
         return op_cases.selftest(
-            self._cases(), dict(kernels.KERNELS), dict(kernels.DESCRIPTIONS), scenarios,
+            self._cases(), dict(registry.kernels), dict(registry.descriptions), scenarios,
             backend, on_row,
         )  # fmt: skip
 

@@ -10,9 +10,9 @@
   protocol.
 
 The decode attentions that produce the partials (``contract.DecodeAttention``), by the
-same kinds of spec (:func:`load_attention`): ``default``, the project's (``attention``);
-``vllm==X.Y.Z``, a release's ``decode_attention_fwd`` (``vllm_attention``); a file's or a
-module's callable with the protocol.
+same kinds of spec (:data:`ATTENTION_REGISTRY`): ``default``, the project's
+(``attention``); ``vllm==X.Y.Z``, a release's ``decode_attention_fwd``
+(``vllm_attention``); a file's or a module's callable with the protocol.
 
 Import only once the backend is chosen (it defines Triton kernels).
 """
@@ -114,12 +114,6 @@ REGISTRY: OpKernels[CombineKernel] = OpKernels(
 )
 """The op's kernels by spec (module docstring)."""
 
-KERNELS = REGISTRY.kernels
-DESCRIPTIONS = REGISTRY.descriptions
-load = REGISTRY.load
-judged_files = REGISTRY.judged_files
-canonical = REGISTRY.canonical
-
 
 def _attention_file(release: releases.ReleaseSpec) -> JudgedFile:
     return loading.release_file(
@@ -149,6 +143,3 @@ ATTENTION_REGISTRY: OpKernels[DecodeAttention] = OpKernels(
 )
 """The decode attentions by spec (module docstring): the project's by name, the correct
 one and its mutants."""
-
-load_attention = ATTENTION_REGISTRY.load
-attention_files = ATTENTION_REGISTRY.judged_files

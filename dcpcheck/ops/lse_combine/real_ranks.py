@@ -71,7 +71,7 @@ def _rank_main(rank: int, world_size: int, port: int, jobs, timeout_s: float, an
         real = replace(runner.OP_CASES, judge=partial(runner.judged, launch=_launch_real))
         results = []
         for spec, path in jobs:
-            kernel = kernels.load(spec)
+            kernel = kernels.REGISTRY.load(spec)
             loaded = scenario.load_scenario(Path(path))
             results += op_cases.run_scenario(
                 real, kernel, spec, loaded, (world_size,), backend.device

@@ -48,9 +48,3 @@ REGISTRY: OpKernels[CacheWriteKernel] = OpKernels(
     named_in_canonical=False,
 )
 """The op's kernels by spec (module docstring)."""
-
-KERNELS = REGISTRY.kernels
-DESCRIPTIONS = REGISTRY.descriptions
-load = REGISTRY.load
-judged_files = REGISTRY.judged_files
-canonical = REGISTRY.canonical

@@ -186,9 +186,3 @@ REGISTRY: OpKernels[Routines] = OpKernels(
     external_files=_callable_files,
 )
 """The op's kernels by spec (module docstring)."""
-
-KERNELS = REGISTRY.kernels
-DESCRIPTIONS = REGISTRY.descriptions
-load = REGISTRY.load
-judged_files = REGISTRY.judged_files
-canonical = REGISTRY.canonical

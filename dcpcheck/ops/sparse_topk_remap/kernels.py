@@ -65,9 +65,3 @@ REGISTRY: OpKernels[RemapKernel] = OpKernels(
     release_files=_release_files,
 )
 """The op's kernels by spec (module docstring)."""
-
-KERNELS = REGISTRY.kernels
-DESCRIPTIONS = REGISTRY.descriptions
-load = REGISTRY.load
-judged_files = REGISTRY.judged_files
-canonical = REGISTRY.canonical
