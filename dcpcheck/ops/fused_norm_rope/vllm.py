@@ -362,9 +362,10 @@ class VllmFusedNormRope:
         file has no path for, or whose e2m1 conversion this machine cannot execute; for a
         release, an indexer mapping whose ranks differ from the MLA mapping's, which its
         callers never pass (``indexer_groups``)."""
-        never = indexer_groups.apart_never_passed(self.release)
-        if never is not None and self.own_indexer_mapping and _owners_differ(inputs):
-            return never
+        if self.release is not None and self.own_indexer_mapping and _owners_differ(inputs):
+            never = indexer_groups.apart_never_passed(self.release)
+            if never is not None:
+                return never
         if inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA or self.nvfp4 is Nvfp4Path.OTHER:
             return None  # a conversion not recognised is run, and judged
         if self.nvfp4 is Nvfp4Path.ABSENT:
