@@ -273,7 +273,7 @@ def main() -> None:
     patch(op_run, "judge_cases", part_of=lambda op, *_: op.name)
     patch(session, "token_stream_case", "token streams")
     patch(search, "search", "property search")
-    for name in ("named_scenarios", "check_cost", "check_op_cost"):
+    for name in ("named_scenarios", "check_cost"):
         patch(preflight, name, "preflight")
     for module in (run_module, op_run):
         patch(module, "write_reports", "report")

@@ -38,8 +38,10 @@ class Op:
     description: str
     wheel_members: tuple[str, ...]
     function: str  # the routine a release is judged by (``vllm==X`` names no other)
-    # the module of its OpPackage (None: the fused op, run by dcpcheck.workflows.session)
-    package: str | None = None
+    package: str  # the module of its OpPackage (``dcpcheck.ops``)
+    # whether its cases run through dcpcheck.workflows.session (worker isolation, the
+    # sanitizer, ownership maps, the token streams) rather than its package's runner
+    judged_by_session: bool = False
     run_options: frozenset[str] | None = PACKAGE_RUN_OPTIONS
     repro_options: frozenset[str] | None = PACKAGE_REPRO_OPTIONS
 
@@ -59,6 +61,8 @@ OPS: dict[str, Op] = {
             "vllm/models/deepseek_v32/common/kernels.py",
         ),
         "fused_norm_rope",
+        "dcpcheck.ops.fused_norm_rope",
+        judged_by_session=True,
         run_options=None,
         repro_options=None,
     ),

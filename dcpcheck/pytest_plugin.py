@@ -91,8 +91,8 @@ from dcpcheck.op_registry import OPS
 # --dcpcheck-kernel is given, so an inert plugin costs nothing (module docstring).
 if TYPE_CHECKING:
     from dcpcheck.backend import Backend
-    from dcpcheck.cases.verdicts import CaseResult
-    from dcpcheck.ops.fused_norm_rope.scenario import Scenario
+    from dcpcheck.cases.verdicts import CaseResult, NamedScenario
+    from dcpcheck.ops import OpPackage
 
 COLLECTOR_NAME = "dcpcheck"
 """Node id of the collector holding every dcpcheck item (``dcpcheck::NAME[dcpN]``)."""
@@ -318,16 +318,15 @@ def parse_dcp_sizes(text: str) -> tuple[int, ...]:
         raise pytest.UsageError(f"--dcpcheck-dcp: {exc}") from None
 
 
-def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Scenario]:
-    """The scenarios of every root matching any pattern (all with no patterns), by name.
+def select_scenarios(op: OpPackage, patterns: Sequence[str], roots: Sequence[Path]) -> list:
+    """``op``'s scenarios of every root matching any pattern (all with no patterns), by name.
 
     A pattern must match in at least one root, and a name may be defined only once, so
     neither a typo nor a shadowed file goes unnoticed.
     """
     from dcpcheck.cases.scenario_files import ScenarioError
-    from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 
-    chosen: dict[str, Scenario] = {}
+    chosen: dict[str, NamedScenario] = {}
     unmatched = set(patterns)
     known: set[str] = set()
     for root in roots:
@@ -338,7 +337,7 @@ def select_scenarios(patterns: Sequence[str], roots: Sequence[Path]) -> list[Sce
         if patterns and not mine:
             continue
         try:
-            found = load_scenarios(mine, root)
+            found = op.load_scenarios(mine, root)
         except ScenarioError as exc:
             raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
         for scenario in found:
@@ -416,27 +415,27 @@ def _op_plan(config: pytest.Config, kernel_name: str, op_name: str) -> Plan:
 
 
 def _plan(config: pytest.Config, kernel_name: str) -> Plan:
-    from dcpcheck.ops import packaged
+    from dcpcheck.ops import package, runner_ops
 
-    if config.getoption("dcpcheck_op") in packaged():
-        return _op_plan(config, kernel_name, config.getoption("dcpcheck_op"))
+    op_name = config.getoption("dcpcheck_op")
+    if op_name in runner_ops():
+        return _op_plan(config, kernel_name, op_name)
     from dcpcheck.cases import memory
     from dcpcheck.cases.scenario_files import ScenarioError
     from dcpcheck.cases.verdicts import RunConfig
     from dcpcheck.files import default_home
-    from dcpcheck.ops.fused_norm_rope import cost
-    from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS
     from dcpcheck.workflows.session import Session
 
+    op = package(op_name)
     dcp_text = config.getoption("dcpcheck_dcp")
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     scenario_dir = config.getoption("dcpcheck_scenario_dir")
-    roots = [Path(scenario_dir) if scenario_dir is not None else SCENARIOS]
+    roots = [Path(scenario_dir) if scenario_dir is not None else op.scenarios]
     roots += config.getini(SCENARIO_DIRS_INI)
-    scenarios = select_scenarios(config.getoption("dcpcheck_scenario"), roots)
+    scenarios = select_scenarios(op, config.getoption("dcpcheck_scenario"), roots)
     backend = _fix_backend(config.getoption("dcpcheck_device"))
     adapter = config.getoption("dcpcheck_adapter")
-    kernel_name, kernel = _kernel(kernel_name, adapter, backend, _case_timeout(config))
+    kernel_name, kernel = _kernel(op, kernel_name, adapter, backend, _case_timeout(config))
     home = config.getoption("dcpcheck_home")
     run_config = RunConfig(
         kernel_name,
@@ -448,7 +447,7 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     budget = memory.available_memory(backend.device)
     for scenario in scenarios:
         try:
-            cost.check_cost(scenario, run_config.sizes_of(scenario), budget)
+            op.check_cost(scenario, run_config.sizes_of(scenario), budget)
         except ScenarioError as exc:
             raise pytest.UsageError(f"dcpcheck scenarios: {exc}") from None
     session = Session(
@@ -473,20 +472,21 @@ def _plan(config: pytest.Config, kernel_name: str) -> Plan:
     return Plan(kernel_name, tuple(cases), _closed(kernel))
 
 
-def _kernel(spec: str, adapter: str, backend: Backend, timeout: float | None) -> tuple:
-    """The fused op's kernel and ``spec`` as reports spell it: behind a worker (``timeout``),
+def _kernel(
+    op: OpPackage, spec: str, adapter: str, backend: Backend, timeout: float | None
+) -> tuple:
+    """``op``'s kernel and ``spec`` as reports spell it: behind a worker (``timeout``),
     only its spec checked here, else loaded here once probed; refused, a usage error."""
     from dcpcheck.harness.isolation import IsolatedKernel
     from dcpcheck.kernels import import_probe
     from dcpcheck.kernels.loading import KernelLoadError, canonical_spec
-    from dcpcheck.ops.fused_norm_rope.kernels import check_spec, load_kernel
 
     try:
         spec = canonical_spec(spec)
         if timeout is None:
             with import_probe.probing():
-                return spec, load_kernel(spec, adapter)
-        check_spec(spec, adapter)
+                return spec, op.kernel(spec, adapter)
+        op.check_kernel(spec, adapter)
     except (KernelLoadError, import_probe.KernelImportLost) as exc:
         raise pytest.UsageError(f"--dcpcheck-kernel: {exc}") from None
     return spec, IsolatedKernel(spec, adapter, backend, timeout)

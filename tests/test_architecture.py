@@ -277,27 +277,14 @@ def op_internals_imported(module: str, imported: set[str]) -> set[str]:
 
 
 OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
-    # the command line: the fused op's run, replay, listing, hashing and selftest
-    "dcpcheck.cli.common": {"fused_norm_rope.contract", "fused_norm_rope.kernels"},
-    "dcpcheck.cli.hashing": {"fused_norm_rope.contract", "fused_norm_rope.kernels"},
-    "dcpcheck.cli.kernel_process": {"fused_norm_rope.kernels", "fused_norm_rope.runner"},
-    "dcpcheck.cli.listing": {
-        "fused_norm_rope.contract", "fused_norm_rope.kernels", "fused_norm_rope.scenario",
-        "fused_norm_rope.selftest",
-    },
-    "dcpcheck.cli.mutating": {"fused_norm_rope.kernels"},
+    # the command line: the fused op's run, replay and real ranks; its cache
+    # layouts, which `list layouts` and the token streams' `--layout` name
+    "dcpcheck.cli.hashing": {"fused_norm_rope.contract"},
+    "dcpcheck.cli.kernel_process": {"fused_norm_rope.runner"},
+    "dcpcheck.cli.listing": {"fused_norm_rope.contract"},
     "dcpcheck.cli.options": {"fused_norm_rope.contract", "fused_norm_rope.search"},
-    "dcpcheck.cli.preflight": {"fused_norm_rope.cost", "fused_norm_rope.scenario"},
-    "dcpcheck.cli.ranks": {
-        "fused_norm_rope.contract", "fused_norm_rope.runner", "fused_norm_rope.scenario",
-    },
-    "dcpcheck.cli.run": {
-        "fused_norm_rope.runner", "fused_norm_rope.scenario", "fused_norm_rope.search",
-    },
-    "dcpcheck.cli.selftest": {"fused_norm_rope.selftest"},
-    "dcpcheck.pytest_plugin": {
-        "fused_norm_rope.cost", "fused_norm_rope.kernels", "fused_norm_rope.scenario",
-    },
+    "dcpcheck.cli.ranks": {"fused_norm_rope.runner", "fused_norm_rope.scenario"},
+    "dcpcheck.cli.run": {"fused_norm_rope.runner", "fused_norm_rope.search"},
     # real ranks: the fused op's cases, and the merge's collectives for the token streams
     "dcpcheck.distributed.ranks": {
         "fused_norm_rope.case", "fused_norm_rope.contract", "fused_norm_rope.runner",
@@ -377,8 +364,8 @@ OP_NAMES_NAMED: dict[str, set[str]] = {
     "dcpcheck.cases.options": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.bisecting": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.mutating": {"FUSED_NORM_ROPE"},
+    "dcpcheck.cli.ranks": {"FUSED_NORM_ROPE"},  # the fused op's rank processes
     "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
-    "dcpcheck.cli.selftest": {"FUSED_NORM_ROPE"},
     "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
     "dcpcheck.mutation.runner": {"FUSED_NORM_ROPE"},
     "dcpcheck.output.report": {"FUSED_NORM_ROPE"},
@@ -427,8 +414,7 @@ def test_only_the_registry_and_an_ops_own_package_name_the_op_but_the_listed_deb
 def test_an_ops_package_is_named_as_the_op():
     """Rule (b) finds an op's own package by its name: the registry agrees."""
     for name, op in OPS.items():
-        if op.package is not None:
-            assert op.package == f"dcpcheck.ops.{op_package_name(name)}"
+        assert op.package == f"dcpcheck.ops.{op_package_name(name)}"
     assert op_package_name(FUSED_NORM_ROPE) in OP_PACKAGES
 
 

@@ -1,5 +1,5 @@
 """The contract every op package keeps, checked the same way for each op of the registry
-(``dcpcheck.ops.packaged()``), as PyTorch's OpInfo tests every op with one body: the
+(``dcpcheck.ops.runner_ops()``), as PyTorch's OpInfo tests every op with one body: the
 package follows the convention of ``dcpcheck.ops``; its selftest passes the project's
 kernel and catches every mutant; every check of the op fails on some kernel that breaks
 it; a saved failing case replays to the same verdict; a report is the same from one run to
@@ -27,10 +27,11 @@ import pytest
 from dcpcheck.cases.limits import DCP_SIZE_MAX
 from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult, SelftestReport
-from dcpcheck.ops import OpPackage, package, packaged
+from dcpcheck.op_registry import OPS as REGISTRY
+from dcpcheck.ops import OpPackage, package, runner_ops
 from tests.conftest import BACKEND
 
-OPS = packaged()
+OPS = runner_ops()
 
 BROKEN_DIRECTLY: dict[str, dict[str, str]] = {
     "slot-mapping": {
@@ -107,8 +108,10 @@ def verdict(result: CaseResult) -> tuple:
 # -- the convention ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", list(REGISTRY))
 def test_the_package_follows_the_convention(op):
+    """Every op of the registry, the one the session judges included (it needs no runner
+    or search module: ``dcpcheck.workflows.session`` runs its cases)."""
     assert package(op).conformance() == []
 
 
@@ -120,13 +123,16 @@ def test_a_package_lacking_a_module_or_a_name_is_named(tmp_path, monkeypatch):
     (root / "kernels.py").write_text("")
     (root / "runner.py").write_text("")
     (root / "search.py").write_text("DCP_SIZES = (2,)\n\ndef drawn(kernel, dcp_sizes): ...\n")
+    (root / "selftest.py").write_text("DEFAULT_PROFILE = 'ci'\n")  # an own selftest, half
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "halfop", raising=False)
     assert OpPackage("half-op", "halfop").conformance() == [
         "halfop.scenario: lacks load_scenario, load_scenarios, scenario_to_toml",
-        "halfop: no module 'cost' (an op package provides scenario, cost, kernels, runner, search)",
+        "halfop: no module 'cost' (the package needs scenario, cost, kernels, runner, search, "
+        "selftest)",
         "halfop.kernels: lacks REGISTRY",
         "halfop.runner: lacks OP_CASES",
+        "halfop.selftest: lacks PROFILES, selftest",
     ]
 
 

@@ -20,7 +20,7 @@ from dcpcheck.cli import main, options, ranks
 from dcpcheck.cli import run as run_module
 from dcpcheck.distributed import launcher
 from dcpcheck.op_registry import OPS
-from dcpcheck.ops import package, packaged
+from dcpcheck.ops import package, runner_ops
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
 from tests.test_pytest_plugin import PLUGIN_ARGS
@@ -129,7 +129,7 @@ def _refused(command: str) -> list[tuple[str, str]]:
     return [
         (op, name)
         for name in COMMANDS[command]
-        for op in packaged()
+        for op in runner_ops()
         if op not in ops_taking(name, declared)
     ]
 

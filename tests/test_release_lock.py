@@ -33,7 +33,8 @@ from dcpcheck.cli import cli
 from dcpcheck.harness.isolation import IsolatedKernel
 from dcpcheck.kernels import release_lock, releases, relock
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
-from dcpcheck.ops import package, packaged
+from dcpcheck.op_registry import OPS
+from dcpcheck.ops import package
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.lse_combine import kernels as lse_kernels
 from tests.conftest import BACKEND, registry_problem
@@ -105,14 +106,13 @@ def _loads(op: str) -> Callable[[], object]:
 
 
 LOADERS: dict[str, Callable[[], object]] = {
-    "fused-norm-rope": lambda: load_kernel("vllm==0.30.0"),
-    **{op: _loads(op) for op in packaged()},
+    **{op: _loads(op) for op in OPS},
     "lse-combine attention": lambda: lse_kernels.ATTENTION_REGISTRY.load("vllm==0.30.0"),
     "lse-combine state merge": lambda: lse_kernels.REGISTRY.load("vllm==0.30.0:merge_attn_states"),
 }
-"""Every op's loading of a release's files: each op package's ``--kernel vllm==X``, the fused
-op's (no package), and lse-combine's two further functions (its attention stage and the
-state merge, which ``--kernel`` names apart)."""
+"""Every op's loading of a release's files: each op's ``--kernel vllm==X``, and
+lse-combine's two further functions (its attention stage and the state merge, which
+``--kernel`` names apart)."""
 
 
 def _plant_bytecode(source_file: Path) -> None:

@@ -21,7 +21,7 @@ from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, sl
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import format_finding
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
-from dcpcheck.ops import op_cases, package, packaged
+from dcpcheck.ops import op_cases, package, runner_ops
 from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
@@ -341,7 +341,7 @@ def test_the_default_run_judges_every_op_and_one_report_tells_them_apart(tmp_pat
     names = [case["scenario"] for case in written["cases"]]
     others = [
         f"{op}/{path.stem}"
-        for op in packaged()
+        for op in runner_ops()
         for path in sorted((SCENARIOS.parent / op).glob("*.toml"))
     ]
     fused = names[: len(names) - len(others)]

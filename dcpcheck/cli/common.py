@@ -29,8 +29,7 @@ from dcpcheck.kernels.loading import (
     KernelLoadError,
     KernelSpecError,
 )
-from dcpcheck.ops.fused_norm_rope.contract import Kernel
-from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
+from dcpcheck.ops import OpKernel, package
 from dcpcheck.output.console import err
 
 HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
@@ -194,19 +193,19 @@ def kernel_errors() -> Iterator[None]:
         raise KernelFailed(str(exc), exc.status) from None
 
 
-def load(name: str, adapter: str = "auto") -> Kernel:
-    """The ``--kernel`` under ``--adapter`` (``kernel_errors``)."""
+def load(op: str, name: str, adapter: str = "auto") -> OpKernel:
+    """``op``'s ``--kernel`` under ``--adapter`` (``kernel_errors``)."""
     with kernel_errors():
-        return load_kernel(name, adapter)
+        return package(op).kernel(name, adapter)
 
 
-def kernel_files(name: str) -> tuple[JudgedFile, ...]:
-    """The files the loaded ``--kernel``'s code comes from, with their SHA256, for the
-    reports (the fused op's ``kernels.judged_files``); a release's file is checked against
-    the lock file (or its wheel's RECORD) once more, so one changed since the load is exit
-    2, as at the load."""
+def kernel_files(op: str, name: str) -> tuple[JudgedFile, ...]:
+    """The files ``op``'s loaded ``--kernel``'s code comes from, with their SHA256, for the
+    reports (the op's ``judged_files``); a release's file is checked against the lock file
+    (or its wheel's RECORD) once more, so one changed since the load is exit 2, as at the
+    load."""
     with kernel_errors():
-        return judged_files(name)
+        return package(op).judged_files(name)
 
 
 def given_options(ctx: click.Context) -> set[str]:

@@ -19,7 +19,6 @@ from dcpcheck.cli.common import (
     KernelFailed,
     KernelLoadFailure,
     kernel_errors,
-    kernel_files,
     open_backend,
     parse_dcp_sizes,
 )
@@ -47,7 +46,6 @@ from dcpcheck.e2e.token_streams import (
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.kernels.loading import JudgedFile
 from dcpcheck.ops.fused_norm_rope.contract import CacheLayout
-from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.output.console import err, out, print_streams
 
 STREAM_OPTIONS = (
@@ -111,17 +109,14 @@ def chain_stages(kernel_name: str, adapter: str, stage_texts: Sequence[str]):
     and one that does not load (125)."""
     with kernel_errors():
         named = parse_stages(stage_texts)
-        fused = fused_stage(
-            kernel_name, lambda spec: load_kernel(spec, adapter if spec == kernel_name else "auto")
-        )
+        fused = fused_stage(kernel_name, adapter)
         return fused, stages_for(kernel_name, named)
 
 
 def chain_files(fused: Stage, stages: Stages) -> tuple[JudgedFile, ...]:
     """The files every stage's kernel comes from, the fused op's first."""
     with kernel_errors():
-        found = {f.path: f for f in (*kernel_files(fused.spec), *stage_files(stages))}
-    return tuple(found.values())
+        return stage_files(fused, stages)
 
 
 def check_json(json_path: Path | None, kernel_name: str, stage_texts: Sequence[str]) -> None:

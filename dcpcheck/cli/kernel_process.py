@@ -1,7 +1,7 @@
 """Where the kernel under test runs, for ``run`` and ``repro``: in this process, or behind a
 worker process (``--isolate``, ``--case-timeout``, ``--sanitize``), which alone imports its
 module (``dcpcheck.harness.isolation``). A spec wrong in itself is one line and exit 2
-either way before any process starts (``kernels.check_spec``)."""
+either way before any process starts (the op's ``check_kernel``)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,16 @@ from collections.abc import Iterator
 
 from dcpcheck.cli.common import InputError, KernelLoadFailure, kernel_errors, load
 from dcpcheck.harness.isolation import IsolatedKernel, resolve_case_timeout
-from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, check_spec
+from dcpcheck.ops import package
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest, declared_ds_mla_scale
 
 
 def case_timeout_for(
-    kernel_name: str, isolate: bool | None, case_timeout: float | None, sanitize: str | None
+    op: str,
+    kernel_name: str,
+    isolate: bool | None,
+    case_timeout: float | None,
+    sanitize: str | None,
 ):
     """The per-case timeout if the kernel is to run isolated, else None (in process).
 
@@ -29,7 +33,7 @@ def case_timeout_for(
     if sanitize is not None:
         isolate = True
     if isolate is None:
-        isolate = case_timeout is not None or kernel_name not in KERNELS
+        isolate = case_timeout is not None or kernel_name not in package(op).kernels()
     try:
         return resolve_case_timeout(
             isolate, case_timeout, timeout_option="--case-timeout", isolate_option="--isolate"
@@ -40,20 +44,25 @@ def case_timeout_for(
 
 @contextlib.contextmanager
 def kernel_under_test(
-    name: str, adapter: str, backend, case_timeout: float | None, sanitize: str | None = None
+    op: str,
+    name: str,
+    adapter: str,
+    backend,
+    case_timeout: float | None,
+    sanitize: str | None = None,
 ) -> Iterator[KernelUnderTest]:
     """The kernel, in this process (``case_timeout`` None) or behind a worker process.
 
     In this process it is loaded here, its module probed first (``import_probe``, as the
     command line asks). Behind a worker, only its spec is checked here
-    (``kernels.check_spec``) and the worker loads it: a load error or a lost import is the
+    (the op's ``check_kernel``) and the worker loads it: a load error or a lost import is the
     same one line and exit code either way (``common.kernel_errors``). Leaving the ``with``
     kills the worker, whatever ends it. A kernel that declares an fp8_ds_mla tile-scale
     rule dcpcheck does not know is a load error too (``runner.declared_ds_mla_scale``): its
     cases could not say what they demand.
     """
     if case_timeout is None:
-        kernel = load(name, adapter)
+        kernel = load(op, name, adapter)
         try:
             declared_ds_mla_scale(kernel)
         except ValueError as exc:
@@ -61,7 +70,7 @@ def kernel_under_test(
         yield kernel
         return
     with kernel_errors():
-        check_spec(name, adapter)
+        package(op).check_kernel(name, adapter)
         isolated = IsolatedKernel(name, adapter, backend, case_timeout, sanitizer=sanitize)
         isolated.start()
     try:

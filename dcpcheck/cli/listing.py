@@ -1,5 +1,5 @@
-"""``dcpcheck list``: registered kernels, the selftest's mutants, the shipped scenarios, the
-MLA cache layouts."""
+"""``dcpcheck list``: every op's registered kernels, its mutants and its shipped scenarios
+(each op's from its package, ``dcpcheck.ops``), the MLA cache layouts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import torch
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cli.common import InputError
 from dcpcheck.op_registry import OPS
-from dcpcheck.ops import package, packaged
-from dcpcheck.ops.fused_norm_rope import selftest
+from dcpcheck.ops import package
 from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_NOPE_DIM,
     DS_MLA_ROPE_DIM,
@@ -21,7 +20,6 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.output.console import out
 
 INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
@@ -29,11 +27,20 @@ INDEX_HEAD_DIM = PRESETS["deepseek-v3.2"].index_head_dim
 
 
 def _op_kernels(op: str) -> list[tuple[str, str]]:
-    """An op package's kernels by name, with what each is."""
+    """An op's kernels by name, with what each is."""
     from dcpcheck.backend import current_backend
 
     current_backend()  # its kernels are Triton: the backend is chosen before they are defined
     return list(package(op).kernels().items())
+
+
+def _print_by_op(rows: dict[str, list[tuple[str, str]]]) -> None:
+    """Each op's (name, what it is) rows under the op's ``--op`` line."""
+    for index, (op, named) in enumerate(rows.items()):
+        out.print(f"{chr(10) if index else ''}--op {op}:")
+        width = max((len(name) for name, _ in named), default=0) + 1
+        for name, description in named:
+            out.print(f"{name:{width}} {description}", soft_wrap=True)
 
 
 @click.command("list")
@@ -43,7 +50,8 @@ def _op_kernels(op: str) -> list[tuple[str, str]]:
     default="kernels",
 )
 def list_command(what: str) -> None:
-    """List the registered kernels, the selftest's mutants, the shipped scenarios, the
+    """List every op's registered kernels, its mutants (the selftest's), its shipped
+    scenarios, the
     cache layouts with their bytes per token (the MLA cache's at kv_lora_rank 512 and
     rope_dim 64, the shape of every preset, ``auto`` in bf16 or fp16; then the indexer
     cache's formats, index head 128), or the ops dcpcheck judges (``--op``)."""
@@ -65,22 +73,14 @@ def list_command(what: str) -> None:
             )
         return
     if what == "mutants":
-        for variant in selftest.MUTANTS:
-            out.print(f"{variant.name:34} {variant.description}", soft_wrap=True)
+        every = {op: _op_kernels(op) for op in OPS}
+        _print_by_op({op: [k for k in named if k[0] != "default"] for op, named in every.items()})
         return
     if what == "kernels":
-        from dcpcheck.ops.fused_norm_rope.kernels import KERNELS
-
-        for entry in KERNELS.values():
-            out.print(f"{entry.name:24} {entry.description}")
-        for op in packaged():
-            out.print(f"\n--op {op}:")
-            for name, description in _op_kernels(op):
-                out.print(f"{name:34} {description}")
+        _print_by_op({op: _op_kernels(op) for op in OPS})
         return
     try:
-        scenarios = load_scenarios([])
+        shipped = {op: package(op).load_scenarios([], package(op).scenarios) for op in OPS}
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
-    for s in scenarios:
-        out.print(f"{s.name:32} {s.description}")
+    _print_by_op({op: [(s.name, s.description) for s in named] for op, named in shipped.items()})

@@ -26,7 +26,6 @@ from dcpcheck.mutation.operators import OPERATORS
 from dcpcheck.mutation.runner import Gate, GateError
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops import package
-from dcpcheck.ops.fused_norm_rope.kernels import judged_files
 from dcpcheck.output.console import err, out
 
 
@@ -35,9 +34,7 @@ def _kernel_files(op: str, kernel: str) -> list[Path]:
     cannot be read or parsed is a kernel that does not load (exit 125)."""
     with kernel_errors():
         try:
-            judged = (
-                judged_files(kernel) if op == FUSED_NORM_ROPE else package(op).judged_files(kernel)
-            )
+            judged = package(op).judged_files(kernel)
             found = selection.triton_files([Path(f.path) for f in judged])
         except OSError as exc:
             raise KernelLoadError(f"{exc.filename}: cannot read: {exc.strerror}") from None

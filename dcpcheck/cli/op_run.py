@@ -277,7 +277,7 @@ def run_op(ctx: click.Context) -> int:
     inputs = preflight.run_inputs([params["kernel_name"]], [s.source for s in scenarios])
     reports = [("--json", params["json_path"]), ("--junit", params["junit_path"])]
     preflight.check_reports_spare_inputs(reports, inputs)
-    preflight.check_op_cost(op, scenarios, dcp_sizes, device_for_checks(params["device"]))
+    preflight.check_cost(op, scenarios, dcp_sizes, device_for_checks(params["device"]))
     home = params["home"]
     if ctx.get_parameter_source("home") is not click.core.ParameterSource.DEFAULT:
         preflight.check_home(home)
@@ -301,7 +301,7 @@ def repro_op(
     inputs = preflight.run_inputs([kernel_name], [file])
     preflight.check_reports_spare_inputs([("--json", json_path)], inputs)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text else None
-    preflight.check_op_cost(op, [scenario], dcp_sizes, device_for_checks(device))
+    preflight.check_cost(op, [scenario], dcp_sizes, device_for_checks(device))
     err.print(f"[bold]op:[/] {op.name}")
     return run_cases(op, [scenario], kernel_name, dcp_sizes, device, (json_path, None), None, False)
 

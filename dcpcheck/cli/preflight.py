@@ -19,13 +19,11 @@ import torch
 from dcpcheck import files
 from dcpcheck.cases import memory
 from dcpcheck.cases.scenario_files import ScenarioError
-from dcpcheck.cases.verdicts import RunConfig
+from dcpcheck.cases.verdicts import NamedScenario
 from dcpcheck.cli.common import InputError
 from dcpcheck.harness import sanitizer
 from dcpcheck.kernels.spec_inputs import spec_inputs
 from dcpcheck.ops import OpPackage
-from dcpcheck.ops.fused_norm_rope import cost
-from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, Scenario, load_scenarios
 
 
 def check_sanitizer(sanitize: str | None, backend) -> None:
@@ -38,18 +36,16 @@ def check_sanitizer(sanitize: str | None, backend) -> None:
         raise InputError(str(exc)) from None
 
 
-def check_cost(scenarios: list[Scenario], config: RunConfig, device: torch.device) -> None:
-    """Every scenario's peak memory against what ``device`` has free: exit 2, naming the
-    file and the key that drives the size, before any work (``cost``) - before the backend
-    is even opened, so a refusal costs what a usage error costs."""
-    runs = [(scenario, config.sizes_of(scenario)) for scenario in scenarios]
-    _within_budget(runs, cost.check_cost, device, config.dcp_sizes is not None)
-
-
-def check_op_cost(
-    op: OpPackage, scenarios: list, dcp_sizes: tuple[int, ...] | None, device: torch.device
+def check_cost(
+    op: OpPackage,
+    scenarios: Sequence[NamedScenario],
+    dcp_sizes: tuple[int, ...] | None,
+    device: torch.device,
 ) -> None:
-    """``check_cost`` for the scenarios of an op package, by the op's own estimate."""
+    """Every scenario's peak memory at ``dcp_sizes`` (None: its own), by the op's own
+    estimate, against what ``device`` has free: exit 2, naming the file and the key that
+    drives the size, before any work - before the backend is even opened, so a refusal
+    costs what a usage error costs."""
     runs = [(scenario, dcp_sizes or scenario.dcp_sizes) for scenario in scenarios]
     _within_budget(runs, op.check_cost, device, dcp_sizes is not None)
 
@@ -119,9 +115,9 @@ def check_home(home: Path) -> None:
         raise InputError(f"--home: {exc}") from None
 
 
-def check_overrides(scenario: Scenario, dcp_sizes: tuple[int, ...] | None, seed) -> None:
-    """``scenario`` as it will run: ``Scenario`` validates the layout at each DCP size and
-    every count within ``spec.limits``."""
+def check_overrides(scenario: Any, dcp_sizes: tuple[int, ...] | None, seed) -> None:
+    """``scenario`` (the fused op's, whose seed a run may override) as it will run: it
+    validates the layout at each DCP size and every count within its limits when made."""
     try:
         dataclasses.replace(
             scenario,
@@ -140,20 +136,21 @@ def check_report_dir(report_dir: Path) -> None:
 
 
 def named_scenarios(
+    op: OpPackage,
     patterns: tuple[str, ...],
     scenario_dir: Path | None,
     dcp_sizes: tuple[int, ...] | None,
     seed,
-) -> list[Scenario]:
-    """The scenarios to run (from ``scenario_dir``, else the shipped ones), each checked
+) -> list:
+    """``op``'s scenarios to run (from ``scenario_dir``, else the shipped ones), each checked
     with the ``--dcp`` / ``--seed`` overrides applied, so that a combination that cannot
     run is an error before any work."""
-    scenario_dir = SCENARIOS if scenario_dir is None else scenario_dir
+    scenario_dir = op.scenarios if scenario_dir is None else scenario_dir
     if not scenario_dir.is_dir():
         what = "does not exist" if not scenario_dir.exists() else "is not a directory"
         raise InputError(f"--scenario-dir: {scenario_dir} {what}")
     try:
-        scenarios = load_scenarios(list(patterns), scenario_dir)
+        scenarios = op.load_scenarios(list(patterns), scenario_dir)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     except OSError as exc:

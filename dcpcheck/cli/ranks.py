@@ -41,7 +41,8 @@ from dcpcheck.distributed.group import (
 from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
 from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
-from dcpcheck.ops.fused_norm_rope.contract import Kernel
+from dcpcheck.op_registry import FUSED_NORM_ROPE
+from dcpcheck.ops import OpKernel
 from dcpcheck.ops.fused_norm_rope.runner import declared_ds_mla_scale
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenarios
 from dcpcheck.output import console
@@ -54,8 +55,8 @@ def commands() -> None:
     pass
 
 
-def _group_kernel(name: str, adapter: str) -> Kernel:
-    kernel = common.load(name, adapter)
+def _group_kernel(name: str, adapter: str) -> OpKernel:
+    kernel = common.load(FUSED_NORM_ROPE, name, adapter)
     try:
         declared_ds_mla_scale(kernel)  # a rule dcpcheck does not know: exit 125, as in run
     except ValueError as exc:
@@ -125,7 +126,7 @@ def run_command(
                 json_path,
                 junit_path,
                 partial=False,
-                kernel_files=common.kernel_files(kernel_name),
+                kernel_files=common.kernel_files(FUSED_NORM_ROPE, kernel_name),
             )
         except ReportNotWritten as exc:
             raise common.InputError(str(exc)) from None

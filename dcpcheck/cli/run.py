@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from dcpcheck.cases.options import PASSED_TO_RANKS
 from dcpcheck.cases.scenario_files import ScenarioError, op_of
-from dcpcheck.cases.verdicts import CaseResult, RunConfig
+from dcpcheck.cases.verdicts import CaseResult, NamedScenario, RunConfig
 from dcpcheck.cli import op_run, options, preflight
 from dcpcheck.cli.common import (
     HELP,
@@ -41,10 +41,9 @@ from dcpcheck.cli.kernel_process import (
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.op_registry import FUSED_NORM_ROPE
-from dcpcheck.ops import packaged
+from dcpcheck.ops import package, runner_ops
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import (
@@ -57,7 +56,7 @@ from dcpcheck.workflows.session import (
 
 
 @contextlib.contextmanager
-def _progress(scenarios: list[Scenario], config: RunConfig) -> Iterator[tuple]:
+def _progress(scenarios: list[NamedScenario], config: RunConfig) -> Iterator[tuple]:
     """The callbacks of ``run_session`` as a progress display on stderr: a bar over the
     named cases, then a line for the token streams, then the search's example count
     (shrinking runs past the requested count, so no bar there)."""
@@ -128,6 +127,7 @@ def run_command(
     (its seed and DCP size baked in) that `dcpcheck repro` replays."""
     if op not in (None, FUSED_NORM_ROPE):
         raise SystemExit(op_run.run_op(ctx))
+    fused = package(FUSED_NORM_ROPE)
     every_op = op is None and _is_the_gate(ctx)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     if launcher == "torchrun":
@@ -136,7 +136,7 @@ def run_command(
         raise InputError("--rank-timeout needs --launcher torchrun")
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
-    timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
+    timeout = case_timeout_for(FUSED_NORM_ROPE, kernel_name, isolate, case_timeout, sanitize)
     preflight.check_report_paths(json_path, junit_path)
     if report_dir is not None:
         preflight.check_report_dir(report_dir)
@@ -151,9 +151,9 @@ def run_command(
                 "sanitized worker per drawn example"
             )
         search_config = options.config(search.SearchConfig, options.option_values(ctx, "run"))
-    scenarios = (
-        [] if property_only else preflight.named_scenarios(patterns, scenario_dir, dcp_sizes, seed)
-    )
+    scenarios = [] if property_only else (
+        preflight.named_scenarios(fused, patterns, scenario_dir, dcp_sizes, seed)
+    )  # fmt: skip
     config = options.config(RunConfig, options.option_values(ctx, "run"))
     reports = [("--json", json_path), ("--junit", junit_path)]
     if report_dir is not None:
@@ -163,14 +163,14 @@ def run_command(
         reports += [("--report-dir", p) for p in ownership_map.report_files(report_dir, cases)]
     inputs = preflight.run_inputs([kernel_name], [s.source for s in scenarios])
     preflight.check_reports_spare_inputs(reports, inputs)
-    preflight.check_cost(scenarios, config, device_for_checks(device))
+    preflight.check_cost(fused, scenarios, config.dcp_sizes, device_for_checks(device))
     backend = open_backend(device)
     announce_oracle(oracle == "on")
 
     plan = RunPlan(scenarios, token_streams=not no_tokens, search=search_config)
     preflight.check_sanitizer(sanitize, backend)
     paths = (json_path, junit_path)
-    loading = kernel_under_test(kernel_name, adapter, backend, timeout, sanitize)
+    loading = kernel_under_test(FUSED_NORM_ROPE, kernel_name, adapter, backend, timeout, sanitize)
     with _reported_if_stopped(loading, config, backend, paths) as kernel:
         session = Session(kernel, config, backend, home, on_warning=warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
@@ -178,7 +178,7 @@ def run_command(
                 session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
             )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
-        judged = kernel_files(kernel_name)
+        judged = kernel_files(FUSED_NORM_ROPE, kernel_name)
         others = _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast)
         reported, partial = [*outcome.reported], outcome.partial
         for cases in others.values():
@@ -228,7 +228,7 @@ def _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast) -> dict:
     others: dict[str, op_run.OpCases] = {}
     if not every_op or outcome.stopped is not None or outcome.internal_error is not None:
         return others
-    for op_name in packaged():
+    for op_name in runner_ops():
         failed = outcome.exit_code != EXIT_OK or any(
             r.failed for cases in others.values() for r in cases.results
         )
@@ -357,14 +357,15 @@ def repro_command(
     property search or a failing `dcpcheck run`): exit 1 if the kernel still fails it, 0
     if it passes."""
     named = op_of(file)
-    if named in packaged():
+    if named in runner_ops():
         refusal = f"repro of a {named} scenario file does not take"  # no --op was typed
         options.refuse_untaken(ctx, named, "repro", refusal)
         raise SystemExit(op_run.repro_op(named, file, kernel_name, dcp_text, device, json_path))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    timeout = case_timeout_for(kernel_name, isolate, case_timeout, sanitize)
+    timeout = case_timeout_for(FUSED_NORM_ROPE, kernel_name, isolate, case_timeout, sanitize)
+    fused = package(FUSED_NORM_ROPE)
     try:
-        scenario = load_scenario(file)
+        scenario = fused.load_scenario(file)
     except ScenarioError as exc:
         raise InputError(str(exc)) from None
     except OSError as exc:
@@ -374,12 +375,12 @@ def repro_command(
     inputs = preflight.run_inputs([kernel_name], [file])
     preflight.check_reports_spare_inputs([("--json", json_path)], inputs)
     config = options.config(RunConfig, options.option_values(ctx, "repro"))
-    preflight.check_cost([scenario], config, device_for_checks(device))
+    preflight.check_cost(fused, [scenario], config.dcp_sizes, device_for_checks(device))
     backend = open_backend(device)
     announce_oracle(oracle == "on")
     preflight.check_sanitizer(sanitize, backend)
     outcomes: list[RunOutcome] = []
-    loading = kernel_under_test(kernel_name, adapter, backend, timeout, sanitize)
+    loading = kernel_under_test(FUSED_NORM_ROPE, kernel_name, adapter, backend, timeout, sanitize)
     with _reported_if_stopped(loading, config, backend, (json_path, None)) as kernel:
         session = Session(kernel, config, backend)  # a replay saves nothing new
         while len(outcomes) < runs and not (outcomes and outcomes[-1].partial):
@@ -394,7 +395,7 @@ def repro_command(
     print_results(shown.results)
     if json_path is not None:  # the run shown; a broken or stopped last one marks it partial
         partial = outcomes[-1].partial
-        judged = kernel_files(kernel_name)
+        judged = kernel_files(FUSED_NORM_ROPE, kernel_name)
         _write_reports(shown.reported, config, backend, (json_path, None), partial, None, judged)
     if outcomes[-1].internal_error is not None:  # a broken run ends the loop: the last
         raise _internal_failure(outcomes[-1], json_path, None)

@@ -1,5 +1,5 @@
 """``dcpcheck selftest``: dcpcheck against every mutant of the project's kernels, every
-op's."""
+op's (each op's ``selftest``, ``dcpcheck.ops``)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,26 @@ from dcpcheck.cases.verdicts import SelftestReport
 from dcpcheck.cli import op_run, options
 from dcpcheck.cli.common import InputError, open_backend
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
-from dcpcheck.ops import package, packaged
-from dcpcheck.ops.fused_norm_rope import selftest
+from dcpcheck.op_registry import OPS
+from dcpcheck.ops import SelftestRefused, package
 from dcpcheck.output.console import err, out, selftest_table
+
+PROFILES = {
+    name: description for op in OPS for name, description in package(op).selftest_profiles().items()
+}
+"""Every profile of an op's own selftest (``--profile``), with what it does."""
+
+DEFAULT_PROFILE = "ci"
 
 
 @click.command("selftest")
 @click.option(
     "--profile",
     "profile_name",
-    type=click.Choice(list(selftest.PROFILES)),
-    default="ci",
+    type=click.Choice(list(PROFILES)),
+    default=DEFAULT_PROFILE,
     show_default=True,
-    help="; ".join(f"{name}: {p.description}" for name, p in selftest.PROFILES.items()),
+    help="; ".join(f"{name}: {description}" for name, description in PROFILES.items()),
 )
 @click.option(
     "--mutant",
@@ -47,19 +53,29 @@ def selftest_command(
     device: str,
 ) -> None:
     """Run dcpcheck against every mutant of the project's kernels, every op's: exit 0 only
-    when each correct kernel passes and every mutant is caught. The slot-mapping op's are
-    judged on its shipped scenarios (`--profile` and `--mutant` are the fused op's)."""
-    if op is not None and op != FUSED_NORM_ROPE:
+    when each correct kernel passes and every mutant is caught. An op without a selftest
+    of its own is judged on its shipped scenarios (`--profile` and `--mutant` are the
+    fused op's, whose selftest is its own)."""
+    if op is not None and not package(op).has_own_selftest:
         op_run.refuse_other_options(ctx, op, {"op", "device"})
     backend = open_backend(device)
     reports: dict[str, SelftestReport] = {}
-    if op in (None, FUSED_NORM_ROPE):
-        reports[FUSED_NORM_ROPE] = _fused(profile_name, mutant_names, backend)
-    for name in packaged():
-        if op in (None, name):
-            with err.status("selftest") as status:
-                reports[name] = package(name).selftest(backend, _progress(status))
-            out.print(selftest_table(reports[name], op=name))
+    for name in OPS:
+        if op not in (None, name):
+            continue
+        tested = package(name)
+        own = tested.has_own_selftest
+        with err.status("selftest") as status:
+            try:
+                reports[name] = tested.selftest(
+                    backend,
+                    _progress(status),
+                    profile_name if own else None,
+                    mutant_names if own else (),
+                )
+            except SelftestRefused as exc:
+                raise InputError(str(exc)) from None
+        out.print(selftest_table(reports[name], op=name))
     for name, report in reports.items():
         if report.judged_none:
             err.print(
@@ -73,26 +89,3 @@ def selftest_command(
 
 def _progress(status):
     return lambda row: status.update(f"selftest: {row.kernel} {row.status.value}")
-
-
-def _fused(profile_name: str, mutant_names: tuple[str, ...], backend) -> SelftestReport:
-    """The fused op's selftest, its table printed. Mutants named that all cannot show in
-    this run are refused before any work: the selftest would judge none of them."""
-    mutants = selftest.MUTANTS
-    profile = selftest.PROFILES[profile_name]
-    if mutant_names:
-        known = {m.name: m for m in mutants}
-        unknown = [n for n in mutant_names if n not in known]
-        if unknown:
-            raise InputError(f"--mutant: unknown {', '.join(unknown)} (see dcpcheck list mutants)")
-        mutants = tuple(known[n] for n in mutant_names)
-        unable = selftest.gpu_scale_skip_reason(profile, backend)
-        if unable is not None and all(m.gpu_sized for m in mutants):
-            raise InputError(
-                f"--mutant: {', '.join(mutant_names)} cannot show in this run ({unable}): "
-                "no mutant would be judged"
-            )
-    with err.status("selftest") as status:
-        report = selftest.run_selftest(profile, backend, mutants=mutants, on_row=_progress(status))
-    out.print(selftest_table(report, op=FUSED_NORM_ROPE))
-    return report

@@ -45,6 +45,7 @@ from dcpcheck.e2e.mla_model import CacheSpec, DcpStep, LayerWeights, MlaModel, S
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.ops import package
 from dcpcheck.ops.lse_combine.contract import (
     AttentionInputs,
     CombineInputs,
@@ -311,20 +312,22 @@ def parse_stages(texts: Sequence[str]) -> dict[str, str]:
     return named
 
 
-def fused_stage(spec: str, load: Callable[[str], Any]) -> Stage:
-    """The fused op's kernel of a chain whose ``--kernel`` is ``spec``: ``spec``'s, or,
-    for a release whose wheel has no ``fused_norm_rope`` (before 0.25.0), the project's,
-    with that note."""
+def fused_stage(spec: str, adapter: str = "auto") -> Stage:
+    """The fused op's kernel of a chain whose ``--kernel`` is ``spec`` (under ``adapter``):
+    ``spec``'s, or, for a release whose wheel has no ``fused_norm_rope`` (before 0.25.0),
+    the project's, with that note."""
+    op = package(FUSED_NORM_ROPE)
     release = loading.release_of(spec)
     try:
-        return Stage(FUSED, spec, load(spec))
+        return Stage(FUSED, spec, op.kernel(spec, adapter))
     except KernelSpecError:
         raise
     except KernelLoadError:
         members = OPS[FUSED_NORM_ROPE].wheel_members
         if release is None or not all(releases.lacks(release.version, m) for m in members):
             raise
-        return Stage(FUSED, "default", load("default"), f"{release.name} has no fused_norm_rope")
+        note = f"{release.name} has no fused_norm_rope"
+        return Stage(FUSED, "default", op.kernel("default"), note)
 
 
 def default_stages() -> Stages:
@@ -332,10 +335,10 @@ def default_stages() -> Stages:
     return stages_for("default")
 
 
-def stage_files(stages: Stages) -> tuple[loading.JudgedFile, ...]:
-    """The files the stages' kernels come from (the slot-mapping op's and every merge
-    path's ``judged_files``; a release's attention file), for the reports."""
-    found: dict[str, loading.JudgedFile] = {}
+def stage_files(fused: Stage, stages: Stages) -> tuple[loading.JudgedFile, ...]:
+    """The files every stage's kernel comes from, the fused op's first (each stage's op's
+    ``judged_files``; a release's attention file), for the reports."""
+    found = {f.path: f for f in package(FUSED_NORM_ROPE).judged_files(fused.spec)}
     slots, lse = _slot_mapping_kernels().REGISTRY, _lse_combine_kernels()
     for spec in stages.slot_mapping.spec.split(" + "):
         found.update((f.path, f) for f in slots.judged_files(spec))

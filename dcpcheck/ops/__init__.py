@@ -6,10 +6,10 @@ only); what every op shares lies in the packages below this one (``dcpcheck.case
 
 An op package is data, as PyTorch's OpInfo makes an op: the modules it provides, by fixed
 names, are its record, and :class:`OpPackage` reads them the same way for every op. The
-command line, the default run, the selftest and the pytest plugin reach an op only through
-:func:`package`, so an op is its package plus its line in ``dcpcheck.op_registry`` (the
-``package`` of its ``Op``). The package's ``__init__`` holds its docstring only; its
-modules are:
+command line, the default run, the selftest and the pytest plugin reach an op's
+scenarios, memory estimate and kernels only through :func:`package`, so an op is its
+package plus its line in ``dcpcheck.op_registry`` (the ``package`` of its ``Op``). The
+package's ``__init__`` holds its docstring only; its modules are:
 
 * ``scenario`` (:class:`ScenarioModule`): ``SCENARIOS``, the shipped scenario files'
   folder; ``load_scenario(path)`` and ``load_scenarios(patterns, root)``, the op's
@@ -19,15 +19,20 @@ modules are:
   memory estimate (``dcpcheck.cases.memory``).
 * ``kernels`` (:class:`KernelsModule`): ``REGISTRY``, the op's
   ``dcpcheck.kernels.registry.OpKernels``: its ``kernels``, the project's kernel
-  (``default``) and its mutants (``mutant/NAME``), ``descriptions`` of each; ``load(spec)``,
-  ``judged_files(spec)`` and ``canonical(spec)`` of any ``--kernel`` spec.
-* ``runner`` (:class:`RunnerModule`): ``OP_CASES`` (``op_cases.OpCases``), how one case of
-  the op is judged; every run, replay, saved failure and the selftest go through it.
-* ``search`` (:class:`SearchModule`): ``DCP_SIZES`` and ``drawn(kernel, dcp_sizes)``, the
-  property search's strategy of (batch, DCP size) for that kernel (``op_cases.search``
-  runs it).
+  (``default``) and its mutants (``mutant/NAME``), ``descriptions`` of each; ``load(spec,
+  adapter)``, ``check(spec, adapter)``, ``judged_files(spec)`` and ``canonical(spec)`` of
+  any ``--kernel`` spec.
+* ``runner`` (:class:`RunnerModule`), of an op whose cases ``op_cases`` judges:
+  ``OP_CASES`` (``op_cases.OpCases``), how one case of the op is judged; every run,
+  replay, saved failure and the selftest go through it.
+* ``search`` (:class:`SearchModule`), of the same ops: ``DCP_SIZES`` and
+  ``drawn(kernel, dcp_sizes)``, the property search's strategy of (batch, DCP size) for
+  that kernel (``op_cases.search`` runs it).
 * ``real_ranks`` (:class:`RealRanksModule`), optional: ``run_on_real_ranks``, the op's
   cases with a process per rank (``--launcher torchrun``).
+* ``selftest`` (:class:`SelftestModule`), optional: a selftest of the op's own, with
+  ``PROFILES`` of how hard it tries and the mutants it runs by name (``--profile``,
+  ``--mutant``), in place of ``op_cases.selftest``.
 
 ``kernels``, ``runner``, ``search`` and ``real_ranks`` define Triton kernels or import
 modules that do; Triton fixes a kernel as compiled or interpreted when it is defined
@@ -36,20 +41,21 @@ called, once the backend is chosen. ``scenario`` and ``cost`` define none: the c
 line reads scenarios and refuses costly ones before it opens the backend.
 :meth:`OpPackage.conformance` imports every module and names what a package lacks.
 
-The fused op (``fused_norm_rope``) is the exception the command line names itself: its
-run has more than an ``OpPackage`` says (worker isolation, compute-sanitizer, real ranks,
-ownership maps, the token streams), and ``dcpcheck.workflows.session`` runs it.
+The fused op (``fused_norm_rope``) provides ``scenario``, ``cost`` and ``kernels`` as every
+op does, but its cases are judged by ``dcpcheck.workflows.session`` rather than a runner of
+its own (``Op.judged_by_session``): its run has more than an ``OpPackage`` says (worker
+isolation, compute-sanitizer, real ranks, ownership maps, the token streams).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dcpcheck.op_registry import OPS
 
@@ -123,13 +129,36 @@ MODULES: dict[str, type] = {
     "scenario": ScenarioModule,
     "cost": CostModule,
     "kernels": KernelsModule,
-    "runner": RunnerModule,
-    "search": SearchModule,
 }
 """The modules every op package provides, by name, and the protocol each follows."""
 
-OPTIONAL_MODULES: dict[str, type] = {"real_ranks": RealRanksModule}
+RUNNER_MODULES: dict[str, type] = {"runner": RunnerModule, "search": SearchModule}
+"""The modules of an op whose cases ``op_cases`` judges (every op but the one
+``dcpcheck.workflows.session`` judges: ``Op.judged_by_session``)."""
+
+
+class SelftestModule(Protocol):
+    """An op package's optional ``selftest`` module (module docstring)."""
+
+    PROFILES: Mapping[str, Any]  # name -> a profile, with its ``description``
+    DEFAULT_PROFILE: str
+
+    def selftest(
+        self,
+        backend: Backend,
+        on_row: Callable[[SelftestRow], None] | None,
+        profile: str,
+        mutant_names: Sequence[str],
+    ) -> SelftestReport: ...
+
+
+OPTIONAL_MODULES: dict[str, type] = {"real_ranks": RealRanksModule, "selftest": SelftestModule}
 """The modules an op package may provide."""
+
+
+class SelftestRefused(ValueError):
+    """An op's own selftest asked what it cannot judge (mutants it does not have, or none
+    that can show in this run): one line, before any work."""
 
 
 class OpPackageError(ImportError):
@@ -147,6 +176,10 @@ class OpPackage:
 
     def _part(self, part: str) -> ModuleType:
         return importlib.import_module(f"{self.module}.{part}")
+
+    def _has(self, part: str) -> bool:
+        """Whether the package has the module ``part`` (found, not imported)."""
+        return importlib.util.find_spec(f"{self.module}.{part}") is not None
 
     @property
     def scenarios(self) -> Path:
@@ -179,9 +212,14 @@ class OpPackage:
         cost: CostModule = self._part("cost")  # type: ignore[assignment]
         return cost.check_cost(scenario, dcp_sizes, budget)
 
-    def kernel(self, spec: str) -> OpKernel:
-        """The kernel ``--kernel SPEC`` names; ``KernelLoadError`` of one line."""
-        return self._kernels().REGISTRY.load(spec)
+    def kernel(self, spec: str, adapter: str = "auto") -> OpKernel:
+        """The kernel ``--kernel SPEC`` names, through ``--adapter`` (the op's
+        ``REGISTRY.adapters``); ``KernelSpecError`` or ``KernelLoadError`` of one line."""
+        return self._kernels().REGISTRY.load(spec, adapter)
+
+    def check_kernel(self, spec: str, adapter: str = "auto") -> None:
+        """What :meth:`kernel` would refuse of ``spec`` before running any of its code."""
+        self._kernels().REGISTRY.check(spec, adapter)
 
     def judged_files(self, spec: str) -> tuple[JudgedFile, ...]:
         """The files ``spec``'s kernel's code comes from."""
@@ -242,10 +280,21 @@ class OpPackage:
         return op_cases.save_search(self._cases(), outcome, kernel_name, home)
 
     def selftest(
-        self, backend: Backend, on_row: Callable[[SelftestRow], None] | None = None
+        self,
+        backend: Backend,
+        on_row: Callable[[SelftestRow], None] | None = None,
+        profile: str | None = None,
+        mutant_names: Sequence[str] = (),
     ) -> SelftestReport:
-        """The op's part of ``dcpcheck selftest``: its ``default`` kernel passes every
-        shipped scenario, every mutant of its registry fails one (``op_cases.selftest``)."""
+        """The op's part of ``dcpcheck selftest``: its own ``selftest`` module's, under
+        ``profile`` (its ``DEFAULT_PROFILE`` when None) and over the mutants named, where it
+        has one; else its ``default`` kernel passes every shipped scenario and every mutant
+        of its registry fails one (``op_cases.selftest``), which takes neither."""
+        if self.has_own_selftest:
+            own: SelftestModule = self._part("selftest")  # type: ignore[assignment]
+            return own.selftest(backend, on_row, profile or own.DEFAULT_PROFILE, mutant_names)
+        if profile is not None or mutant_names:
+            raise ValueError(f"{self.name}: its selftest takes no profile and no mutant names")
         from dcpcheck.ops import op_cases
 
         registry = self._kernels().REGISTRY
@@ -255,10 +304,29 @@ class OpPackage:
             backend, on_row,
         )  # fmt: skip
 
+    def selftest_profiles(self) -> dict[str, str]:
+        """The profiles of the op's own selftest by name, with what each does (none for an
+        op without one)."""
+        if not self.has_own_selftest:
+            return {}
+        own: SelftestModule = self._part("selftest")  # type: ignore[assignment]
+        return {name: profile.description for name, profile in own.PROFILES.items()}
+
+    @property
+    def has_own_selftest(self) -> bool:
+        """Whether the op has a selftest of its own (a ``selftest`` module)."""
+        return self._has("selftest")
+
+    @property
+    def judged_by_session(self) -> bool:
+        """Whether ``dcpcheck.workflows.session`` judges the op's cases, not its runner
+        (``Op.judged_by_session``)."""
+        return self.name in OPS and OPS[self.name].judged_by_session
+
     @property
     def has_real_ranks(self) -> bool:
         """Whether the op runs its cases with a process per rank (a ``real_ranks``)."""
-        return importlib.util.find_spec(f"{self.module}.real_ranks") is not None
+        return self._has("real_ranks")
 
     def run_on_real_ranks(
         self, size: int, jobs: list[tuple[str, Path]], timeout_s: float | None
@@ -273,15 +341,19 @@ class OpPackage:
         empty when it has it all. Imports every module: call it once the backend is
         chosen."""
         missing = []
-        parts = {**MODULES, **(OPTIONAL_MODULES if self.has_real_ranks else {})}
+        parts = {
+            **MODULES,
+            **({} if self.judged_by_session else RUNNER_MODULES),
+            **{part: kind for part, kind in OPTIONAL_MODULES.items() if self._has(part)},
+        }
         for part, protocol in parts.items():
             try:
                 module = self._part(part)
             except ModuleNotFoundError as exc:
                 if exc.name != f"{self.module}.{part}":
                     raise
-                missing.append(f"{self.module}: no module {part!r} (an op package provides "
-                               f"{', '.join(MODULES)})")  # fmt: skip
+                missing.append(f"{self.module}: no module {part!r} (the package needs "
+                               f"{', '.join(parts)})")  # fmt: skip
                 continue
             lacks = [name for name in _members(protocol) if not hasattr(module, name)]
             if lacks:
@@ -297,13 +369,11 @@ def _members(protocol: type) -> list[str]:
 
 
 def package(op: str) -> OpPackage:
-    """The package of ``op`` (a name of ``dcpcheck.op_registry.OPS`` that has one)."""
-    module = OPS[op].package
-    if module is None:
-        raise ValueError(f"{op} is run by dcpcheck.workflows.session, not through an OpPackage")
-    return OpPackage(op, module)
+    """The package of ``op`` (a name of ``dcpcheck.op_registry.OPS``)."""
+    return OpPackage(op, OPS[op].package)
 
 
-def packaged() -> list[str]:
-    """Every op that is a package, in the registry's order."""
-    return [name for name, op in OPS.items() if op.package is not None]
+def runner_ops() -> list[str]:
+    """Every op whose cases its package's runner judges (``op_cases``), in the registry's
+    order: every op but the one ``dcpcheck.workflows.session`` judges."""
+    return [name for name, op in OPS.items() if not op.judged_by_session]

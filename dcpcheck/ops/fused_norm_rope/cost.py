@@ -105,6 +105,11 @@ class CostEstimate:
     def total(self) -> int:
         return sum(getattr(self, part.name) for part in dataclasses.fields(self))
 
+    @property
+    def peak(self) -> memory.Peak:
+        """The estimate as every op's peak is said (``dcpcheck.cases.memory.Peak``)."""
+        return memory.Peak({PARTS[f.name]: getattr(self, f.name) for f in dataclasses.fields(self)})
+
     def largest_part(self) -> str:
         """The name of the part that holds the most bytes."""
         return max(
@@ -250,9 +255,10 @@ def _driving_key(shape: _Shape) -> str:
     return memory.driving_key(lambda changed: _estimate(changed).total, shape, smallest)
 
 
-def check_cost(scenario: Scenario, dcp_sizes: Sequence[int], budget: int | None) -> CostEstimate:
-    """The estimate of a run of ``scenario`` at ``dcp_sizes``; a ``ScenarioError`` if it is
-    over ``budget`` bytes (``None``: no budget known, nothing refused).
+def check_cost(scenario: Scenario, dcp_sizes: Sequence[int], budget: int | None) -> memory.Peak:
+    """The estimate's peak (``CostEstimate.peak``) of a run of ``scenario`` at
+    ``dcp_sizes``; a ``ScenarioError`` if it is over ``budget`` bytes (``None``: no
+    budget known, nothing refused).
 
     The one-line message names the scenario's file (else its name), the key that drives
     the size (``_driving_key``), the estimate and the budget.
@@ -264,4 +270,4 @@ def check_cost(scenario: Scenario, dcp_sizes: Sequence[int], budget: int | None)
     problem = memory.refusal(estimate.total, largest, {1, *shape.dcp_sizes}, budget)
     if problem is not None:
         raise scenario.error(_driving_key(shape), problem)
-    return estimate
+    return estimate.peak

@@ -1,9 +1,11 @@
-"""The fused op's kernels by ``--kernel``: every build of the project's kernel under its
-name (``dcpcheck list kernels``), each loaded lazily, and any other spec - a vLLM release
-(``vllm==0.29.0``), a ``package.module:function``, a ``path/to/file.py:function`` - loaded
-by ``dcpcheck.kernels.loading`` and fitted to the protocol by an adapter (``adapters``:
-``auto`` recognises vLLM's ``fused_norm_rope`` by its signature and otherwise takes the
-callable as following the protocol itself; ``vllm`` and ``native`` force the choice).
+"""The fused op's kernels by ``--kernel`` (:data:`REGISTRY`, a
+``dcpcheck.kernels.registry.OpKernels`` as every op's): every build of the project's
+kernel under its name (``dcpcheck list kernels``), each built when named, and any other
+spec - a vLLM release (``vllm==0.29.0``), a ``package.module:function``, a
+``path/to/file.py:function`` - loaded by ``dcpcheck.kernels.loading`` and fitted to the
+protocol by an adapter (``adapters``: ``auto`` recognises vLLM's ``fused_norm_rope`` by
+its signature and otherwise takes the callable as following the protocol itself; ``vllm``
+and ``native`` force the choice).
 
 A loader imports the kernel module only after ``dcpcheck.backend.current_backend()`` has
 fixed ``TRITON_INTERPRET``: Triton decides between compiling and interpreting when a
@@ -13,22 +15,15 @@ fixed ``TRITON_INTERPRET``: Triton decides between compiling and interpreting wh
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.backend import current_backend
 from dcpcheck.kernels import loading, releases
-from dcpcheck.kernels.loading import (
-    JudgedFile,
-    KernelLoadError,
-    KernelSpecError,
-    judged_file,
-    load_callable,
-    load_file,
-    release_of,
-)
+from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, load_callable, load_file
+from dcpcheck.kernels.registry import OpKernels
 from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
 from dcpcheck.ops.fused_norm_rope import adapters
 from dcpcheck.ops.fused_norm_rope import vllm as vllm_adapter
@@ -76,56 +71,6 @@ KERNEL_SOURCES = tuple(
 kernels), which the reports name with their SHA256 (:func:`judged_files`)."""
 
 
-def check_spec(spec: str, adapter: str = "auto") -> None:
-    """What :func:`load_kernel` would refuse of ``spec`` under ``adapter`` before running
-    any of the kernel's code: ``KernelSpecError`` for a spec wrong in itself (an unknown
-    adapter, one that does not apply, a misspelt registry name, a file without
-    ``:function``, a release version that is no version or not published, a release cache
-    that cannot be trusted); ``KernelLoadError`` for a file that is not there or does not
-    parse, or a release that cannot be fetched. A release is fetched into the cache here,
-    checked against its wheel's RECORD. The parent of an isolated run asks this and no
-    more; its worker loads the kernel (``dcpcheck.harness.isolation``)."""
-    if adapter not in adapters.ADAPTER_NAMES:
-        raise KernelSpecError(
-            f"unknown adapter {adapter!r} (expected {', '.join(adapters.ADAPTER_NAMES)})"
-        )
-    if spec in KERNELS:
-        if adapter not in ("auto", "native"):
-            raise KernelSpecError(
-                f"{spec}: a registry kernel follows dcpcheck's protocol; "
-                f"the {adapter} adapter does not apply"
-            )
-        return
-    release = release_of(spec)
-    if release is None:
-        loading.check_callable_spec(spec, list(KERNELS))
-        return
-    if adapter not in ("auto", "vllm"):
-        raise KernelSpecError(f"{release.name}: a vLLM release runs through the vllm adapter")
-    _release_file(release)
-
-
-def load_kernel(spec: str, adapter: str = "auto") -> Kernel:
-    """The kernel named by ``spec``, fitted to the protocol by ``adapter`` (module docstring),
-    once :func:`check_spec` finds nothing to refuse.
-
-    ``adapter`` is one of :data:`adapters.ADAPTER_NAMES`; registry kernels
-    follow the protocol already and accept only ``auto`` or ``native``.
-    """
-    check_spec(spec, adapter)
-    current_backend()  # fix interpreted vs compiled before any @triton.jit is defined
-    if spec in KERNELS:
-        return KERNELS[spec].load()
-    release = release_of(spec)
-    if release is not None:
-        return _load_release(release)
-    target = load_callable(spec, list(KERNELS))
-    try:
-        return adapters.adapt(target, adapter)
-    except AdapterError as exc:
-        raise KernelLoadError(f"{spec}: {exc}") from exc
-
-
 MEMBERS = OPS[FUSED_NORM_ROPE].wheel_members
 """Every path the kernel's file had in a wheel, oldest first (``dcpcheck.op_registry``)."""
 
@@ -143,6 +88,7 @@ def _load_release(release: releases.ReleaseSpec) -> Kernel:
     callers decide what it is never asked (``indexer_groups``); another function of the
     file has other callers."""
     path = Path(_release_file(release).path)
+    current_backend()  # fix interpreted vs compiled before the file's @triton.jit runs
     target = getattr(load_file(path), release.function, None)
     if target is None or not callable(target):
         raise KernelLoadError(f"{release.name}: {path} has no function {release.function!r}")
@@ -154,14 +100,45 @@ def _load_release(release: releases.ReleaseSpec) -> Kernel:
     return dataclasses.replace(kernel, name=release.name, release=called_as)
 
 
-def judged_files(spec: str) -> tuple[JudgedFile, ...]:
-    """The files ``spec``'s kernel (loaded already, by :func:`load_kernel`) comes from, and
-    their SHA256 now: the project's kernel modules for a registry name
-    (:data:`KERNEL_SOURCES`), a release's cached file (checked against the lock file or its
-    wheel's RECORD once more), else what ``dcpcheck.kernels.loading.spec_files`` names."""
-    if spec in KERNELS:
-        return tuple(judged_file(path) for path in KERNEL_SOURCES)
-    release = release_of(spec)
-    if release is not None:
-        return (_release_file(release),)
-    return loading.spec_files(spec)
+def _external(spec: str, adapter: str) -> Kernel:
+    """A file's or a module's callable, fitted to the protocol by ``adapter``."""
+    current_backend()  # fix interpreted vs compiled before any @triton.jit is defined
+    target = load_callable(spec, list(KERNELS))
+    try:
+        return adapters.adapt(target, adapter)
+    except AdapterError as exc:
+        raise KernelLoadError(f"{spec}: {exc}") from exc
+
+
+class _BuiltWhenNamed(Mapping[str, Kernel]):
+    """The registry's kernels by name, each built when it is looked up: a build imports the
+    Triton module, which waits for the backend to be chosen."""
+
+    def __getitem__(self, name: str) -> Kernel:
+        return KERNELS[name].load()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(KERNELS)
+
+    def __len__(self) -> int:
+        return len(KERNELS)
+
+
+REGISTRY: OpKernels[Kernel] = OpKernels(
+    op=FUSED_NORM_ROPE,
+    kernels=_BuiltWhenNamed(),
+    descriptions={entry.name: entry.description for entry in KERNELS.values()},
+    sources=tuple(str(path) for path in KERNEL_SOURCES),
+    function=releases.DEFAULT_FUNCTION,
+    judged=(),
+    release=lambda release, _named: _load_release(release),
+    release_files=lambda release, _named: (_release_file(release),),
+    external=_external,
+    adapters=adapters.ADAPTER_NAMES,
+)
+"""The op's kernels by spec (module docstring): a registry name loads as built, a release
+through vLLM's adapter, any other callable through the adapter ``--adapter`` names."""
+
+load_kernel = REGISTRY.load
+check_spec = REGISTRY.check
+judged_files = REGISTRY.judged_files

@@ -50,6 +50,7 @@ from pathlib import Path
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, BlockTables, Request
 from dcpcheck.cases.verdicts import CaseResult, RunConfig, SelftestReport, SelftestRow, Status
+from dcpcheck.ops import SelftestRefused
 from dcpcheck.ops.fused_norm_rope import search
 from dcpcheck.ops.fused_norm_rope.contract import DS_MLA_ENTRY_BYTES, CacheLayout, Kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
@@ -400,3 +401,36 @@ def run_selftest(
                 on_row(row)
     report.seconds = time.perf_counter() - start
     return report
+
+
+DEFAULT_PROFILE = "ci"
+"""The profile ``dcpcheck selftest`` runs unless ``--profile`` names another."""
+
+
+def selftest(
+    backend: Backend,
+    on_row: Callable[[SelftestRow], None] | None = None,
+    profile: str = DEFAULT_PROFILE,
+    mutant_names: Sequence[str] = (),
+) -> SelftestReport:
+    """The op's part of ``dcpcheck selftest`` (``dcpcheck.ops``): :func:`run_selftest` under
+    the profile named, over the mutants named (every one without a name). A name that is
+    no mutant, or names whose mutants all cannot show in this run, are refused
+    (:class:`SelftestRefused`) before any work: the selftest would judge none of them."""
+    chosen = PROFILES[profile]
+    mutants = MUTANTS
+    if mutant_names:
+        known = {m.name: m for m in MUTANTS}
+        unknown = [n for n in mutant_names if n not in known]
+        if unknown:
+            raise SelftestRefused(
+                f"--mutant: unknown {', '.join(unknown)} (see dcpcheck list mutants)"
+            )
+        mutants = tuple(known[n] for n in mutant_names)
+        unable = gpu_scale_skip_reason(chosen, backend)
+        if unable is not None and all(m.gpu_sized for m in mutants):
+            raise SelftestRefused(
+                f"--mutant: {', '.join(mutant_names)} cannot show in this run ({unable}): "
+                "no mutant would be judged"
+            )
+    return run_selftest(chosen, backend, mutants=mutants, on_row=on_row)

@@ -127,9 +127,10 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     return Routines(slots, adapted(vllm.VllmLocalSeqLens.of_kernel, target, name))
 
 
-def _callable(spec: str) -> Routines:
+def _callable(spec: str, adapter: str) -> Routines:
     """A file's or a module's callable with the slot-mapping protocol, or a Triton kernel
-    of vLLM's (module docstring): the slot mappings alone."""
+    of vLLM's (module docstring): the slot mappings alone. ``adapter`` is ``auto``, the
+    op's one (``REGISTRY.adapters``): the callable's kind picks."""
     target = loading.load_callable(spec, list(REGISTRY.kernels))
     if hasattr(target, "fn") and hasattr(target, "__getitem__"):  # a Triton kernel: vLLM's
         where = Path(spec.rsplit(":", 1)[0])
