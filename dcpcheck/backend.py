@@ -37,6 +37,8 @@ class Backend:
     """How the interpreter multiplies bf16 blocks (dcpcheck.interpreter.dots)."""
     scalars: str = field(default="", compare=False)
     """How the interpreter turns loaded scalars into integers (dcpcheck.interpreter.scalars)."""
+    bf16_casts: str = field(default="", compare=False)
+    """How the interpreter casts to and from bf16 (dcpcheck.interpreter.bf16_casts)."""
 
     def describe(self) -> str:
         if self.interpreted:
@@ -47,6 +49,7 @@ class Backend:
                 self.masks,
                 self.dots,
                 self.scalars,
+                self.bf16_casts,
             )
             notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)

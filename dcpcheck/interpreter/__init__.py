@@ -10,7 +10,7 @@ from __future__ import annotations
 def install() -> dict[str, str]:
     """Install every correction once; return what each says it did, keyed by the field of
     ``dcpcheck.backend.Backend`` that reports it (the backend line shows them)."""
-    from dcpcheck.interpreter import calls, dots, dtypes, fp8, jit, masks, scalars
+    from dcpcheck.interpreter import bf16_casts, calls, dots, dtypes, fp8, jit, masks, scalars
 
     jit.install_constexprs()
     return {
@@ -20,4 +20,5 @@ def install() -> dict[str, str]:
         "masks": masks.install_boolean_masks(),
         "dots": dots.install_bf16_dots(),
         "scalars": scalars.install_scalar_index(),
+        "bf16_casts": bf16_casts.install_bf16_casts(),
     }
