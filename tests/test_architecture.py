@@ -296,7 +296,6 @@ OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
     # the tiny model and the decode chain: every op's contract and kernels
     "dcpcheck.e2e.chain": {
         "lse_combine.contract", "lse_combine.kernels", "slot_mapping.contract",
-        "slot_mapping.kernels",
     },
     "dcpcheck.e2e.mla_model": {
         "fused_norm_rope.contract", "lse_combine.collectives", "lse_combine.contract",
@@ -367,7 +366,6 @@ OP_NAMES_NAMED: dict[str, set[str]] = {
     "dcpcheck.cli.ranks": {"FUSED_NORM_ROPE"},  # the fused op's rank processes
     "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
     "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
-    "dcpcheck.mutation.runner": {"FUSED_NORM_ROPE"},
     "dcpcheck.output.report": {"FUSED_NORM_ROPE"},
     "dcpcheck.workflows.bisection": {"FUSED_NORM_ROPE"},
     # the decode chain's stages, named as the ops they run

@@ -180,12 +180,6 @@ class Stages:
         return [latent_values(model, layer, latent) for latent in exchange.run_group(merged)]
 
 
-def _slot_mapping_kernels():
-    from dcpcheck.ops.slot_mapping import kernels
-
-    return kernels
-
-
 def _lse_combine_kernels():
     from dcpcheck.ops.lse_combine import kernels
 
@@ -213,7 +207,7 @@ def _release_slot_mapping(version: str) -> Stage:
     """A release's slot mappings and local lengths, as its default model runner (the V1
     runner: its ``BlockTable``; the GPU model runner's kernels where it has no V1 table)
     and its attention backends (``get_dcp_local_seq_lens``) compute them."""
-    load = _slot_mapping_kernels().REGISTRY.load
+    load = package(SLOT_MAPPING).kernel
     name = f"vllm=={version}"
     slots = _first([f"{name}:compute_slot_mapping", name], load, lambda r: r.slot_mappings)
     lengths = _first([f"{name}:get_dcp_local_seq_lens", name], load, lambda r: r.local_seq_lens)
@@ -253,7 +247,7 @@ def _release_merges(version: str) -> tuple[Stage, ...]:
 def _named_stage(name: str, spec: str) -> Stage:
     """Stage ``name``'s kernel by a spec of its op (``KernelLoadError`` with one line)."""
     if name == SLOT_MAPPING:
-        routines = _slot_mapping_kernels().REGISTRY.load(spec)
+        routines = package(SLOT_MAPPING).kernel(spec)
         if routines.slot_mappings is None or routines.local_seq_lens is None:
             raise KernelSpecError(
                 f"--stage {name}={spec}: the chain needs both the slot mappings and the "
@@ -339,7 +333,7 @@ def stage_files(fused: Stage, stages: Stages) -> tuple[loading.JudgedFile, ...]:
     """The files every stage's kernel comes from, the fused op's first (each stage's op's
     ``judged_files``; a release's attention file), for the reports."""
     found = {f.path: f for f in package(FUSED_NORM_ROPE).judged_files(fused.spec)}
-    slots, lse = _slot_mapping_kernels().REGISTRY, _lse_combine_kernels()
+    slots, lse = package(SLOT_MAPPING), _lse_combine_kernels()
     for spec in stages.slot_mapping.spec.split(" + "):
         found.update((f.path, f) for f in slots.judged_files(spec))
     found.update((f.path, f) for f in lse.ATTENTION_REGISTRY.judged_files(stages.attention.spec))

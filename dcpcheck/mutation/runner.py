@@ -38,7 +38,7 @@ from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.files import write_atomic
 from dcpcheck.kernels import ran
 from dcpcheck.mutation.operators import Mutant
-from dcpcheck.op_registry import FUSED_NORM_ROPE
+from dcpcheck.op_registry import OPS
 
 KILLED, TIMED_OUT, CRASHED, SURVIVED, NOT_COMPILED = (
     "killed",
@@ -87,7 +87,7 @@ class Gate:
         args = ["run", "--op", self.op, "--kernel", self.kernel]
         if self.dcp:  # else each scenario's own sizes, DCP1 among them
             args += ["--dcp", ",".join(str(s) for s in sorted({1, *self.dcp}))]
-        if self.op == FUSED_NORM_ROPE:  # its token streams are the model's, not the gate's
+        if OPS[self.op].judged_by_session:  # the session's token streams: the model's
             args.append("--no-tokens")
         args += ["--json", str(report), "--home", str(home)]
         if search:  # drawn scenarios, not named ones

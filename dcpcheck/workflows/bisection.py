@@ -95,10 +95,10 @@ class RunOptions:
 
     def _options(self, kernel: str) -> list[str]:
         """``run``'s arguments for ``kernel`` under these options (no device, no reports).
-        Token streams add a model run per revision and say nothing the checks miss here;
-        another op than the fused one is named, and has none."""
-        fused = self.op == FUSED_NORM_ROPE
-        words = ["run", *(["--no-tokens"] if fused else ["--op", self.op]), "--kernel", kernel]
+        Token streams (the session's, ``Op.judged_by_session``) add a model run per revision
+        and say nothing the checks miss here; another op is named, and has none."""
+        session = OPS[self.op].judged_by_session
+        words = ["run", *(["--no-tokens"] if session else ["--op", self.op]), "--kernel", kernel]
         for scenario in self.scenarios:
             words += ["--scenario", scenario]
         if self.dcp is not None:
