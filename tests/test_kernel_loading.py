@@ -334,3 +334,25 @@ def test_the_stand_in_warning_is_said_once_though_an_isolated_worker_loads_the_f
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("vllm is not installed") == 1, done.stderr
+
+
+NAMES_ONLY = """
+import sys
+from dcpcheck.ops import package
+
+op = package("fused-norm-rope")
+op.check_kernel("default")
+op.check_kernel("mutant/negative-slot-wraps", "native")
+assert [f.path.rsplit("/", 1)[1] for f in op.judged_files("default")][0] == "launcher.py"
+assert "default" in op.kernels()
+built = [m for m in sys.modules if m.startswith("dcpcheck.ops.fused_norm_rope.launcher")]
+assert not built and "triton" not in sys.modules, built
+"""
+
+
+def test_checking_or_listing_a_registry_kernel_builds_none():
+    """A registry name is known by its name: checking it, naming its files or listing it
+    imports no Triton module (the parent of an isolated run asks only this, and a command
+    refused on its spec has not chosen a backend)."""
+    done = subprocess.run([sys.executable, "-c", NAMES_ONLY], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
