@@ -51,10 +51,10 @@ def _print_by_op(rows: dict[str, list[tuple[str, str]]]) -> None:
 )
 def list_command(what: str) -> None:
     """List every op's registered kernels, its mutants (the selftest's), its shipped
-    scenarios, the
-    cache layouts with their bytes per token (the MLA cache's at kv_lora_rank 512 and
-    rope_dim 64, the shape of every preset, ``auto`` in bf16 or fp16; then the indexer
-    cache's formats, index head 128), or the ops dcpcheck judges (``--op``)."""
+    scenarios, the cache layouts with their bytes per token (the MLA cache's at
+    kv_lora_rank 512 and rope_dim 64, the shape of every preset, ``auto`` in bf16 or
+    fp16; then the indexer cache's formats, index head 128), or the ops dcpcheck judges
+    (``--op``)."""
     if what == "ops":
         for name, op in OPS.items():
             out.print(f"{name:18} {op.description}")
