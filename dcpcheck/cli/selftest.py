@@ -18,7 +18,12 @@ PROFILES = {
 }
 """Every profile of an op's own selftest (``--profile``), with what it does."""
 
-DEFAULT_PROFILE = "ci"
+DEFAULTS = ", ".join(
+    f"{profile} for {op}"
+    for op in OPS
+    if (profile := package(op).selftest_default_profile()) is not None
+)
+"""The profile each op with a selftest of its own runs when ``--profile`` names none."""
 
 
 @click.command("selftest")
@@ -26,9 +31,9 @@ DEFAULT_PROFILE = "ci"
     "--profile",
     "profile_name",
     type=click.Choice(list(PROFILES)),
-    default=DEFAULT_PROFILE,
-    show_default=True,
-    help="; ".join(f"{name}: {description}" for name, description in PROFILES.items()),
+    default=None,
+    help="; ".join(f"{name}: {description}" for name, description in PROFILES.items())
+    + f" [default: {DEFAULTS}]",
 )
 @click.option(
     "--mutant",
@@ -47,7 +52,7 @@ DEFAULT_PROFILE = "ci"
 @click.pass_context
 def selftest_command(
     ctx: click.Context,
-    profile_name: str,
+    profile_name: str | None,
     mutant_names: tuple[str, ...],
     op: str | None,
     device: str,

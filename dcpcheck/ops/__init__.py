@@ -312,6 +312,14 @@ class OpPackage:
         own: SelftestModule = self._part("selftest")  # type: ignore[assignment]
         return {name: profile.description for name, profile in own.PROFILES.items()}
 
+    def selftest_default_profile(self) -> str | None:
+        """The profile the op's own selftest runs when none is named (None for an op
+        without one)."""
+        if not self.has_own_selftest:
+            return None
+        own: SelftestModule = self._part("selftest")  # type: ignore[assignment]
+        return own.DEFAULT_PROFILE
+
     @property
     def has_own_selftest(self) -> bool:
         """Whether the op has a selftest of its own (a ``selftest`` module)."""
