@@ -282,7 +282,6 @@ OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
     "dcpcheck.cli.hashing": {"fused_norm_rope.contract"},
     "dcpcheck.cli.kernel_process": {"fused_norm_rope.runner"},
     "dcpcheck.cli.listing": {"fused_norm_rope.contract"},
-    "dcpcheck.cli.options": {"fused_norm_rope.contract", "fused_norm_rope.search"},
     "dcpcheck.cli.ranks": {"fused_norm_rope.runner", "fused_norm_rope.scenario"},
     "dcpcheck.cli.run": {"fused_norm_rope.runner", "fused_norm_rope.search"},
     # real ranks: the fused op's cases, and the merge's collectives for the token streams

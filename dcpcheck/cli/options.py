@@ -19,19 +19,17 @@ from dcpcheck.harness import sanitizer
 from dcpcheck.harness.isolation import DEFAULT_CASE_TIMEOUT_S
 from dcpcheck.kernels.loading import KernelSpecError, canonical_spec
 from dcpcheck.op_registry import OPS
-from dcpcheck.ops.fused_norm_rope import search
-from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
+from dcpcheck.ops import package
 
 FILLS: dict[str, Any] = {
-    "profile_names": tuple(search.PROFILES),
-    "profiles": "; ".join(f"{p.name}: {p.description}" for p in search.PROFILES.values()),
-    "ds_mla_scales": tuple(rule.value for rule in DsMlaScale),
     "sanitizer_tools": sanitizer.TOOLS,
     "case_timeout_s": DEFAULT_CASE_TIMEOUT_S,
     "rank_timeout_s": DEFAULT_RANK_TIMEOUT_S,
     "collective_margin_s": COLLECTIVE_TIMEOUT_MARGIN_S,
+    **{key: value for op in OPS for key, value in package(op).option_fills().items()},
 }
-"""What the records name as ``Fill`` or ``{key}``: values of the fused op's harness."""
+"""What the records name as ``Fill`` or ``{key}``: values of the harness, and each op's
+(its package's ``options``)."""
 
 
 def _checked_dcp(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -131,10 +129,10 @@ def refuse_untaken(ctx: click.Context, op: str, command: str, refusal: str) -> N
 _CONVERT: dict[str, Callable[[Any], Any]] = {
     "dcp": lambda text: None if text is None else parse_dcp_sizes(text),
     "oracle": lambda value: value == "on",
-    "ds-mla-scale": lambda value: None if value is None else DsMlaScale(value),
-    "profile": lambda name: search.PROFILES[name or "ci"],
+    **{name: convert for op in OPS for name, convert in package(op).option_converters().items()},
 }
-"""Each option whose config field holds another type than the option's value."""
+"""Each option whose config field holds another type than the option's value: the
+harness's, and each op's (its package's ``options``)."""
 
 Config = TypeVar("Config")
 

@@ -33,6 +33,9 @@ package's ``__init__`` holds its docstring only; its modules are:
 * ``selftest`` (:class:`SelftestModule`), optional: a selftest of the op's own, with
   ``PROFILES`` of how hard it tries and the mutants it runs by name (``--profile``,
   ``--mutant``), in place of ``op_cases.selftest``.
+* ``options`` (:class:`OptionsModule`), optional: the op's part of the option table
+  (``dcpcheck.cases.options``): ``FILLS``, the values its options' records name, and
+  ``CONVERT``, how its options' values become its configs' fields.
 
 ``kernels``, ``runner``, ``search`` and ``real_ranks`` define Triton kernels or import
 modules that do; Triton fixes a kernel as compiled or interpreted when it is defined
@@ -152,7 +155,18 @@ class SelftestModule(Protocol):
     ) -> SelftestReport: ...
 
 
-OPTIONAL_MODULES: dict[str, type] = {"real_ranks": RealRanksModule, "selftest": SelftestModule}
+class OptionsModule(Protocol):
+    """An op package's optional ``options`` module (module docstring)."""
+
+    FILLS: Mapping[str, Any]
+    CONVERT: Mapping[str, Callable[[Any], Any]]
+
+
+OPTIONAL_MODULES: dict[str, type] = {
+    "real_ranks": RealRanksModule,
+    "selftest": SelftestModule,
+    "options": OptionsModule,
+}
 """The modules an op package may provide."""
 
 
@@ -324,6 +338,19 @@ class OpPackage:
     def has_own_selftest(self) -> bool:
         """Whether the op has a selftest of its own (a ``selftest`` module)."""
         return self._has("selftest")
+
+    def option_fills(self) -> dict[str, Any]:
+        """What the option table's records of the op's own options name as ``Fill`` (its
+        ``options`` module's ``FILLS``; none for an op without one)."""
+        return dict(self._options().FILLS) if self._has("options") else {}
+
+    def option_converters(self) -> dict[str, Callable[[Any], Any]]:
+        """How the op's own options' values become its configs' fields (its ``options``
+        module's ``CONVERT``; none for an op without one)."""
+        return dict(self._options().CONVERT) if self._has("options") else {}
+
+    def _options(self) -> OptionsModule:
+        return self._part("options")  # type: ignore[return-value]
 
     @property
     def judged_by_session(self) -> bool:
