@@ -29,13 +29,16 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from dcpcheck.interpreter.builder_methods import wrap_builder_methods
+
 _MARK = "_dcpcheck_bf16_casts"
 _status: str | None = None
 
 
-def _by_value(cast: Callable[..., Any], language: Any) -> Callable[..., Any]:
+def _by_value(cast: Callable[..., Any], interpreter: Any) -> Callable[..., Any]:
     """``cast`` (``cast_impl(self, src, dst_type)``) with every bf16 cast but bf16 <-> fp32
     and bf16 -> bf16 taken through fp32 (module docstring)."""
+    language = importlib.import_module("triton.language")
     bf16, fp32 = language.bfloat16, language.float32
 
     @functools.wraps(cast)
@@ -45,7 +48,6 @@ def _by_value(cast: Callable[..., Any], language: Any) -> Callable[..., Any]:
             return cast(self, cast(self, src, fp32), dst_type)
         return cast(self, src, dst_type)
 
-    setattr(cast_impl, _MARK, True)
     return cast_impl
 
 
@@ -54,17 +56,11 @@ def install_bf16_casts() -> str:
     per process; the status as the backend's line shows it. Call only on the interpreted
     backend (it imports Triton's interpreter)."""
     global _status
-    if _status is not None:
-        return _status
-    try:
-        interpreter = importlib.import_module("triton.runtime.interpreter")
-        language = importlib.import_module("triton.language")
-        builder = interpreter.InterpreterBuilder
-        cast = builder.cast_impl
-    except (ImportError, AttributeError) as exc:
-        _status = f"bf16 casts as the interpreter makes them ({exc})"
-        return _status
-    if not getattr(cast, _MARK, False):
-        builder.cast_impl = _by_value(cast, language)
-    _status = "bf16 cast by value through fp32"
+    if _status is None:
+        try:
+            wrap_builder_methods({"cast_impl": _by_value}, _MARK)
+        except (ImportError, AttributeError) as exc:
+            _status = f"bf16 casts as the interpreter makes them ({exc})"
+        else:
+            _status = "bf16 cast by value through fp32"
     return _status

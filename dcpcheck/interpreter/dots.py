@@ -21,9 +21,10 @@ and the status says so in the backend's line.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
+
+from dcpcheck.interpreter.builder_methods import wrap_builder_methods
 
 _MARK = "_dcpcheck_bf16_dots"
 _status: str | None = None
@@ -45,7 +46,6 @@ def _dots_widened(dot: Callable[..., Any], interpreter: Any) -> Callable[..., An
     def create_dot(self, a, b, d, *args, **kwargs):
         return dot(self, _widened(interpreter, a), _widened(interpreter, b), d, *args, **kwargs)
 
-    setattr(create_dot, _MARK, True)
     return create_dot
 
 
@@ -54,17 +54,11 @@ def install_bf16_dots() -> str:
     docstring), once per process; the status as the backend's line shows it. Call only on
     the interpreted backend (it imports Triton's interpreter)."""
     global _status
-    if _status is not None:
-        return _status
-    try:
-        interpreter = importlib.import_module("triton.runtime.interpreter")
-        builder = interpreter.InterpreterBuilder
-        dot = builder.create_dot
-        interpreter.TensorHandle  # noqa: B018  (the type a widened operand is made of)
-    except (ImportError, AttributeError) as exc:
-        _status = f"bf16 dots as the interpreter takes them ({exc})"
-        return _status
-    if not getattr(dot, _MARK, False):
-        builder.create_dot = _dots_widened(dot, interpreter)
-    _status = "bf16 dot operands widened to fp32"
+    if _status is None:
+        try:  # TensorHandle: the type a widened operand is made of
+            wrap_builder_methods({"create_dot": _dots_widened}, _MARK, ("TensorHandle",))
+        except (ImportError, AttributeError) as exc:
+            _status = f"bf16 dots as the interpreter takes them ({exc})"
+        else:
+            _status = "bf16 dot operands widened to fp32"
     return _status

@@ -18,9 +18,10 @@ nothing is patched and the status says so in the backend's line.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
+
+from dcpcheck.interpreter.builder_methods import wrap_builder_methods
 
 _MARK = "_dcpcheck_boolean_masks"
 _status: str | None = None
@@ -45,7 +46,6 @@ def _loads_boolean(load: Callable[..., Any], interpreter: Any) -> Callable[..., 
     def masked_load(self, ptrs, mask, other, *args, **kwargs):
         return load(self, ptrs, _as_boolean(interpreter, mask), other, *args, **kwargs)
 
-    setattr(masked_load, _MARK, True)
     return masked_load
 
 
@@ -54,7 +54,6 @@ def _stores_boolean(store: Callable[..., Any], interpreter: Any) -> Callable[...
     def masked_store(self, ptrs, value, mask, *args, **kwargs):
         return store(self, ptrs, value, _as_boolean(interpreter, mask), *args, **kwargs)
 
-    setattr(masked_store, _MARK, True)
     return masked_store
 
 
@@ -63,19 +62,12 @@ def install_boolean_masks() -> str:
     docstring), once per process; the status as the backend's line shows it. Call only on
     the interpreted backend (it imports Triton's interpreter)."""
     global _status
-    if _status is not None:
-        return _status
-    try:
-        interpreter = importlib.import_module("triton.runtime.interpreter")
-        builder = interpreter.InterpreterBuilder
-        load, store = builder.create_masked_load, builder.create_masked_store
-        interpreter.TensorHandle  # noqa: B018  (the type a corrected mask is made of)
-    except (ImportError, AttributeError) as exc:
-        _status = f"masks as the interpreter takes them ({exc})"
-        return _status
-    if not getattr(load, _MARK, False):
-        builder.create_masked_load = _loads_boolean(load, interpreter)
-    if not getattr(store, _MARK, False):
-        builder.create_masked_store = _stores_boolean(store, interpreter)
-    _status = "0/1 integer masks read as booleans"
+    if _status is None:
+        wraps = {"create_masked_load": _loads_boolean, "create_masked_store": _stores_boolean}
+        try:  # TensorHandle: the type a corrected mask is made of
+            wrap_builder_methods(wraps, _MARK, ("TensorHandle",))
+        except (ImportError, AttributeError) as exc:
+            _status = f"masks as the interpreter takes them ({exc})"
+        else:
+            _status = "0/1 integer masks read as booleans"
     return _status
