@@ -277,46 +277,17 @@ def op_internals_imported(module: str, imported: set[str]) -> set[str]:
 
 
 OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
-    # the command line: the fused op's run, replay and real ranks; its cache
-    # layouts, which `list layouts` and the token streams' `--layout` name
+    # the command line: the fused op's cache layouts, which the token streams' `--layout`
+    # names
     "dcpcheck.cli.hashing": {"fused_norm_rope.contract"},
-    "dcpcheck.cli.kernel_process": {"fused_norm_rope.runner"},
-    "dcpcheck.cli.listing": {"fused_norm_rope.contract"},
-    "dcpcheck.cli.ranks": {"fused_norm_rope.runner", "fused_norm_rope.scenario"},
-    "dcpcheck.cli.run": {"fused_norm_rope.runner", "fused_norm_rope.search"},
-    # real ranks: the fused op's cases, and the merge's collectives for the token streams
-    "dcpcheck.distributed.ranks": {
-        "fused_norm_rope.case", "fused_norm_rope.contract", "fused_norm_rope.runner",
-        "fused_norm_rope.scenario",
-    },
-    "dcpcheck.distributed.streams": {
-        "fused_norm_rope.contract", "lse_combine.collectives", "lse_combine.contract",
-    },
+    # real ranks: the fused op's cache layouts for the token streams
+    "dcpcheck.distributed.streams": {"fused_norm_rope.contract"},
     # the tiny model and the decode chain: every op's contract and kernels
     "dcpcheck.e2e.chain": {
         "lse_combine.contract", "lse_combine.kernels", "slot_mapping.contract",
     },
-    "dcpcheck.e2e.mla_model": {
-        "fused_norm_rope.contract", "lse_combine.collectives", "lse_combine.contract",
-    },
-    "dcpcheck.e2e.stream_case": {"fused_norm_rope.runner"},
+    "dcpcheck.e2e.mla_model": {"fused_norm_rope.contract"},
     "dcpcheck.e2e.token_streams": {"fused_norm_rope.contract"},
-    # the fused op's worker processes
-    "dcpcheck.harness.isolation": {"fused_norm_rope.contract", "fused_norm_rope.scenario"},
-    "dcpcheck.harness.isolation_worker": {
-        "fused_norm_rope.compile_ahead", "fused_norm_rope.contract", "fused_norm_rope.kernels",
-        "fused_norm_rope.runner",
-    },
-    # the fused op's reports, ownership maps and console lines
-    "dcpcheck.output.case_map": {"fused_norm_rope.checks", "fused_norm_rope.scenario"},
-    "dcpcheck.output.console": {"fused_norm_rope.search"},
-    "dcpcheck.output.ownership_map": {"fused_norm_rope.scenario"},
-    "dcpcheck.output.report": {"fused_norm_rope.search"},
-    # the fused op's session
-    "dcpcheck.workflows.session": {
-        "fused_norm_rope.compile_ahead", "fused_norm_rope.runner", "fused_norm_rope.scenario",
-        "fused_norm_rope.search",
-    },
 }  # fmt: skip
 """Importing module -> the op internals it still imports, below ``dcpcheck.ops.``."""
 
@@ -358,14 +329,13 @@ def op_package_name(op: str) -> str:
 
 
 OP_NAMES_NAMED: dict[str, set[str]] = {
-    # the fused op as the default of the command line, the plugin, bisect, mutate and reports
+    # the fused op as the default of the command line, the plugin, bisect and mutate
     "dcpcheck.cases.options": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.bisecting": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.mutating": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.ranks": {"FUSED_NORM_ROPE"},  # the fused op's rank processes
     "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
     "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
-    "dcpcheck.output.report": {"FUSED_NORM_ROPE"},
     "dcpcheck.workflows.bisection": {"FUSED_NORM_ROPE"},
     # the decode chain's stages, named as the ops they run
     "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"', "FUSED_NORM_ROPE"},

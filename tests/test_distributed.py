@@ -28,6 +28,7 @@ from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.e2e.token_streams import compare_streams, stream_config_for
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.kernels.loading import KernelLoadError
+from dcpcheck.op_registry import FUSED_NORM_ROPE
 from dcpcheck.ops.fused_norm_rope import indexer_groups
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run
@@ -82,6 +83,7 @@ def simulated_report(kernel_name: str, dcp_size: int) -> dict:
         backend="interpreter",
         partial=False,
         kernel_files=judged_files(kernel_name),
+        op=FUSED_NORM_ROPE,
     )
     return json.loads(text)
 
@@ -268,6 +270,7 @@ def test_one_nccl_rank_reports_what_the_simulated_run_reports(tmp_path):
             backend="cuda",
             partial=False,
             kernel_files=judged_files("default"),
+            op=FUSED_NORM_ROPE,
         )
     )
     assert code == EXIT_OK

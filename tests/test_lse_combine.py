@@ -13,13 +13,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dcpcheck.cases.collectives import CollectiveError, run_ranks
 from dcpcheck.cases.scenario_files import NamedBatch, ScenarioError
 from dcpcheck.exit_codes import EXIT_KERNEL_LOAD
 from dcpcheck.op_registry import LSE_COMBINE
 from dcpcheck.ops import package
 from dcpcheck.ops.lse_combine import checks, mutants
 from dcpcheck.ops.lse_combine.case import EMPTY_SHARDS, CombineBatch, build_case, launch_all
-from dcpcheck.ops.lse_combine.collectives import CollectiveError, run_ranks
 from dcpcheck.ops.lse_combine.contract import Merged
 from dcpcheck.ops.lse_combine.kernel import combine
 from dcpcheck.ops.lse_combine.scenario import (
@@ -311,7 +311,7 @@ def test_a_dcp_size_that_does_not_divide_the_heads_is_not_applicable_with_the_re
 
 
 def test_all_to_all_single_over_the_simulated_group_sends_slice_r_to_rank_r():
-    from dcpcheck.ops.lse_combine.collectives import TorchDistributed
+    from dcpcheck.cases.collectives import TorchDistributed
 
     def work(group):
         sent = torch.arange(4.0) + 10 * group.rank_in_group

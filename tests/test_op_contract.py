@@ -136,6 +136,22 @@ def test_a_package_lacking_a_module_or_a_name_is_named(tmp_path, monkeypatch):
     ]
 
 
+def test_a_session_judged_package_lacking_its_session_cases_is_named(tmp_path, monkeypatch):
+    """The op the session judges answers for ``session``, not ``runner`` and ``search``."""
+    [session_judged] = [name for name, op in REGISTRY.items() if op.judged_by_session]
+    root = tmp_path / "halfsession"
+    root.mkdir()
+    (root / "__init__.py").write_text('"""A session-judged op package half written."""\n')
+    for part in ("scenario", "cost", "kernels"):  # the op's own, whole
+        (root / f"{part}.py").write_text(f"from {package(session_judged).module}.{part} import *\n")
+    (root / "session.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "halfsession", raising=False)
+    assert OpPackage(session_judged, "halfsession").conformance() == [
+        "halfsession.session: lacks SESSION_CASES"
+    ]
+
+
 # -- the selftest and the checks ---------------------------------------------------------
 
 

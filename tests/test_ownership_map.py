@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import os
 import re
 import subprocess
@@ -22,12 +23,16 @@ from PIL import Image
 
 from dcpcheck.cases.dcp import Batch, Request
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
+from dcpcheck.ops.fused_norm_rope.case_maps import case_map
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 from dcpcheck.output import ownership_map
-from dcpcheck.output.ownership_map import MapGeometry, write_report_dir
+from dcpcheck.output.ownership_map import MapGeometry
 from tests.conftest import BACKEND
+
+write_report_dir = functools.partial(ownership_map.write_report_dir, case_map=case_map)
+"""The report directory of fused-op cases, as ``run --report-dir`` writes it."""
 
 OWNED_RGB = (49, 120, 181)
 FOREIGN_RGB = (242, 176, 53)

@@ -8,6 +8,7 @@ a second on Triton's CPU interpreter.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import tomllib
@@ -19,11 +20,10 @@ import torch
 
 from dcpcheck import pytest_plugin
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
-from dcpcheck.ops.fused_norm_rope import adapters, runner
+from dcpcheck.ops.fused_norm_rope import adapters, runner, session
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
 from dcpcheck.pytest_plugin import verdict_of
-from dcpcheck.workflows import session
 from tests.conftest import BACKEND
 
 pytest_plugins = ["pytester"]
@@ -304,7 +304,8 @@ def test_a_case_where_no_check_applies_is_skipped_not_passed(pytester, monkeypat
             replay="r",
         )
 
-    monkeypatch.setattr(session, "run_scenario", nothing_applies)
+    nothing = dataclasses.replace(session.SESSION_CASES, run_scenario=nothing_applies)
+    monkeypatch.setattr(session, "SESSION_CASES", nothing)
     result = run(pytester, "--dcpcheck-kernel=default", "--dcpcheck-dcp=4", *ONE_TOKEN, "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(

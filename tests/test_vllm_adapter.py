@@ -26,6 +26,7 @@ import triton.language as tl
 from dcpcheck.adapters.protocol import Limitation
 from dcpcheck.adapters.shims.vllm.platforms import StandInPlatform
 from dcpcheck.cases.verdicts import CaseResult, CheckResult, Finding, RunConfig
+from dcpcheck.op_registry import FUSED_NORM_ROPE
 from dcpcheck.ops.fused_norm_rope import adapters, indexer_groups
 from dcpcheck.ops.fused_norm_rope.adapters import kernel_limitations
 from dcpcheck.ops.fused_norm_rope.case import build_case
@@ -183,7 +184,9 @@ def test_in_place_shape_reports_index_k_out_as_skipped_with_the_reason():
     assert by_name["outputs[index_k_out]"].skipped == NO_INDEX_K_OUTPUT.reason
     assert by_name["ranks_agree[index_k_out]"].skipped == NO_INDEX_K_OUTPUT.reason
     assert by_name["outputs"].passed  # q/kv/kpe were checked and pass
-    doc = report.to_json([dcp4], kernel="fixture", backend="interpreter", partial=False)
+    doc = report.to_json(
+        [dcp4], kernel="fixture", backend="interpreter", partial=False, op=FUSED_NORM_ROPE
+    )
     assert '"check": "outputs[index_k_out]"' in doc
     assert '"status": "skip"' in doc
 

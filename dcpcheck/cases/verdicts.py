@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -160,6 +161,11 @@ def is_shipped(source: Path) -> bool:
         return False
 
 
+OWNERSHIP_SHAPES = ("all_negative", "mixed", "fully_owned")
+"""Keys of ``CaseResult.ownership``: rank launches by the shape of their slot mapping (no
+token owned, some, every real one), which ``run --stats`` counts over a run."""
+
+
 @dataclass
 class CaseResult:
     """The verdict of one scenario at one DCP size."""
@@ -181,6 +187,15 @@ class CaseResult:
     @property
     def failed_checks(self) -> list[CheckResult]:
         return [c for c in self.checks if not c.passed and c.skipped is None]
+
+
+def ownership_totals(results: Sequence[CaseResult]) -> dict[str, int]:
+    """Rank launches by slot-mapping shape (``OWNERSHIP_SHAPES``), summed over ``results``."""
+    totals = dict.fromkeys(OWNERSHIP_SHAPES, 0)
+    for r in results:
+        for shape, count in r.ownership.items():
+            totals[shape] += count
+    return totals
 
 
 class KernelError(RuntimeError):

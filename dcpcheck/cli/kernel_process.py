@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from dcpcheck.cli.common import InputError, KernelLoadFailure, kernel_errors, load
 from dcpcheck.harness.isolation import IsolatedKernel, resolve_case_timeout
 from dcpcheck.ops import package
-from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest, declared_ds_mla_scale
 
 
 def case_timeout_for(
@@ -42,6 +41,19 @@ def case_timeout_for(
         raise InputError(str(exc)) from None
 
 
+def loaded_here(op: str, name: str, adapter: str) -> object:
+    """The session op's kernel ``name``, loaded in this process (``common.load``), its
+    declarations read: one it declares that dcpcheck cannot read (the op's
+    ``declarations``: an fp8_ds_mla tile-scale rule it does not know) is a load error, exit
+    125, since its cases could not say what they demand."""
+    kernel = load(op, name, adapter)
+    try:
+        package(op).session_cases().declarations(kernel)
+    except ValueError as exc:
+        raise KernelLoadFailure(f"{name}: {exc}") from None
+    return kernel
+
+
 @contextlib.contextmanager
 def kernel_under_test(
     op: str,
@@ -50,24 +62,18 @@ def kernel_under_test(
     backend,
     case_timeout: float | None,
     sanitize: str | None = None,
-) -> Iterator[KernelUnderTest]:
+) -> Iterator[object]:
     """The kernel, in this process (``case_timeout`` None) or behind a worker process.
 
     In this process it is loaded here, its module probed first (``import_probe``, as the
     command line asks). Behind a worker, only its spec is checked here
     (the op's ``check_kernel``) and the worker loads it: a load error or a lost import is the
-    same one line and exit code either way (``common.kernel_errors``). Leaving the ``with``
-    kills the worker, whatever ends it. A kernel that declares an fp8_ds_mla tile-scale
-    rule dcpcheck does not know is a load error too (``runner.declared_ds_mla_scale``): its
-    cases could not say what they demand.
+    same one line and exit code either way (``common.kernel_errors``), and so is a
+    declaration it cannot read (:func:`loaded_here`). Leaving the ``with`` kills the
+    worker, whatever ends it.
     """
     if case_timeout is None:
-        kernel = load(op, name, adapter)
-        try:
-            declared_ds_mla_scale(kernel)
-        except ValueError as exc:
-            raise KernelLoadFailure(f"{name}: {exc}") from None
-        yield kernel
+        yield loaded_here(op, name, adapter)
         return
     with kernel_errors():
         package(op).check_kernel(name, adapter)

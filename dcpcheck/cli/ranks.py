@@ -31,6 +31,7 @@ from dcpcheck.cli.hashing import (
     print_chain,
     stream_options,
 )
+from dcpcheck.cli.kernel_process import loaded_here
 from dcpcheck.distributed.group import (
     DistributedUsageError,
     PeerLost,
@@ -42,9 +43,7 @@ from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
 from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
 from dcpcheck.op_registry import FUSED_NORM_ROPE
-from dcpcheck.ops import OpKernel
-from dcpcheck.ops.fused_norm_rope.runner import declared_ds_mla_scale
-from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenarios
+from dcpcheck.ops import package
 from dcpcheck.output import console
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import RunOutcome
@@ -53,15 +52,6 @@ from dcpcheck.workflows.session import RunOutcome
 @click.group(help="Real ranks: dcpcheck with one DCP rank per process, through torch.distributed.")
 def commands() -> None:
     pass
-
-
-def _group_kernel(name: str, adapter: str) -> OpKernel:
-    kernel = common.load(FUSED_NORM_ROPE, name, adapter)
-    try:
-        declared_ds_mla_scale(kernel)  # a rule dcpcheck does not know: exit 125, as in run
-    except ValueError as exc:
-        raise common.KernelLoadFailure(f"{name}: {exc}") from None
-    return kernel
 
 
 @contextmanager
@@ -100,9 +90,10 @@ def run_command(
     rank_timeout_s,
 ) -> None:
     """`dcpcheck run` with this process as one rank; rank 0 prints the report."""
-    folder = SCENARIOS if scenario_dir is None else scenario_dir
+    fused = package(FUSED_NORM_ROPE)
+    folder = fused.scenarios if scenario_dir is None else scenario_dir
     try:
-        scenarios = load_scenarios(list(patterns), folder)
+        scenarios = fused.load_scenarios(list(patterns), folder)
     except ScenarioError as exc:
         raise common.InputError(str(exc)) from None
     preflight.check_report_paths(json_path, junit_path)
@@ -112,7 +103,7 @@ def run_command(
     with _joined(device, rank_timeout_s, progress) as group:
         if group.is_root:
             common.announce_oracle(config.oracle)
-        kernel = _group_kernel(kernel_name, adapter)
+        kernel = loaded_here(FUSED_NORM_ROPE, kernel_name, adapter)
         started = time.perf_counter()
         results = run_distributed(kernel, scenarios, config, group, tokens=not no_tokens)
         if results is None:
@@ -127,6 +118,7 @@ def run_command(
                 junit_path,
                 partial=False,
                 kernel_files=common.kernel_files(FUSED_NORM_ROPE, kernel_name),
+                op=FUSED_NORM_ROPE,
             )
         except ReportNotWritten as exc:
             raise common.InputError(str(exc)) from None
@@ -181,7 +173,8 @@ def hash_command(
         )
         check_chain_sizes(stream_config, [group.world_size])
         fused, stages = chain_stages(kernel_name, adapter, stage_texts)
-        kernel = _group_kernel(fused.spec, adapter if fused.spec == kernel_name else "auto")
+        chosen = adapter if fused.spec == kernel_name else "auto"
+        kernel = loaded_here(FUSED_NORM_ROPE, fused.spec, chosen)
         if group.rank == 0:
             print_chain(fused, stages)
         try:

@@ -42,8 +42,6 @@ from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.op_registry import FUSED_NORM_ROPE
 from dcpcheck.ops import package, runner_ops
-from dcpcheck.ops.fused_norm_rope import search
-from dcpcheck.ops.fused_norm_rope.runner import KernelUnderTest
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import (
@@ -150,7 +148,8 @@ def run_command(
                 "--sanitize runs named scenarios only: the property search would start a "
                 "sanitized worker per drawn example"
             )
-        search_config = options.config(search.SearchConfig, options.option_values(ctx, "run"))
+        asked = fused.session_cases().search_config
+        search_config = options.config(asked, options.option_values(ctx, "run"))
     scenarios = [] if property_only else (
         preflight.named_scenarios(fused, patterns, scenario_dir, dcp_sizes, seed)
     )  # fmt: skip
@@ -203,8 +202,9 @@ def run_command(
         from dcpcheck.output import ownership_map  # here: PIL is for --report-dir alone
 
         written = ownership_map.write_report_dir(
-            outcome.results, scenarios, report_dir, kernel_name=kernel_name
-        )
+            outcome.results, scenarios, report_dir, kernel_name=kernel_name,
+            case_map=fused.case_map,
+        )  # fmt: skip
         out.print(f"report: {escape(str(written[0]))}", soft_wrap=True)
     if outcome.stopped is not None:
         kept = kept_reports(json_path, junit_path)
@@ -253,7 +253,7 @@ def _is_the_gate(ctx: click.Context) -> bool:
 
 
 @contextlib.contextmanager
-def _reported_if_stopped(loading, config, backend, paths) -> Iterator[KernelUnderTest]:
+def _reported_if_stopped(loading, config, backend, paths) -> Iterator[object]:
     """Enter ``loading`` (``kernel_under_test``); a Ctrl-C or SIGTERM while it loads (a
     release's first use downloads its wheel) still writes the reports, empty and partial,
     so no earlier run's report is left to be read as this one's. So does a kernel that

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from dcpcheck import __version__
+from dcpcheck.cases.collectives import Group, TorchGroup
 from dcpcheck.cases.verdicts import CaseResult, KernelError, RunConfig
 from dcpcheck.e2e.attention import PartialAttention
 from dcpcheck.e2e.chain import Stages, default_stages
@@ -46,8 +47,6 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpOutputs,
     Kernel,
 )
-from dcpcheck.ops.lse_combine.collectives import TorchGroup
-from dcpcheck.ops.lse_combine.contract import Group
 
 if TYPE_CHECKING:
     from dcpcheck.distributed import RankGroup

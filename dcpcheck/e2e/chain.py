@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from dcpcheck.cases.collectives import Group
 from dcpcheck.e2e import merge_paths
 from dcpcheck.e2e.mla_model import CacheSpec, DcpStep, LayerWeights, MlaModel, ShardExchange
 from dcpcheck.kernels import loading, releases
@@ -51,7 +52,6 @@ from dcpcheck.ops.lse_combine.contract import (
     CombineInputs,
     CombineKernel,
     DecodeAttention,
-    Group,
 )
 from dcpcheck.ops.slot_mapping.contract import (
     PAD_SLOT,

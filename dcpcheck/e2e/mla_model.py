@@ -52,6 +52,7 @@ import torch
 
 import reference
 from dcpcheck.cases import seeded
+from dcpcheck.cases.collectives import Group, run_ranks
 from dcpcheck.cases.dcp import Batch, BlockTables, DcpLayout, Request, SlotMappings, slot_mappings
 from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
 from dcpcheck.ops.fused_norm_rope.contract import (
@@ -63,8 +64,6 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     ModelPreset,
     mla_entry_bytes,
 )
-from dcpcheck.ops.lse_combine.collectives import run_ranks
-from dcpcheck.ops.lse_combine.contract import Group
 
 T = TypeVar("T")
 

@@ -19,11 +19,11 @@ from dcpcheck.cases.verdicts import (
 )
 from dcpcheck.e2e.chain import ChainError
 from dcpcheck.e2e.token_streams import StreamComparison, compare_streams, stream_config_for
-from dcpcheck.ops.fused_norm_rope.runner import CaseRunner, KernelUnderTest
+from dcpcheck.ops.session_cases import CaseRunner
 
 
 def token_stream_case(
-    kernel: KernelUnderTest,
+    kernel: object,  # the fused op's kernel, or a CaseRunner
     config: RunConfig,
     backend: Backend,
 ) -> CaseResult:

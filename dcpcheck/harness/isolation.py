@@ -45,12 +45,13 @@ processes running this same package::
     worker -> parent   Loading, then Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
 
-What decides a case's fp8_ds_mla tile-scale rule (``runner.effective_ds_mla_scale``)
-reaches the worker with the job: ``--ds-mla-scale`` in the ``RunConfig`` and the
-scenario's key in the ``Scenario`` of each ``ScenarioJob``; the kernel's own declaration
-the worker reads from the kernel it loaded, and ``Ready`` carries it back, so the
-parent's ``IsolatedKernel`` declares the same rule (``ds_mla_scale``) and a failure the
-parent saves records the rule the worker ran.
+What decides a case reaches the worker with the job (the ``RunConfig`` and the scenario of
+each ``ScenarioJob``), but for what the kernel states of itself: the worker reads those
+facts from the kernel it loaded (the op's ``declarations``: the fused op's fp8_ds_mla
+tile-scale rule, ``ds_mla_scale``), and ``Ready`` carries them back, so the parent's
+``IsolatedKernel`` declares the same and a failure the parent saves records the rule the
+worker ran. The worker runs the session op's cases (``dcpcheck.ops.session_op``); jobs
+carry its scenarios, which this module only passes on.
 
 Under ``--sanitize TOOL`` (``IsolatedKernel(sanitizer=TOOL)``, CUDA only) the process
 started is compute-sanitizer, the worker its child (``dcpcheck.harness.sanitizer``): it
@@ -68,9 +69,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import Any
 
 import torch
 
@@ -86,8 +88,6 @@ from dcpcheck.kernels.import_probe import (
     describe_exit,
 )
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
-from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 DEFAULT_CASE_TIMEOUT_S = 300.0
 """Default ``--case-timeout``. Generous on purpose: the first case of a scenario includes its
@@ -155,10 +155,10 @@ class Loading:
 
 @dataclass(frozen=True)
 class Ready:
-    """The worker loaded the kernel and waits for jobs. ``ds_mla_scale``: the fp8_ds_mla
-    tile-scale rule the kernel declares (``runner.declared_ds_mla_scale``), or None."""
+    """The worker loaded the kernel and waits for jobs. ``declarations``: what the kernel
+    states of itself, by attribute (the op's ``declarations``)."""
 
-    ds_mla_scale: DsMlaScale | None = None
+    declarations: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ class LoadFailed:
 class ScenarioJob:
     """Run ``runner.run_scenario`` for one scenario; a ``CaseResult`` per DCP size."""
 
-    scenario: Scenario
+    scenario: Any  # the op's
     config: RunConfig
 
 
@@ -190,7 +190,7 @@ class CompileAheadJob:
     """Run ``compile_ahead.compile_ahead`` for these scenarios; no ``CaseResult``, only
     ``JobDone``."""
 
-    scenarios: tuple[Scenario, ...]
+    scenarios: tuple[Any, ...]  # the op's
     config: RunConfig
 
 
@@ -323,13 +323,17 @@ class _Worker:
 
 
 class IsolatedKernel:
-    """The kernel under test behind a worker process: a ``runner.CaseRunner``.
+    """The kernel under test behind a worker process: a ``session_cases.CaseRunner``.
 
     Use as a context manager (``with IsolatedKernel(...) as kernel``), or ``start`` and
     ``close``: starting has the first worker load the kernel (``KernelLoadError`` or
     ``KernelImportLost`` if it cannot, nothing left running: module docstring); closing
     kills whatever worker is alive, so leaving the ``with`` on success, error or Ctrl-C
     leaves no process behind.
+
+    Once started it has the loaded kernel's declarations as its own attributes, as the
+    worker reported them (``Ready``): the fused op's ``ds_mla_scale``, so
+    ``runner.effective_ds_mla_scale`` of this object is the worker's.
     """
 
     def __init__(
@@ -356,9 +360,6 @@ class IsolatedKernel:
         self._loading_seen = False  # a worker has loaded the kernel: later ones stay quiet
         self._worker: _Worker | None = None
         self._newest: _Worker | None = None  # the last one started: a sanitized job's log
-        self.ds_mla_scale: DsMlaScale | None = None
-        """The loaded kernel's declared fp8_ds_mla rule, as its worker reported it
-        (``Ready``), so ``runner.effective_ds_mla_scale`` of this object is the worker's."""
 
     def __enter__(self) -> IsolatedKernel:
         self.start()
@@ -421,7 +422,8 @@ class IsolatedKernel:
                 raise (KernelSpecError if reply.spec else KernelLoadError)(reply.message)
             if not isinstance(reply, Ready):
                 raise WorkerLost("crash", f"unexpected answer to setup: {reply!r}")
-            self.ds_mla_scale = reply.ds_mla_scale
+            for name, value in reply.declarations.items():
+                setattr(self, name, value)
             ready = True
         finally:
             if not ready:  # a failure above, or Ctrl-C while the worker started
@@ -455,7 +457,7 @@ class IsolatedKernel:
                 raise WorkerLost("crash", f"a fresh worker could not start: {exc}") from None
         return self._worker
 
-    def run_cases(self, scenario: Scenario, config: RunConfig) -> Iterator[CaseResult]:
+    def run_cases(self, scenario: Any, config: RunConfig) -> Iterator[CaseResult]:
         """``runner.run_scenario`` in the worker: one result per DCP size, in order."""
         expected = [
             (scenario.name, size, config.replay_command(scenario, size))
@@ -470,7 +472,7 @@ class IsolatedKernel:
         [result] = self._job(TokenStreamJob(config), expected)
         return result
 
-    def compile_ahead(self, scenarios: Sequence[Scenario], config: RunConfig) -> None:
+    def compile_ahead(self, scenarios: Sequence[Any], config: RunConfig) -> None:
         """Have the worker compile the scenarios' binaries ahead (``CompileAheadJob``),
         within one ``case_timeout``. A worker lost on the way is dropped and nothing is
         reported: the cases then run as without it, on a fresh worker, and report what

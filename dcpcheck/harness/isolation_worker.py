@@ -38,10 +38,8 @@ from dcpcheck.harness.isolation import (
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.kernels.substitution import substitute
-from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
-from dcpcheck.ops.fused_norm_rope.contract import Kernel
-from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
-from dcpcheck.ops.fused_norm_rope.runner import LAUNCH_WATCHER, declared_ds_mla_scale, run_scenario
+from dcpcheck.ops import session_op
+from dcpcheck.ops.session_cases import SessionCases
 
 PR_SET_PDEATHSIG = 1
 """``prctl`` option (linux/prctl.h): the signal a process gets when its parent exits."""
@@ -68,27 +66,29 @@ def device_error(backend: Backend) -> str | None:
 
 
 def _results(
-    kernel: Kernel,
+    op: SessionCases,
+    kernel: object,
     job: ScenarioJob | TokenStreamJob | CompileAheadJob,
     backend: Backend,
 ) -> Iterator[CaseResult]:
     if isinstance(job, ScenarioJob):
-        yield from run_scenario(kernel, job.scenario, job.config, backend)
+        yield from op.run_scenario(kernel, job.scenario, job.config, backend)
     elif isinstance(job, TokenStreamJob):
         yield token_stream_case(kernel, job.config, backend)
     else:
-        compile_ahead(kernel, job.scenarios, job.config, backend)
+        op.compile_ahead(kernel, job.scenarios, job.config, backend)
 
 
 def _replies(
-    kernel: Kernel,
+    op: SessionCases,
+    kernel: object,
     job: ScenarioJob | TokenStreamJob | CompileAheadJob,
     backend: Backend,
 ) -> Iterator[object]:
     """The messages answering one job: its results, each sent only once the device is
     known healthy, then ``JobDone``; or ``DeviceLost`` as soon as it is not."""
     try:
-        for result in _results(kernel, job, backend):
+        for result in _results(op, kernel, job, backend):
             lost = device_error(backend)
             if lost is not None:
                 # The kernel's own exception, if it raised one, names the rank too.
@@ -119,25 +119,27 @@ def serve(requests: Connection, replies: Connection) -> None:
         for warner in (loading, releases):
             logging.getLogger(warner.__name__).setLevel(logging.ERROR)
     replies.send(Loading())
+    package = session_op()
     try:
-        kernel = load_kernel(setup.kernel_name, setup.adapter)
+        kernel = package.kernel(setup.kernel_name, setup.adapter)
     except KernelLoadError as exc:
         replies.send(LoadFailed(str(exc), isinstance(exc, KernelSpecError)))
         return
+    op = package.session_cases()
     try:
-        declared = declared_ds_mla_scale(kernel)
-    except ValueError as exc:  # it declares no rule dcpcheck knows
+        declared = op.declarations(kernel)
+    except ValueError as exc:  # it declares what dcpcheck cannot read (a rule it does not know)
         replies.send(LoadFailed(f"{setup.kernel_name}: {exc}"))
         return
-    replies.send(Ready(declared))
+    replies.send(Ready(dict(declared)))
     if setup.sanitizer is not None:
-        LAUNCH_WATCHER.set(sanitizing.launch_watcher(backend.device))
+        op.launch_watcher.set(sanitizing.launch_watcher(backend.device))
     while True:
         try:
             job = requests.recv()
         except EOFError:  # the parent closed the pipe: the run (or a sanitized job) is over
             return
-        for reply in _replies(kernel, job, backend):
+        for reply in _replies(op, kernel, job, backend):
             if setup.sanitizer is not None and isinstance(reply, CaseResult):
                 sanitizing.write_marker(sanitizing.case_done_marker(sanitizing.case_label(reply)))
             replies.send(reply)

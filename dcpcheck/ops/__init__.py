@@ -28,16 +28,24 @@ package's ``__init__`` holds its docstring only; its modules are:
 * ``search`` (:class:`SearchModule`), of the same ops: ``DCP_SIZES`` and
   ``drawn(kernel, dcp_sizes)``, the property search's strategy of (batch, DCP size) for
   that kernel (``op_cases.search`` runs it).
+* ``session`` (:class:`SessionModule`), of the op ``dcpcheck.workflows.session`` judges
+  instead (``Op.judged_by_session``): ``SESSION_CASES``
+  (``session_cases.SessionCases``), its cases, its search and its kernels' declarations,
+  as the session, the isolation worker and the reports reach them.
 * ``real_ranks`` (:class:`RealRanksModule`), optional: ``run_on_real_ranks``, the op's
   cases with a process per rank (``--launcher torchrun``).
 * ``selftest`` (:class:`SelftestModule`), optional: a selftest of the op's own, with
   ``PROFILES`` of how hard it tries and the mutants it runs by name (``--profile``,
   ``--mutant``), in place of ``op_cases.selftest``.
+* ``case_maps`` (:class:`CaseMapsModule`), optional: ``case_map(result, scenario)``, what
+  a case's ownership map shows (``dcpcheck.cases.case_map``: ``run --report-dir``).
+* ``layouts`` (:class:`LayoutsModule`), optional: ``LAYOUTS``, the cache layouts the op
+  writes by name, each with its bytes per token in words (``dcpcheck list layouts``).
 * ``options`` (:class:`OptionsModule`), optional: the op's part of the option table
   (``dcpcheck.cases.options``): ``FILLS``, the values its options' records name, and
   ``CONVERT``, how its options' values become its configs' fields.
 
-``kernels``, ``runner``, ``search`` and ``real_ranks`` define Triton kernels or import
+``kernels``, ``runner``, ``search``, ``session`` and ``real_ranks`` define Triton kernels or import
 modules that do; Triton fixes a kernel as compiled or interpreted when it is defined
 (``dcpcheck.backend``), so they are imported only when a method that needs them is
 called, once the backend is chosen. ``scenario`` and ``cost`` define none: the command
@@ -45,9 +53,10 @@ line reads scenarios and refuses costly ones before it opens the backend.
 :meth:`OpPackage.conformance` imports every module and names what a package lacks.
 
 The fused op (``fused_norm_rope``) provides ``scenario``, ``cost`` and ``kernels`` as every
-op does, but its cases are judged by ``dcpcheck.workflows.session`` rather than a runner of
-its own (``Op.judged_by_session``): its run has more than an ``OpPackage`` says (worker
-isolation, compute-sanitizer, real ranks, ownership maps, the token streams).
+op does, but its cases are judged by ``dcpcheck.workflows.session`` through its ``session``
+module rather than by ``op_cases`` (``Op.judged_by_session``): its run has more than an
+``OpCases`` says (worker isolation, compute-sanitizer, real ranks, ownership maps, the
+token streams).
 """
 
 from __future__ import annotations
@@ -67,12 +76,14 @@ if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
     from dcpcheck.backend import Backend
+    from dcpcheck.cases.case_map import CaseMap
     from dcpcheck.cases.memory import Peak
     from dcpcheck.cases.scenario_files import NamedBatch
     from dcpcheck.cases.verdicts import CaseResult, SelftestReport, SelftestRow
     from dcpcheck.kernels.loading import JudgedFile
     from dcpcheck.kernels.registry import OpKernels
     from dcpcheck.ops.op_cases import OpCases, SearchOutcome
+    from dcpcheck.ops.session_cases import SessionCases
 
 
 class OpKernel(Protocol):
@@ -120,6 +131,12 @@ class SearchModule(Protocol):
     def drawn(self, kernel: OpKernel, dcp_sizes: tuple[int, ...]) -> SearchStrategy: ...
 
 
+class SessionModule(Protocol):
+    """The ``session`` module of the op the session judges (module docstring)."""
+
+    SESSION_CASES: SessionCases
+
+
 class RealRanksModule(Protocol):
     """An op package's optional ``real_ranks`` module (module docstring)."""
 
@@ -139,6 +156,9 @@ RUNNER_MODULES: dict[str, type] = {"runner": RunnerModule, "search": SearchModul
 """The modules of an op whose cases ``op_cases`` judges (every op but the one
 ``dcpcheck.workflows.session`` judges: ``Op.judged_by_session``)."""
 
+SESSION_MODULES: dict[str, type] = {"session": SessionModule}
+"""The modules of the op ``dcpcheck.workflows.session`` judges."""
+
 
 class SelftestModule(Protocol):
     """An op package's optional ``selftest`` module (module docstring)."""
@@ -155,6 +175,18 @@ class SelftestModule(Protocol):
     ) -> SelftestReport: ...
 
 
+class CaseMapsModule(Protocol):
+    """An op package's optional ``case_maps`` module (module docstring)."""
+
+    def case_map(self, result: CaseResult, scenario: Any) -> CaseMap: ...
+
+
+class LayoutsModule(Protocol):
+    """An op package's optional ``layouts`` module (module docstring)."""
+
+    LAYOUTS: Mapping[str, str]
+
+
 class OptionsModule(Protocol):
     """An op package's optional ``options`` module (module docstring)."""
 
@@ -165,6 +197,8 @@ class OptionsModule(Protocol):
 OPTIONAL_MODULES: dict[str, type] = {
     "real_ranks": RealRanksModule,
     "selftest": SelftestModule,
+    "case_maps": CaseMapsModule,
+    "layouts": LayoutsModule,
     "options": OptionsModule,
 }
 """The modules an op package may provide."""
@@ -210,6 +244,14 @@ class OpPackage:
         runner: RunnerModule = self._part("runner")  # type: ignore[assignment]
         return runner.OP_CASES
 
+    def session_cases(self) -> SessionCases:
+        """How ``dcpcheck.workflows.session`` judges the op's cases (its ``session``
+        module's ``SESSION_CASES``); only of the op it judges (:attr:`judged_by_session`)."""
+        if not self.judged_by_session:
+            raise ValueError(f"{self.name}: its cases are judged by op_cases, not a session")
+        session: SessionModule = self._part("session")  # type: ignore[assignment]
+        return session.SESSION_CASES
+
     def load_scenarios(self, patterns: list[str], root: Path) -> list[NamedBatch]:
         """The scenarios under ``root`` whose names match a pattern (all without one)."""
         return list(self._scenario().load_scenarios(patterns, root))
@@ -217,6 +259,10 @@ class OpPackage:
     def load_scenario(self, path: Path) -> NamedBatch:
         """One scenario file of the op, wherever it lies."""
         return self._scenario().load_scenario(path)
+
+    def scenario_to_toml(self, scenario: NamedBatch) -> str:
+        """``scenario`` as the op's scenario file holds it (``load_scenario`` reads it back)."""
+        return self._scenario().scenario_to_toml(scenario)
 
     def check_cost(
         self, scenario: NamedBatch, dcp_sizes: Sequence[int], budget: int | None
@@ -339,6 +385,20 @@ class OpPackage:
         """Whether the op has a selftest of its own (a ``selftest`` module)."""
         return self._has("selftest")
 
+    def case_map(self, result: CaseResult, scenario: Any) -> CaseMap:
+        """What the ownership map of ``result``, a case of ``scenario``, shows (its
+        ``case_maps`` module; ``run --report-dir`` takes only an op that has one)."""
+        maps: CaseMapsModule = self._part("case_maps")  # type: ignore[assignment]
+        return maps.case_map(result, scenario)
+
+    def layouts(self) -> dict[str, str]:
+        """The cache layouts the op writes, each with its size in words (its ``layouts``
+        module's ``LAYOUTS``; none for an op without one)."""
+        if not self._has("layouts"):
+            return {}
+        layouts: LayoutsModule = self._part("layouts")  # type: ignore[assignment]
+        return dict(layouts.LAYOUTS)
+
     def option_fills(self) -> dict[str, Any]:
         """What the option table's records of the op's own options name as ``Fill`` (its
         ``options`` module's ``FILLS``; none for an op without one)."""
@@ -378,7 +438,7 @@ class OpPackage:
         missing = []
         parts = {
             **MODULES,
-            **({} if self.judged_by_session else RUNNER_MODULES),
+            **(SESSION_MODULES if self.judged_by_session else RUNNER_MODULES),
             **{part: kind for part, kind in OPTIONAL_MODULES.items() if self._has(part)},
         }
         for part, protocol in parts.items():
@@ -412,3 +472,10 @@ def runner_ops() -> list[str]:
     """Every op whose cases its package's runner judges (``op_cases``), in the registry's
     order: every op but the one ``dcpcheck.workflows.session`` judges."""
     return [name for name, op in OPS.items() if not op.judged_by_session]
+
+
+def session_op() -> OpPackage:
+    """The package of the op ``dcpcheck.workflows.session`` judges (``Op.judged_by_session``:
+    the registry marks exactly one)."""
+    (name,) = (name for name, op in OPS.items() if op.judged_by_session)
+    return package(name)

@@ -15,9 +15,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dcpcheck.cases.verdicts import CaseResult, SelftestReport, Status, format_finding
+from dcpcheck.cases.verdicts import (
+    OWNERSHIP_SHAPES,
+    CaseResult,
+    SelftestReport,
+    Status,
+    format_finding,
+    ownership_totals,
+)
 from dcpcheck.e2e.token_streams import StreamComparison
-from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.session_cases import SearchAsked, SearchDone
 from dcpcheck.output import report
 
 NON_TTY_WIDTH = 160
@@ -109,19 +116,16 @@ def print_results(
     )
 
 
-def print_search(result: search.SearchResult, config: search.SearchConfig) -> None:
+def print_search(result: SearchDone, config: SearchAsked) -> None:
     """One line for a passing search; for a failure, the shrunk scenario, where it was
     saved, and its replay's findings (through ``print_results``)."""
-    seed = search.DEFAULT_SEED if config.seed is None else config.seed
-    what = f"profile {config.profile.name}, seed {seed}"
+    what = f"profile {config.profile_name}, seed {config.seed_used}"
     if result.passed:
         out.print(
             f"[green]property: {result.examples_run} example(s) passed[/] "
             f"({result.scenarios_run} scenarios; {what})"
         )
         return
-    shrunk = result.shrunk
-    batch = shrunk.batch
     # A flaky failure cannot be shrunk: it passed when Hypothesis replayed it.
     shrunk_or_not = (
         "not shrunk (it passed when replayed):" if "flaky" in result.failed_checks else "shrunk to"
@@ -131,9 +135,8 @@ def print_search(result: search.SearchResult, config: search.SearchConfig) -> No
     )
     out.print(
         f"[bold red]property: {verdict}[/] ({what}): first failure at example "
-        f"{result.examples_to_first_failure}, {shrunk_or_not} {len(batch.requests)} request(s), "
-        f"{batch.num_real_tokens} token(s) + {batch.padding} padding, DCP "
-        f"{', '.join(map(str, shrunk.dcp_sizes))}; failed: {', '.join(result.failed_checks)}",
+        f"{result.examples_to_first_failure}, {shrunk_or_not} {result.shrunk_summary}; "
+        f"failed: {', '.join(result.failed_checks)}",
         soft_wrap=True,
     )
     out.print(f"  saved: {escape(str(result.saved_path))}", soft_wrap=True)
@@ -146,15 +149,15 @@ def print_search(result: search.SearchResult, config: search.SearchConfig) -> No
 
 
 def print_stats(
-    named: list[CaseResult], named_seconds: float, searched: search.SearchResult | None
+    named: list[CaseResult], named_seconds: float, searched: SearchDone | None
 ) -> None:
     """Throughput and the ownership shapes the run covered (``CaseResult.ownership``)."""
 
     def shapes(counts: dict[str, int]) -> str:
-        return ", ".join(f"{counts.get(shape, 0)} {shape}" for shape in search.OWNERSHIP_SHAPES)
+        return ", ".join(f"{counts.get(shape, 0)} {shape}" for shape in OWNERSHIP_SHAPES)
 
     if named:
-        totals = search.ownership_totals(named)
+        totals = ownership_totals(named)
         rate = len(named) / named_seconds if named_seconds > 0 else 0.0
         out.print(
             f"stats: scenarios: {len(named)} case(s) in {named_seconds:.1f} s "

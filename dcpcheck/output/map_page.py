@@ -13,9 +13,9 @@ import base64
 import html
 from collections.abc import Sequence
 
+from dcpcheck.cases.case_map import CaseMap, case_label, verdict_label
 from dcpcheck.cases.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING
 from dcpcheck.cases.verdicts import CaseResult, format_finding
-from dcpcheck.output.case_map import CaseMap, case_label, verdict_label
 from dcpcheck.output.map_colors import BAD_COLOR, OWNERSHIP_COLORS, TEXT_COLOR, Rgb
 
 TOKEN_TABLE_MAX_TOKENS = 64
@@ -123,7 +123,7 @@ def _case_html(result: CaseResult, case: CaseMap | None, png: bytes | None) -> s
         f"<h2>{html.escape(case_label(result))} {_verdict_html(result, 'span')}</h2>",
     ]
     if case is not None:
-        parts.append(f"<p>{html.escape(case.scenario.description)}</p>")
+        parts.append(f"<p>{html.escape(case.description)}</p>")
     if png is not None:
         encoded = base64.b64encode(png).decode("ascii")
         alt = f"ownership map of {case_label(result)}"

@@ -8,7 +8,7 @@ grid it is one picture, "foreign-token stripes": on every rank, the ``kv_out`` a
 
 Each rank is a band of rows: the ownership row (blue owned, amber foreign, grey padding,
 as ``SlotMappings.ownership`` codes them; the MLA cache's mapping, the one DCP shards),
-then one row per field (``MAP_ROWS``; a cache finding such as ``mla_cache.kpe`` marks the
+then one row per field (the op's rows; a cache finding such as ``mla_cache.kpe`` marks the
 ``mla_cache`` row), pale where nothing was found and red where some check found that
 field bad for that token on that rank (``Finding.tokens``; a stray cache write marks the
 token whose encoding it holds). Findings with no token (a modified input, a token-stream
@@ -26,8 +26,9 @@ as base64 PNG, nothing loaded from the network) and one ``<scenario>-dcp<N>.png`
 case, each atomically. The same inputs give the same bytes (no timestamps).
 
 This module draws the maps and writes the report directory. What a map shows is
-``dcpcheck.output.case_map``; the page around the maps is ``dcpcheck.output.map_page``;
-the colours both use are ``dcpcheck.output.map_colors``.
+``dcpcheck.cases.case_map``, built by the op (``OpPackage.case_map``); the page around
+the maps is ``dcpcheck.output.map_page``; the colours both use are
+``dcpcheck.output.map_colors``.
 
 To look at a report as a browser shows it (Debian's ``chromium`` package; the
 networking flags keep it from reaching out, which fails on a closed network)::
@@ -42,17 +43,17 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
+from dcpcheck.cases.case_map import CaseMap, case_label, verdict_label
 from dcpcheck.cases.dcp import FOREIGN, OWNED, PADDING
 from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.files import write_atomic
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario
-from dcpcheck.output.case_map import CaseMap, build_case_map, case_label, verdict_label
 from dcpcheck.output.map_colors import (
     BACKGROUND,
     BAD_COLOR,
@@ -202,13 +203,7 @@ def _summary_lines(case: CaseMap, kernel_name: str) -> list[str]:
 
 
 def _layout_line(case: CaseMap, geometry: MapGeometry) -> str:
-    s, batch = case.scenario, case.scenario.batch
-    line = (
-        f"{batch.num_real_tokens} token(s) + {batch.padding} padding, block_size "
-        f"{s.block_size}, interleave {s.interleave}, {s.cache_layout.value} cache"
-    )
-    if s.has_indexer:
-        line += f", {s.index_format.name} indexer cache"
+    line = case.layout
     if geometry.tokens_per_column > 1:
         line += f"; {geometry.tokens_per_column} tokens per pixel column"
     return line
@@ -327,12 +322,14 @@ def report_files(out_dir: Path, cases: Iterable[tuple[str, int]]) -> list[Path]:
 
 def write_report_dir(
     results: list[CaseResult],
-    scenarios: Sequence[Scenario],
+    scenarios: Sequence[Any],  # the op's, each with its ``name``
     out_dir: Path,
     *,
     kernel_name: str,
+    case_map: Callable[[CaseResult, Any], CaseMap],
 ) -> list[Path]:
-    """Write the ownership-map report of a run into ``out_dir`` (created if missing).
+    """Write the ownership-map report of a run into ``out_dir`` (created if missing);
+    ``case_map`` is the op's (``OpPackage.case_map``) of a result and its scenario.
 
     Returns the paths written: ``index.html`` first, then one PNG per result whose
     scenario is among ``scenarios`` (a result without one, such as the token-stream
@@ -348,7 +345,7 @@ def write_report_dir(
         if scenario is None:
             cases.append((result, None, None))
             continue
-        case = build_case_map(result, scenario)
+        case = case_map(result, scenario)
         png = render_map_png(case, kernel_name)
         path = out_dir / png_name(result)
         write_atomic(path, png)

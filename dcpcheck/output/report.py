@@ -27,8 +27,7 @@ from dcpcheck import __version__, files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import STATUSES, CaseResult, RunConfig, format_finding
 from dcpcheck.kernels.loading import JudgedFile
-from dcpcheck.op_registry import FUSED_NORM_ROPE
-from dcpcheck.ops.fused_norm_rope import search
+from dcpcheck.ops.session_cases import SearchAsked, SearchDone
 
 UNCHECKED_STATUSES = ("error", "crash", "timeout")
 """Statuses of a case whose checks never ran: the kernel raised, its worker died, or it
@@ -63,7 +62,7 @@ def _case_json(r: CaseResult) -> dict:
     }
 
 
-Search = tuple[search.SearchConfig, search.SearchResult]
+Search = tuple[SearchAsked, SearchDone]
 """A property search as the reports record it: what it was asked, what it did."""
 
 
@@ -73,8 +72,8 @@ def search_record(searched: Search) -> dict:
     failure (its replay is among the cases). No wall time (the reports are deterministic)."""
     config, result = searched
     return {
-        "profile": config.profile.name,
-        "seed": search.DEFAULT_SEED if config.seed is None else config.seed,
+        "profile": config.profile_name,
+        "seed": config.seed_used,
         "dcp": None if config.dcp_sizes is None else list(config.dcp_sizes),
         "examples_requested": config.max_examples,
         "examples_run": result.examples_run,
@@ -99,7 +98,7 @@ def to_json(
     oracle: bool = True,
     searched: Search | None = None,
     kernel_files: Sequence[JudgedFile] = (),
-    op: str = FUSED_NORM_ROPE,
+    op: str,
 ) -> str:
     """The report; ``"search"`` only where a property search ran (``search_record``)."""
     doc = {
@@ -126,7 +125,7 @@ def to_junit(
     oracle: bool = True,
     searched: Search | None = None,
     kernel_files: Sequence[JudgedFile] = (),
-    op: str = FUSED_NORM_ROPE,
+    op: str,
 ) -> str:
     """One testcase per scenario x DCP size x check; one ``launch`` testcase with an
     ``<error>`` for a case whose checks never ran (``UNCHECKED_STATUSES``), a ``<skipped>``
@@ -209,7 +208,7 @@ def write_reports(
     partial: bool,
     searched: Search | None = None,
     kernel_files: Sequence[JudgedFile] = (),
-    op: str = FUSED_NORM_ROPE,
+    op: str,
 ) -> None:
     """Both reports (``files.write_atomic``) of a run of ``op``, naming ``kernel_files``
     (what the kernel's code was read from); :class:`ReportNotWritten` if a path cannot be

@@ -27,21 +27,15 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
 from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.ops.fused_norm_rope import search
-from dcpcheck.ops.fused_norm_rope.compile_ahead import compile_ahead
-from dcpcheck.ops.fused_norm_rope.runner import (
-    KernelUnderTest,
-    run,
-    run_scenario,
-    with_effective_ds_mla_scale,
-)
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario, scenario_to_toml
+from dcpcheck.ops import session_op
+from dcpcheck.ops.session_cases import SearchAsked, SearchDone, SessionCases
 
 INTERNAL_ERROR_CASE = "dcpcheck-internal-error"
 """The ``scenario`` of the error record a run that stopped on dcpcheck's own error gets:
@@ -64,35 +58,39 @@ class Session:
     ``on_warning`` hears the one warning a HOME that cannot be written costs.
     """
 
-    kernel: KernelUnderTest
+    kernel: Any  # the op's kernel, or a CaseRunner (``session_cases``)
     config: RunConfig
     backend: Backend
     home: Path | None = None
     on_warning: Callable[[str], None] = _ignore
     saved: dict[tuple[str, int], Path] = field(default_factory=dict)
     _saving: bool = field(default=True, init=False)  # until HOME turns out unwritable
+    _op: SessionCases = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._op = session_op().session_cases()
 
     def cases(
         self,
-        scenarios: Sequence[Scenario],
+        scenarios: Sequence[Any],
         on_result: Callable[[CaseResult], None] = _ignore,
     ) -> list[CaseResult]:
-        """Every case of ``scenarios`` (``runner.run``), each failing one saved as it lands;
-        their Triton binaries compiled ahead, on threads (``compile_ahead``)."""
+        """Every case of ``scenarios`` (the op's ``run``), each failing one saved as it
+        lands; their Triton binaries compiled ahead, on threads (``compile_ahead``)."""
         by_name = {scenario.name: scenario for scenario in scenarios}
 
         def landed(result: CaseResult) -> None:
             self._save_if_failed(by_name[result.scenario], result)
             on_result(result)
 
-        compile_ahead(self.kernel, scenarios, self.config, self.backend)
-        return run(self.kernel, scenarios, self.config, self.backend, on_result=landed)
+        self._op.compile_ahead(self.kernel, scenarios, self.config, self.backend)
+        return self._op.run(self.kernel, scenarios, self.config, self.backend, landed)
 
-    def case(self, scenario: Scenario, dcp_size: int) -> CaseResult:
+    def case(self, scenario: Any, dcp_size: int) -> CaseResult:
         """One case of ``scenario`` at ``dcp_size`` (with its own DCP1 baseline), saved if
         it fails: a pytest item."""
         config = dataclasses.replace(self.config, dcp_sizes=(dcp_size,))
-        (result,) = run_scenario(self.kernel, scenario, config, self.backend)
+        (result,) = self._op.run_scenario(self.kernel, scenario, config, self.backend)
         self._save_if_failed(scenario, result)
         return result
 
@@ -101,17 +99,17 @@ class Session:
         return token_stream_case(self.kernel, self.config, self.backend)
 
     def search(
-        self, config: search.SearchConfig, on_example: Callable[[int], None] = _ignore
-    ) -> search.SearchResult:
-        """The property search; it saves its own shrunk failure under ``config.home``."""
-        return search.search(self.kernel, config, self.backend, on_example=on_example)
+        self, config: SearchAsked, on_example: Callable[[int], None] = _ignore
+    ) -> SearchDone:
+        """The property search; it saves its own shrunk failure under its HOME."""
+        return self._op.search(self.kernel, config, self.backend, on_example)
 
-    def _save_if_failed(self, scenario: Scenario, result: CaseResult) -> None:
+    def _save_if_failed(self, scenario: Any, result: CaseResult) -> None:
         if not result.failed or self.home is None or not self._saving:
             return
         try:
             path = save_failed_case(
-                with_effective_ds_mla_scale(scenario, self.config, self.kernel),
+                self._op.as_run(scenario, self.config, self.kernel),
                 result,
                 self.config,
                 self.home,
@@ -127,15 +125,15 @@ class Session:
 
 def failure_phrase(result: CaseResult) -> str:
     """What failed, as the property search words it; a crash or timeout by its reason."""
-    phrases = search.failure_summary([result])
+    phrases = session_op().session_cases().failure_summary([result])
     return phrases[0] if phrases else f"DCP{result.dcp_size}: {result.status} ({result.error})"
 
 
-def save_failed_case(scenario: Scenario, result: CaseResult, config: RunConfig, home: Path) -> Path:
+def save_failed_case(scenario: Any, result: CaseResult, config: RunConfig, home: Path) -> Path:
     """Save the failing case under ``home/failures/`` with the seed and DCP size it ran at,
-    so ``dcpcheck repro FILE`` replays exactly it. ``scenario`` is the one that ran, its
-    fp8_ds_mla tile-scale rule resolved (``runner.with_effective_ds_mla_scale``), so the
-    file names that rule. ``OSError`` if ``home`` cannot be written."""
+    so ``dcpcheck repro FILE`` replays exactly it. ``scenario`` is the one that ran, every
+    rule the run resolves written in (the op's ``as_run``: the fused op's fp8_ds_mla
+    tile-scale rule), so the file names them. ``OSError`` if ``home`` cannot be written."""
     seed = scenario.seed if config.seed is None else config.seed
     case = dataclasses.replace(scenario, dcp_sizes=(result.dcp_size,), seed=seed)
     description = (
@@ -144,16 +142,17 @@ def save_failed_case(scenario: Scenario, result: CaseResult, config: RunConfig, 
         f"<this file> --kernel {config.kernel_name}{config.oracle_flag}"
     )
     stem = f"{scenario.name}-{files.kernel_slug(config.kernel_name)}-dcp{result.dcp_size}"
-    return files.save_failure(case, stem, description, home / files.FAILURES_DIR, scenario_to_toml)
+    to_toml = session_op().scenario_to_toml
+    return files.save_failure(case, stem, description, home / files.FAILURES_DIR, to_toml)
 
 
 @dataclass(frozen=True)
 class RunPlan:
     """What a whole run does, in order: named scenarios, token streams, property search."""
 
-    scenarios: Sequence[Scenario]
+    scenarios: Sequence[Any]  # the op's scenarios
     token_streams: bool = True
-    search: search.SearchConfig | None = None
+    search: SearchAsked | None = None
 
 
 @dataclass
@@ -161,7 +160,7 @@ class RunOutcome:
     """What a run did. ``partial``: it did not finish (``stopped`` or ``internal_error``)."""
 
     results: list[CaseResult]  # named cases, then the token-stream case
-    searched: search.SearchResult | None = None
+    searched: SearchDone | None = None
     named_seconds: float = 0.0
     stopped: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM turned into one
     internal_error: CaseResult | None = None  # dcpcheck's own error, as an error record

@@ -59,13 +59,13 @@ from dcpcheck.ops.fused_norm_rope.case import (
 )
 from dcpcheck.ops.fused_norm_rope.contract import Kernel
 from dcpcheck.ops.fused_norm_rope.runner import (
-    CaseRunner,
     KernelUnderTest,
     case_not_applicable,
     not_applicable_results,
     with_effective_ds_mla_scale,
 )
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
+from dcpcheck.ops.session_cases import CaseRunner
 
 COMPILE_THREADS = 8
 """Threads Triton compiles on (at most, and at most the CPUs): on the H200's 16 cores,

@@ -8,8 +8,8 @@ the kernel, but whether a case passes never rests on it (``check_case``;
 ``checks.TokenEncodings`` says where it still names the token a stray write holds).
 
 The kernel under test is either a protocol ``Kernel``, run in this process, or a
-:class:`CaseRunner` (``dcpcheck.harness.isolation.IsolatedKernel``) that runs each whole
-case in a worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
+``session_cases.CaseRunner`` (``dcpcheck.harness.isolation.IsolatedKernel``) that runs
+each whole case in a worker process and hands back its ``CaseResult`` s. ``run_scenario`` and
 ``dcpcheck.e2e.stream_case.token_stream_case`` take either, so every caller (the run, the
 property search) gets isolation without knowing about it.
 
@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 import torch
 
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import (
+    OWNERSHIP_SHAPES,
     CaseResult,
     Finding,
     KernelError,
@@ -57,6 +58,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
 from dcpcheck.ops.fused_norm_rope.input_snapshot import snapshot_inputs
 from dcpcheck.ops.fused_norm_rope.limitations import apply_limitations
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
+from dcpcheck.ops.session_cases import CaseRunner
 
 
 def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
@@ -111,24 +113,6 @@ def with_effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: o
     if scenario.ds_mla_scale is rule:
         return scenario
     return dataclasses.replace(scenario, ds_mla_scale=rule)
-
-
-@runtime_checkable
-class CaseRunner(Protocol):
-    """A kernel under test that runs whole cases elsewhere and returns their verdicts
-    (``dcpcheck.harness.isolation.IsolatedKernel``: a worker process)."""
-
-    def run_cases(self, scenario: Scenario, config: RunConfig) -> Iterator[CaseResult]:
-        """What ``run_scenario`` yields for this kernel, one result per DCP size."""
-        ...
-
-    def run_token_streams(self, config: RunConfig) -> CaseResult:
-        """What ``dcpcheck.e2e.stream_case.token_stream_case`` returns for this kernel."""
-        ...
-
-    def compile_ahead(self, scenarios: Sequence[Scenario], config: RunConfig) -> None:
-        """``compile_ahead`` where the cases will run."""
-        ...
 
 
 KernelUnderTest = Kernel | CaseRunner
@@ -189,7 +173,7 @@ def launch_all(kernel: Kernel, case: Case) -> list[Finding]:
 
 def _ownership_shapes(case: Case) -> dict[str, int]:
     """How many rank launches saw an all-negative, mixed or fully-owned slot mapping."""
-    shapes = {"all_negative": 0, "mixed": 0, "fully_owned": 0}
+    shapes = dict.fromkeys(OWNERSHIP_SHAPES, 0)
     real = case.mappings.owner >= 0
     for rank in range(case.dcp_size):
         owned = (case.mappings.per_rank[rank] >= 0) & real

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.seeded_draws import seed_alone
-from dcpcheck.cases.verdicts import CaseResult, RunConfig
+from dcpcheck.cases.verdicts import CaseResult, RunConfig, ownership_totals
 from dcpcheck.ops.fused_norm_rope.contract import PRESETS, SMALL_PRESETS, DsMlaScale, Kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario, with_effective_ds_mla_scale
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
@@ -58,9 +58,6 @@ if TYPE_CHECKING:
 
 DEFAULT_SEED = 0
 """Hypothesis seed of a run without ``--seed``: every such run draws the same scenarios."""
-
-OWNERSHIP_SHAPES = ("all_negative", "mixed", "fully_owned")
-"""Keys of ``CaseResult.ownership``: rank launches by the shape of their slot mapping."""
 
 BATCHED_SCENARIOS_MAX = 32
 """Scenarios one example may launch together (``strategies.examples``), every profile: a
@@ -159,6 +156,14 @@ class SearchConfig:
         return self.profile.examples if self.examples is None else self.examples
 
     @property
+    def profile_name(self) -> str:
+        return self.profile.name
+
+    @property
+    def seed_used(self) -> int:
+        return DEFAULT_SEED if self.seed is None else self.seed
+
+    @property
     def failures_dir(self) -> Path:
         return self.home / files.FAILURES_DIR
 
@@ -189,6 +194,17 @@ class SearchResult:
     @property
     def passed(self) -> bool:
         return self.shrunk is None
+
+    @property
+    def shrunk_summary(self) -> str:
+        """The shrunk failure's requests, tokens, padding and DCP sizes ("" if it passed)."""
+        if self.shrunk is None:
+            return ""
+        batch = self.shrunk.batch
+        return (
+            f"{len(batch.requests)} request(s), {batch.num_real_tokens} token(s) + "
+            f"{batch.padding} padding, DCP {', '.join(map(str, self.shrunk.dcp_sizes))}"
+        )
 
     @property
     def examples_per_second(self) -> float:
@@ -226,15 +242,6 @@ def failure_summary(results: list[CaseResult]) -> list[str]:
                 checks.append(f"{c.check} on {fields} (first: {where}{token})")
             phrases.append(f"DCP{r.dcp_size}: " + "; ".join(checks))
     return phrases
-
-
-def ownership_totals(results: list[CaseResult]) -> dict[str, int]:
-    """Rank launches by slot-mapping shape (``OWNERSHIP_SHAPES``), summed over ``results``."""
-    totals = dict.fromkeys(OWNERSHIP_SHAPES, 0)
-    for r in results:
-        for shape, count in r.ownership.items():
-            totals[shape] += count
-    return totals
 
 
 def failed_check_names(results: list[CaseResult]) -> tuple[str, ...]:

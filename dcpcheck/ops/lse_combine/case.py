@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dcpcheck.cases.collectives import run_ranks
 from dcpcheck.cases.scenario_files import batch_rows, requests_in_words
-from dcpcheck.ops.lse_combine.collectives import run_ranks
 from dcpcheck.ops.lse_combine.contract import CombineInputs, CombineKernel, Merged
 from reference import lse_combine as oracle
 

@@ -19,7 +19,8 @@ A rank's inputs:
   ``query_start_loc`` (int32 ``[requests + 1]``): passed by callers that let the merge
   mask empty shards, ``None`` by those that do not. Rows from ``query_start_loc[-1]`` on
   are CUDA-graph padding: what the merge leaves there is never read.
-* ``group``: the DCP group (``Group``), its rank and size, its collectives.
+* ``group``: the DCP group (``dcpcheck.cases.collectives.Group``), its rank and size,
+  its collectives.
 * ``return_lse``: return the merged LSE of the rank's heads (in the declared base) too.
 
 What every row must become is ``reference.lse_combine.merge`` of the partials, which is
@@ -30,35 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
-
-class Group(Protocol):
-    """The collectives a merge may use, as vLLM's ``GroupCoordinator`` names them. Every
-    rank of the group must make the same calls in the same order."""
-
-    world_size: int
-    rank_in_group: int
-
-    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        """Every rank's ``tensor`` concatenated along ``dim``, in rank order."""
-        ...
-
-    def reduce_scatter(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        """The ranks' ``tensor`` summed, and this rank's ``1 / world_size`` slice of it
-        along ``dim``."""
-        ...
-
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The ranks' ``tensor`` summed."""
-        ...
-
-    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Slice ``s`` of dim 0 of every rank's ``tensor`` to rank ``s``: the result's
-        slice ``r`` is what rank ``r`` sent this rank."""
-        ...
+from dcpcheck.cases.collectives import Group
 
 
 @dataclass(frozen=True)

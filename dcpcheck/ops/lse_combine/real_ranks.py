@@ -1,6 +1,7 @@
 """The merge on real ranks: one process per rank over torch.distributed (gloo on the CPU),
-each running its own rank's merge of every case with a ``collectives.TorchGroup``, as a
-deployment does, where the simulated group runs them as threads of one process.
+each running its own rank's merge of every case with a
+``dcpcheck.cases.collectives.TorchGroup``, as a deployment does, where the simulated
+group runs them as threads of one process.
 
 Every process builds the same case (the partials are the oracle's, from the scenario's
 seed), runs its own rank's merge, and the ranks' results are gathered to every process, so
@@ -41,8 +42,8 @@ def _launch_real(kernel, case) -> list:
     results gathered (``runner.Launch``)."""
     import torch.distributed as dist
 
+    from dcpcheck.cases.collectives import TorchGroup
     from dcpcheck.ops.lse_combine.case import rank_inputs
-    from dcpcheck.ops.lse_combine.collectives import TorchGroup
 
     group = TorchGroup()
     mine = kernel(rank_inputs(case, group))

@@ -4,7 +4,8 @@ reduce-scatter by heads; every release) and ``dcp_a2a_lse_reduce`` (an all-to-al
 partials and their LSEs, then a Triton merge of each rank's heads; from 0.18.0, in
 ``vllm/v1/attention/ops/dcp_alltoall.py``, and with ``dcp.py`` from 0.29.0). The
 all-to-all calls ``torch.distributed.all_to_all_single`` on its group's
-``device_group``, which ``collectives.TorchDistributed`` answers over the case's group.
+``device_group``, which ``dcpcheck.cases.collectives.TorchDistributed`` answers over the
+case's group.
 
 ``cp_lse_ag_out_rs``'s file moved: ``vllm/attention/ops/common.py`` (0.10.2 - 0.13.x),
 ``vllm/v1/attention/ops/common.py`` (0.14.0 - 0.28.x), ``vllm/v1/attention/ops/dcp.py``
@@ -50,11 +51,11 @@ import triton.language as tl
 
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.adapters.shims.vllm import jit_warmup, workspace
+from dcpcheck.cases.collectives import TorchDistributed
 from dcpcheck.kernels.loading import definitions_alone
 from dcpcheck.op_registry import LSE_COMBINE, OPS
 from dcpcheck.ops.lse_combine import vllm_attention, vllm_state_merge
 from dcpcheck.ops.lse_combine.case import CombineBatch
-from dcpcheck.ops.lse_combine.collectives import TorchDistributed
 from dcpcheck.ops.lse_combine.contract import CombineInputs, Merged
 
 MEMBERS = tuple(

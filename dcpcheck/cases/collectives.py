@@ -1,5 +1,9 @@
-"""A DCP group's collectives simulated in one process: every rank's merge runs in a
-thread of its own, and the threads meet in the collectives as ranks do.
+"""A DCP group's collectives (:class:`Group`, as the merge of partial attentions and the
+tiny model's decode use them), simulated in one process (:func:`run_ranks`) or over a
+torch.distributed process group (:class:`TorchGroup`).
+
+Simulated, every rank's work runs in a thread of its own, and the threads meet in the
+collectives as ranks do.
 
 One rank runs at a time: a rank holds the group's lock while it computes and lets it go
 only while it waits in a collective, so the kernels of the ranks never run at once (Triton's
@@ -18,11 +22,37 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 T = TypeVar("T")
+
+
+class Group(Protocol):
+    """The collectives a merge may use, as vLLM's ``GroupCoordinator`` names them. Every
+    rank of the group must make the same calls in the same order."""
+
+    world_size: int
+    rank_in_group: int
+
+    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        """Every rank's ``tensor`` concatenated along ``dim``, in rank order."""
+        ...
+
+    def reduce_scatter(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        """The ranks' ``tensor`` summed, and this rank's ``1 / world_size`` slice of it
+        along ``dim``."""
+        ...
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The ranks' ``tensor`` summed."""
+        ...
+
+    def all_to_all(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Slice ``s`` of dim 0 of every rank's ``tensor`` to rank ``s``: the result's
+        slice ``r`` is what rank ``r`` sent this rank."""
+        ...
 
 
 class CollectiveError(RuntimeError):

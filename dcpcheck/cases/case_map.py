@@ -2,21 +2,18 @@
 the ownership code and the (check, field) pairs some finding marks there.
 
 ``dcpcheck.output.ownership_map`` draws this as a PNG and ``dcpcheck.output.map_page``
-as HTML; both read the same ``CaseMap``, built once per case by ``build_case_map``.
+as HTML; both read the same ``CaseMap``, built once per case by ``build_case_map``. What
+is the op's own (its slot mappings, its field rows, how its scenario's layout reads) the
+op gives: its package's ``case_maps`` module (``OpPackage.case_map``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dcpcheck.cases.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING, slot_mappings
+from dcpcheck.cases.dcp import FOREIGN, OWNED, OWNERSHIP_NAMES, PADDING, SlotMappings
 from dcpcheck.cases.verdicts import CaseResult, format_finding
-from dcpcheck.ops.fused_norm_rope.checks import OUTPUT_FIELDS
-from dcpcheck.ops.fused_norm_rope.scenario import Scenario
-
-MAP_ROWS = (*OUTPUT_FIELDS, "topk_indices", "mla_cache", "index_cache")
-"""Field rows under each rank, in this order (``index_*`` rows only on indexer layers);
-a finding's row is its field up to the first dot."""
 
 
 def _row_of(field: str) -> str:
@@ -28,7 +25,8 @@ class CaseMap:
     """What one case's map shows: ownership and findings per (rank, token)."""
 
     result: CaseResult
-    scenario: Scenario
+    description: str  # the scenario's
+    layout: str  # its batch and cache layout in words, under the map
     ownership: tuple[tuple[int, ...], ...]  # [rank][token] OWNED / FOREIGN / PADDING
     positions: tuple[int, ...]
     rows: tuple[str, ...]  # field rows under each rank's ownership row
@@ -73,13 +71,18 @@ class CaseMap:
         return lines
 
 
-def build_case_map(result: CaseResult, scenario: Scenario) -> CaseMap:
-    """The map of ``result``, a run of ``scenario`` at ``result.dcp_size``."""
-    dcp = result.dcp_size
-    mappings = slot_mappings(scenario.batch, scenario.layout(dcp), scenario.block_tables(dcp))
-    ownership = tuple(tuple(mappings.ownership(rank).tolist()) for rank in range(dcp))
-    on_layer = {"index_k_out", "index_cache"} if scenario.has_indexer else set()
-    rows = [r for r in MAP_ROWS if not r.startswith("index_") or r in on_layer]
+def build_case_map(
+    result: CaseResult,
+    mappings: SlotMappings,
+    rows: Sequence[str],
+    description: str,
+    layout: str,
+) -> CaseMap:
+    """The map of ``result``, a case whose ranks' slot mappings are ``mappings``: the
+    op's field ``rows`` under each rank, in order, then the row of any other field a
+    finding names (a finding's row is its field up to the first dot)."""
+    ownership = tuple(tuple(mappings.ownership(rank).tolist()) for rank in range(result.dcp_size))
+    rows = list(rows)
     marks: dict[tuple[int, int], list[tuple[str, str]]] = {}
     unplaced = []
     for check in result.checks:
@@ -94,7 +97,8 @@ def build_case_map(result: CaseResult, scenario: Scenario) -> CaseMap:
                 marks.setdefault((finding.rank, token), []).append((check.check, finding.field))
     return CaseMap(
         result=result,
-        scenario=scenario,
+        description=description,
+        layout=layout,
         ownership=ownership,
         positions=tuple(mappings.positions.tolist()),
         rows=tuple(rows),
