@@ -12,6 +12,9 @@ LSE_COMBINE = "lse-combine"
 SPARSE_TOPK_REMAP = "sparse-topk-remap"
 RESHAPE_AND_CACHE_FLASH = "reshape-and-cache-flash"
 
+DEFAULT_OP = FUSED_NORM_ROPE
+"""The op ``mutate``, ``bisect`` and the pytest plugin judge when ``--op`` names none."""
+
 
 PACKAGE_RUN_OPTIONS = frozenset(
     {

@@ -295,9 +295,11 @@ OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
 OP_NAME_CONSTANTS = {
     name: value
     for name, value in vars(op_registry).items()
-    if isinstance(value, str) and value in OPS
+    if isinstance(value, str) and value in OPS and name != "DEFAULT_OP"
 }
-"""The registry's constants that hold an op's name (``SLOT_MAPPING``), by name."""
+"""The registry's constants that name an op (``SLOT_MAPPING``), by name. ``DEFAULT_OP`` is
+not one: it is the registry's choice of the op a command judges when none is named, and
+a module reading it works whichever op the registry makes the default."""
 
 
 def op_names_named(module: str, tree: ast.Module, is_package: bool) -> set[str]:
@@ -329,14 +331,8 @@ def op_package_name(op: str) -> str:
 
 
 OP_NAMES_NAMED: dict[str, set[str]] = {
-    # the fused op as the default of the command line, the plugin, bisect and mutate
-    "dcpcheck.cases.options": {"FUSED_NORM_ROPE"},
-    "dcpcheck.cli.bisecting": {"FUSED_NORM_ROPE"},
-    "dcpcheck.cli.mutating": {"FUSED_NORM_ROPE"},
     "dcpcheck.cli.ranks": {"FUSED_NORM_ROPE"},  # the fused op's rank processes
-    "dcpcheck.cli.run": {"FUSED_NORM_ROPE"},
     "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
-    "dcpcheck.workflows.bisection": {"FUSED_NORM_ROPE"},
     # the decode chain's stages, named as the ops they run
     "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"', "FUSED_NORM_ROPE"},
 }

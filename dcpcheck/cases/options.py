@@ -20,7 +20,7 @@ from typing import Any
 
 from dcpcheck import files
 from dcpcheck.cases.limits import SEED_MAX, TIMEOUT_MAX_S
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.op_registry import DEFAULT_OP, OPS
 
 PYTEST_PREFIX = "--dcpcheck-"
 """The pytest plugin spells option ``NAME`` as ``--dcpcheck-NAME``."""
@@ -109,8 +109,8 @@ OPTIONS: dict[str, Option] = _options(
         choices=tuple(OPS),
         variants={
             "pytest": {
-                "default": FUSED_NORM_ROPE,
-                "help": "The op the kernel implements (default fused-norm-rope; as `dcpcheck "
+                "default": DEFAULT_OP,
+                "help": f"The op the kernel implements (default {DEFAULT_OP}; as `dcpcheck "
                 "run --op`).",
             }
         },

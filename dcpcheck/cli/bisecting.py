@@ -11,7 +11,7 @@ from rich.markup import escape
 from dcpcheck.cli import options
 from dcpcheck.cli.common import InputError
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.op_registry import DEFAULT_OP, OPS
 from dcpcheck.output.console import out
 from dcpcheck.workflows import bisection
 
@@ -68,7 +68,7 @@ from dcpcheck.workflows import bisection
 @click.option(
     "--op",
     type=click.Choice(list(OPS)),
-    default=FUSED_NORM_ROPE,
+    default=DEFAULT_OP,
     show_default=True,
     help="The op the kernel implements (`dcpcheck list ops`).",
 )

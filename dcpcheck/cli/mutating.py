@@ -24,7 +24,7 @@ from dcpcheck.mutation import equivalents, report, selection
 from dcpcheck.mutation.equivalents import EquivalentsError
 from dcpcheck.mutation.operators import OPERATORS
 from dcpcheck.mutation.runner import Gate, GateError
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.op_registry import DEFAULT_OP, OPS
 from dcpcheck.ops import package
 from dcpcheck.output.console import err, out
 
@@ -63,7 +63,7 @@ def _check_reports(
 @click.option(
     "--op",
     type=click.Choice(list(OPS)),
-    default=FUSED_NORM_ROPE,
+    default=DEFAULT_OP,
     show_default=True,
     help="The op whose gate judges the mutants.",
 )

@@ -40,8 +40,7 @@ from dcpcheck.cli.kernel_process import (
 )
 from dcpcheck.distributed.group import DEFAULT_RANK_TIMEOUT_S
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
-from dcpcheck.op_registry import FUSED_NORM_ROPE
-from dcpcheck.ops import package, runner_ops
+from dcpcheck.ops import runner_ops, session_op
 from dcpcheck.output.console import err, out, print_results, print_search, print_stats
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import (
@@ -123,9 +122,9 @@ def run_command(
 
     A failing named-scenario case is saved too, as a scenario file under HOME/failures/
     (its seed and DCP size baked in) that `dcpcheck repro` replays."""
-    if op not in (None, FUSED_NORM_ROPE):
+    fused = session_op()
+    if op not in (None, fused.name):
         raise SystemExit(op_run.run_op(ctx))
-    fused = package(FUSED_NORM_ROPE)
     every_op = op is None and _is_the_gate(ctx)
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
     if launcher == "torchrun":
@@ -134,7 +133,7 @@ def run_command(
         raise InputError("--rank-timeout needs --launcher torchrun")
     if property_only and patterns:
         raise InputError("--scenario and --property-only exclude each other")
-    timeout = case_timeout_for(FUSED_NORM_ROPE, kernel_name, isolate, case_timeout, sanitize)
+    timeout = case_timeout_for(fused.name, kernel_name, isolate, case_timeout, sanitize)
     preflight.check_report_paths(json_path, junit_path)
     if report_dir is not None:
         preflight.check_report_dir(report_dir)
@@ -169,7 +168,7 @@ def run_command(
     plan = RunPlan(scenarios, token_streams=not no_tokens, search=search_config)
     preflight.check_sanitizer(sanitize, backend)
     paths = (json_path, junit_path)
-    loading = kernel_under_test(FUSED_NORM_ROPE, kernel_name, adapter, backend, timeout, sanitize)
+    loading = kernel_under_test(fused.name, kernel_name, adapter, backend, timeout, sanitize)
     with _reported_if_stopped(loading, config, backend, paths) as kernel:
         session = Session(kernel, config, backend, home, on_warning=warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
@@ -177,14 +176,14 @@ def run_command(
                 session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
             )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
-        judged = kernel_files(FUSED_NORM_ROPE, kernel_name)
+        judged = kernel_files(fused.name, kernel_name)
         others = _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast)
         reported, partial = [*outcome.reported], outcome.partial
         for cases in others.values():
             reported += cases.results
             judged = (*judged, *cases.kernel_files)
             partial = partial or cases.stopped is not None
-        ops = ",".join([FUSED_NORM_ROPE, *others])
+        ops = ",".join([fused.name, *others])
         _write_reports(reported, config, backend, paths, partial, searched, judged, ops)
     if scenarios:
         shown = [*outcome.results, *(r for cases in others.values() for r in cases.results)]
@@ -320,13 +319,14 @@ def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> 
 
 
 def _write_reports(
-    results, config, backend, paths, partial, searched, judged, op=FUSED_NORM_ROPE
+    results, config, backend, paths, partial, searched, judged, op: str | None = None
 ) -> None:
     """Both reports (``report.write_reports``) at ``paths`` (JSON, JUnit) of ``op`` (the
-    ops, comma-separated, of a run of several). Their paths were tried before any work,
-    so failing now means the disk changed under the run (full, unmounted): one line,
-    exit 2."""
-    options = {"partial": partial, "searched": searched, "kernel_files": judged, "op": op}
+    ops, comma-separated, of a run of several; None: the session op alone). Their paths
+    were tried before any work, so failing now means the disk changed under the run
+    (full, unmounted): one line, exit 2."""
+    ops = session_op().name if op is None else op
+    options = {"partial": partial, "searched": searched, "kernel_files": judged, "op": ops}
     try:
         write_reports(results, config, backend, *paths, **options)
     except ReportNotWritten as exc:
@@ -362,8 +362,8 @@ def repro_command(
         options.refuse_untaken(ctx, named, "repro", refusal)
         raise SystemExit(op_run.repro_op(named, file, kernel_name, dcp_text, device, json_path))
     dcp_sizes = parse_dcp_sizes(dcp_text) if dcp_text is not None else None
-    timeout = case_timeout_for(FUSED_NORM_ROPE, kernel_name, isolate, case_timeout, sanitize)
-    fused = package(FUSED_NORM_ROPE)
+    fused = session_op()
+    timeout = case_timeout_for(fused.name, kernel_name, isolate, case_timeout, sanitize)
     try:
         scenario = fused.load_scenario(file)
     except ScenarioError as exc:
@@ -380,7 +380,7 @@ def repro_command(
     announce_oracle(oracle == "on")
     preflight.check_sanitizer(sanitize, backend)
     outcomes: list[RunOutcome] = []
-    loading = kernel_under_test(FUSED_NORM_ROPE, kernel_name, adapter, backend, timeout, sanitize)
+    loading = kernel_under_test(fused.name, kernel_name, adapter, backend, timeout, sanitize)
     with _reported_if_stopped(loading, config, backend, (json_path, None)) as kernel:
         session = Session(kernel, config, backend)  # a replay saves nothing new
         while len(outcomes) < runs and not (outcomes and outcomes[-1].partial):
@@ -395,7 +395,7 @@ def repro_command(
     print_results(shown.results)
     if json_path is not None:  # the run shown; a broken or stopped last one marks it partial
         partial = outcomes[-1].partial
-        judged = kernel_files(FUSED_NORM_ROPE, kernel_name)
+        judged = kernel_files(fused.name, kernel_name)
         _write_reports(shown.reported, config, backend, (json_path, None), partial, None, judged)
     if outcomes[-1].internal_error is not None:  # a broken run ends the loop: the last
         raise _internal_failure(outcomes[-1], json_path, None)

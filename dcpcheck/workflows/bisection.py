@@ -57,7 +57,7 @@ import dcpcheck
 from dcpcheck.cases.verdicts import Finding, format_finding
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_KERNEL_LOAD, EXIT_OK, EXIT_USAGE
 from dcpcheck.kernels import releases
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.op_registry import DEFAULT_OP, OPS
 
 """``dcpcheck run``'s exit codes (dcpcheck.cli), the interface this module reads."""
 
@@ -91,7 +91,7 @@ class RunOptions:
     scenario_dir: Path | None = None
     fail_fast: bool = True
     timeout_s: float = 600.0
-    op: str = FUSED_NORM_ROPE
+    op: str = DEFAULT_OP
 
     def _options(self, kernel: str) -> list[str]:
         """``run``'s arguments for ``kernel`` under these options (no device, no reports).
@@ -428,7 +428,7 @@ def check_release(version: str, function: str, options: RunOptions, workdir: Pat
     return _run_verdict(release, f"vllm=={version}:{function}", options, workdir)
 
 
-def check_versions(texts: Sequence[str], op: str = FUSED_NORM_ROPE) -> list[str]:
+def check_versions(texts: Sequence[str], op: str = DEFAULT_OP) -> list[str]:
     """``--releases`` as normalised versions, checked before any run: each a version, none
     twice, oldest first, and each known (its ``op`` file cached, else the version
     published by the package index, which is asked only then; a cached release without
