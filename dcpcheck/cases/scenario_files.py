@@ -104,6 +104,18 @@ def op_of(path: Path) -> str | None:
     return op if isinstance(op, str) else None
 
 
+def read_toml(path: Path, where: str) -> dict[str, Any]:
+    """The TOML table of the scenario file ``path``; ``ScenarioError`` of one line naming
+    it as ``where`` when it is no file or no TOML."""
+    if not path.is_file():
+        raise ScenarioError(f"{where}: no such scenario file")
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
+
+
 def read_op_scenario(path: Path, keys: dict[str, Key], op: str) -> dict[str, Any]:
     """The keys of an op package's scenario file, read strictly, with what every op's file
     must say checked: the ``op``, a ``name`` that is a valid name, a ``description`` that
@@ -111,14 +123,7 @@ def read_op_scenario(path: Path, keys: dict[str, Key], op: str) -> dict[str, Any
     keys. ``ScenarioError`` of one line naming the file (and the key) otherwise."""
     path = Path(path)
     where = str(path)
-    if not path.is_file():
-        raise ScenarioError(f"{where}: no such scenario file")
-    try:
-        with path.open("rb") as file:
-            table = tomllib.load(file)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
-    values = read_table(table, keys, where, ScenarioError)
+    values = read_table(read_toml(path, where), keys, where, ScenarioError)
 
     def fail(key: str, problem: str) -> None:
         raise ScenarioError(f"{where}: key '{key}': {problem}")

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +76,7 @@ from dcpcheck.cases.scenario_files import (
     ScenarioError,
     display_path,
     load_named,
+    read_toml,
     scenario_files,
     shipped_scenarios,
     where_of,
@@ -396,13 +396,7 @@ def load_scenario(path: Path) -> Scenario:
     """
     path = Path(path)
     where = display_path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{where}: no such scenario file")
-    try:
-        with path.open("rb") as file:
-            table = tomllib.load(file)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{where}: invalid TOML: {error}") from None
+    table = read_toml(path, where)
 
     if table.get("op", FUSED_NORM_ROPE) != FUSED_NORM_ROPE:
         op = table["op"]
