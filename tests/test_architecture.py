@@ -331,7 +331,6 @@ def op_package_name(op: str) -> str:
 
 
 OP_NAMES_NAMED: dict[str, set[str]] = {
-    "dcpcheck.cli.ranks": {"FUSED_NORM_ROPE"},  # the fused op's rank processes
     "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
     # the decode chain's stages, named as the ops they run
     "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"', "FUSED_NORM_ROPE"},

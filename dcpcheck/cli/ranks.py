@@ -42,8 +42,7 @@ from dcpcheck.distributed.group import (
 from dcpcheck.distributed.ranks import distributed_sizes, run_distributed
 from dcpcheck.distributed.streams import compare_streams_distributed, streams_to_json
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_PEER_LOST
-from dcpcheck.op_registry import FUSED_NORM_ROPE
-from dcpcheck.ops import package
+from dcpcheck.ops import session_op
 from dcpcheck.output import console
 from dcpcheck.output.report import ReportNotWritten, write_reports
 from dcpcheck.workflows.session import RunOutcome
@@ -90,10 +89,10 @@ def run_command(
     rank_timeout_s,
 ) -> None:
     """`dcpcheck run` with this process as one rank; rank 0 prints the report."""
-    fused = package(FUSED_NORM_ROPE)
-    folder = fused.scenarios if scenario_dir is None else scenario_dir
+    judged = session_op()
+    folder = judged.scenarios if scenario_dir is None else scenario_dir
     try:
-        scenarios = fused.load_scenarios(list(patterns), folder)
+        scenarios = judged.load_scenarios(list(patterns), folder)
     except ScenarioError as exc:
         raise common.InputError(str(exc)) from None
     preflight.check_report_paths(json_path, junit_path)
@@ -103,7 +102,7 @@ def run_command(
     with _joined(device, rank_timeout_s, progress) as group:
         if group.is_root:
             common.announce_oracle(config.oracle)
-        kernel = loaded_here(FUSED_NORM_ROPE, kernel_name, adapter)
+        kernel = loaded_here(judged.name, kernel_name, adapter)
         started = time.perf_counter()
         results = run_distributed(kernel, scenarios, config, group, tokens=not no_tokens)
         if results is None:
@@ -117,8 +116,8 @@ def run_command(
                 json_path,
                 junit_path,
                 partial=False,
-                kernel_files=common.kernel_files(FUSED_NORM_ROPE, kernel_name),
-                op=FUSED_NORM_ROPE,
+                kernel_files=common.kernel_files(judged.name, kernel_name),
+                op=judged.name,
             )
         except ReportNotWritten as exc:
             raise common.InputError(str(exc)) from None
@@ -174,7 +173,7 @@ def hash_command(
         check_chain_sizes(stream_config, [group.world_size])
         fused, stages = chain_stages(kernel_name, adapter, stage_texts)
         chosen = adapter if fused.spec == kernel_name else "auto"
-        kernel = loaded_here(FUSED_NORM_ROPE, fused.spec, chosen)
+        kernel = loaded_here(fused.name, fused.spec, chosen)
         if group.rank == 0:
             print_chain(fused, stages)
         try:

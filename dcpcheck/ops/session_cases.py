@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dcpcheck.backend import Backend
     from dcpcheck.cases.verdicts import CaseResult, RunConfig
 
+
 @runtime_checkable
 class CaseRunner(Protocol):
     """A kernel under test that runs whole cases elsewhere and returns their verdicts
@@ -75,8 +76,9 @@ class RanksOfARun(Protocol):
 
 
 LaunchWatcher = ContextVar[Callable[[str, int, bool], None] | None]
-"""Where a sanitized worker hears each launch (kernel name, rank, whether it is the
-kernel's): compute-sanitizer's findings are then told apart by case and rank."""
+"""Who hears each rank's kernel call, as ``watcher(case_label, rank, started)`` right before
+(``started`` True) and right after it: a sanitized worker, so compute-sanitizer's findings
+are told apart by case and rank."""
 
 
 class SearchAsked(Protocol):

@@ -58,7 +58,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
 from dcpcheck.ops.fused_norm_rope.input_snapshot import snapshot_inputs
 from dcpcheck.ops.fused_norm_rope.limitations import apply_limitations
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
-from dcpcheck.ops.session_cases import CaseRunner
+from dcpcheck.ops.session_cases import CaseRunner, LaunchWatcher
 
 
 def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
@@ -138,9 +138,7 @@ def own_handles(buffers: Buffers) -> Buffers:
     return dataclasses.replace(buffers, **tensors)
 
 
-LAUNCH_WATCHER: ContextVar[Callable[[str, int, bool], None] | None] = ContextVar(
-    "LAUNCH_WATCHER", default=None
-)
+LAUNCH_WATCHER: LaunchWatcher = ContextVar("LAUNCH_WATCHER", default=None)
 """Called as ``watcher(case_label, rank, started)`` right before (``started`` True) and
 right after each rank's kernel call, when set: how a tool that watches the process from
 outside (compute-sanitizer, in the isolated worker) learns which case and rank each of its
