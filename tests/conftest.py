@@ -86,6 +86,17 @@ def registry_problem() -> str | None:
     return lines[-1] if lines else f"pip index exited {done.returncode}"
 
 
+@functools.cache
+def op_selftest(op: str):
+    """``package(op).selftest`` on this process's backend, run once for every test that
+    reads it: tests/test_op_contract.py reads every op's, an op's own test module may read
+    its op's. The same call on the same kernels and shipped scenarios gives the same
+    report, and no test changes a report it reads."""
+    from dcpcheck.ops import package
+
+    return package(op).selftest(BACKEND)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Check the launches the session made that the manifest does not list: each is
     compiled for every target here and fails the session unless it fits (the manifest's

@@ -5,6 +5,8 @@ mutant, scenario files, and the command line."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import math
 
@@ -241,6 +243,46 @@ def test_an_lse_of_zero_without_lengths_is_refused_as_no_merge_can_meet_it(tmp_p
         load_scenario(path)
 
 
+def _attention_key(inputs) -> bytes:
+    """A digest of everything an attention's result depends on: each tensor's dtype, shape
+    and bytes, the latent width and the scale."""
+    digest = hashlib.sha256(repr((inputs.kv_lora_rank, inputs.scale)).encode())
+    for tensor in (inputs.q, inputs.kv_cache, inputs.block_table, inputs.seq_lens):
+        digest.update(repr((tensor.dtype, tuple(tensor.shape))).encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.digest()
+
+
+@pytest.fixture(scope="module")
+def _attention_results() -> dict[bytes, tuple[torch.Tensor, torch.Tensor]]:
+    return {}
+
+
+@pytest.fixture
+def shared_attention(_attention_results, monkeypatch):
+    """For the test that asks: the project's decode attention (the partials of the
+    ``chain`` check) run once per distinct input over this module's searches. Every search
+    draws from the same seed, so the searches of different merges run the same first
+    examples and many of the same shrinking steps, whose attention inputs are the same
+    whatever merge follows; the attention is a deterministic function of its inputs, so a
+    repeated call gets copies of the first call's outputs. An attention mutant's own
+    attention is not shared."""
+    from dcpcheck.ops.lse_combine import attention
+
+    project = attention.mla_decode_attention
+
+    @functools.wraps(project)
+    def once(inputs):
+        key = _attention_key(inputs)
+        if key not in _attention_results:
+            out, lse = project(inputs)
+            _attention_results[key] = (out.clone(), lse.clone())
+        out, lse = _attention_results[key]
+        return out.clone(), lse.clone()
+
+    monkeypatch.setattr(attention, "mla_decode_attention", once)
+
+
 EVERY_MUTANT = (*mutants.MUTANTS, *map(mutants.ProducedBy, mutants.ATTENTION_MUTANTS))
 
 
@@ -249,7 +291,7 @@ def _mutant_id(mutant) -> str:
 
 
 @pytest.mark.parametrize("mutant", EVERY_MUTANT, ids=_mutant_id)
-def test_the_search_finds_and_shrinks_every_mutant(mutant):
+def test_the_search_finds_and_shrinks_every_mutant(mutant, shared_attention):
     outcome = package(LSE_COMBINE).search(mutant, _mutant_id(mutant), 60, DEVICE)
     assert not outcome.passed, f"{_mutant_id(mutant)} survived 60 examples"
     shrunk = outcome.failure
@@ -259,7 +301,7 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
         assert not shrunk.batch.base_e
 
 
-def test_the_search_passes_the_projects_merge():
+def test_the_search_passes_the_projects_merge(shared_attention):
     outcome = package(LSE_COMBINE).search(combine, "default", 30, DEVICE)
     assert outcome.passed and outcome.examples_run == 30
 
@@ -324,7 +366,9 @@ def test_all_to_all_single_over_the_simulated_group_sends_slice_r_to_rank_r():
     assert run_ranks(2, work) == [[0.0, 1.0, 10.0, 11.0], [2.0, 3.0, 12.0, 13.0]]
 
 
-def test_the_property_search_from_the_command_line_shrinks_and_saves_a_replay(tmp_path):
+def test_the_property_search_from_the_command_line_shrinks_and_saves_a_replay(
+    tmp_path, shared_attention
+):
     done = invoke(
         "run", "--op", "lse-combine", "--kernel", "mutant/base-ignored", "--property-only",
         "--examples", "40", "--home", str(tmp_path),

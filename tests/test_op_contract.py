@@ -29,7 +29,7 @@ from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.verdicts import CaseResult, SelftestReport
 from dcpcheck.op_registry import OPS as REGISTRY
 from dcpcheck.ops import OpPackage, package, runner_ops
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, op_selftest
 
 OPS = runner_ops()
 
@@ -76,14 +76,9 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-_REPORTS: dict[str, SelftestReport] = {}
-
-
 def selftest_of(op: str) -> SelftestReport:
-    """The op's selftest, run once for every test here that reads it."""
-    if op not in _REPORTS:
-        _REPORTS[op] = package(op).selftest(BACKEND)
-    return _REPORTS[op]
+    """The op's selftest, run once for every test that reads it (``op_selftest``)."""
+    return op_selftest(op)
 
 
 def cheapest(op: OpPackage) -> tuple[NamedBatch, int]:

@@ -12,12 +12,11 @@ import torch
 from dcpcheck.cases.scenario_files import ScenarioError
 from dcpcheck.cases.verdicts import Status
 from dcpcheck.op_registry import RESHAPE_AND_CACHE_FLASH
-from dcpcheck.ops import package
 from dcpcheck.ops.reshape_and_cache_flash import checks, kernel, mutants
 from dcpcheck.ops.reshape_and_cache_flash.case import CacheWriteBatch, build_case
 from dcpcheck.ops.reshape_and_cache_flash.scenario import load_scenario
 from reference import reshape_and_cache_flash as oracle
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, op_selftest
 
 CPU = torch.device("cpu")
 SMALL = CacheWriteBatch(((5, 3), (0, 2)), kv_heads=2, head_size=16, block_size=4, padding=1)
@@ -121,7 +120,7 @@ def test_an_all_padding_step_writes_nothing_and_a_clamping_kernel_is_caught():
 
 
 def test_the_selftest_through_the_generic_path_passes_the_kernel_and_catches_every_mutant():
-    report = package(RESHAPE_AND_CACHE_FLASH).selftest(BACKEND)
+    report = op_selftest(RESHAPE_AND_CACHE_FLASH)  # tests/test_op_contract.py's too
     assert report.default.status is Status.PASSED, report.default
     assert len(report.mutants) == len(mutants.MUTANTS)
     missed = [row.name for row in report.mutants if row.status is not Status.CAUGHT]
