@@ -126,6 +126,15 @@ def workspace_past_the_table(
     remap(replace(inputs, block_table=wider), out, counts)
 
 
+WORKSPACE_MUTANTS = (
+    workspace_rank_ignored,
+    workspace_start_of_the_next_request,
+    workspace_own_picks_only,
+    workspace_past_the_table,
+)
+"""The mutants that differ from the project's kernel only on a prefill chunk over the
+gathered workspace."""
+
 MUTANTS = (
     dcp_ignored,
     interleave_ignored,
@@ -134,8 +143,5 @@ MUTANTS = (
     last_tile_dropped,
     unused_read_as_token_zero,
     counts_of_the_row,
-    workspace_rank_ignored,
-    workspace_start_of_the_next_request,
-    workspace_own_picks_only,
-    workspace_past_the_table,
+    *WORKSPACE_MUTANTS,
 )
