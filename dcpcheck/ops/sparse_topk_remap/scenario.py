@@ -125,7 +125,8 @@ def _check(values: dict[str, Any], where: str) -> None:
         if not 0 <= values[key] <= topk:
             raise key_error(where, key, f"must be in 0..topk ({topk}), got {values[key]}")
     if values["unused"] + values["past_table"] > topk:
-        raise key_error(where, "past_table", f"with unused, must leave no more than topk ({topk})")
+        detail = f"with unused ({values['unused']}) must be at most topk ({topk})"
+        raise key_error(where, "past_table", detail)
     check_range(values, "earlier_entries", 0, EARLIER_ENTRIES_MAX, where)
     if not values["prefill"]:
         for key in ("past_table", "earlier_entries"):
