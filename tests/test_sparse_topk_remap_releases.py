@@ -184,8 +184,8 @@ def test_before_0_30_no_caller_passes_dcp_with_a_prefill_workspace():
 
 
 def test_the_prefill_calls_are_read_from_the_callers_file():
-    convert = release("vllm==0.34.0").caller_file
-    assert prefill_calls(convert) == (PrefillCall(997, True), PrefillCall(1089, False))
+    caller = release("vllm==0.34.0").caller_file
+    assert prefill_calls(caller) == (PrefillCall(997, True), PrefillCall(1089, False))
     assert prefill_calls(release("vllm==0.30.0").caller_file)[0] == PrefillCall(860, True)
     assert prefill_calls(release("vllm==0.29.0").caller_file) == (PrefillCall(694, False),)
 
