@@ -10,6 +10,17 @@ The slot is defined once, by the write side: :func:`reference.slot_mapping.slot_
 of a batch whose rows are the picked positions of one request, in a sharded cache group.
 So this oracle holds no formula of its own for where a token lies; if the read side and
 the write side disagreed, the read would be judged against what was written.
+
+**A prefill chunk over a gathered workspace.** With prefill context parallelism and DCP
+together, a prefill chunk attends the whole context, not one rank's shard: every rank
+copies its own tokens of each request of the chunk out of its cache into a shard of
+``rank_stride`` rows (request ``e``'s tokens from row ``starts[e]``, each at its local
+index on that rank: the slot the write side gives it with the blocks numbered in order),
+and the shards are gathered rank-major, rank ``r``'s from row ``r * rank_stride``. A pick
+``p`` of a row of request ``e`` is then row ``owner * rank_stride + starts[e] + local``
+of the gathered workspace, the same on every rank; ``-1`` for a pick of ``-1``, and for a
+pick whose local block lies past the rank's block table (the table holds ``table_width``
+blocks of ``block_size * dcp_size`` positions), a token no rank's cache can hold.
 """
 
 from __future__ import annotations
@@ -58,3 +69,31 @@ def owners(token_indices: torch.Tensor, dcp_size: int, interleave: int) -> torch
     """The rank that stores each pick (``-1`` for a pick of ``-1``), ``[rows, k]`` int64."""
     picks = token_indices.cpu().to(torch.int64)
     return torch.where(picks >= 0, owner_of(picks.clamp(min=0), dcp_size, interleave), -1)
+
+
+def workspace_rows(
+    request_ids: torch.Tensor,
+    starts: torch.Tensor,
+    token_indices: torch.Tensor,
+    rank_stride: int,
+    table_width: int,
+    block_size: int,
+    dcp_size: int,
+    interleave: int,
+) -> torch.Tensor:
+    """The row of the gathered prefill workspace that holds every pick (module docstring),
+    ``[rows, k]`` int64, ``-1`` for a pick of ``-1`` and for one past the block table.
+    ``request_ids[t]`` is row ``t``'s request, the index of its start in ``starts``; the
+    picks are ``token_indices`` (``[rows, k]``)."""
+    picks = token_indices.cpu().to(torch.int64)
+    rows = picks.shape[0]
+    held = (picks >= 0) & (picks < table_width * block_size * dcp_size)
+    picks = torch.where(held, picks, NO_SLOT).to(torch.int32)
+    start = starts.cpu().to(torch.int64)[request_ids.cpu().to(torch.int64)][:, None]
+    numbered = torch.arange(table_width, dtype=torch.int32)[None]  # block j at rows j * size
+    first = torch.zeros(rows, dtype=torch.int32)
+    out = torch.full(picks.shape, NO_SLOT, dtype=torch.int64)
+    for rank in range(dcp_size):
+        local = rank_slots(first, numbered, picks, block_size, dcp_size, rank, interleave)
+        out = torch.where(local >= 0, rank * rank_stride + start + local, out)
+    return out

@@ -57,6 +57,8 @@ BROKEN_DIRECTLY: dict[str, dict[str, str]] = {
         "guard": "test_sparse_topk_remap:"
         "test_guard_fails_a_write_past_the_last_row_and_a_modified_input",
         "read_write": "test_sparse_topk_remap:test_read_write_catches_every_reader_mutant",
+        "workspace": "test_sparse_topk_remap:"
+        "test_workspace_and_partition_fail_each_wrong_prefill_mapping",
     },
     "reshape-and-cache-flash": {
         check: "test_reshape_and_cache_flash:test_every_check_fails_on_a_kernel_broken_its_way"

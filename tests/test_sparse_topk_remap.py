@@ -74,16 +74,54 @@ def test_the_oracle_reads_what_the_write_side_wrote():
         assert bool((read[owned] >= 0).all()) and bool((read[~owned] == NO_SLOT).all())
 
 
+def test_the_workspace_oracle_gives_each_pick_its_gathered_row_worked_out_by_hand():
+    """Block size 4, two ranks, runs of 2, a table one block wide (8 positions): rank 0
+    stores 0 1 4 5 at local 0 1 2 3, rank 1 stores 2 3 6 7 at 0 1 2 3. The row's request is
+    entry 1, whose shard rows start at 6 in each rank's part of 10 rows: rank 0's tokens
+    at 6 + local, rank 1's at 10 + 6 + local. Position 8 is past the table."""
+    picks = torch.tensor([[0, 1, 2, 3, 4, 5, -1, 7, 8]], dtype=torch.int32)
+    rows = oracle.workspace_rows(torch.tensor([1]), torch.tensor([0, 6]), picks, 10, 1, 4, 2, 2)
+    assert rows.tolist() == [[6, 7, 16, 17, 8, 9, -1, 19, -1]]
+    # at DCP1 one part: the request's start plus the position; past 3 blocks of 4, -1
+    single = oracle.workspace_rows(
+        torch.tensor([0]), torch.tensor([3]),
+        torch.tensor([[0, 1, 2, 9, 12]], dtype=torch.int32), 10, 3, 4, 1, 2,
+    )  # fmt: skip
+    assert single.tolist() == [[3, 4, 5, 12, -1]]
+
+
+def test_the_workspace_oracle_puts_every_rank_share_where_its_shard_lands():
+    """Every position of a request, gathered from four ranks' shards (each the rank's
+    tokens in its local order, the write side's), is found once, in its owner's part."""
+    context, block, ranks, interleave = 300, 16, 4, 2
+    positions = torch.arange(context, dtype=torch.int32)[None]
+    width = -(-context // (block * ranks))
+    shard = int(slot_mapping.local_seq_lens(torch.tensor([context]), ranks, 0, interleave)[0])
+    rows = oracle.workspace_rows(
+        torch.tensor([0]), torch.tensor([0]), positions, shard, width, block, ranks, interleave
+    )[0]
+    owners = oracle.owners(positions, ranks, interleave)[0]
+    assert torch.equal(rows // shard, owners)
+    for rank in range(ranks):
+        local = rows[owners == rank] % shard
+        assert local.tolist() == list(range(int((owners == rank).sum())))
+
+
 # -- the project's kernel ----------------------------------------------------------------
+
+SKIPPED_BY_DESIGN = {True: {"slots"}, False: {"workspace"}}
+"""The checks a case skips whatever it asks: a prefill chunk's entries are no cache slots,
+and only a prefill chunk maps picks into the workspace."""
 
 
 @pytest.mark.parametrize("scenario", load_scenarios([]), ids=lambda s: s.name)
 def test_the_projects_kernel_passes_every_shipped_scenario(scenario):
     for result in OP.run_scenario(remap, "default", scenario, scenario.dcp_sizes, DEVICE):
         assert result.status == "pass", [c.findings for c in result.failed_checks]
-        assert all(c.skipped is None for c in result.checks if c.check != "compaction") or (
-            not scenario.batch.count_valid
-        )
+        skipped = {c.check for c in result.checks if c.skipped is not None}
+        if isinstance(scenario.batch, RemapBatch):
+            unasked = set() if scenario.batch.count_valid else {"compaction", "valid_counts"}
+            assert skipped - unasked == SKIPPED_BY_DESIGN[scenario.batch.prefill]
 
 
 def test_the_search_passes_the_projects_kernel():
@@ -180,6 +218,77 @@ def test_a_row_never_written_is_named_so():
     assert any("never written" in f.detail for f in slots.findings)
 
 
+PREFILL = RemapBatch(
+    requests=((120, 2), (35, 1), (300, 1)), topk=64, block_size=16, interleave=4, compact=True,
+    count_valid=True, unused=3, duplicates=1, seed=12, prefill=True, past_table=2,
+    earlier_entries=2,
+)  # fmt: skip
+"""A prefill chunk of three requests after an earlier chunk's two, with picks past the
+table."""
+
+
+def test_every_check_passes_the_projects_kernel_on_a_prefill_chunk():
+    for size in (1, 2, 4):
+        assert failed(remap, PREFILL, size) == {}
+
+
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        mutants.workspace_rank_ignored,
+        mutants.workspace_start_of_the_next_request,
+        mutants.workspace_own_picks_only,
+        mutants.workspace_past_the_table,
+    ],
+    ids=lambda m: m.__name__,
+)
+def test_workspace_and_partition_fail_each_wrong_prefill_mapping(mutant):
+    for size in (2, 4):
+        found = failed(mutant, PREFILL, size)
+        assert {"workspace", "partition"} <= found.keys(), found
+    assert failed(mutant, IN_PLACE, 2) == {}  # decode rows: as the project's kernel
+
+
+def test_workspace_fails_a_chunk_read_as_one_rank_shard_only_under_dcp():
+    assert failed(mutants.workspace_rank_ignored, PREFILL, 1) == {}  # one part at DCP1
+    assert "workspace" in failed(mutants.workspace_rank_ignored, PREFILL, 2)
+
+
+def test_partition_says_a_rank_leaves_another_rank_pick_of_a_prefill_chunk_unread():
+    case = build_case(PREFILL, 2, DEVICE)
+    [partition] = [
+        c for c in checks.judge(mutants.workspace_own_picks_only, case) if c.check == "partition"
+    ]
+    assert {f.rank for f in partition.findings} == {0, 1}
+    assert all("leave a pick unread" in f.detail for f in partition.findings)
+
+
+def test_a_prefill_chunk_picks_past_the_table_come_back_minus_one():
+    case = build_case(PREFILL, 2, DEVICE)
+    inputs = case.ranks[0]
+    capacity = inputs.block_table.shape[1] * inputs.block_size * 2
+    past = inputs.token_indices >= capacity
+    assert int(past.sum(dim=1).min()) == 2 and bool((inputs.token_indices == capacity).any())
+    assert bool((checks.expected_workspace_rows(inputs)[past] == NO_SLOT).all())
+
+
+def test_guard_fails_a_kernel_that_modifies_the_workspace_starts():
+    def moves_starts(inputs, out, counts):
+        remap(inputs, out, counts)
+        inputs.workspace.starts[0] += 1
+
+    case = build_case(PREFILL, 2, DEVICE)
+    [guard] = [c for c in checks.judge(moves_starts, case) if c.check == "guard"]
+    assert "starts" in {f.field for f in guard.findings}
+
+
+def test_slots_are_skipped_for_a_prefill_chunk_and_workspace_for_decode_rows():
+    prefill = {c.check: c for c in checks.judge(remap, build_case(PREFILL, 2, DEVICE))}
+    decode = {c.check: c for c in checks.judge(remap, build_case(PACKED, 2, DEVICE))}
+    assert prefill["slots"].skipped and prefill["workspace"].skipped is None
+    assert decode["workspace"].skipped and decode["slots"].skipped is None
+
+
 def test_checks_the_caller_does_not_ask_are_skipped_not_passed():
     unasked = dataclasses.replace(IN_PLACE, count_valid=False)
     results = {c.check: c for c in checks.judge(remap, build_case(unasked, 2, DEVICE))}
@@ -195,7 +304,13 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
     assert not outcome.passed, f"{mutant.__name__} survived 80 examples"
     shrunk = outcome.failure
     assert isinstance(shrunk, NamedBatch)
+    if mutant is mutants.workspace_start_of_the_next_request:
+        # a chunk's first request starts at 0: a second one is the least that moves
+        assert shrunk.batch.prefill and len(shrunk.batch.requests) == 2
+        return
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows == 1
+    if mutant in mutants.WORKSPACE_MUTANTS:
+        assert shrunk.batch.prefill
     if mutant is mutants.last_tile_dropped:
         assert shrunk.batch.topk == 257  # the smallest width with a second tile
     if mutant is mutants.interleave_ignored:
@@ -220,6 +335,8 @@ def test_a_scenario_file_reads_back_as_written(tmp_path):
         (("unused = 0", "unused = 129"), "key 'unused': must be in 0..topk (128)"),
         (("context = 1\nrows = 1", "context = 1\nrows = 2"), "key 'requests[0].rows'"),
         (("seed = 1", "seed = 1\ncolour = 3"), "colour"),
+        (("seed = 1", "seed = 1\npast_table = 2"), "key 'past_table': is a prefill chunk's"),
+        (("padding = 0", "padding = 1\nprefill = true"), "key 'padding': a prefill chunk"),
     ],
 )
 def test_a_bad_scenario_file_is_one_line_naming_the_key(tmp_path, change, said):
@@ -275,8 +392,14 @@ def read_write_fails(reader, writer_name: str, name: str, size: int = 2):
     return check.findings
 
 
-@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "mutant",
+    [m for m in mutants.MUTANTS if m not in mutants.WORKSPACE_MUTANTS],
+    ids=lambda m: m.__name__,
+)
 def test_read_write_catches_every_reader_mutant(mutant):
+    """Every mutant but those of a prefill chunk's workspace, which read decode rows right
+    (the end-to-end check reads cache slots)."""
     assert any(read_write_fails(mutant, "default", name) for name in READ_SCENARIOS)
 
 

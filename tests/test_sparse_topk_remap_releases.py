@@ -4,9 +4,10 @@ sparse-topk-remap --kernel vllm==X`` judges them: 0.12.0 (the converter beside F
 sparse backend, no counts), 0.17.0 (moved to ``sparse_utils.py``, counts; still no sparse
 backend runs under DCP), 0.28.0 (the filter, which FlashInfer's sparse backend calls packed
 with counts), 0.29.0 (FlashMLA's sparse backend calls it in place too), 0.33.0 (the
-converter knows DCP, in a warm-up class). The wheels are the other ops' (one download keeps
-every op's files), skipped only where the registry is unreachable and the release is not
-cached.
+converter knows DCP, in a warm-up class), and for a prefill chunk over the DCP-gathered
+workspace 0.29.0 (no caller passes DCP with a prefill workspace), 0.30.0 (FlashMLA's PCP + DCP
+path, the first) and 0.34.0. The wheels are the other ops' (one download keeps every op's
+files), skipped only where the registry is unreachable and the release is not cached.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import package
 from dcpcheck.ops.sparse_topk_remap import kernels
 from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
-from dcpcheck.ops.sparse_topk_remap.vllm import CONVERT, FILTER, VllmRemap
+from dcpcheck.ops.sparse_topk_remap.vllm import (
+    CONVERT,
+    FILTER,
+    PrefillCall,
+    VllmRemap,
+    prefill_calls,
+)
 from reference import sparse_topk_remap as oracle
 from tests.conftest import BACKEND, registry_problem
 
@@ -146,3 +153,43 @@ def test_read_write_through_a_release_runs_where_its_callers_run():
     assert early.status == "not_applicable" and "under DCP" in early.error
     [late] = run_scenario(release("vllm==0.29.0"), "l", scenario, (2,), BACKEND.device)
     assert late.status == "pass", [c.findings for c in late.failed_checks]
+
+
+PREFILL = RemapBatch(
+    requests=((700, 2), (90, 1), (1500, 1)), topk=128, block_size=64, interleave=8,
+    compact=True, count_valid=True, unused=3, duplicates=1, seed=22, prefill=True,
+    past_table=2, earlier_entries=2,
+)  # fmt: skip
+"""What FlashMLA's sparse backend asks under PCP and DCP: a prefill chunk's picks into the
+gathered workspace, packed with counts."""
+
+
+@pytest.mark.parametrize("version", ("0.30.0", "0.34.0"))
+def test_from_0_30_a_prefill_chunk_maps_into_the_gathered_workspace(version):
+    for size in (1, 2, 4):
+        result = judge(f"vllm=={version}", PREFILL, size)
+        assert result.status == "pass", [c.findings for c in result.failed_checks]
+        judged = {c.check for c in result.checks if c.skipped is None}
+        assert {"workspace", "partition", "valid_counts", "compaction"} <= judged
+
+
+def test_before_0_30_no_caller_passes_dcp_with_a_prefill_workspace():
+    """0.29.0's only call with a prefill workspace passes no DCP, and its converter takes
+    no rank stride: not applicable, with the call's line."""
+    for size in (2, 4):
+        result = judge("vllm==0.29.0", PREFILL, size)
+        assert result.status == "not_applicable"
+        assert "takes no prefill_workspace_rank_stride" in result.error
+        assert "flashmla_sparse.py:694" in result.error
+
+
+def test_the_prefill_calls_are_read_from_the_callers_file():
+    caller = release("vllm==0.34.0").caller_file
+    assert prefill_calls(caller) == (PrefillCall(997, True), PrefillCall(1089, False))
+    assert prefill_calls(release("vllm==0.30.0").caller_file)[0] == PrefillCall(860, True)
+    assert prefill_calls(release("vllm==0.29.0").caller_file) == (PrefillCall(694, False),)
+
+
+def test_the_filter_takes_no_prefill_workspace():
+    result = judge(f"vllm==0.34.0:{FILTER}", PREFILL, 2)
+    assert result.status == "not_applicable" and "takes no prefill workspace" in result.error

@@ -13,6 +13,16 @@ one rank storing the whole context needs (DCP1): so a slot read from the wrong c
 the wrong request is another block's, never the right one by chance. Every rank gets the
 same table, as the write side's oracle (``reference.slot_mapping``) uses it.
 
+A prefill batch (``prefill``) is a chunk of prefill requests under prefill context
+parallelism and DCP, whose picks map into the gathered workspace (``contract``): each
+request's shard in every rank's part of the workspace is as long as the largest rank's
+share of its context (the rank-local length of rank 0, which positions are dealt to first),
+the requests' starts follow one another from 0, and ``earlier_entries`` requests of an
+earlier chunk come first in the starts (their own, from 0 too), so the rows' request ids
+index past them. Its block table is as wide as the rank's share of the longest context
+needs, and ``past_table`` picks of every row lie past it (the first at the first position
+past it), which must come back ``-1``.
+
 Each rank's outputs are views into larger buffers: rows past the last are a guard band,
 and the buffers start as :data:`POISON`, so an entry never written and a write past the
 end are both seen (``checks``).
@@ -26,7 +36,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from dcpcheck.cases.scenario_files import batch_rows, requests_in_words
-from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
+from dcpcheck.ops.sparse_topk_remap.contract import (
+    NO_SLOT,
+    PrefillWorkspace,
+    RemapInputs,
+    RemapKernel,
+)
+from reference.slot_mapping import local_seq_lens
 
 POISON = -7_777_777
 """Every output entry before a launch: no kernel writes it, as entries are ``>= -1``."""
@@ -49,6 +65,9 @@ class RemapBatch:
     duplicates: int = 0  # picks of every row that repeat another of its picks
     padding: int = 0
     seed: int = 0
+    prefill: bool = False  # a prefill chunk over the gathered workspace (module docstring)
+    past_table: int = 0  # picks of every row past the block table (prefill)
+    earlier_entries: int = 0  # requests of an earlier chunk before the chunk's (prefill)
 
     @property
     def num_rows(self) -> int:
@@ -58,8 +77,9 @@ class RemapBatch:
     def summary(self) -> str:
         """The batch in a few words, as a shrunk failure is reported."""
         packed = "compacted" if self.compact else "in place"
+        chunk = "a prefill chunk over the gathered workspace: " if self.prefill else ""
         return (
-            f"{requests_in_words(self.requests, self.num_rows)}, "
+            f"{chunk}{requests_in_words(self.requests, self.num_rows)}, "
             f"top-{self.topk} {packed}, block size {self.block_size}, "
             f"interleave {self.interleave}"
         )
@@ -105,15 +125,20 @@ class RemapCase:
         return self.counts[rank][: self.num_rows].cpu()
 
 
-def _picks(batch: RemapBatch, shuffle: random.Random) -> tuple[list[int], list[list[int]]]:
-    """Every row's request and picks (module docstring)."""
+def _picks(
+    batch: RemapBatch, shuffle: random.Random, capacity: int = 0
+) -> tuple[list[int], list[list[int]]]:
+    """Every row's request and picks (module docstring); ``capacity``: the first position
+    past the block table, where a prefill batch's ``past_table`` picks start."""
     requests, picks = [], []
+    used = batch.topk - batch.unused - batch.past_table
     for index, (context, rows) in enumerate(batch.requests):
         for row in range(rows):
             seen = context - rows + 1 + row
-            chosen = shuffle.sample(range(seen), min(seen, batch.topk - batch.unused))
+            chosen = shuffle.sample(range(seen), min(seen, used))
             for copy in range(min(batch.duplicates, len(chosen) - 1)):
                 chosen[copy] = chosen[-1 - copy]
+            chosen += [capacity + shuffle.randrange(64) * (k > 0) for k in range(batch.past_table)]
             chosen += [NO_SLOT] * (batch.topk - len(chosen))
             shuffle.shuffle(chosen)
             requests.append(index)
@@ -123,20 +148,42 @@ def _picks(batch: RemapBatch, shuffle: random.Random) -> tuple[list[int], list[l
     return requests, picks
 
 
-def _block_table(batch: RemapBatch, shuffle: random.Random) -> torch.Tensor:
-    """Distinct shuffled block ids, a row per request, as wide as DCP1 needs."""
+def _block_table(batch: RemapBatch, shuffle: random.Random, dcp_size: int) -> torch.Tensor:
+    """Distinct shuffled block ids, a row per request, as wide as DCP1 needs (a prefill
+    batch's: as the rank's share of the longest context needs)."""
     longest = max(context for context, _ in batch.requests)
-    width = -(-longest // batch.block_size)
+    width = -(-longest // (batch.block_size * (dcp_size if batch.prefill else 1)))
     ids = list(range(len(batch.requests) * width))
     shuffle.shuffle(ids)
     return torch.tensor(ids, dtype=torch.int32).view(len(batch.requests), width)
 
 
+def _workspace(
+    batch: RemapBatch, requests: list[int], dcp_size: int, shuffle: random.Random, device
+) -> PrefillWorkspace:
+    """The gathered workspace's starts and rank stride for a prefill batch (module
+    docstring)."""
+    contexts = torch.tensor([context for context, _ in batch.requests], dtype=torch.int32)
+    shards = local_seq_lens(contexts, dcp_size, 0, batch.interleave).tolist()
+    earlier = [shuffle.randrange(1, 100) for _ in range(batch.earlier_entries)]
+    starts = [sum(earlier[:e]) for e in range(len(earlier))]
+    starts += [sum(shards[:e]) for e in range(len(shards))]
+    return PrefillWorkspace(
+        request_ids=torch.tensor(
+            [batch.earlier_entries + r for r in requests], dtype=torch.int32, device=device
+        ),
+        starts=torch.tensor(starts, dtype=torch.int32, device=device),
+        rank_stride=sum(shards),
+    )
+
+
 def build_case(batch: RemapBatch, dcp_size: int, device: torch.device) -> RemapCase:
     """Every rank's inputs for ``batch`` at ``dcp_size`` (not launched yet)."""
     shuffle = random.Random(batch.seed)
-    table = _block_table(batch, shuffle)
-    requests, picks = _picks(batch, shuffle)
+    table = _block_table(batch, shuffle, dcp_size)
+    capacity = table.shape[1] * batch.block_size * dcp_size
+    requests, picks = _picks(batch, shuffle, capacity)
+    workspace = _workspace(batch, requests, dcp_size, shuffle, device) if batch.prefill else None
     shared = RemapInputs(
         req_id=torch.tensor(requests, dtype=torch.int32, device=device),
         block_table=table.to(device),
@@ -147,6 +194,7 @@ def build_case(batch: RemapBatch, dcp_size: int, device: torch.device) -> RemapC
         interleave=batch.interleave,
         compact=batch.compact,
         count_valid=batch.count_valid,
+        workspace=workspace,
     )
     ranks = tuple(replace(shared, dcp_rank=rank) for rank in range(dcp_size))
     return RemapCase(batch, dcp_size, ranks)

@@ -16,12 +16,24 @@ that returns a ``CheckResult``:
 * ``valid_counts``: where the caller asks for them, each row's count is the number of its
   entries that are slots;
 * ``guard``: nothing written past the last row, nor to a count buffer the caller did not
-  hand over, and the inputs left as they were.
+  hand over, and the inputs left as they were;
+* ``workspace``: for a prefill chunk over the gathered workspace, each rank's row holds
+  exactly the oracle's rows of that workspace (``reference.sparse_topk_remap``), the same
+  on every rank, column by column or as a set as ``slots`` compares.
+
+A prefill chunk's entries are rows of the workspace, not cache slots: ``slots`` is skipped
+for it (``workspace`` holds it to the oracle), and ``partition`` reads each entry back
+through the workspace's layout (the rank whose part holds it, the request's start, the
+local index there) into the position it holds; every rank attends the whole context, so
+each rank must read every pick of the row that the block table can hold, and nothing else.
 
 A finding names the field (``out``, ``valid_counts``), the rank and the first bad row.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -32,11 +44,16 @@ from dcpcheck.ops.sparse_topk_remap.case import POISON, RemapCase, launch_all
 from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
 from reference import sparse_topk_remap as oracle
 
-CHECKS = ("slots", "partition", "unused", "compaction", "valid_counts", "guard")
+CHECKS = ("slots", "partition", "unused", "compaction", "valid_counts", "guard", "workspace")
 """The checks of this module, in the order reports list them."""
 
 INPUT_TENSORS = ("req_id", "block_table", "token_indices")
 """The tensors of a rank's inputs, which a launch must leave as they were."""
+
+WORKSPACE_TENSORS = ("request_ids", "starts")
+"""The tensors of a prefill chunk's workspace, which a launch must leave as they were."""
+
+NOT_CACHE_SLOTS = "a prefill chunk's entries are rows of the gathered workspace: see workspace"
 
 
 def expected_slots(inputs: RemapInputs) -> torch.Tensor:
@@ -52,26 +69,61 @@ def expected_slots(inputs: RemapInputs) -> torch.Tensor:
     )
 
 
+def expected_workspace_rows(inputs: RemapInputs) -> torch.Tensor:
+    """The oracle's rows of the gathered workspace for a prefill chunk's picks, column by
+    column (``[rows, k]``, on the CPU)."""
+    workspace = inputs.workspace
+    assert workspace is not None
+    return oracle.workspace_rows(
+        workspace.request_ids,
+        workspace.starts,
+        inputs.token_indices,
+        workspace.rank_stride,
+        inputs.block_table.shape[1],
+        inputs.block_size,
+        inputs.dcp_size,
+        inputs.interleave,
+    )
+
+
 def _slots_of(row: torch.Tensor) -> set[int]:
     return {int(s) for s in row.tolist() if s != NO_SLOT}
 
 
-def check_slots(case: RemapCase) -> CheckResult:
-    """Each rank's rows hold exactly the oracle's slots (module docstring)."""
+def _against_oracle(
+    case: RemapCase, name: str, expected: Callable[[RemapInputs], torch.Tensor], what: str
+) -> CheckResult:
+    """Each rank's rows hold exactly ``expected(inputs)``'s entries, ``what`` naming them:
+    as a set when compacted, else column by column."""
     findings = []
     for rank, inputs in enumerate(case.ranks):
-        got, want = case.out(rank).to(torch.int64), expected_slots(inputs)
+        got, want = case.out(rank).to(torch.int64), expected(inputs)
         if case.batch.compact:
             bad = [t for t in range(case.num_rows) if _slots_of(got[t]) != _slots_of(want[t])]
-            detail = "{count} row(s) hold other slots than the rank stores their picks at"
+            detail = f"{{count}} row(s) hold other {what} than the oracle's"
         else:
             bad = (got != want).any(dim=1).nonzero().flatten().tolist()
-            detail = "{count} row(s) differ from the oracle's slots, column by column"
+            detail = f"{{count}} row(s) differ from the oracle's {what}, column by column"
         if bad:
             unwritten = bool((got[bad[0]] == POISON).any())
             suffix = " (row {first} has entries never written)" if unwritten else ""
             findings.append(rows_finding("out", rank, bad, detail + suffix))
-    return CheckResult("slots", tuple(findings))
+    return CheckResult(name, tuple(findings))
+
+
+def check_slots(case: RemapCase) -> CheckResult:
+    """Each rank's rows hold exactly the oracle's slots (module docstring)."""
+    if case.ranks[0].workspace is not None:
+        return CheckResult("slots", skipped=NOT_CACHE_SLOTS)
+    return _against_oracle(case, "slots", expected_slots, "slots")
+
+
+def check_workspace(case: RemapCase) -> CheckResult:
+    """Each rank's rows hold exactly the oracle's rows of the gathered workspace (module
+    docstring)."""
+    if case.ranks[0].workspace is None:
+        return CheckResult("workspace", skipped="the caller maps no prefill chunk to a workspace")
+    return _against_oracle(case, "workspace", expected_workspace_rows, "workspace rows")
 
 
 def positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
@@ -95,28 +147,64 @@ def positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[
     return positions
 
 
+def positions_of_workspace_rows(
+    inputs: RemapInputs, row: int, entries: list[int]
+) -> list[int | None]:
+    """The position each gathered-workspace row of row ``row``'s entries holds, read back
+    through the workspace's layout: the rank whose part holds it, the local index past the
+    request's start there, whose runs of ``interleave`` are that rank's among every rank's
+    (None: a row outside every rank's part, or before the request's start)."""
+    workspace = inputs.workspace
+    assert workspace is not None
+    start = int(workspace.starts[int(workspace.request_ids[row])])
+    ranks, interleave, stride = inputs.dcp_size, inputs.interleave, workspace.rank_stride
+    positions: list[int | None] = []
+    for entry in entries:
+        rank, local = divmod(entry, stride) if stride else (0, entry)
+        local -= start
+        if rank >= ranks or local < 0:
+            positions.append(None)
+            continue
+        runs, within = divmod(local, interleave)
+        positions.append((runs * ranks + rank) * interleave + within)
+    return positions
+
+
 def check_partition(case: RemapCase) -> CheckResult:
     """The ranks' slots, read back into positions, are the row's picks, and every pick is
-    read (module docstring)."""
+    read (module docstring); a prefill chunk's, on every rank."""
     picks = case.ranks[0].token_indices.cpu()
+    prefill = case.ranks[0].workspace is not None
+    if prefill:
+        inputs = case.ranks[0]
+        capacity = inputs.block_table.shape[1] * inputs.block_size * inputs.dcp_size
+        picks = torch.where(picks < capacity, picks, NO_SLOT)
     picked_rows = [{int(p) for p in row.tolist() if p >= 0} for row in picks]
+    read_back = positions_of_workspace_rows if prefill else positions_of_slots
     findings = []
     read: list[set[int]] = [set() for _ in range(case.num_rows)]
     for rank, inputs in enumerate(case.ranks):
         out = case.out(rank)
-        foreign = []
+        foreign, unread = [], []
         for row in range(case.num_rows):
             slots = [int(s) for s in out[row].tolist() if s >= 0]
-            for position in positions_of_slots(inputs, row, slots):
+            mine: set[int] = set()
+            for position in read_back(inputs, row, slots):
                 if position is None or position not in picked_rows[row]:
                     foreign.append(row)
                     break
-                read[row].add(position)
+                mine.add(position)
+            read[row] |= mine
+            if prefill and picked_rows[row] - mine:
+                unread.append(row)
         if foreign:
             detail = "{count} row(s) read a slot that holds no pick of the row on this rank"
             findings.append(rows_finding("out", rank, sorted(set(foreign)), detail))
+        if unread:
+            detail = "{count} row(s) of a prefill chunk leave a pick unread on this rank"
+            findings.append(rows_finding("out", rank, unread, detail))
     missed = [row for row in range(case.num_rows) if picked_rows[row] - read[row]]
-    if missed:
+    if missed and not prefill:
         detail = "{count} row(s) have a pick no rank reads"
         findings.append(rows_finding("out", None, missed, detail))
     return CheckResult("partition", tuple(findings))
@@ -187,6 +275,10 @@ def check_guard(case: RemapCase, before: tuple[RemapInputs, ...]) -> CheckResult
                 detail = f"{written} entries written that the caller did not hand over"
                 findings.append(Finding(field=field, rank=rank, detail=detail, count=written))
         findings.extend(op_checks.modified_inputs(rank, inputs, kept, INPUT_TENSORS))
+        if inputs.workspace is not None and kept.workspace is not None:
+            findings.extend(
+                op_checks.modified_inputs(rank, inputs.workspace, kept.workspace, WORKSPACE_TENSORS)
+            )
     return CheckResult("guard", tuple(findings))
 
 
@@ -199,10 +291,25 @@ def check_launched(case: RemapCase, before: tuple[RemapInputs, ...]) -> tuple[Ch
         check_compaction(case),
         check_valid_counts(case),
         check_guard(case, before),
+        check_workspace(case),
     )
 
 
-LAUNCH_CHECKS: op_checks.LaunchChecks[RemapKernel, RemapCase] = op_checks.LaunchChecks(
+class _RemapLaunchChecks(op_checks.LaunchChecks[RemapKernel, RemapCase]):
+    """The op's launch checks, whose copies before a launch hold the prefill workspace's
+    tensors too (the guard check compares them)."""
+
+    def snapshot(self, case: RemapCase) -> tuple[RemapInputs, ...]:
+        kept = super().snapshot(case)
+        return tuple(
+            replace(k, workspace=op_checks.snapshot((k.workspace,), WORKSPACE_TENSORS)[0])
+            if k.workspace is not None
+            else k
+            for k in kept
+        )
+
+
+LAUNCH_CHECKS: op_checks.LaunchChecks[RemapKernel, RemapCase] = _RemapLaunchChecks(
     CHECKS, INPUT_TENSORS, launch_all, check_launched
 )
 """How a case of the op is judged (``op_checks.LaunchChecks``)."""

@@ -27,6 +27,15 @@ row's entries are slots (not ``-1``).
 Picks past the request's length are not part of the contract (an indexer does not emit
 them); the cases draw none. What every entry must be is ``reference.sparse_topk_remap``,
 whose slots are the write side's.
+
+**A prefill chunk over a gathered workspace** (``workspace``: prefill context parallelism
+with DCP). Every rank holds the chunk's context gathered from all ranks, rank-major, so a
+pick is not a cache slot but a row of that workspace, the same on every rank:
+``owner * rank_stride + starts[request_ids[t]] + local``, ``local`` being the pick's local
+index on its owner (``reference.sparse_topk_remap.workspace_rows``). Every row of such a
+case is a prefill row. A pick whose local block lies past the block table's width is
+``-1`` (the table's width is all the kernel knows of the request's extent: picks past the
+request's length but inside the table are not part of the contract, as above).
 """
 
 from __future__ import annotations
@@ -38,6 +47,15 @@ import torch
 
 NO_SLOT = -1
 """An entry that names no slot: a pick of ``-1``, another rank's token, the packed tail."""
+
+
+@dataclass(frozen=True)
+class PrefillWorkspace:
+    """Where a prefill chunk's picks lie in the gathered workspace (module docstring)."""
+
+    request_ids: torch.Tensor  # int32 [rows]: each row's request, an index into starts
+    starts: torch.Tensor  # int32 [requests]: each request's first row in every rank's shard
+    rank_stride: int  # rows of one rank's shard: rank r's starts at r * rank_stride
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,7 @@ class RemapInputs:
     interleave: int
     compact: bool
     count_valid: bool = False
+    workspace: PrefillWorkspace | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.dcp_rank < self.dcp_size:

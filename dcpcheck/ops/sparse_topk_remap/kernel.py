@@ -11,6 +11,10 @@ tiles packed (an exclusive prefix sum of the kept lanes, carried from tile to ti
 program owns the row, so no atomics and the order is the picks' own), and a last pass
 writes ``-1`` over the rest of the row. The count is the number of slots the row got.
 
+A prefill chunk over the gathered workspace (``WORKSPACE``) keeps every pick the table can
+hold, whichever rank owns it, at row ``owner * rank_stride + start + local`` of the
+workspace, ``start`` being the row's request's first row (``contract``); the table is not read.
+
 The definition it computes is ``reference.sparse_topk_remap.rank_slots``.
 
 Import this module only once ``dcpcheck.backend.current_backend()`` has chosen between
@@ -40,6 +44,9 @@ def _remap_kernel(
     out_ptr,
     out_row_stride,
     counts_ptr,
+    request_ids_ptr,
+    starts_ptr,
+    rank_stride,
     topk,
     dcp_rank,
     BLOCK_SIZE: tl.constexpr,
@@ -47,10 +54,14 @@ def _remap_kernel(
     INTERLEAVE: tl.constexpr,
     COMPACT: tl.constexpr,
     COUNT: tl.constexpr,
+    WORKSPACE: tl.constexpr,
     BLOCK: tl.constexpr,
     NONE: tl.constexpr,
 ):
     row = tl.program_id(0)
+    first_row = 0  # the row's request's first row in each rank's part of the workspace
+    if WORKSPACE:
+        first_row = tl.load(starts_ptr + tl.load(request_ids_ptr + row)).to(tl.int64)
     request = tl.load(req_id_ptr + row).to(tl.int64)
     table_row = table_ptr + request * table_row_stride
     picks_row = picks_ptr + row.to(tl.int64) * picks_row_stride
@@ -63,9 +74,13 @@ def _remap_kernel(
         owner = (pick // INTERLEAVE) % DCP_SIZE
         local = (pick // (DCP_SIZE * INTERLEAVE)) * INTERLEAVE + pick % INTERLEAVE
         column = local // BLOCK_SIZE
-        kept = inside & (pick >= 0) & (owner == dcp_rank) & (column < table_width)
-        block = tl.load(table_row + column, mask=kept, other=0)
-        slot = tl.where(kept, block * BLOCK_SIZE + local % BLOCK_SIZE, NONE)
+        if WORKSPACE:
+            kept = inside & (pick >= 0) & (column < table_width)
+            slot = tl.where(kept, owner * rank_stride + first_row + local, NONE)
+        else:
+            kept = inside & (pick >= 0) & (owner == dcp_rank) & (column < table_width)
+            block = tl.load(table_row + column, mask=kept, other=0)
+            slot = tl.where(kept, block * BLOCK_SIZE + local % BLOCK_SIZE, NONE)
         ones = kept.to(tl.int32)
         if COMPACT:
             place = packed + tl.cumsum(ones, 0) - ones
@@ -88,6 +103,7 @@ def remap(inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | N
     if rows == 0:
         return
     table = inputs.block_table
+    workspace = inputs.workspace
     _remap_kernel[(rows,)](
         inputs.req_id,
         table,
@@ -98,6 +114,9 @@ def remap(inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | N
         out,
         out.stride(0),
         valid_counts if valid_counts is not None else out,  # not read without COUNT
+        workspace.request_ids if workspace else inputs.req_id,  # not read without WORKSPACE
+        workspace.starts if workspace else inputs.req_id,
+        workspace.rank_stride if workspace else 0,
         topk,
         inputs.dcp_rank,
         BLOCK_SIZE=inputs.block_size,
@@ -105,6 +124,7 @@ def remap(inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | N
         INTERLEAVE=inputs.interleave,
         COMPACT=inputs.compact,
         COUNT=valid_counts is not None,
+        WORKSPACE=workspace is not None,
         BLOCK=min(BLOCK_K, triton.next_power_of_2(topk)),
         NONE=NO_SLOT,
     )

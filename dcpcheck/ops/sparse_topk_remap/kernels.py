@@ -41,7 +41,10 @@ def _release(release: releases.ReleaseSpec, named: bool) -> RemapKernel:
     if filter_file is not None:
         filtered = adapted(vllm.function_of, Path(filter_file.path), vllm.FILTER, release.name)
     function = release.function if named else None
-    return adapted(vllm.VllmRemap, convert, filtered, release.name, release.version, function)
+    caller = Path(convert_file.path).with_name(vllm.CALLER_FILE)
+    return adapted(
+        vllm.VllmRemap, convert, filtered, release.name, release.version, function, caller
+    )
 
 
 def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFile, ...]:

@@ -67,6 +67,74 @@ def counts_of_the_row(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tens
         counts.copy_((inputs.token_indices >= 0).sum(dim=1).to(torch.int32))
 
 
+def _with_workspace(inputs: RemapInputs, **changed: object) -> RemapInputs:
+    """``inputs`` with its prefill workspace changed as ``changed`` says (none: as is)."""
+    if inputs.workspace is None:
+        return inputs
+    return replace(inputs, workspace=replace(inputs.workspace, **changed))
+
+
+def workspace_rank_ignored(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """A prefill chunk's picks read as if the workspace held one rank's shard: every
+    owner's token at its local index past the request's start, the ranks' parts on top of
+    one another (the rank stride left 0, as a caller that passes none leaves it)."""
+    remap(_with_workspace(inputs, rank_stride=0), out, counts)
+
+
+def workspace_start_of_the_next_request(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """Each prefill row reads from the next request's start (the starts indexed one entry
+    late, the last request's read from its own): the first requests' picks land in the
+    next requests' rows."""
+    workspace = inputs.workspace
+    if workspace is None:
+        remap(inputs, out, counts)
+        return
+    last = workspace.starts.shape[0] - 1
+    ids = (workspace.request_ids + 1).clamp(max=last)
+    remap(_with_workspace(inputs, request_ids=ids), out, counts)
+
+
+def workspace_own_picks_only(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """The decode filter applied to a prefill chunk: each rank keeps only the picks it
+    stores, though its gathered workspace holds every rank's (the other ranks' picks are
+    never attended)."""
+    if inputs.workspace is None:
+        remap(inputs, out, counts)
+        return
+    picks = inputs.token_indices
+    owner = (picks // inputs.interleave) % inputs.dcp_size
+    own = torch.where(owner == inputs.dcp_rank, picks, NO_SLOT)
+    remap(replace(inputs, token_indices=own), out, counts)
+
+
+def workspace_past_the_table(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """A prefill chunk's picks past the block table kept (the table's width unchecked, as
+    the workspace path reads no block): they name rows past the request's shard."""
+    if inputs.workspace is None:
+        remap(inputs, out, counts)
+        return
+    table = inputs.block_table
+    wider = torch.cat([table, table], dim=1)
+    remap(replace(inputs, block_table=wider), out, counts)
+
+
+WORKSPACE_MUTANTS = (
+    workspace_rank_ignored,
+    workspace_start_of_the_next_request,
+    workspace_own_picks_only,
+    workspace_past_the_table,
+)
+"""The mutants that differ from the project's kernel only on a prefill chunk over the
+gathered workspace."""
+
 MUTANTS = (
     dcp_ignored,
     interleave_ignored,
@@ -75,4 +143,5 @@ MUTANTS = (
     last_tile_dropped,
     unused_read_as_token_zero,
     counts_of_the_row,
+    *WORKSPACE_MUTANTS,
 )

@@ -17,6 +17,12 @@ File format (``scenario_to_toml`` writes exactly this)::
     padding = 0                           # optional: CUDA-graph padding rows
     dcp = [1, 2, 4]                       # DCP sizes to run
     seed = 0                              # the picks and the block table
+    prefill = false                       # optional: a prefill chunk over the gathered
+                                          #   workspace (PCP with DCP), no padding rows
+    past_table = 0                        # optional, prefill: picks of each row past
+                                          #   the block table
+    earlier_entries = 0                   # optional, prefill: an earlier chunk's
+                                          #   requests before the chunk's in the starts
 
     [[requests]]                          # one or more
     context = 300                         # tokens the request holds
@@ -85,8 +91,14 @@ _KEYS: dict[str, Key] = {
     "duplicates": Key("integer", integer, 0),
     "padding": Key("integer", integer, 0),
     **RUN_KEYS,
+    "prefill": Key("boolean", boolean, False),
+    "past_table": Key("integer", integer, 0),
+    "earlier_entries": Key("integer", integer, 0),
     "requests": Key("array of tables ([[requests]])", table_array),
 }
+
+EARLIER_ENTRIES_MAX = 64
+"""Requests of an earlier chunk a prefill scenario may put before its own."""
 
 _READ_WRITE_KEYS: dict[str, Key] = {
     **HEAD_KEYS,
@@ -109,9 +121,19 @@ def _check(values: dict[str, Any], where: str) -> None:
     topk = values["topk"]
     check_range(values, "topk", 1, TOPK_MAX, where)
     check_block_size(values, where)
-    for key in ("unused", "duplicates"):
+    for key in ("unused", "duplicates", "past_table"):
         if not 0 <= values[key] <= topk:
             raise key_error(where, key, f"must be in 0..topk ({topk}), got {values[key]}")
+    if values["unused"] + values["past_table"] > topk:
+        detail = f"with unused ({values['unused']}) must be at most topk ({topk})"
+        raise key_error(where, "past_table", detail)
+    check_range(values, "earlier_entries", 0, EARLIER_ENTRIES_MAX, where)
+    if not values["prefill"]:
+        for key in ("past_table", "earlier_entries"):
+            if values[key]:
+                raise key_error(where, key, "is a prefill chunk's: set prefill = true")
+    elif values["padding"]:
+        raise key_error(where, "padding", "a prefill chunk has no padding rows")
     check_range(values, "padding", 0, limits.PADDING_MAX, where)
     if not 1 <= len(values["requests"]) <= limits.REQUESTS_MAX:
         raise key_error(
@@ -148,6 +170,9 @@ def _remap_batch(values: dict[str, Any], where: str) -> RemapBatch:
         duplicates=values["duplicates"],
         padding=values["padding"],
         seed=values["seed"],
+        prefill=values["prefill"],
+        past_table=values["past_table"],
+        earlier_entries=values["earlier_entries"],
     )
 
 

@@ -20,9 +20,24 @@ which calls the filter with its counts, packed (``flashinfer_mla_sparse.py:451``
 mixed-batch path only (it refuses the others under DCP), which calls the filter in place,
 without counts (``flashmla_sparse.py:794`` in 0.29.0, ``:1222`` in 0.33.0). Both pass the
 rows' request ids, the rank's block table, the picks, the DCP size, rank and interleave,
-the block size and the top-k width. Not judged here: the prefill workspace offsets that
-0.30.0's FlashMLA computes with the converter under PCP and DCP (offsets into a gathered
-workspace, not cache slots), and ROCm's own converter (``rocm_aiter_mla_sparse.py``).
+the block size and the top-k width. Not judged here: ROCm's own converter
+(``rocm_aiter_mla_sparse.py``).
+
+**A prefill chunk over the gathered workspace** (``contract``). With prefill context
+parallelism and DCP together, FlashMLA's sparse backend (``pcp_dcp_kv_gather``,
+``flashmla_sparse.py:378`` in 0.30.0, ``:446`` in 0.34.0: ``use_pcp and dcp_world_size >
+1``) all-gathers each rank's upconverted shard of a prefill chunk and calls the converter
+once per chunk with ``HAS_PREFILL_WORKSPACE=True``, the chunk's rows' request ids, every
+prefill request's workspace start (chunk-local), ``prefill_workspace_rank_stride`` (the
+chunk's shard rows), its DCP size, rank and interleave, and ``return_valid_counts=True``
+(``flashmla_sparse.py:860`` in 0.30.0, ``:997`` in 0.34.0); the converter then packs with
+its counts. A case of a prefill chunk is called exactly so under DCP. At DCP1 it is the
+separate prefill/decode path's call (``HAS_PREFILL_WORKSPACE`` with the request ids and
+starts, no DCP; ``:1089`` in 0.34.0, from 0.13.0), with the counts where the release's
+call passes them. A converter without ``prefill_workspace_rank_stride`` (before 0.30.0)
+has no caller that maps a prefill chunk into a DCP-gathered workspace: the case is not
+applicable, with the lines of the release's calls that pass a prefill workspace
+(``prefill_calls``, read from its ``flashmla_sparse.py``), none of which passes DCP.
 
 ``vllm==X`` judges what the release's callers call: at DCP1 the converter (every
 backend's non-DCP path; the filter is called only under DCP), under DCP the filter as a
@@ -36,6 +51,7 @@ under DCP before 0.30.0 is the converter that does not know DCP.
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 from collections.abc import Callable
@@ -54,6 +70,9 @@ from dcpcheck.op_registry import OPS, SPARSE_TOPK_REMAP
 from dcpcheck.ops.sparse_topk_remap.contract import RemapInputs
 
 CONVERT = "triton_convert_req_index_to_global_index"
+CALLER_FILE = "flashmla_sparse.py"
+"""The release file of the backend that calls the converter with a prefill workspace,
+beside the converter's own file."""
 FILTER = "triton_filter_and_convert_dcp_index"
 FUNCTIONS = (CONVERT, FILTER)
 
@@ -116,6 +135,32 @@ def function_of(path: Path, function: str, where: str) -> Callable[..., object]:
     return definitions_alone(path, function, provided, where)[function]  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class PrefillCall:
+    """A call of the converter in the caller's file that passes a prefill workspace."""
+
+    line: int
+    dcp: bool  # it passes the DCP size and the workspace's rank stride
+
+
+@functools.cache
+def prefill_calls(path: Path | None) -> tuple[PrefillCall, ...]:
+    """The calls of the converter in ``path`` (the caller's file, None: the release has
+    none) that pass ``HAS_PREFILL_WORKSPACE``, by line."""
+    if path is None or not path.is_file():
+        return ()
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", getattr(node.func, "attr", None))
+        keywords = {k.arg for k in node.keywords}
+        if name == CONVERT and "HAS_PREFILL_WORKSPACE" in keywords:
+            dcp = {"prefill_workspace_rank_stride", "dcp_size"} <= keywords
+            calls.append(PrefillCall(node.lineno, dcp))
+    return tuple(sorted(calls, key=lambda c: c.line))
+
+
 @functools.cache
 def _parameters(function: Callable[..., object]) -> tuple[str, ...]:
     """A converter's parameters, read once: every case asks them."""
@@ -132,6 +177,9 @@ class VllmRemap:
     name: str
     version: str
     named: str | None = None
+    caller_file: Path | None = None
+    """The release's ``flashmla_sparse.py``, whose calls with a prefill workspace say which
+    a case of a prefill chunk may be asked (module docstring)."""
     topk_multiple: int = COLUMN_TILE
     """The top-k widths its API takes are multiples of this (the property search draws
     only those)."""
@@ -154,6 +202,30 @@ class VllmRemap:
             return self.filter
         return self.convert
 
+    def _prefill_not_applicable(self, inputs: RemapInputs) -> str | None:
+        """Why a case of a prefill chunk cannot be asked (module docstring), or None."""
+        if self.named == FILTER:
+            return f"{self.name}'s {FILTER} takes no prefill workspace"
+        parameters = _parameters(self.convert)
+        if "HAS_PREFILL_WORKSPACE" not in parameters:
+            return f"{self.name}'s {CONVERT} takes no prefill workspace"
+        calls = prefill_calls(self.caller_file)
+        where = ", ".join(f"{CALLER_FILE}:{c.line}" for c in calls) or f"none in {CALLER_FILE}"
+        if inputs.dcp_size > 1 and "prefill_workspace_rank_stride" not in parameters:
+            return (
+                f"{self.name}'s {CONVERT} takes no prefill_workspace_rank_stride: no caller "
+                "maps a prefill chunk into a DCP-gathered workspace; its calls with a "
+                f"prefill workspace pass no DCP ({where})"
+            )
+        if self.named is None and inputs.dcp_size > 1 and not any(c.dcp for c in calls):
+            return (
+                f"no caller of {self.name}'s {CONVERT} passes it DCP with a prefill "
+                f"workspace ({where})"
+            )
+        if self.named is None and inputs.dcp_size == 1 and not any(not c.dcp for c in calls):
+            return f"{self.name}'s calls with a prefill workspace all gather it under DCP ({where})"
+        return None
+
     def not_applicable(self, inputs: RemapInputs) -> str | None:
         """Why the case cannot be asked (module docstring), or None."""
         size, topk = inputs.dcp_size, inputs.topk
@@ -164,6 +236,11 @@ class VllmRemap:
                 f"{self.topk_multiple}; "
                 "their callers pass the model's index_topk (2048)"
             )
+        if inputs.workspace is not None:
+            reason = self._prefill_not_applicable(inputs)
+            if reason is not None:
+                return reason
+            return self._convert_not_applicable(compact, count)
         if self.named == FILTER and size == 1:
             return f"{self.name}'s callers call {FILTER} only under DCP"
         if self.named is None and size > 1:
@@ -180,22 +257,28 @@ class VllmRemap:
                     for c in callers
                 )
                 return f"no caller of {self.name}'s {FILTER} asks this under DCP: {asked}"
-        routine = self._routine(size)
-        parameters = _parameters(routine)
-        if routine is self.convert:
-            if count and "return_valid_counts" not in parameters:
-                return f"{self.name}'s {CONVERT} has no counts"
-            packs = "dcp_size" in parameters  # from 0.30.0 it packs exactly when it counts
-            if compact and not packs:
-                return f"{self.name}'s {CONVERT} does not pack"
-            if packs and compact != count:
-                return f"{self.name}'s {CONVERT} packs exactly when it counts"
+        if self._routine(size) is self.convert:
+            return self._convert_not_applicable(compact, count)
+        return None
+
+    def _convert_not_applicable(self, compact: bool, count: bool) -> str | None:
+        """Why the converter's API cannot pack or count as asked, or None."""
+        parameters = _parameters(self.convert)
+        if count and "return_valid_counts" not in parameters:
+            return f"{self.name}'s {CONVERT} has no counts"
+        packs = "dcp_size" in parameters  # from 0.30.0 it packs exactly when it counts
+        if compact and not packs:
+            return f"{self.name}'s {CONVERT} does not pack"
+        if packs and compact != count:
+            return f"{self.name}'s {CONVERT} packs exactly when it counts"
         return None
 
     def __call__(
         self, inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | None
     ) -> None:
-        routine = self._routine(inputs.dcp_size)
+        workspace = inputs.workspace
+        # every caller with a prefill workspace calls the converter
+        routine = self.convert if workspace is not None else self._routine(inputs.dcp_size)
         parameters = _parameters(routine)
         given: dict[str, object] = {
             "BLOCK_SIZE": inputs.block_size,
@@ -203,7 +286,20 @@ class VllmRemap:
         }
         if valid_counts is not None:
             given["return_valid_counts"] = True
-        if routine is self.filter:
+        if workspace is not None:
+            given.update(
+                HAS_PREFILL_WORKSPACE=True,
+                prefill_workspace_request_ids=workspace.request_ids,
+                prefill_workspace_starts=workspace.starts,
+            )
+            if inputs.dcp_size > 1:
+                given.update(
+                    prefill_workspace_rank_stride=workspace.rank_stride,
+                    dcp_size=inputs.dcp_size,
+                    dcp_rank=inputs.dcp_rank,
+                    cp_kv_cache_interleave_size=inputs.interleave,
+                )
+        elif routine is self.filter:
             given.update(
                 dcp_size=inputs.dcp_size,
                 dcp_rank=inputs.dcp_rank,
