@@ -51,6 +51,7 @@ START = time.perf_counter()
 
 import argparse  # noqa: E402
 import builtins  # noqa: E402
+import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import gc  # noqa: E402
 import importlib  # noqa: E402
@@ -254,6 +255,7 @@ def main() -> None:
     from dcpcheck.cli import op_run, preflight
     from dcpcheck.cli import run as run_module
     from dcpcheck.ops.fused_norm_rope import search
+    from dcpcheck.ops.fused_norm_rope import session as fused_session
     from dcpcheck.workflows import session
 
     opened = run_module.open_backend
@@ -265,14 +267,17 @@ def main() -> None:
         return backend
 
     run_module.open_backend = op_run.open_backend = timed(open_backend, "backend")
-    if args.no_compile_ahead:
-        session.compile_ahead = lambda *_, **__: None
-    else:
-        patch(session, "compile_ahead", "fused-norm-rope dry pass")
-    patch(session, "run", "fused-norm-rope")
+    # The session reaches the fused op's run, dry pass and search through its SESSION_CASES.
+    cases = fused_session.SESSION_CASES
+    ahead = timed(cases.compile_ahead, "fused-norm-rope dry pass")
+    fused_session.SESSION_CASES = dataclasses.replace(
+        cases,
+        compile_ahead=(lambda *_, **__: None) if args.no_compile_ahead else ahead,
+        run=timed(cases.run, "fused-norm-rope"),
+        search=timed(cases.search, "property search"),
+    )
     patch(op_run, "judge_cases", part_of=lambda op, *_: op.name)
     patch(session, "token_stream_case", "token streams")
-    patch(search, "search", "property search")
     for name in ("named_scenarios", "check_cost"):
         patch(preflight, name, "preflight")
     for module in (run_module, op_run):
