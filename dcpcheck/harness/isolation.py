@@ -45,9 +45,9 @@ processes running this same package::
     worker -> parent   Loading, then Ready or LoadFailed, after Setup;
                        per job: one CaseResult per case then JobDone, or DeviceLost
 
-What decides a case reaches the worker with the job (the ``RunConfig`` and the scenario of
-each ``ScenarioJob``), but for what the kernel states of itself: the worker reads those
-facts from the kernel it loaded (the op's ``declarations``: the fused op's fp8_ds_mla
+Everything that decides a case reaches the worker with the job (the ``RunConfig`` and the
+scenario of each ``ScenarioJob``) except what the kernel states of itself: the worker reads
+those facts from the kernel it loaded (the op's ``declarations``: the fused op's fp8_ds_mla
 tile-scale rule, ``ds_mla_scale``), and ``Ready`` carries them back, so the parent's
 ``IsolatedKernel`` declares the same and a failure the parent saves records the rule the
 worker ran. The worker runs the session op's cases (``dcpcheck.ops.session_op``); jobs
