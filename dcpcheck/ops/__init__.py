@@ -45,11 +45,12 @@ package's ``__init__`` holds its docstring only; its modules are:
   (``dcpcheck.cases.options``): ``FILLS``, the values its options' records name, and
   ``CONVERT``, how its options' values become its configs' fields.
 
-``kernels``, ``runner``, ``search``, ``session`` and ``real_ranks`` define Triton kernels
-or import modules that do; Triton fixes a kernel as compiled or interpreted when it is
-defined (``dcpcheck.backend``), so they are imported only when a method that needs them
-is called, once the backend is chosen. ``scenario`` and ``cost`` define none: the command
-line reads scenarios and refuses costly ones before it opens the backend.
+``kernels``, ``runner``, ``search`` and ``real_ranks`` define Triton kernels or import
+modules that do; Triton fixes a kernel as compiled or interpreted when it is defined
+(``dcpcheck.backend``), so they are imported only when a method that needs them is
+called, once the backend is chosen. ``scenario``, ``cost`` and ``session`` define none:
+the command line reads scenarios, refuses costly ones and builds a search's request
+(``SessionCases.search_config``) before it opens the backend.
 :meth:`OpPackage.conformance` imports every module and names what a package lacks.
 
 The fused op (``fused_norm_rope``) provides ``scenario``, ``cost`` and ``kernels`` as every
