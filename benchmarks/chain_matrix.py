@@ -6,7 +6,7 @@ its ``fused_norm_rope`` (from 0.28.0; the project's before), its Triton decode a
 and its merge, each as the release's runner and MLA backend call them
 (``dcpcheck.e2e.chain``), through every merge path the release's MLA layer offers (from
 0.18.0 the all-gather and reduce-scatter, its default, and the all-to-all;
-``dcpcheck.e2e.merge_paths``). A row gives where each stage came from, whether every DCP
+``dcpcheck.ops.lse_combine.merge_paths``). A row gives where each stage came from, whether every DCP
 size gave the DCP1 streams and the first divergence on each merge path (the default's
 first), and the wall time. A release whose runner
 takes an interleave of 1 only runs at 1 (the streams' own interleave of 4 is refused, exit

@@ -131,3 +131,26 @@ OPS: dict[str, Op] = {
     ),
 }
 """Name -> the op (``Op``)."""
+
+
+@dataclass(frozen=True)
+class DecodeChain:
+    """Which op plays each stage of the tiny model's DCP decode path
+    (``dcpcheck.e2e.chain``): each named op's package provides that stage in its
+    ``decode_chain`` module (``dcpcheck.ops.decode_stages``). A stage's name is its field's, with
+    ``-`` for ``_`` (``--stage slot-mapping=SPEC``); ``cache_write``'s kernel is the one under
+    test, named by ``--kernel``."""
+
+    cache_write: str
+    slot_mapping: str
+    attention: str
+    merge: str
+
+
+DECODE_CHAIN = DecodeChain(
+    cache_write=FUSED_NORM_ROPE,
+    slot_mapping=SLOT_MAPPING,
+    attention=LSE_COMBINE,
+    merge=LSE_COMBINE,
+)
+"""The ops of the decode chain, by stage."""

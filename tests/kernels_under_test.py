@@ -321,7 +321,8 @@ def torch_merge(inputs: CombineInputs) -> Merged:
 def fast_stages():
     """The project's slot mappings with ``torch_attention`` and ``torch_merge``: the decode
     chain at the speed of torch, for tests whose subject is another stage."""
-    from dcpcheck.e2e.chain import Stage, default_stages
+    from dcpcheck.e2e.chain import default_stages
+    from dcpcheck.ops.decode_stages import Stage
 
     project = default_stages()
     return dataclasses.replace(

@@ -251,9 +251,7 @@ def test_the_command_line_imports_no_triton_before_the_backend_is_chosen():
 
 # ---------------------------------------------------------------------------------------
 # An op is its package and its line in the registry: what lies outside reaches it through
-# its package's ``PACKAGE`` (``dcpcheck.ops.OpPackage``) and names it through the registry.
-# The allow-lists below are the debt left: each is exact (an edge that appears fails, and
-# so does a listed one that is gone), so they only shrink.
+# ``dcpcheck.ops.package`` (``OpPackage``) and names it through the registry.
 
 OPS_DIR = REPO / "dcpcheck" / "ops"
 
@@ -274,22 +272,6 @@ def op_internals_imported(module: str, imported: set[str]) -> set[str]:
     if module == "dcpcheck.ops" or module.startswith("dcpcheck.ops."):
         return set()
     return {name for name in imported if op_package_of(name) and name.count(".") >= 3}
-
-
-OP_INTERNALS_IMPORTED: dict[str, set[str]] = {
-    # the command line: the fused op's cache layouts, which the token streams' `--layout`
-    # names
-    "dcpcheck.cli.hashing": {"fused_norm_rope.contract"},
-    # real ranks: the fused op's cache layouts for the token streams
-    "dcpcheck.distributed.streams": {"fused_norm_rope.contract"},
-    # the tiny model and the decode chain: every op's contract and kernels
-    "dcpcheck.e2e.chain": {
-        "lse_combine.contract", "lse_combine.kernels", "slot_mapping.contract",
-    },
-    "dcpcheck.e2e.mla_model": {"fused_norm_rope.contract"},
-    "dcpcheck.e2e.token_streams": {"fused_norm_rope.contract"},
-}  # fmt: skip
-"""Importing module -> the op internals it still imports, below ``dcpcheck.ops.``."""
 
 
 OP_NAME_CONSTANTS = {
@@ -330,47 +312,22 @@ def op_package_name(op: str) -> str:
     return op.replace("-", "_")
 
 
-OP_NAMES_NAMED: dict[str, set[str]] = {
-    "dcpcheck.kernels.releases": {"FUSED_NORM_ROPE"},
-    # the decode chain's stages, named as the ops they run
-    "dcpcheck.e2e.chain": {'"fused-norm-rope"', '"slot-mapping"', "FUSED_NORM_ROPE"},
-}
-"""Module -> how it still names an op outside the registry and that op's package."""
-
-
-def debt_changes(
-    found: dict[str, set[str]], listed: dict[str, set[str]]
-) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """What ``found`` has that ``listed`` does not (new debt), and what ``listed`` has
-    that ``found`` no longer does (paid debt, to strike from the list), by module."""
-    modules = sorted(found.keys() | listed.keys())
-    new = {m: found.get(m, set()) - listed.get(m, set()) for m in modules}
-    gone = {m: listed.get(m, set()) - found.get(m, set()) for m in modules}
-    return {m: s for m, s in new.items() if s}, {m: s for m, s in gone.items() if s}
-
-
-def _assert_no_debt_change(found: dict[str, set[str]], listed: dict[str, set[str]]) -> None:
-    new, gone = debt_changes(found, listed)
-    assert not new, f"new, not allowed: {new}"
-    assert not gone, f"no longer so, strike from the allow-list: {gone}"
-
-
-def test_nothing_outside_the_ops_imports_an_ops_internals_but_the_listed_debt():
+def test_nothing_outside_the_ops_imports_an_ops_internals():
     found = {
         module: {name.removeprefix("dcpcheck.ops.") for name in internals}
         for module in MODULES
         if (internals := op_internals_imported(module, GRAPH[module]))
     }
-    _assert_no_debt_change(found, OP_INTERNALS_IMPORTED)
+    assert not found, f"reach them through dcpcheck.ops.package: {found}"
 
 
-def test_only_the_registry_and_an_ops_own_package_name_the_op_but_the_listed_debt():
+def test_only_the_registry_and_an_ops_own_package_name_the_op():
     found = {
         module: named
         for module in MODULES
         if (named := op_names_named(module, _parsed(module), _is_package(module)))
     }
-    _assert_no_debt_change(found, OP_NAMES_NAMED)
+    assert not found, f"name them through dcpcheck.op_registry: {found}"
 
 
 def test_an_ops_package_is_named_as_the_op():
@@ -397,9 +354,6 @@ def test_rule_a_fails_on_a_planted_import_of_an_ops_internals():
     internals = {"dcpcheck.ops.fused_norm_rope.contract", "dcpcheck.ops.lse_combine.kernels"}
     assert op_internals_imported("dcpcheck.cli.planted", imported) == internals
     assert op_internals_imported("dcpcheck.ops.slot_mapping.planted", imported) == set()
-    found = {"dcpcheck.cli.planted": {"fused_norm_rope.contract"}}
-    assert debt_changes(found, {}) == (found, {})  # a new edge fails
-    assert debt_changes({}, found) == ({}, found)  # so does a listed edge that is gone
 
 
 def test_rule_b_fails_on_a_planted_op_name():

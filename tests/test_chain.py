@@ -24,17 +24,23 @@ from pathlib import Path
 
 import pytest
 
-from dcpcheck.e2e.chain import (
-    ATTENTION,
-    MERGE,
-    SLOT_MAPPING,
-    ChainError,
-    Stages,
-    parse_stages,
-    stages_for,
-)
+from dcpcheck.e2e.chain import STAGE_NAMES, Stages, parse_stages, stages_for
 from dcpcheck.e2e.token_streams import compare_paths, compare_streams, stream_config_for
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
+from dcpcheck.op_registry import DECODE_CHAIN
+from dcpcheck.ops import OpPackageError, package
+from dcpcheck.ops.decode_stages import (
+    ATTENTION,
+    CACHE_WRITE,
+    MERGE,
+    SLOT_MAPPING,
+    AttentionStage,
+    CacheWriteStage,
+    ChainError,
+    MergeStage,
+    SlotMappingStage,
+    played,
+)
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from tests.conftest import BACKEND, registry_problem
 
@@ -73,6 +79,23 @@ def test_a_wrong_stage_breaks_the_dcp4_streams_only(stage, spec):
     divergence = comparison.first_divergence
     assert divergence is not None and divergence.dcp_size == 4, divergence
     assert not divergence.near_tie, divergence.describe()
+
+
+def test_every_stage_is_played_by_the_op_the_registry_names_as_its_record():
+    records = {
+        CACHE_WRITE: CacheWriteStage,
+        SLOT_MAPPING: SlotMappingStage,
+        ATTENTION: AttentionStage,
+        MERGE: MergeStage,
+    }
+    assert tuple(records) == (CACHE_WRITE, *STAGE_NAMES)
+    for stage, record in records.items():
+        assert isinstance(played(stage), record), stage
+
+
+def test_a_stage_an_op_does_not_play_is_named():
+    with pytest.raises(OpPackageError, match="decode_chain: no stage 'merge'"):
+        package(DECODE_CHAIN.slot_mapping).decode_stage(MERGE)
 
 
 def test_stage_options_are_read_strictly():

@@ -177,7 +177,7 @@ def test_comparing_streams_checks_every_size_before_the_dcp1_streams(monkeypatch
     """The run's token-stream case asks ``compare_streams`` too: a size it cannot run is
     found before the DCP1 streams are generated."""
     from dcpcheck.e2e import token_streams
-    from dcpcheck.e2e.chain import ChainError
+    from dcpcheck.ops.decode_stages import ChainError
 
     def no_work(*args, **kwargs):
         raise AssertionError("a stream was generated before the DCP sizes were checked")

@@ -20,6 +20,7 @@ import hashlib
 import pytest
 import torch
 
+import reference
 from dcpcheck.e2e.token_streams import (
     CPU_PRESET,
     GPU_PRESET,
@@ -36,7 +37,6 @@ from dcpcheck.e2e.token_streams import (
     token_digest,
 )
 from dcpcheck.ops.fused_norm_rope.contract import (
-    CacheLayout,
     FusedOpCaches,
     FusedOpInputs,
     FusedOpOutputs,
@@ -50,9 +50,9 @@ DCP_SIZES = (2, 4, 8)
 CONFIG = StreamConfig(steps=12)
 LAYOUTS = {
     "auto": StreamConfig(steps=12),
-    "fp8": StreamConfig(steps=12, cache_layout=CacheLayout.FP8, mla_scale=0.5),
-    "fp8_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.FP8_DS_MLA),
-    "nvfp4_ds_mla": StreamConfig(steps=12, cache_layout=CacheLayout.NVFP4_DS_MLA),
+    "fp8": StreamConfig(steps=12, cache_layout="fp8", mla_scale=0.5),
+    "fp8_ds_mla": StreamConfig(steps=12, cache_layout="fp8_ds_mla"),
+    "nvfp4_ds_mla": StreamConfig(steps=12, cache_layout="nvfp4_ds_mla"),
 }
 FAST = fast_stages()
 """The chain's attention and merge in torch (``kernels_under_test``): the oracle kernel's
@@ -258,7 +258,7 @@ def assert_no_step_within_its_bound(streams: Streams) -> None:
     assert (clearance > 1).all(), f"a step's margin is {clearance.min():.3g}x its bound"
 
 
-@pytest.mark.parametrize("layout", list(CacheLayout))
+@pytest.mark.parametrize("layout", list(reference.MLA_LAYOUTS))
 def test_the_default_cpu_streams_have_no_near_tie(device, layout):
     """``dcpcheck hash`` and ``dcpcheck run`` on the CPU (every layout ``hash`` takes)."""
     config = stream_config_for(BACKEND, layout, preset=CPU_PRESET)
@@ -267,7 +267,7 @@ def test_the_default_cpu_streams_have_no_near_tie(device, layout):
 
 @requires_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", list(CacheLayout))
+@pytest.mark.parametrize("layout", list(reference.MLA_LAYOUTS))
 def test_the_default_gpu_streams_have_no_near_tie(device, layout):
     config = stream_config_for(BACKEND, layout, preset=GPU_PRESET)
     assert_no_step_within_its_bound(generate(load_kernel("default"), config, 1, device))
@@ -291,7 +291,7 @@ def test_a_wrong_merge_with_finite_logits_is_a_genuine_divergence(device):
 
 def test_config_rejects_inconsistent_fields():
     with pytest.raises(ValueError, match="mla_scale"):
-        StreamConfig(cache_layout=CacheLayout.FP8)
+        StreamConfig(cache_layout="fp8")
     with pytest.raises(ValueError, match="mla_scale"):
         StreamConfig(mla_scale=0.5)
     with pytest.raises(ValueError, match="distinct prompt lengths"):
@@ -316,16 +316,14 @@ def test_triton_regressions_diverge_under_dcp4(device, triton_default_streams, r
 
 def test_triton_kernel_gives_identical_streams_with_an_nvfp4_cache(device):
     """The model's decode reads the e2m1 entries the project's kernel wrote."""
-    config = dataclasses.replace(TRITON_CONFIG, cache_layout=CacheLayout.NVFP4_DS_MLA)
+    config = dataclasses.replace(TRITON_CONFIG, cache_layout="nvfp4_ds_mla")
     comparison = compare_streams(load_kernel("default"), config, (4,), device)
     assert_identical(comparison)
 
 
 @requires_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "layout", [CacheLayout.AUTO, CacheLayout.FP8_DS_MLA, CacheLayout.NVFP4_DS_MLA]
-)
+@pytest.mark.parametrize("layout", ["auto", "fp8_ds_mla", "nvfp4_ds_mla"])
 def test_full_width_model_on_gpu(device, layout):
     """DeepSeek-V3.2 widths (hidden 7168, 128 heads) with the Triton kernel, natively."""
     config = StreamConfig(preset="deepseek-v3.2", cache_layout=layout, steps=6)

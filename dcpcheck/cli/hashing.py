@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+import reference
 from dcpcheck import __version__, files
 from dcpcheck.cli import options, preflight
 from dcpcheck.cli.common import (
@@ -23,10 +24,8 @@ from dcpcheck.cli.common import (
     parse_dcp_sizes,
 )
 from dcpcheck.e2e.chain import (
-    ChainError,
-    Stage,
     Stages,
-    fused_stage,
+    cache_write_kernel,
     parse_stages,
     stage_files,
     stages_for,
@@ -45,7 +44,7 @@ from dcpcheck.e2e.token_streams import (
 )
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.kernels.loading import JudgedFile
-from dcpcheck.ops.fused_norm_rope.contract import CacheLayout
+from dcpcheck.ops.decode_stages import ChainError, Stage
 from dcpcheck.output.console import err, out, print_streams
 
 STREAM_OPTIONS = (
@@ -66,7 +65,7 @@ STREAM_OPTIONS = (
     click.option(
         "--layout",
         "layout_name",
-        type=click.Choice([c.value for c in CacheLayout]),
+        type=click.Choice(list(reference.MLA_LAYOUTS)),
         default="auto",
         show_default=True,
         help="MLA cache layout of the model's caches.",
@@ -109,7 +108,7 @@ def chain_stages(kernel_name: str, adapter: str, stage_texts: Sequence[str]):
     and one that does not load (125)."""
     with kernel_errors():
         named = parse_stages(stage_texts)
-        fused = fused_stage(kernel_name, adapter)
+        fused = cache_write_kernel(kernel_name, adapter)
         return fused, stages_for(kernel_name, named)
 
 
@@ -365,7 +364,7 @@ def streams_json(
         "model": {
             "preset": config.preset,
             "layers": config.layers,
-            "cache_layout": config.cache_layout.value,
+            "cache_layout": config.cache_layout,
             "mla_scale": config.mla_scale,
             "dtype": str(config.dtype).removeprefix("torch."),
             "prompts": config.prompts,
@@ -425,7 +424,7 @@ def hash_config(
     try:
         return stream_config_for(
             backend,
-            CacheLayout(layout_name),
+            layout_name,
             preset=preset,
             prompts=prompts,
             steps=steps,

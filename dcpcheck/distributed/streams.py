@@ -41,12 +41,7 @@ from dcpcheck.e2e.token_streams import (
     stream_config_for,
 )
 from dcpcheck.kernels.loading import JudgedFile
-from dcpcheck.ops.fused_norm_rope.contract import (
-    FusedOpCaches,
-    FusedOpInputs,
-    FusedOpOutputs,
-    Kernel,
-)
+from dcpcheck.ops import OpKernel
 
 if TYPE_CHECKING:
     from dcpcheck.distributed import RankGroup
@@ -103,22 +98,20 @@ class ErrorRecordingKernel:
     rank 0 reports the recorded error once the streams are gathered.
     """
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: OpKernel) -> None:
         self.kernel = kernel
         self.error: str | None = None
 
-    def __call__(
-        self, inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches
-    ) -> None:
+    def __call__(self, *args: object) -> None:
         try:
-            self.kernel(inputs, outputs, caches)
+            self.kernel(*args)
         except Exception as exc:  # any exception of the kernel under test is its failure
             if self.error is None:
                 self.error = f"{type(exc).__name__}: {exc}"
 
 
 def compare_streams_distributed(
-    kernel: Kernel, config: StreamConfig, group: RankGroup, stages: Stages | None = None
+    kernel: OpKernel, config: StreamConfig, group: RankGroup, stages: Stages | None = None
 ) -> StreamComparison | None:
     """On rank 0: the DCP1 run and the DCP-``world size`` run of the group's ranks, compared
     as ``token_streams.compare_streams`` compares simulated ones. ``None`` on other ranks.
@@ -165,7 +158,7 @@ def compare_streams_distributed(
 
 
 def token_stream_case_on_ranks(
-    kernel: Kernel, config: RunConfig, group: RankGroup
+    kernel: OpKernel, config: RunConfig, group: RankGroup
 ) -> CaseResult | None:
     """``stream_case.token_stream_case`` on real ranks: the tiny model's greedy streams at DCP1
     and at the world size must hash identically. The result on rank 0, ``None`` elsewhere."""
@@ -199,7 +192,7 @@ def streams_to_json(
         "model": {
             "preset": c.preset,
             "layers": c.layers,
-            "cache_layout": c.cache_layout.value,
+            "cache_layout": c.cache_layout,
             "prompts": c.prompts,
             "steps": c.steps,
             "seed": c.seed,

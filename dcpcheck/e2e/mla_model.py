@@ -55,15 +55,8 @@ from dcpcheck.cases import seeded
 from dcpcheck.cases.collectives import Group, run_ranks
 from dcpcheck.cases.dcp import Batch, BlockTables, DcpLayout, Request, SlotMappings, slot_mappings
 from dcpcheck.e2e.attention import PartialAttention, merge_partials, partial_attention
-from dcpcheck.ops.fused_norm_rope.contract import (
-    CacheLayout,
-    FusedOpCaches,
-    FusedOpInputs,
-    FusedOpOutputs,
-    Kernel,
-    ModelPreset,
-    mla_entry_bytes,
-)
+from dcpcheck.ops import OpKernel
+from dcpcheck.ops.decode_stages import CacheWrite, ModelShape, Written, cache_write
 
 T = TypeVar("T")
 
@@ -267,7 +260,7 @@ class InProcessExchange:
 class CacheSpec:
     """How every rank stores MLA cache entries."""
 
-    layout: CacheLayout
+    layout: str  # a name of ``reference.MLA_LAYOUTS``
     mla_scale: float | None
     block_size: int
 
@@ -295,7 +288,7 @@ class MlaModel:
 
     def __init__(
         self,
-        preset: ModelPreset,
+        preset: ModelShape,
         layers: int,
         dtype: torch.dtype,
         seed: int,
@@ -340,7 +333,7 @@ class MlaModel:
     # -- caches ---------------------------------------------------------------------------
 
     def entry_bytes(self, spec: CacheSpec) -> int:
-        return mla_entry_bytes(
+        return reference.mla_entry_bytes(
             spec.layout, self.preset.kv_lora_rank, self.preset.rope_dim, self.dtype
         )
 
@@ -367,7 +360,7 @@ class MlaModel:
         entries = reference.read_mla_cache(cache, slots.to(cache.device))
         return reference.decode_mla_entries(
             entries,
-            spec.layout.value,
+            spec.layout,
             self.preset.kv_lora_rank,
             self.preset.rope_dim,
             self.dtype,
@@ -376,20 +369,20 @@ class MlaModel:
 
     # -- one layer, piece by piece --------------------------------------------------------
 
-    def _fused_op(
+    def _cache_write(
         self,
-        kernel: Kernel,
+        kernel: OpKernel,
         layer: LayerWeights,
         x: torch.Tensor,
         positions: torch.Tensor,
         slot_mapping: torch.Tensor,
         cache: torch.Tensor,
         spec: CacheSpec,
-    ) -> FusedOpOutputs:
-        """Down-project ``x`` and run the kernel on one rank; outputs start as NaN so a row
-        the kernel leaves unwritten poisons everything downstream."""
+    ) -> Written:
+        """Down-project ``x`` and run the kernel on one rank, through the cache write's
+        stage (``dcpcheck.ops.decode_stages``); rows it leaves unwritten are NaN."""
         h = reference.rms_norm(x, layer.attention_norm, self.preset.eps)
-        inputs = FusedOpInputs(
+        step = CacheWrite(
             q_c=(h @ layer.q_down).to(self.dtype),
             q_weight=layer.q_norm,
             kv_c=(h @ layer.kv_down).to(self.dtype),
@@ -399,25 +392,13 @@ class MlaModel:
             cos_sin=self.cos_sin,
             eps=self.preset.eps,
             block_size=spec.block_size,
-            cache_layout=spec.layout,
+            layout=spec.layout,
             mla_scale=spec.mla_scale,
             slot_mapping=slot_mapping,
+            cache=cache,
+            topk=self.preset.topk,
         )
-        tokens = x.shape[0]
-
-        def poisoned(width: int) -> torch.Tensor:
-            return torch.full((tokens, width), float("nan"), dtype=self.dtype, device=x.device)
-
-        outputs = FusedOpOutputs(
-            q_out=poisoned(self.preset.q_lora_rank),
-            kv_out=poisoned(self.preset.kv_lora_rank),
-            kpe_out=poisoned(self.preset.rope_dim),
-            topk_indices=torch.full(
-                (tokens, self.preset.topk), -1, dtype=torch.int32, device=x.device
-            ),
-        )
-        kernel(inputs, outputs, FusedOpCaches(mla=cache))
-        return outputs
+        return cache_write().write(kernel, step)
 
     def _queries(
         self, layer: LayerWeights, q_out: torch.Tensor, positions: torch.Tensor
@@ -463,7 +444,7 @@ class MlaModel:
 
     def forward(
         self,
-        kernel: Kernel,
+        kernel: OpKernel,
         step: DcpStep,
         tokens: Sequence[torch.Tensor],
         caches: Sequence[Sequence[torch.Tensor]],
@@ -488,7 +469,7 @@ class MlaModel:
         hidden = [self.embedding[t] for t in tokens]
         for index, layer in enumerate(self.layers):
             fused = [
-                self._fused_op(
+                self._cache_write(
                     kernel, layer, hidden[j], positions, slot_maps[j], caches[j][index], spec
                 )
                 for j in range(len(ranks))
@@ -532,7 +513,7 @@ class MlaModel:
         layer: LayerWeights,
         step: DcpStep,
         queries: torch.Tensor,
-        fused: FusedOpOutputs,
+        fused: Written,
         gathered: list[list[PartialAttention]],
     ) -> torch.Tensor:
         """One rank's attention output ``[T, H, v]``: per request, its own dense chunk

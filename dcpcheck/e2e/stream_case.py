@@ -17,8 +17,8 @@ from dcpcheck.cases.verdicts import (
     KernelError,
     RunConfig,
 )
-from dcpcheck.e2e.chain import ChainError
 from dcpcheck.e2e.token_streams import StreamComparison, compare_streams, stream_config_for
+from dcpcheck.ops.decode_stages import ChainError
 from dcpcheck.ops.session_cases import CaseRunner
 
 

@@ -53,16 +53,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+import reference
 from dcpcheck.backend import Backend
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, num_blocks
-from dcpcheck.e2e.chain import (
-    ChainError,
-    Stage,
-    Stages,
-    check_heads_shared,
-    default_stages,
-    rank_slots,
-)
+from dcpcheck.e2e.chain import Stages, check_heads_shared, default_stages
 from dcpcheck.e2e.mla_model import (
     WIDTHS_BY_PRESET,
     CacheSpec,
@@ -71,7 +65,8 @@ from dcpcheck.e2e.mla_model import (
     ShardExchange,
     plan_step,
 )
-from dcpcheck.ops.fused_norm_rope.contract import PRESETS, CacheLayout, Kernel
+from dcpcheck.ops import OpKernel
+from dcpcheck.ops.decode_stages import ChainError, SlotStep, Stage, cache_write
 
 BASELINE_DCP_SIZE = 1
 """Every run is compared with the DCP1 run (rank 0), which every correct setup reproduces."""
@@ -91,7 +86,7 @@ class StreamConfig:
     """
 
     preset: str = "small-neox"
-    cache_layout: CacheLayout = CacheLayout.AUTO
+    cache_layout: str = reference.LAYOUT_AUTO  # a name of ``reference.MLA_LAYOUTS``
     mla_scale: float | None = None  # the fp8 layout's per-tensor scale
     dtype: torch.dtype = torch.bfloat16
     prompts: int = 3
@@ -103,9 +98,11 @@ class StreamConfig:
     layers: int = 2
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS or self.preset not in WIDTHS_BY_PRESET:
+        if self.preset not in cache_write().presets or self.preset not in WIDTHS_BY_PRESET:
             raise ValueError(f"unknown preset {self.preset!r}")
-        if (self.cache_layout is CacheLayout.FP8) != (self.mla_scale is not None):
+        if self.cache_layout not in reference.MLA_LAYOUTS:
+            raise ValueError(f"unknown cache layout {self.cache_layout!r}")
+        if (self.cache_layout == reference.LAYOUT_FP8) != (self.mla_scale is not None):
             raise ValueError("mla_scale is required by the fp8 cache layout and only by it")
         if self.prompts < 1 or self.steps < 1 or self.layers < 1:
             raise ValueError("prompts, steps and layers must be >= 1")
@@ -145,7 +142,7 @@ at 0.35 times), so no divergence from them can be excused as a near-tie
 
 def stream_config_for(
     backend: Backend,
-    cache_layout: CacheLayout = CacheLayout.AUTO,
+    cache_layout: str = reference.LAYOUT_AUTO,
     *,
     preset: str | None = None,
     prompts: int = 3,
@@ -157,7 +154,7 @@ def stream_config_for(
     return StreamConfig(
         preset=preset or (CPU_PRESET if backend.interpreted else GPU_PRESET),
         cache_layout=cache_layout,
-        mla_scale=FP8_STREAM_SCALE if cache_layout is CacheLayout.FP8 else None,
+        mla_scale=FP8_STREAM_SCALE if cache_layout == reference.LAYOUT_FP8 else None,
         prompts=prompts,
         max_prompt_length=MIN_PROMPT_LENGTH + 2 * prompts + 2,
         steps=steps,
@@ -239,7 +236,7 @@ def margin_bound(
     return moved.square().sum(dim=-1).sqrt()
 
 
-def writes_k_outputs(kernel: Kernel) -> bool:
+def writes_k_outputs(kernel: OpKernel) -> bool:
     """Whether ``kernel`` writes the KV and k_pe outputs. A kernel whose API has none
     (vLLM 0.25.0 - 0.28.0's, through its adapter) says so with ``writes_k_outputs = False``; the
     model's prefill then reads K from the caches (mla_model.DcpStep)."""
@@ -248,11 +245,12 @@ def writes_k_outputs(kernel: Kernel) -> bool:
 
 def build_model(config: StreamConfig, device: torch.device) -> MlaModel:
     """The seeded model of ``config`` (the same bits on every device)."""
-    return MlaModel(PRESETS[config.preset], config.layers, config.dtype, config.seed, device)
+    preset = cache_write().presets[config.preset]
+    return MlaModel(preset, config.layers, config.dtype, config.seed, device)
 
 
 def generate(
-    kernel: Kernel,
+    kernel: OpKernel,
     config: StreamConfig,
     dcp_size: int,
     device: torch.device,
@@ -281,14 +279,14 @@ def _last_rows(batch: Batch) -> torch.Tensor:
 
 
 def _generate(
-    kernel: Kernel, model: MlaModel, config: StreamConfig, dcp_size: int, stages: Stages | None
+    kernel: OpKernel, model: MlaModel, config: StreamConfig, dcp_size: int, stages: Stages | None
 ) -> Streams:
     exchange = InProcessExchange(dcp_size)
     return Streams(dcp_size, *generate_ranks(kernel, model, config, exchange, dcp_size, stages))
 
 
 def generate_ranks(
-    kernel: Kernel,
+    kernel: OpKernel,
     model: MlaModel,
     config: StreamConfig,
     exchange: ShardExchange,
@@ -319,15 +317,16 @@ def generate_ranks(
 
     def run(batch: Batch, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         step = plan_step(batch, layout, tables, k_from_caches=not writes_k_outputs(kernel))
-        slots, local = rank_slots(
-            stages.routines,
-            step.mappings.positions.to(model.device),
-            [request.length for request in batch.requests],
-            [request.new for request in batch.requests],
-            table,
-            config.block_size,
-            dcp_size,
-            config.interleave,
+        slots, local = stages.rank_slots(
+            SlotStep(
+                positions=step.mappings.positions.to(model.device),
+                lengths=[request.length for request in batch.requests],
+                new=[request.new for request in batch.requests],
+                block_table=table,
+                block_size=config.block_size,
+                dcp_size=dcp_size,
+                interleave=config.interleave,
+            )
         )
         mappings = replace(step.mappings, per_rank=slots.cpu())
         step = replace(step, mappings=mappings, block_table=table, local_seq_lens=local)
@@ -471,7 +470,7 @@ def check_sizes(config: StreamConfig, dcp_sizes: Sequence[int]) -> None:
 
 
 def compare_streams(
-    kernel: Kernel,
+    kernel: OpKernel,
     config: StreamConfig,
     dcp_sizes: Sequence[int],
     device: torch.device,
@@ -502,7 +501,7 @@ class PathStreams:
 
 
 def compare_paths(
-    kernel: Kernel,
+    kernel: OpKernel,
     config: StreamConfig,
     dcp_sizes: Sequence[int],
     device: torch.device,

@@ -62,22 +62,23 @@ from pathlib import Path
 
 from dcpcheck.kernels import release_lock
 from dcpcheck.kernels.errors import KernelLoadError, KernelSpecError
-from dcpcheck.op_registry import FUSED_NORM_ROPE, OPS
+from dcpcheck.op_registry import DEFAULT_OP, OPS
 
 log = logging.getLogger(__name__)
 
 PACKAGE = "vllm"
-KERNEL_MEMBER = OPS[FUSED_NORM_ROPE].wheel_members[-1]
-"""Where the releases from 0.27.0 on keep ``fused_norm_rope`` in their wheels: the member a
-fetch returns unless asked for another (0.25.0 - 0.26.0 keep it at the registry's older
-path, which the fused op's loader looks for too)."""
+KERNEL_MEMBER = OPS[DEFAULT_OP].wheel_members[-1]
+"""The member a fetch returns unless asked for another: where the newest releases keep the
+default op's routine (``fused_norm_rope``, from 0.27.0; 0.25.0 - 0.26.0 keep it at the
+registry's older path, which that op's loader looks for too)."""
 
 KEPT_MEMBERS = tuple(dict.fromkeys(m for op in OPS.values() for m in op.wheel_members))
 """Every wheel member an op judges (``dcpcheck.op_registry``); a fetch keeps those the
 wheel has, and its record names them all, so a member a release lacks is known to be
 lacking without a second download."""
 
-DEFAULT_FUNCTION = "fused_norm_rope"
+DEFAULT_FUNCTION = OPS[DEFAULT_OP].function
+"""The routine ``vllm==X`` names without ``:FUNCTION``: the default op's."""
 
 VERSION = re.compile(r"^(?P<release>\d+(?:\.\d+)*)(?P<suffix>(?:a|b|rc)\d+)?(?P<post>\.post\d+)?$")
 """The versions vLLM publishes: a release segment, then maybe a pre-release (``rc1``) and

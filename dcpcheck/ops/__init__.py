@@ -44,11 +44,15 @@ package's ``__init__`` holds its docstring only; its modules are:
 * ``options`` (:class:`OptionsModule`), optional: the op's part of the option table
   (``dcpcheck.cases.options``): ``FILLS``, the values its options' records name, and
   ``CONVERT``, how its options' values become its configs' fields.
+* ``decode_chain`` (:class:`DecodeChainModule`), of an op that plays a stage of the tiny
+  model's decode path (``dcpcheck.op_registry.DECODE_CHAIN``): ``STAGES``, each stage it
+  plays by name, as the record ``dcpcheck.ops.decode_stages`` defines for that stage.
 
 ``kernels``, ``runner``, ``search`` and ``real_ranks`` define Triton kernels or import
 modules that do; Triton fixes a kernel as compiled or interpreted when it is defined
 (``dcpcheck.backend``), so they are imported only when a method that needs them is
-called, once the backend is chosen. ``scenario``, ``cost`` and ``session`` define none:
+called, once the backend is chosen. ``scenario``, ``cost``, ``session`` and
+``decode_chain`` define none (a ``decode_chain`` loads its kernels when asked):
 the command line reads scenarios, refuses costly ones and builds a search's request
 (``SessionCases.search_config``) before it opens the backend.
 :meth:`OpPackage.conformance` imports every module and names what a package lacks.
@@ -195,12 +199,19 @@ class OptionsModule(Protocol):
     CONVERT: Mapping[str, Callable[[Any], Any]]
 
 
+class DecodeChainModule(Protocol):
+    """An op package's optional ``decode_chain`` module (module docstring)."""
+
+    STAGES: Mapping[str, Any]  # stage name -> its ``dcpcheck.ops.decode_stages`` record
+
+
 OPTIONAL_MODULES: dict[str, type] = {
     "real_ranks": RealRanksModule,
     "selftest": SelftestModule,
     "case_maps": CaseMapsModule,
     "layouts": LayoutsModule,
     "options": OptionsModule,
+    "decode_chain": DecodeChainModule,
 }
 """The modules an op package may provide."""
 
@@ -399,6 +410,14 @@ class OpPackage:
             return {}
         layouts: LayoutsModule = self._part("layouts")  # type: ignore[assignment]
         return dict(layouts.LAYOUTS)
+
+    def decode_stage(self, stage: str) -> Any:
+        """The op's part in stage ``stage`` of the tiny model's decode path (its
+        ``decode_chain`` module's ``STAGES``; ``dcpcheck.ops.decode_stages``)."""
+        chain: DecodeChainModule = self._part("decode_chain")  # type: ignore[assignment]
+        if stage not in chain.STAGES:
+            raise OpPackageError(f"{self.module}.decode_chain: no stage {stage!r}")
+        return chain.STAGES[stage]
 
     def option_fills(self) -> dict[str, Any]:
         """What the option table's records of the op's own options name as ``Fill`` (its

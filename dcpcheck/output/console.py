@@ -178,7 +178,7 @@ def print_streams(comparison: StreamComparison) -> None:
     """Digests per DCP size and rank (whole stream, then per request), and the verdict."""
     c = comparison.config
     out.print(
-        f"model: {c.preset}, {c.layers} layers, cache {c.cache_layout.value}, "
+        f"model: {c.preset}, {c.layers} layers, cache {c.cache_layout}, "
         f"{c.prompts} requests, {c.steps} steps, seed {c.seed}",
         soft_wrap=True,
     )
