@@ -1,3 +1,4 @@
-"""What a case of the fused op is, before anything runs: scenario files and their limits,
-DCP ownership (block tables, slot mappings, local lengths), seeded values, the cost a
-case will take, and the tolerance of every compared field."""
+"""What every op's cases share, before and after they run: scenario files and their
+limits, DCP ownership (block tables, slot mappings, local lengths), a DCP group's
+collectives, seeded values, the memory a case will take, the table of options, and the
+verdicts (checks, findings, case results) every report reads."""

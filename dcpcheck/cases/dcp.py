@@ -1,7 +1,7 @@
 """Which rank owns which token's KV entry under Decode Context Parallelism (docs/dcp-contract.md).
 
 DCP shards the paged KV cache of one attention layer across ``n`` ranks along the token
-axis. Every rank runs the fused kernel over the whole batch, but with its own slot
+axis. Every rank runs a kernel over the whole batch, but with its own slot
 mapping: a token whose entry lives on another rank gets slot ``-1`` there. This module
 builds those per-rank mappings the way vLLM lays the cache out:
 
