@@ -357,7 +357,9 @@ class Declares:
 )
 def test_precedence(option, key, declared, effective):
     scenario = dataclasses.replace(shipped(AMAX_SCENARIO), ds_mla_scale=key)
-    config = RunConfig("k", None, ds_mla_scale=option)
+    config = RunConfig(
+        "k", None, demands=() if option is None else (("ds-mla-scale", option.value),)
+    )
     assert effective_ds_mla_scale(scenario, config, Declares(declared)) is effective
     assert (
         with_effective_ds_mla_scale(scenario, config, Declares(declared)).ds_mla_scale is effective
@@ -367,7 +369,7 @@ def test_precedence(option, key, declared, effective):
 def test_other_layouts_ignore_the_option_and_the_declaration():
     scenario = shipped("decode-single-dcp4")
     resolved = with_effective_ds_mla_scale(
-        scenario, RunConfig("k", None, ds_mla_scale=POW2), always_pow2
+        scenario, RunConfig("k", None, demands=(("ds-mla-scale", "pow2"),)), always_pow2
     )
     assert resolved is scenario and resolved.ds_mla_scale is None
 
@@ -382,7 +384,9 @@ def test_the_witness_passes_exactly_where_pow2_is_resolved():
     amax_scenario = shipped(AMAX_SCENARIO)
     assert passes(always_pow2, amax_scenario)  # its declaration decides
     assert not passes(load_kernel("mutant/ds-mla-scale-pow2-when-amax"), amax_scenario)
-    assert not passes(always_pow2, amax_scenario, RunConfig("w", None, ds_mla_scale=AMAX))
+    assert not passes(
+        always_pow2, amax_scenario, RunConfig("w", None, demands=(("ds-mla-scale", "amax"),))
+    )
     assert passes(always_pow2, dataclasses.replace(amax_scenario, ds_mla_scale=AMAX))
     assert passes(always_pow2, shipped(POW2_SCENARIO))
 
@@ -391,7 +395,11 @@ def test_an_isolated_kernel_carries_its_workers_declaration():
     with IsolatedKernel(WITNESS, "auto", BACKEND) as isolated:
         assert isolated.ds_mla_scale is POW2
         assert passes(isolated, shipped(AMAX_SCENARIO))
-        assert not passes(isolated, shipped(AMAX_SCENARIO), RunConfig("w", None, ds_mla_scale=AMAX))
+        assert not passes(
+            isolated,
+            shipped(AMAX_SCENARIO),
+            RunConfig("w", None, demands=(("ds-mla-scale", "amax"),)),
+        )
 
 
 # ----------------------------------------------------------------------------------------
@@ -442,7 +450,7 @@ def test_the_property_search_saves_the_rule_it_failed_under(tmp_path):
     assert 'ds_mla_scale = "amax"' in found.saved_path.read_text()
     assert found.replay and any(r.status == "fail" for r in found.replay)
     assert passes(always_pow2, load_scenario(found.saved_path))
-    asked_pow2 = search.SearchConfig("w", **space, ds_mla_scale=POW2)
+    asked_pow2 = search.SearchConfig("w", **space, demands=(("ds-mla-scale", "pow2"),))
     assert search.search(oracle_writing_pow2, asked_pow2, BACKEND).passed
 
 

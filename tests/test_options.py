@@ -22,7 +22,6 @@ from dcpcheck.distributed import launcher
 from dcpcheck.op_registry import OPS
 from dcpcheck.ops import package, runner_ops
 from dcpcheck.ops.fused_norm_rope import search
-from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
 from tests.test_pytest_plugin import PLUGIN_ARGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -251,9 +250,16 @@ def test_parsed_values_become_the_runs_config(tmp_path):
         "no-tokens": True,
     }
     assert options.config(RunConfig, values) == RunConfig(
-        "default", (1, 4), 3, True, DsMlaScale.POW2, False, "memcheck", 7.0
+        "default", (1, 4), 3, True, (("ds-mla-scale", "pow2"),), False, "memcheck", 7.0
     )
     searched = options.config(search.SearchConfig, values)
     assert searched == search.SearchConfig(
-        "default", search.PROFILES["ci"], 5, (1, 4), 3, tmp_path, DsMlaScale.POW2, False
+        "default",
+        search.PROFILES["ci"],
+        5,
+        (1, 4),
+        3,
+        tmp_path,
+        (("ds-mla-scale", "pow2"),),
+        False,
     )

@@ -23,6 +23,11 @@ from dcpcheck.cases.limits import SEED_MAX, TIMEOUT_MAX_S
 from dcpcheck.op_registry import DEFAULT_OP, OPS
 
 PYTEST_PREFIX = "--dcpcheck-"
+
+DEMANDS = "demands"
+"""The field of an op's own option that changes what a case demands of a kernel: it sets
+no field of its own, but joins the config's ``demands`` as ``(name, value)``
+(``RunConfig.demands``), which the op reads and a replay repeats."""
 """The pytest plugin spells option ``NAME`` as ``--dcpcheck-NAME``."""
 
 
@@ -40,8 +45,9 @@ class Option:
     ``path``, ``dir`` (a path that is no file), ``choice``, ``flag`` (on when given) or
     ``switch`` (``--NAME/--no-NAME``, None when neither is given). ``field``: the keyword of
     ``RunConfig`` / ``SearchConfig`` its value sets (None: it steers the command, not the
-    config). ``variants``: per command (``repro``, ``ranks``, ``pytest``), the attributes
-    whose wording or default differ there. Help text may name fills as ``{key}``."""
+    config; ``DEMANDS``: it joins the config's ``demands``). ``variants``: per command
+    (``repro``, ``ranks``, ``pytest``), the attributes whose wording or default differ
+    there. Help text may name fills as ``{key}``."""
 
     name: str  # --NAME on the command line, --dcpcheck-NAME in pytest
     help: str
@@ -330,7 +336,7 @@ OPTIONS: dict[str, Option] = _options(
         "scenario's, else the kernel's, else amax. Other cache layouts ignore it.",
         kind="choice",
         choices=Fill("ds_mla_scales"),
-        field="ds_mla_scale",
+        field=DEMANDS,
     ),
     Option(
         "oracle",
@@ -456,10 +462,18 @@ def ops_taking(name: str, command: str = "run") -> tuple[str, ...]:
 
 def config_fields(config: type, values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` (option name -> value, converted to the field's type) as the keywords of
-    ``config`` (a dataclass: ``RunConfig``, ``SearchConfig``) their options set."""
+    ``config`` (a dataclass: ``RunConfig``, ``SearchConfig``) their options set; the
+    options whose field is ``DEMANDS`` as its ``(name, value)`` pairs, those given."""
     fields = {f.name for f in dataclasses.fields(config)}
-    return {
+    keywords = {
         OPTIONS[name].field: value
         for name, value in values.items()
-        if OPTIONS[name].field in fields
+        if OPTIONS[name].field in fields and OPTIONS[name].field != DEMANDS
     }
+    if DEMANDS in fields:
+        keywords[DEMANDS] = tuple(
+            (name, value)
+            for name, value in values.items()
+            if OPTIONS[name].field == DEMANDS and value is not None
+        )
+    return keywords

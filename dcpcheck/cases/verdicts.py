@@ -95,8 +95,10 @@ class RunConfig:
     dcp_sizes: tuple[int, ...] | None  # None: each scenario's own sizes
     seed: int | None = None  # None: each scenario's own seed
     fail_fast: bool = False
-    # --ds-mla-scale (the fused op's ``contract.DsMlaScale``); None: not given
-    ds_mla_scale: enum.Enum | None = None
+    # The options of the op's own that change what a case demands of a kernel, as typed
+    # ((name, value) pairs, ``("ds-mla-scale", "pow2")``; ``dcpcheck.cases.options``):
+    # the op reads its own, and a replay repeats them all.
+    demands: tuple[tuple[str, str], ...] = ()
     oracle: bool = True  # --oracle off: judge against the kernel's own DCP1 run alone
     sanitize: str | None = None  # --sanitize TOOL: every case's kernel under compute-sanitizer
     case_timeout: float | None = None  # --case-timeout SECONDS, as given (None: not given)
@@ -116,8 +118,7 @@ class RunConfig:
         changes what a case demands of it (how long it may take too), as a replay must
         repeat them."""
         options = f" --kernel {shlex.quote(self.kernel_name)}"
-        if self.ds_mla_scale is not None:
-            options += f" --ds-mla-scale {self.ds_mla_scale.value}"
+        options += "".join(f" --{name} {shlex.quote(value)}" for name, value in self.demands)
         options += self.oracle_flag
         options += f" --sanitize {self.sanitize}" if self.sanitize else ""
         return options + (f" --case-timeout {self.case_timeout!r}" if self.case_timeout else "")

@@ -1,7 +1,7 @@
 """The fused op's part of the option table (``dcpcheck.cases.options``): the values its
 records name as ``Fill`` (the property search's profiles, the fp8_ds_mla tile-scale
-rules), and how its options' values become the fields of its configs (a rule, a
-profile). ``dcpcheck.cli.options`` reads them through the op's package."""
+rules), and how its options' values become the fields of its configs (a profile).
+``dcpcheck.cli.options`` reads them through the op's package."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ FILLS: dict[str, Any] = {
 """What the records of the fused op's options name as ``Fill`` or ``{key}``."""
 
 CONVERT: dict[str, Callable[[Any], Any]] = {
-    "ds-mla-scale": lambda value: None if value is None else DsMlaScale(value),
     "profile": lambda name: search.PROFILES[name or "ci"],
 }
 """Each of its options whose config field holds another type than the option's value."""

@@ -81,6 +81,10 @@ def declared_ds_mla_scale(kernel: object) -> DsMlaScale | None:
         ) from None
 
 
+DS_MLA_SCALE_OPTION = "ds-mla-scale"
+"""The run's option naming the rule (its value in ``RunConfig.demands``)."""
+
+
 def effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object) -> DsMlaScale:
     """The fp8_ds_mla tile-scale rule a case of ``scenario`` demands of ``kernel``.
 
@@ -97,7 +101,9 @@ def effective_ds_mla_scale(scenario: Scenario, config: RunConfig, kernel: object
     which carries its worker's kernel's declaration (``dcpcheck.harness.isolation``), so the
     parent and the worker resolve alike.
     """
-    for rule in (config.ds_mla_scale, declared_ds_mla_scale(kernel), scenario.ds_mla_scale):
+    asked = dict(config.demands).get(DS_MLA_SCALE_OPTION)
+    option = None if asked is None else DsMlaScale(asked)
+    for rule in (option, declared_ds_mla_scale(kernel), scenario.ds_mla_scale):
         if rule is not None:
             return rule
     return DsMlaScale.AMAX

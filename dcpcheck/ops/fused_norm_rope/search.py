@@ -49,7 +49,7 @@ from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.seeded_draws import seed_alone
 from dcpcheck.cases.verdicts import CaseResult, RunConfig, ownership_totals
-from dcpcheck.ops.fused_norm_rope.contract import PRESETS, SMALL_PRESETS, DsMlaScale, Kernel
+from dcpcheck.ops.fused_norm_rope.contract import PRESETS, SMALL_PRESETS, Kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario, with_effective_ds_mla_scale
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
 
@@ -148,7 +148,7 @@ class SearchConfig:
     dcp_sizes: tuple[int, ...] | None = None  # None: drawn per scenario (1..8)
     seed: int | None = None  # None: DEFAULT_SEED (reproducible); else explore with this seed
     home: Path = field(default_factory=files.default_home)
-    ds_mla_scale: DsMlaScale | None = None  # --ds-mla-scale; None: not given
+    demands: tuple[tuple[str, str], ...] = ()  # --ds-mla-scale as typed (RunConfig.demands)
     oracle: bool = True  # --oracle off: each example judged against its own DCP1 run alone
 
     @property
@@ -283,9 +283,7 @@ def search(
 
     space = config.profile.space(backend, config.dcp_sizes)
     # Each scenario's own sizes and seed; the options' tile-scale rule (if given) and oracle.
-    run_config = RunConfig(
-        config.kernel_name, None, ds_mla_scale=config.ds_mla_scale, oracle=config.oracle
-    )
+    run_config = RunConfig(config.kernel_name, None, demands=config.demands, oracle=config.oracle)
     ownership = ownership_totals([])
     examples_run = scenarios_run = 0
     first_failure: int | None = None
