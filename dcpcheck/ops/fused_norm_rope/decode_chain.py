@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from dcpcheck.ops.decode_stages import CacheWrite, CacheWriteStage, Written
+from dcpcheck.ops.decode_stages import CACHE_WRITE, CacheWrite, CacheWriteStage, Written
 from dcpcheck.ops.fused_norm_rope.contract import (
     PRESETS,
     CacheLayout,
@@ -51,5 +51,5 @@ def write(kernel: Kernel, step: CacheWrite) -> Written:
     return Written(outputs.q_out, outputs.kv_out, outputs.kpe_out)
 
 
-STAGES = {"cache-write": CacheWriteStage(presets=PRESETS, write=write)}
+STAGES = {CACHE_WRITE: CacheWriteStage(presets=PRESETS, write=write)}
 """The stage the op plays, by name (``dcpcheck.op_registry.DECODE_CHAIN``)."""

@@ -15,7 +15,15 @@ import torch
 
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.kernels.registry import OpKernels
-from dcpcheck.ops.decode_stages import Attend, AttentionStage, Merge, MergeStage, Stage
+from dcpcheck.ops.decode_stages import (
+    ATTENTION,
+    MERGE,
+    Attend,
+    AttentionStage,
+    Merge,
+    MergeStage,
+    Stage,
+)
 from dcpcheck.ops.lse_combine import merge_paths
 from dcpcheck.ops.lse_combine.contract import (
     AttentionInputs,
@@ -23,9 +31,6 @@ from dcpcheck.ops.lse_combine.contract import (
     CombineKernel,
     DecodeAttention,
 )
-
-ATTENTION, MERGE = "attention", "merge"
-"""The stages' names (``dcpcheck.op_registry.DecodeChain``)."""
 
 
 def _registry(stage: str) -> OpKernels:

@@ -16,16 +16,19 @@ from typing import Any
 import torch
 
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
-from dcpcheck.ops.decode_stages import SlotMappingStage, SlotStep, Stage, refuse_what_it_cannot_run
+from dcpcheck.ops.decode_stages import (
+    SLOT_MAPPING,
+    SlotMappingStage,
+    SlotStep,
+    Stage,
+    refuse_what_it_cannot_run,
+)
 from dcpcheck.ops.slot_mapping.contract import (
     PAD_SLOT,
     LocalSeqLensInputs,
     Routines,
     SlotMappingInputs,
 )
-
-NAME = "slot-mapping"
-"""The stage's name (``dcpcheck.op_registry.DecodeChain``)."""
 
 
 def _registry():
@@ -40,10 +43,10 @@ def load(spec: str) -> Stage:
     routines = _registry().load(spec)
     if routines.slot_mappings is None or routines.local_seq_lens is None:
         raise KernelSpecError(
-            f"--stage {NAME}={spec}: the chain needs both the slot mappings and the "
+            f"--stage {SLOT_MAPPING}={spec}: the chain needs both the slot mappings and the "
             f"local lengths ({routines.absent})"
         )
-    return Stage(NAME, spec, routines)
+    return Stage(SLOT_MAPPING, spec, routines)
 
 
 def _first(candidates: list[str], what: Callable[[Routines], Any]) -> tuple[str, Any] | None:
@@ -75,7 +78,7 @@ def release(version: str) -> Stage:
         notes.append(f"{name} has no local-length routine: the project's")
         lengths = ("default", project.local_seq_lens)
     spec = slots[0] if slots[0] == lengths[0] else f"{slots[0]} + {lengths[0]}"
-    return Stage(NAME, spec, Routines(slots[1], lengths[1]), "; ".join(notes))
+    return Stage(SLOT_MAPPING, spec, Routines(slots[1], lengths[1]), "; ".join(notes))
 
 
 def files(spec: str) -> tuple[JudgedFile, ...]:
@@ -108,7 +111,7 @@ def rank_slots(routines: Routines, step: SlotStep) -> tuple[torch.Tensor, torch.
             dcp_rank=rank,
             interleave=step.interleave,
         )
-        refuse_what_it_cannot_run(NAME, routines.slot_mappings, inputs)
+        refuse_what_it_cannot_run(SLOT_MAPPING, routines.slot_mappings, inputs)
         out = torch.full((1, positions.shape[0]), PAD_SLOT - 1, dtype=torch.int64, device=device)
         routines.slot_mappings(inputs, out)
         slots.append(out[0])
@@ -122,12 +125,14 @@ def rank_slots(routines: Routines, step: SlotStep) -> tuple[torch.Tensor, torch.
             dcp_rank=rank,
             interleave=step.interleave,
         )
-        refuse_what_it_cannot_run(NAME, routines.local_seq_lens, seq_lens)
+        refuse_what_it_cannot_run(SLOT_MAPPING, routines.local_seq_lens, seq_lens)
         lens = torch.full((len(lengths),), -1, dtype=torch.int32, device=device)
         routines.local_seq_lens(seq_lens, lens)
         local.append(lens)
     return torch.stack(slots), torch.stack(local)
 
 
-STAGES = {NAME: SlotMappingStage(load=load, release=release, files=files, rank_slots=rank_slots)}
+STAGES = {
+    SLOT_MAPPING: SlotMappingStage(load=load, release=release, files=files, rank_slots=rank_slots)
+}
 """The stage the op plays, by name (``dcpcheck.op_registry.DECODE_CHAIN``)."""
