@@ -32,7 +32,8 @@ from dcpcheck.kernels.loading import (
 from dcpcheck.ops import OpKernel, package
 from dcpcheck.output.console import err
 
-HELP = """Differential checks of fused MLA norm + RoPE + cache-write kernels under DCP.
+HELP = """Differential checks of the kernels an inference engine runs under Decode Context
+Parallelism (DCP): each against its oracle, once per simulated rank (`dcpcheck list ops`).
 
 Exit codes (part of the interface; `git bisect run` relies on 125):
 
