@@ -137,10 +137,22 @@ def function_of(path: Path, function: str, where: str) -> Callable[..., object]:
 
 @dataclass(frozen=True)
 class PrefillCall:
-    """A call of the converter in the caller's file that passes a prefill workspace."""
+    """A call of the converter in the caller's file that passes a prefill workspace. One
+    that passes DCP converts one gathered chunk's rows, every one a prefill row; one that
+    does not converts the batch, its decode rows (request id -1) beside its prefill rows
+    (module docstring)."""
 
     line: int
     dcp: bool  # it passes the DCP size and the workspace's rank stride
+    count: bool  # it passes return_valid_counts, not as False
+
+    def asks(self, packs: bool) -> str:
+        """What the call asks of a converter that packs when it counts (``packs``) or not,
+        in words, with its line."""
+        rows = "packed with counts" if self.count and packs else "in place"
+        if not packs:
+            rows += ", with counts" if self.count else ", no counts"
+        return f"{rows} ({CALLER_FILE}:{self.line})"
 
 
 @functools.cache
@@ -157,7 +169,12 @@ def prefill_calls(path: Path | None) -> tuple[PrefillCall, ...]:
         keywords = {k.arg for k in node.keywords}
         if name == CONVERT and "HAS_PREFILL_WORKSPACE" in keywords:
             dcp = {"prefill_workspace_rank_stride", "dcp_size"} <= keywords
-            calls.append(PrefillCall(node.lineno, dcp))
+            count = any(
+                k.arg == "return_valid_counts"
+                and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+                for k in node.keywords
+            )
+            calls.append(PrefillCall(node.lineno, dcp, count))
     return tuple(sorted(calls, key=lambda c: c.line))
 
 
@@ -217,13 +234,32 @@ class VllmRemap:
                 "maps a prefill chunk into a DCP-gathered workspace; its calls with a "
                 f"prefill workspace pass no DCP ({where})"
             )
-        if self.named is None and inputs.dcp_size > 1 and not any(c.dcp for c in calls):
+        if self.named is not None:
+            return None
+        under_dcp = inputs.dcp_size > 1
+        asked = [c for c in calls if c.dcp == under_dcp]
+        if not asked and under_dcp:
             return (
                 f"no caller of {self.name}'s {CONVERT} passes it DCP with a prefill "
                 f"workspace ({where})"
             )
-        if self.named is None and inputs.dcp_size == 1 and not any(not c.dcp for c in calls):
+        if not asked:
             return f"{self.name}'s calls with a prefill workspace all gather it under DCP ({where})"
+        workspace = inputs.workspace
+        assert workspace is not None
+        if under_dcp and bool((workspace.request_ids < 0).any()):
+            lines = ", ".join(f"{CALLER_FILE}:{c.line}" for c in asked)
+            return (
+                f"no caller of {self.name}'s {CONVERT} converts decode rows under DCP with a "
+                f"prefill workspace: its calls there convert one chunk's prefill rows ({lines})"
+            )
+        packs = "dcp_size" in parameters  # from 0.30.0 it packs exactly when it counts
+        if not any(
+            (c.count and packs, c.count) == (inputs.compact, inputs.count_valid) for c in asked
+        ):
+            said = "; ".join(c.asks(packs) for c in asked)
+            dcp = "under DCP" if under_dcp else "without DCP"
+            return f"{self.name}'s calls with a prefill workspace {dcp} ask its rows {said}"
         return None
 
     def not_applicable(self, inputs: RemapInputs) -> str | None:
