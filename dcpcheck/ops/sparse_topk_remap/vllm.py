@@ -31,13 +31,17 @@ once per chunk with ``HAS_PREFILL_WORKSPACE=True``, the chunk's rows' request id
 prefill request's workspace start (chunk-local), ``prefill_workspace_rank_stride`` (the
 chunk's shard rows), its DCP size, rank and interleave, and ``return_valid_counts=True``
 (``flashmla_sparse.py:860`` in 0.30.0, ``:997`` in 0.34.0); the converter then packs with
-its counts. A case of a prefill chunk is called exactly so under DCP. At DCP1 it is the
-separate prefill/decode path's call (``HAS_PREFILL_WORKSPACE`` with the request ids and
-starts, no DCP; ``:1089`` in 0.34.0, from 0.13.0), with the counts where the release's
-call passes them. A converter without ``prefill_workspace_rank_stride`` (before 0.30.0)
-has no caller that maps a prefill chunk into a DCP-gathered workspace: the case is not
-applicable, with the lines of the release's calls that pass a prefill workspace
-(``prefill_calls``, read from its ``flashmla_sparse.py``), none of which passes DCP.
+its counts. That call converts one chunk's rows, every one a prefill row
+(``req_id_per_token[tokens]``, ``:998`` in 0.34.0). Without DCP, from 0.13.0, the fp8
+separate prefill/decode path converts the whole batch in one call (``HAS_PREFILL_WORKSPACE``
+with the request ids, ``-1`` for its decode rows, and the starts; ``:782`` in 0.13.0,
+``:1089`` in 0.34.0): in place without counts before 0.24.0, in place with counts to
+0.29.0, packed with counts from 0.30.0 (``return_valid_counts=True``, and the converter
+packs when it counts from then). A case with a prefill workspace is asked only as one of
+those calls (``prefill_calls``, read from the release's ``flashmla_sparse.py``: the line,
+whether it passes DCP, whether it counts) asks it; else it is not applicable, naming the
+calls: under DCP before 0.30.0 (no ``prefill_workspace_rank_stride``), a packing or
+counting the release's call does not ask, decode rows under DCP.
 
 ``vllm==X`` judges what the release's callers call: at DCP1 the converter (every
 backend's non-DCP path; the filter is called only under DCP), under DCP the filter as a
