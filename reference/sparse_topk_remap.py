@@ -21,6 +21,10 @@ and the shards are gathered rank-major, rank ``r``'s from row ``r * rank_stride`
 of the gathered workspace, the same on every rank; ``-1`` for a pick of ``-1``, and for a
 pick whose local block lies past the rank's block table (the table holds ``table_width``
 blocks of ``block_size * dcp_size`` positions), a token no rank's cache can hold.
+
+**A mixed batch.** A call with a prefill workspace may convert decode rows beside the
+prefill rows (a request id of ``-1``): a decode row reads the rank's own cache, so its
+picks are the rank's slots, as without a workspace.
 """
 
 from __future__ import annotations
@@ -96,4 +100,35 @@ def workspace_rows(
     for rank in range(dcp_size):
         local = rank_slots(first, numbered, picks, block_size, dcp_size, rank, interleave)
         out = torch.where(local >= 0, rank * rank_stride + start + local, out)
+    return out
+
+
+def prefill_call_entries(
+    req_id: torch.Tensor,
+    block_table: torch.Tensor,
+    request_ids: torch.Tensor,
+    starts: torch.Tensor,
+    token_indices: torch.Tensor,
+    rank_stride: int,
+    block_size: int,
+    dcp_size: int,
+    dcp_rank: int,
+    interleave: int,
+) -> torch.Tensor:
+    """Rank ``dcp_rank``'s entries of a call with a prefill workspace (module docstring),
+    ``[rows, k]`` int64: a prefill row's (``request_ids[t] >= 0``) picks at their rows of
+    the gathered workspace (:func:`workspace_rows`), a decode row's (``-1``) at the rank's
+    own slots (:func:`rank_slots`, through ``block_table``'s row ``req_id[t]``)."""
+    picks = token_indices.cpu()
+    prefill = request_ids.cpu() >= 0
+    decode = ~prefill
+    out = torch.full(picks.shape, NO_SLOT, dtype=torch.int64)
+    out[prefill] = workspace_rows(
+        request_ids.cpu()[prefill], starts, picks[prefill], rank_stride, block_table.shape[1],
+        block_size, dcp_size, interleave,
+    )  # fmt: skip
+    out[decode] = rank_slots(
+        req_id.cpu()[decode], block_table, picks[decode], block_size, dcp_size, dcp_rank,
+        interleave,
+    )  # fmt: skip
     return out

@@ -107,11 +107,31 @@ def test_the_workspace_oracle_puts_every_rank_share_where_its_shard_lands():
         assert local.tolist() == list(range(int((owners == rank).sum())))
 
 
+def test_a_mixed_batch_oracle_gives_decode_rows_slots_and_prefill_rows_workspace_rows():
+    """Block size 4, two ranks, runs of 2, a table one block wide per request (request 0:
+    block 7, request 1: block 3). Row 0 is a decode row of request 0 (request id -1): rank
+    0 stores 0 1 4 5 at slots 28 - 31, rank 1 stores 2 3 at 28 29. Row 1 is a prefill row of
+    request 1, entry 0, starting at 2 in each rank's part of 6 rows: the same on both
+    ranks, rank 0's tokens at 2 + local, rank 1's at 6 + 2 + local."""
+    picks = torch.tensor([[0, 2, 5, -1], [0, 2, 5, 9]], dtype=torch.int32)
+    table = torch.tensor([[7], [3]], dtype=torch.int32)
+    args = (torch.tensor([0, 1]), table, torch.tensor([-1, 0]), torch.tensor([2]), picks, 6, 4, 2)
+    rank_0 = oracle.prefill_call_entries(*args, 0, 2)
+    rank_1 = oracle.prefill_call_entries(*args, 1, 2)
+    assert rank_0.tolist() == [[28, -1, 31, -1], [2, 8, 5, -1]]
+    assert rank_1.tolist() == [[-1, 28, -1, -1], [2, 8, 5, -1]]
+
+
 # -- the project's kernel ----------------------------------------------------------------
 
-SKIPPED_BY_DESIGN = {True: {"slots"}, False: {"workspace"}}
-"""The checks a case skips whatever it asks: a prefill chunk's entries are no cache slots,
-and only a prefill chunk maps picks into the workspace."""
+
+def skipped_by_design(batch: RemapBatch) -> set[str]:
+    """The checks a case skips whatever it asks: only a prefill chunk maps picks into the
+    workspace, and its entries are no cache slots unless a mixed batch's decode rows sit
+    beside them."""
+    if not batch.prefill:
+        return {"workspace"}
+    return set() if batch.decode_requests else {"slots"}
 
 
 @pytest.mark.parametrize("scenario", load_scenarios([]), ids=lambda s: s.name)
@@ -120,8 +140,9 @@ def test_the_projects_kernel_passes_every_shipped_scenario(scenario):
         assert result.status == "pass", [c.findings for c in result.failed_checks]
         skipped = {c.check for c in result.checks if c.skipped is not None}
         if isinstance(scenario.batch, RemapBatch):
-            unasked = set() if scenario.batch.count_valid else {"compaction", "valid_counts"}
-            assert skipped - unasked == SKIPPED_BY_DESIGN[scenario.batch.prefill]
+            unasked = set() if scenario.batch.compact else {"compaction"}
+            unasked |= set() if scenario.batch.count_valid else {"valid_counts"}
+            assert skipped - unasked == skipped_by_design(scenario.batch)
 
 
 def test_the_search_passes_the_projects_kernel():
@@ -269,7 +290,38 @@ def test_a_prefill_chunk_picks_past_the_table_come_back_minus_one():
     capacity = inputs.block_table.shape[1] * inputs.block_size * 2
     past = inputs.token_indices >= capacity
     assert int(past.sum(dim=1).min()) == 2 and bool((inputs.token_indices == capacity).any())
-    assert bool((checks.expected_workspace_rows(inputs)[past] == NO_SLOT).all())
+    assert bool((checks.expected_slots(inputs)[past] == NO_SLOT).all())
+
+
+MIXED = dataclasses.replace(PREFILL, requests=((50, 2), *PREFILL.requests), decode_requests=1)
+"""A mixed batch: a decode request (two rows, request id -1) before the prefill chunk."""
+
+
+def test_every_check_passes_the_projects_kernel_on_a_mixed_batch_packed_and_in_place():
+    for batch in (MIXED, dataclasses.replace(MIXED, compact=False, count_valid=False)):
+        for size in (1, 2, 4):
+            assert failed(remap, batch, size) == {}
+
+
+def test_slots_and_partition_fail_decode_rows_taken_for_prefill_rows_and_only_them():
+    for size in (1, 2):
+        found = failed(mutants.decode_rows_taken_for_prefill, MIXED, size)
+        assert found.keys() == {"slots", "partition"}, found
+        assert found["slots"] == {0}  # the decode rows, 0 and 1: the first named
+    assert failed(mutants.decode_rows_taken_for_prefill, PREFILL, 2) == {}  # no decode row
+
+
+def test_slots_judges_a_mixed_batch_decode_rows_only():
+    """The decode rows of a mixed batch are held to their slots, the prefill rows to their
+    workspace rows: a prefill row read from the cache fails workspace only."""
+
+    def prefill_rows_read_from_the_cache(inputs, out, counts):
+        ids = torch.full_like(inputs.workspace.request_ids, -1)
+        workspace = dataclasses.replace(inputs.workspace, request_ids=ids)
+        remap(dataclasses.replace(inputs, workspace=workspace), out, counts)
+
+    found = failed(prefill_rows_read_from_the_cache, MIXED, 1)
+    assert "slots" not in found and found["workspace"] == {2}  # the first prefill row
 
 
 def test_guard_fails_a_kernel_that_modifies_the_workspace_starts():
@@ -308,6 +360,10 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
         # a chunk's first request starts at 0: a second one is the least that moves
         assert shrunk.batch.prefill and len(shrunk.batch.requests) == 2
         return
+    if mutant is mutants.decode_rows_taken_for_prefill:
+        # a decode row beside the chunk's: a decode request, then a prefill one
+        assert shrunk.batch.decode_requests == 1 and len(shrunk.batch.requests) == 2
+        return
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows == 1
     if mutant in mutants.WORKSPACE_MUTANTS:
         assert shrunk.batch.prefill
@@ -337,6 +393,11 @@ def test_a_scenario_file_reads_back_as_written(tmp_path):
         (("seed = 1", "seed = 1\ncolour = 3"), "colour"),
         (("seed = 1", "seed = 1\npast_table = 2"), "key 'past_table': is a prefill chunk's"),
         (("padding = 0", "padding = 1\nprefill = true"), "key 'padding': a prefill chunk"),
+        (("seed = 1", "seed = 1\ndecode_requests = 1"), "key 'decode_requests': is a prefill"),
+        (
+            ("seed = 1", "seed = 1\nprefill = true\ndecode_requests = 4"),
+            "key 'decode_requests': must be in 0..3, leaving the chunk a prefill request",
+        ),
     ],
 )
 def test_a_bad_scenario_file_is_one_line_naming_the_key(tmp_path, change, said):

@@ -6,8 +6,11 @@ backend runs under DCP), 0.28.0 (the filter, which FlashInfer's sparse backend c
 with counts), 0.29.0 (FlashMLA's sparse backend calls it in place too), 0.33.0 (the
 converter knows DCP, in a warm-up class), and for a prefill chunk over the DCP-gathered
 workspace 0.29.0 (no caller passes DCP with a prefill workspace), 0.30.0 (FlashMLA's PCP + DCP
-path, the first) and 0.34.0. The wheels are the other ops' (one download keeps every op's
-files), skipped only where the registry is unreachable and the release is not cached.
+path, the first) and 0.34.0; for the mixed batch FlashMLA's sparse backend converts without
+DCP (decode rows beside a prefill chunk's, in one call) 0.13.0 and 0.17.0 (in place, no
+counts), 0.25.0 and 0.29.0 (in place, counts), 0.30.0 and 0.34.0 (packed, counts). The
+wheels are the other ops' (one download keeps every op's files), skipped only where the
+registry is unreachable and the release is not cached.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import package
-from dcpcheck.ops.sparse_topk_remap import kernels
+from dcpcheck.ops.sparse_topk_remap import checks, kernels
 from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.vllm import (
     CONVERT,
@@ -184,10 +187,76 @@ def test_before_0_30_no_caller_passes_dcp_with_a_prefill_workspace():
 
 
 def test_the_prefill_calls_are_read_from_the_callers_file():
-    caller = release("vllm==0.34.0").caller_file
-    assert prefill_calls(caller) == (PrefillCall(997, True), PrefillCall(1089, False))
-    assert prefill_calls(release("vllm==0.30.0").caller_file)[0] == PrefillCall(860, True)
-    assert prefill_calls(release("vllm==0.29.0").caller_file) == (PrefillCall(694, False),)
+    """Each call with a prefill workspace, whether it passes DCP and whether it counts."""
+    calls = {
+        "0.13.0": (PrefillCall(782, False, False),),
+        "0.17.0": (PrefillCall(628, False, False),),
+        "0.25.0": (PrefillCall(660, False, True),),
+        "0.29.0": (PrefillCall(694, False, True),),
+        "0.30.0": (PrefillCall(860, True, True), PrefillCall(946, False, True)),
+        "0.34.0": (PrefillCall(997, True, True), PrefillCall(1089, False, True)),
+    }
+    for version, expected in calls.items():
+        assert prefill_calls(release(f"vllm=={version}").caller_file) == expected, version
+
+
+MIXED = dataclasses.replace(
+    PREFILL, requests=((400, 2), (60, 1), *PREFILL.requests), decode_requests=2, seed=23
+)
+"""FlashMLA sparse's separate prefill/decode call without DCP: the batch's decode rows
+(request id -1) beside a prefill chunk's, in one call."""
+
+MIXED_AS_CALLED = {
+    "0.13.0": dataclasses.replace(MIXED, compact=False, count_valid=False),
+    "0.17.0": dataclasses.replace(MIXED, compact=False, count_valid=False),
+    "0.25.0": dataclasses.replace(MIXED, compact=False),
+    "0.29.0": dataclasses.replace(MIXED, compact=False),
+    "0.30.0": MIXED,
+    "0.34.0": MIXED,
+}
+"""The mixed batch as each release's call asks it: in place without counts before 0.24.0,
+in place with counts to 0.29.0, packed with counts from 0.30.0."""
+
+
+@pytest.mark.parametrize("version", MIXED_AS_CALLED)
+def test_a_mixed_batch_is_judged_at_dcp1_as_the_release_calls_it(version):
+    asked = MIXED_AS_CALLED[version]
+    result = judge(f"vllm=={version}", asked, 1)
+    assert result.status == "pass", [c.findings for c in result.failed_checks]
+    judged = {c.check for c in result.checks if c.skipped is None}
+    assert {"slots", "workspace", "partition"} <= judged
+    for other in {*MIXED_AS_CALLED.values()} - {asked}:
+        unasked = judge(f"vllm=={version}", other, 1)
+        assert unasked.status == "not_applicable"
+        assert "calls with a prefill workspace without DCP ask its rows" in unasked.error
+
+
+@pytest.mark.parametrize("version", ("0.17.0", "0.34.0"))
+def test_a_converter_handed_decode_rows_as_prefill_rows_fails_slots(version):
+    """The release's converter, handed the decode rows' request ids as the first prefill
+    request's (as a caller that did not mark them -1 would): slots and partition fail."""
+    converter = release(f"vllm=={version}")
+
+    def ids_unmarked(inputs, out, counts):
+        ids = inputs.workspace.request_ids.clamp(min=0)
+        workspace = dataclasses.replace(inputs.workspace, request_ids=ids)
+        converter(dataclasses.replace(inputs, workspace=workspace), out, counts)
+
+    case = build_case(MIXED_AS_CALLED[version], 1, BACKEND.device)
+    assert not any(c.findings for c in checks.judge(converter, case))
+    failed = {c.check for c in checks.judge(ids_unmarked, case) if c.findings}
+    assert {"slots", "partition"} <= failed
+
+
+def test_no_caller_converts_decode_rows_under_dcp_with_a_prefill_workspace():
+    """The gathered chunk's call converts the chunk's prefill rows only (its rows sliced
+    by the chunk's tokens); the converter alone is judged on them all the same."""
+    result = judge("vllm==0.34.0", MIXED, 2)
+    assert result.status == "not_applicable"
+    assert "converts decode rows under DCP" in result.error
+    assert "flashmla_sparse.py:997" in result.error
+    alone = judge(f"vllm==0.34.0:{CONVERT}", MIXED, 2)
+    assert alone.status == "pass", [c.findings for c in alone.failed_checks]
 
 
 def test_the_filter_takes_no_prefill_workspace():

@@ -21,7 +21,10 @@ the requests' starts follow one another from 0, and ``earlier_entries`` requests
 earlier chunk come first in the starts (their own, from 0 too), so the rows' request ids
 index past them. Its block table is as wide as the rank's share of the longest context
 needs, and ``past_table`` picks of every row lie past it (the first at the first position
-past it), which must come back ``-1``.
+past it), which must come back ``-1``. Its first ``decode_requests`` requests are decode
+requests of a mixed batch (vLLM puts a batch's decodes first), converted in the same call:
+their rows' request ids are ``-1``, they hold no shard of the workspace, and they pick
+nothing past the table.
 
 Each rank's outputs are views into larger buffers: rows past the last are a guard band,
 and the buffers start as :data:`POISON`, so an entry never written and a write past the
@@ -37,6 +40,7 @@ import torch
 
 from dcpcheck.cases.scenario_files import batch_rows, requests_in_words
 from dcpcheck.ops.sparse_topk_remap.contract import (
+    DECODE_ROW,
     NO_SLOT,
     PrefillWorkspace,
     RemapInputs,
@@ -68,6 +72,7 @@ class RemapBatch:
     prefill: bool = False  # a prefill chunk over the gathered workspace (module docstring)
     past_table: int = 0  # picks of every row past the block table (prefill)
     earlier_entries: int = 0  # requests of an earlier chunk before the chunk's (prefill)
+    decode_requests: int = 0  # the first requests decode ones, beside the chunk's (prefill)
 
     @property
     def num_rows(self) -> int:
@@ -78,6 +83,8 @@ class RemapBatch:
         """The batch in a few words, as a shrunk failure is reported."""
         packed = "compacted" if self.compact else "in place"
         chunk = "a prefill chunk over the gathered workspace: " if self.prefill else ""
+        if self.decode_requests:
+            chunk = f"{chunk}{self.decode_requests} decode request(s) first, "
         return (
             f"{chunk}{requests_in_words(self.requests, self.num_rows)}, "
             f"top-{self.topk} {packed}, block size {self.block_size}, "
@@ -138,7 +145,8 @@ def _picks(
             chosen = shuffle.sample(range(seen), min(seen, used))
             for copy in range(min(batch.duplicates, len(chosen) - 1)):
                 chosen[copy] = chosen[-1 - copy]
-            chosen += [capacity + shuffle.randrange(64) * (k > 0) for k in range(batch.past_table)]
+            past = batch.past_table if index >= batch.decode_requests else 0
+            chosen += [capacity + shuffle.randrange(64) * (k > 0) for k in range(past)]
             chosen += [NO_SLOT] * (batch.topk - len(chosen))
             shuffle.shuffle(chosen)
             requests.append(index)
@@ -163,15 +171,16 @@ def _workspace(
 ) -> PrefillWorkspace:
     """The gathered workspace's starts and rank stride for a prefill batch (module
     docstring)."""
-    contexts = torch.tensor([context for context, _ in batch.requests], dtype=torch.int32)
+    decodes = batch.decode_requests
+    prefills = batch.requests[decodes:]
+    contexts = torch.tensor([context for context, _ in prefills], dtype=torch.int32)
     shards = local_seq_lens(contexts, dcp_size, 0, batch.interleave).tolist()
     earlier = [shuffle.randrange(1, 100) for _ in range(batch.earlier_entries)]
     starts = [sum(earlier[:e]) for e in range(len(earlier))]
     starts += [sum(shards[:e]) for e in range(len(shards))]
+    entries = [DECODE_ROW if r < decodes else batch.earlier_entries + r - decodes for r in requests]
     return PrefillWorkspace(
-        request_ids=torch.tensor(
-            [batch.earlier_entries + r for r in requests], dtype=torch.int32, device=device
-        ),
+        request_ids=torch.tensor(entries, dtype=torch.int32, device=device),
         starts=torch.tensor(starts, dtype=torch.int32, device=device),
         rank_stride=sum(shards),
     )

@@ -21,11 +21,14 @@ that returns a ``CheckResult``:
   exactly the oracle's rows of that workspace (``reference.sparse_topk_remap``), the same
   on every rank, column by column or as a set as ``slots`` compares.
 
-A prefill chunk's entries are rows of the workspace, not cache slots: ``slots`` is skipped
-for it (``workspace`` holds it to the oracle), and ``partition`` reads each entry back
-through the workspace's layout (the rank whose part holds it, the request's start, the
-local index there) into the position it holds; every rank attends the whole context, so
-each rank must read every pick of the row that the block table can hold, and nothing else.
+A prefill row's entries are rows of the workspace, not cache slots: ``slots`` judges only
+the decode rows of a call with a prefill workspace (a mixed batch's, request id ``-1``), and
+is skipped where it has none (``workspace`` holds the prefill rows to the oracle);
+``partition`` reads each entry of a prefill row back through the workspace's layout (the
+rank whose part holds it, the request's start, the local index there) into the position it
+holds; every rank attends the whole context, so each rank must read every pick of the row
+that the block table can hold, and nothing else. A decode row's are read back as without a
+workspace.
 
 A finding names the field (``out``, ``valid_counts``), the rank and the first bad row.
 """
@@ -56,8 +59,25 @@ WORKSPACE_TENSORS = ("request_ids", "starts")
 NOT_CACHE_SLOTS = "a prefill chunk's entries are rows of the gathered workspace: see workspace"
 
 
+def prefill_rows(inputs: RemapInputs) -> torch.Tensor:
+    """Which rows are prefill rows, whose picks map into the gathered workspace (``[rows]``
+    bool, on the CPU): those with a request id ``>= 0`` in a call with a prefill workspace,
+    none without one."""
+    if inputs.workspace is None:
+        return torch.zeros(inputs.token_indices.shape[0], dtype=torch.bool)
+    return inputs.workspace.request_ids.cpu() >= 0
+
+
 def expected_slots(inputs: RemapInputs) -> torch.Tensor:
-    """The oracle's entries of one rank, column by column (``[rows, k]``, on the CPU)."""
+    """The oracle's entries of one rank, column by column (``[rows, k]``, on the CPU): in a
+    call with a prefill workspace, a prefill row's are its rows of the workspace."""
+    workspace = inputs.workspace
+    if workspace is not None:
+        return oracle.prefill_call_entries(
+            inputs.req_id, inputs.block_table, workspace.request_ids, workspace.starts,
+            inputs.token_indices, workspace.rank_stride, inputs.block_size, inputs.dcp_size,
+            inputs.dcp_rank, inputs.interleave,
+        )  # fmt: skip
     return oracle.rank_slots(
         inputs.req_id,
         inputs.block_table,
@@ -69,40 +89,25 @@ def expected_slots(inputs: RemapInputs) -> torch.Tensor:
     )
 
 
-def expected_workspace_rows(inputs: RemapInputs) -> torch.Tensor:
-    """The oracle's rows of the gathered workspace for a prefill chunk's picks, column by
-    column (``[rows, k]``, on the CPU)."""
-    workspace = inputs.workspace
-    assert workspace is not None
-    return oracle.workspace_rows(
-        workspace.request_ids,
-        workspace.starts,
-        inputs.token_indices,
-        workspace.rank_stride,
-        inputs.block_table.shape[1],
-        inputs.block_size,
-        inputs.dcp_size,
-        inputs.interleave,
-    )
-
-
 def _slots_of(row: torch.Tensor) -> set[int]:
     return {int(s) for s in row.tolist() if s != NO_SLOT}
 
 
 def _against_oracle(
-    case: RemapCase, name: str, expected: Callable[[RemapInputs], torch.Tensor], what: str
+    case: RemapCase, name: str, judged: Callable[[RemapInputs], torch.Tensor], what: str
 ) -> CheckResult:
-    """Each rank's rows hold exactly ``expected(inputs)``'s entries, ``what`` naming them:
-    as a set when compacted, else column by column."""
+    """Each rank's rows where ``judged(inputs)`` hold exactly the oracle's entries
+    (``expected_slots``), ``what`` naming them: as a set when compacted, else column by
+    column."""
     findings = []
     for rank, inputs in enumerate(case.ranks):
-        got, want = case.out(rank).to(torch.int64), expected(inputs)
+        got, want = case.out(rank).to(torch.int64), expected_slots(inputs)
+        rows = judged(inputs).nonzero().flatten().tolist()
         if case.batch.compact:
-            bad = [t for t in range(case.num_rows) if _slots_of(got[t]) != _slots_of(want[t])]
+            bad = [t for t in rows if _slots_of(got[t]) != _slots_of(want[t])]
             detail = f"{{count}} row(s) hold other {what} than the oracle's"
         else:
-            bad = (got != want).any(dim=1).nonzero().flatten().tolist()
+            bad = [t for t in rows if bool((got[t] != want[t]).any())]
             detail = f"{{count}} row(s) differ from the oracle's {what}, column by column"
         if bad:
             unwritten = bool((got[bad[0]] == POISON).any())
@@ -112,18 +117,18 @@ def _against_oracle(
 
 
 def check_slots(case: RemapCase) -> CheckResult:
-    """Each rank's rows hold exactly the oracle's slots (module docstring)."""
-    if case.ranks[0].workspace is not None:
+    """Each rank's decode rows hold exactly the oracle's slots (module docstring)."""
+    if bool(prefill_rows(case.ranks[0]).all()):
         return CheckResult("slots", skipped=NOT_CACHE_SLOTS)
-    return _against_oracle(case, "slots", expected_slots, "slots")
+    return _against_oracle(case, "slots", lambda inputs: ~prefill_rows(inputs), "slots")
 
 
 def check_workspace(case: RemapCase) -> CheckResult:
-    """Each rank's rows hold exactly the oracle's rows of the gathered workspace (module
-    docstring)."""
+    """Each rank's prefill rows hold exactly the oracle's rows of the gathered workspace
+    (module docstring)."""
     if case.ranks[0].workspace is None:
         return CheckResult("workspace", skipped="the caller maps no prefill chunk to a workspace")
-    return _against_oracle(case, "workspace", expected_workspace_rows, "workspace rows")
+    return _against_oracle(case, "workspace", prefill_rows, "workspace rows")
 
 
 def positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
@@ -173,14 +178,12 @@ def positions_of_workspace_rows(
 def check_partition(case: RemapCase) -> CheckResult:
     """The ranks' slots, read back into positions, are the row's picks, and every pick is
     read (module docstring); a prefill chunk's, on every rank."""
-    picks = case.ranks[0].token_indices.cpu()
-    prefill = case.ranks[0].workspace is not None
-    if prefill:
-        inputs = case.ranks[0]
-        capacity = inputs.block_table.shape[1] * inputs.block_size * inputs.dcp_size
-        picks = torch.where(picks < capacity, picks, NO_SLOT)
+    first = case.ranks[0]
+    picks = first.token_indices.cpu()
+    prefill = prefill_rows(first).tolist()
+    capacity = first.block_table.shape[1] * first.block_size * first.dcp_size
+    picks = torch.where(picks < capacity, picks, NO_SLOT)  # past it only a prefill row's
     picked_rows = [{int(p) for p in row.tolist() if p >= 0} for row in picks]
-    read_back = positions_of_workspace_rows if prefill else positions_of_slots
     findings = []
     read: list[set[int]] = [set() for _ in range(case.num_rows)]
     for rank, inputs in enumerate(case.ranks):
@@ -188,6 +191,7 @@ def check_partition(case: RemapCase) -> CheckResult:
         foreign, unread = [], []
         for row in range(case.num_rows):
             slots = [int(s) for s in out[row].tolist() if s >= 0]
+            read_back = positions_of_workspace_rows if prefill[row] else positions_of_slots
             mine: set[int] = set()
             for position in read_back(inputs, row, slots):
                 if position is None or position not in picked_rows[row]:
@@ -195,7 +199,7 @@ def check_partition(case: RemapCase) -> CheckResult:
                     break
                 mine.add(position)
             read[row] |= mine
-            if prefill and picked_rows[row] - mine:
+            if prefill[row] and picked_rows[row] - mine:
                 unread.append(row)
         if foreign:
             detail = "{count} row(s) read a slot that holds no pick of the row on this rank"
@@ -203,8 +207,10 @@ def check_partition(case: RemapCase) -> CheckResult:
         if unread:
             detail = "{count} row(s) of a prefill chunk leave a pick unread on this rank"
             findings.append(rows_finding("out", rank, unread, detail))
-    missed = [row for row in range(case.num_rows) if picked_rows[row] - read[row]]
-    if missed and not prefill:
+    missed = [
+        row for row in range(case.num_rows) if not prefill[row] and picked_rows[row] - read[row]
+    ]
+    if missed:
         detail = "{count} row(s) have a pick no rank reads"
         findings.append(rows_finding("out", None, missed, detail))
     return CheckResult("partition", tuple(findings))

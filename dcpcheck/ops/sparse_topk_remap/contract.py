@@ -32,8 +32,11 @@ whose slots are the write side's.
 with DCP). Every rank holds the chunk's context gathered from all ranks, rank-major, so a
 pick is not a cache slot but a row of that workspace, the same on every rank:
 ``owner * rank_stride + starts[request_ids[t]] + local``, ``local`` being the pick's local
-index on its owner (``reference.sparse_topk_remap.workspace_rows``). Every row of such a
-case is a prefill row. A pick whose local block lies past the block table's width is
+index on its owner (``reference.sparse_topk_remap.workspace_rows``). A row whose request
+id is ``-1`` (:data:`DECODE_ROW`) is a decode row of a mixed batch converted in the same
+call: its picks are the rank's slots, as without a workspace
+(``reference.sparse_topk_remap.prefill_call_entries``). A pick of a prefill row whose local
+block lies past the block table's width is
 ``-1`` (the table's width is all the kernel knows of the request's extent: picks past the
 request's length but inside the table are not part of the contract, as above).
 """
@@ -48,12 +51,16 @@ import torch
 NO_SLOT = -1
 """An entry that names no slot: a pick of ``-1``, another rank's token, the packed tail."""
 
+DECODE_ROW = -1
+"""A row's request id in a call with a prefill workspace when it is a decode row."""
+
 
 @dataclass(frozen=True)
 class PrefillWorkspace:
     """Where a prefill chunk's picks lie in the gathered workspace (module docstring)."""
 
     request_ids: torch.Tensor  # int32 [rows]: each row's request, an index into starts
+    # (DECODE_ROW: a decode row)
     starts: torch.Tensor  # int32 [requests]: each request's first row in every rank's shard
     rank_stride: int  # rows of one rank's shard: rank r's starts at r * rank_stride
 

@@ -11,9 +11,11 @@ tiles packed (an exclusive prefix sum of the kept lanes, carried from tile to ti
 program owns the row, so no atomics and the order is the picks' own), and a last pass
 writes ``-1`` over the rest of the row. The count is the number of slots the row got.
 
-A prefill chunk over the gathered workspace (``WORKSPACE``) keeps every pick the table can
-hold, whichever rank owns it, at row ``owner * rank_stride + start + local`` of the
-workspace, ``start`` being the row's request's first row (``contract``); the table is not read.
+A prefill row of a call with a prefill workspace (``WORKSPACE``, the row's request id
+``>= 0``) keeps every pick the table can hold, whichever rank owns it, at row ``owner *
+rank_stride + start + local`` of the workspace, ``start`` being the row's request's first
+row (``contract``); the table is not read. A decode row of such a call (request id ``-1``,
+a mixed batch's) is converted as without a workspace.
 
 The definition it computes is ``reference.sparse_topk_remap.rank_slots``.
 
@@ -59,9 +61,12 @@ def _remap_kernel(
     NONE: tl.constexpr,
 ):
     row = tl.program_id(0)
-    first_row = 0  # the row's request's first row in each rank's part of the workspace
+    entry = tl.full((), -1, tl.int32)  # the row's request in the workspace, -1: a decode row
     if WORKSPACE:
-        first_row = tl.load(starts_ptr + tl.load(request_ids_ptr + row)).to(tl.int64)
+        entry = tl.load(request_ids_ptr + row)
+    prefill = entry >= 0
+    # the row's request's first row in each rank's part of the workspace
+    first_row = tl.load(starts_ptr + entry, mask=prefill, other=0).to(tl.int64)
     request = tl.load(req_id_ptr + row).to(tl.int64)
     table_row = table_ptr + request * table_row_stride
     picks_row = picks_ptr + row.to(tl.int64) * picks_row_stride
@@ -74,13 +79,12 @@ def _remap_kernel(
         owner = (pick // INTERLEAVE) % DCP_SIZE
         local = (pick // (DCP_SIZE * INTERLEAVE)) * INTERLEAVE + pick % INTERLEAVE
         column = local // BLOCK_SIZE
-        if WORKSPACE:
-            kept = inside & (pick >= 0) & (column < table_width)
-            slot = tl.where(kept, owner * rank_stride + first_row + local, NONE)
-        else:
-            kept = inside & (pick >= 0) & (owner == dcp_rank) & (column < table_width)
-            block = tl.load(table_row + column, mask=kept, other=0)
-            slot = tl.where(kept, block * BLOCK_SIZE + local % BLOCK_SIZE, NONE)
+        # a prefill row keeps every rank's picks, a decode row the rank's own
+        kept = inside & (pick >= 0) & (column < table_width) & (prefill | (owner == dcp_rank))
+        block = tl.load(table_row + column, mask=kept & ~prefill, other=0)
+        gathered = owner * rank_stride + first_row + local
+        slot = tl.where(prefill, gathered, block * BLOCK_SIZE + local % BLOCK_SIZE)
+        slot = tl.where(kept, slot, NONE)
         ones = kept.to(tl.int32)
         if COMPACT:
             place = packed + tl.cumsum(ones, 0) - ones

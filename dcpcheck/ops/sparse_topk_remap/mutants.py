@@ -126,11 +126,25 @@ def workspace_past_the_table(
     remap(replace(inputs, block_table=wider), out, counts)
 
 
+def decode_rows_taken_for_prefill(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """A mixed batch's decode rows (request id ``-1``) converted as prefill rows of the
+    first request (the id's sign never tested): their picks name rows of the gathered
+    workspace, not the rank's cache slots."""
+    workspace = inputs.workspace
+    if workspace is None:
+        remap(inputs, out, counts)
+        return
+    remap(_with_workspace(inputs, request_ids=workspace.request_ids.clamp(min=0)), out, counts)
+
+
 WORKSPACE_MUTANTS = (
     workspace_rank_ignored,
     workspace_start_of_the_next_request,
     workspace_own_picks_only,
     workspace_past_the_table,
+    decode_rows_taken_for_prefill,
 )
 """The mutants that differ from the project's kernel only on a prefill chunk over the
 gathered workspace."""

@@ -23,6 +23,8 @@ File format (``scenario_to_toml`` writes exactly this)::
                                           #   the block table
     earlier_entries = 0                   # optional, prefill: an earlier chunk's
                                           #   requests before the chunk's in the starts
+    decode_requests = 0                   # optional, prefill: the first requests are
+                                          #   decode ones converted in the same call
 
     [[requests]]                          # one or more
     context = 300                         # tokens the request holds
@@ -94,6 +96,7 @@ _KEYS: dict[str, Key] = {
     "prefill": Key("boolean", boolean, False),
     "past_table": Key("integer", integer, 0),
     "earlier_entries": Key("integer", integer, 0),
+    "decode_requests": Key("integer", integer, 0),
     "requests": Key("array of tables ([[requests]])", table_array),
 }
 
@@ -129,7 +132,7 @@ def _check(values: dict[str, Any], where: str) -> None:
         raise key_error(where, "past_table", detail)
     check_range(values, "earlier_entries", 0, EARLIER_ENTRIES_MAX, where)
     if not values["prefill"]:
-        for key in ("past_table", "earlier_entries"):
+        for key in ("past_table", "earlier_entries", "decode_requests"):
             if values[key]:
                 raise key_error(where, key, "is a prefill chunk's: set prefill = true")
     elif values["padding"]:
@@ -141,6 +144,10 @@ def _check(values: dict[str, Any], where: str) -> None:
             "requests",
             f"must hold 1 to {limits.REQUESTS_MAX} requests, got {len(values['requests'])}",
         )
+    decodes, most = values["decode_requests"], len(values["requests"]) - 1
+    if not 0 <= decodes <= most:
+        detail = f"must be in 0..{most}, leaving the chunk a prefill request, got {decodes}"
+        raise key_error(where, "decode_requests", detail)
 
 
 def _requests(tables: list[dict[str, Any]], where: str) -> tuple[tuple[int, int], ...]:
@@ -173,6 +180,7 @@ def _remap_batch(values: dict[str, Any], where: str) -> RemapBatch:
         prefill=values["prefill"],
         past_table=values["past_table"],
         earlier_entries=values["earlier_entries"],
+        decode_requests=values["decode_requests"],
     )
 
 

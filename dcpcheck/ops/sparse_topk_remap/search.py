@@ -2,13 +2,14 @@
 2048 across the kernel's tiles, block sizes and interleaves, contexts short and long,
 speculative rows, unused and repeated picks, padding rows, packed or in-place rows, and
 prefill chunks over the DCP-gathered workspace: packed with counts as their caller asks,
-with picks past the block table and an earlier chunk's requests in the starts) and a DCP
-size; every rank is launched and checked, and a failure is shrunk to its smallest
-batch and saved as a scenario file of the op, which ``dcpcheck repro`` replays.
+with picks past the block table, an earlier chunk's requests in the starts and decode
+requests of a mixed batch before the chunk's) and a DCP size; every rank is launched and
+checked, and a failure is shrunk to its smallest batch and saved as a scenario file of the
+op, which ``dcpcheck repro`` replays.
 
 Shrinking goes toward one request of a short context and one row, a top-16 in place,
-block size 16 at interleave 1, no unused or repeated pick, no padding, no prefill chunk,
-and DCP2.
+block size 16 at interleave 1, no unused or repeated pick, no padding, no prefill chunk
+(and in one, no decode request), and DCP2.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def batches(
         padding=draw(st.integers(0, 3)),
         seed=draw(st.integers(0, 2**16)),
     )
+    # drawn whatever the batch, apart from the requests: they shrink apart
+    decodes = draw(st.integers(0, 3))
     if draw(st.booleans()):
         batch = replace(
             batch,
@@ -74,6 +77,7 @@ def batches(
             padding=0,
             past_table=draw(st.integers(0, min(4, topk - batch.unused))),
             earlier_entries=draw(st.integers(0, 3)),
+            decode_requests=min(decodes, len(requests) - 1),
         )
     return batch, dcp_size
 

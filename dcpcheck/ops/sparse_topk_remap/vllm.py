@@ -31,13 +31,17 @@ once per chunk with ``HAS_PREFILL_WORKSPACE=True``, the chunk's rows' request id
 prefill request's workspace start (chunk-local), ``prefill_workspace_rank_stride`` (the
 chunk's shard rows), its DCP size, rank and interleave, and ``return_valid_counts=True``
 (``flashmla_sparse.py:860`` in 0.30.0, ``:997`` in 0.34.0); the converter then packs with
-its counts. A case of a prefill chunk is called exactly so under DCP. At DCP1 it is the
-separate prefill/decode path's call (``HAS_PREFILL_WORKSPACE`` with the request ids and
-starts, no DCP; ``:1089`` in 0.34.0, from 0.13.0), with the counts where the release's
-call passes them. A converter without ``prefill_workspace_rank_stride`` (before 0.30.0)
-has no caller that maps a prefill chunk into a DCP-gathered workspace: the case is not
-applicable, with the lines of the release's calls that pass a prefill workspace
-(``prefill_calls``, read from its ``flashmla_sparse.py``), none of which passes DCP.
+its counts. That call converts one chunk's rows, every one a prefill row
+(``req_id_per_token[tokens]``, ``:998`` in 0.34.0). Without DCP, from 0.13.0, the fp8
+separate prefill/decode path converts the whole batch in one call (``HAS_PREFILL_WORKSPACE``
+with the request ids, ``-1`` for its decode rows, and the starts; ``:782`` in 0.13.0,
+``:1089`` in 0.34.0): in place without counts before 0.24.0, in place with counts to
+0.29.0, packed with counts from 0.30.0 (``return_valid_counts=True``, and the converter
+packs when it counts from then). A case with a prefill workspace is asked only as one of
+those calls (``prefill_calls``, read from the release's ``flashmla_sparse.py``: the line,
+whether it passes DCP, whether it counts) asks it; else it is not applicable, naming the
+calls: under DCP before 0.30.0 (no ``prefill_workspace_rank_stride``), a packing or
+counting the release's call does not ask, decode rows under DCP.
 
 ``vllm==X`` judges what the release's callers call: at DCP1 the converter (every
 backend's non-DCP path; the filter is called only under DCP), under DCP the filter as a
@@ -137,10 +141,22 @@ def function_of(path: Path, function: str, where: str) -> Callable[..., object]:
 
 @dataclass(frozen=True)
 class PrefillCall:
-    """A call of the converter in the caller's file that passes a prefill workspace."""
+    """A call of the converter in the caller's file that passes a prefill workspace. One
+    that passes DCP converts one gathered chunk's rows, every one a prefill row; one that
+    does not converts the batch, its decode rows (request id -1) beside its prefill rows
+    (module docstring)."""
 
     line: int
     dcp: bool  # it passes the DCP size and the workspace's rank stride
+    count: bool  # it passes return_valid_counts, not as False
+
+    def asks(self, packs: bool) -> str:
+        """What the call asks of a converter that packs when it counts (``packs``) or not,
+        in words, with its line."""
+        rows = "packed with counts" if self.count and packs else "in place"
+        if not packs:
+            rows += ", with counts" if self.count else ", no counts"
+        return f"{rows} ({CALLER_FILE}:{self.line})"
 
 
 @functools.cache
@@ -157,7 +173,12 @@ def prefill_calls(path: Path | None) -> tuple[PrefillCall, ...]:
         keywords = {k.arg for k in node.keywords}
         if name == CONVERT and "HAS_PREFILL_WORKSPACE" in keywords:
             dcp = {"prefill_workspace_rank_stride", "dcp_size"} <= keywords
-            calls.append(PrefillCall(node.lineno, dcp))
+            count = any(
+                k.arg == "return_valid_counts"
+                and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+                for k in node.keywords
+            )
+            calls.append(PrefillCall(node.lineno, dcp, count))
     return tuple(sorted(calls, key=lambda c: c.line))
 
 
@@ -217,13 +238,32 @@ class VllmRemap:
                 "maps a prefill chunk into a DCP-gathered workspace; its calls with a "
                 f"prefill workspace pass no DCP ({where})"
             )
-        if self.named is None and inputs.dcp_size > 1 and not any(c.dcp for c in calls):
+        if self.named is not None:
+            return None
+        under_dcp = inputs.dcp_size > 1
+        asked = [c for c in calls if c.dcp == under_dcp]
+        if not asked and under_dcp:
             return (
                 f"no caller of {self.name}'s {CONVERT} passes it DCP with a prefill "
                 f"workspace ({where})"
             )
-        if self.named is None and inputs.dcp_size == 1 and not any(not c.dcp for c in calls):
+        if not asked:
             return f"{self.name}'s calls with a prefill workspace all gather it under DCP ({where})"
+        workspace = inputs.workspace
+        assert workspace is not None
+        if under_dcp and bool((workspace.request_ids < 0).any()):
+            lines = ", ".join(f"{CALLER_FILE}:{c.line}" for c in asked)
+            return (
+                f"no caller of {self.name}'s {CONVERT} converts decode rows under DCP with a "
+                f"prefill workspace: its calls there convert one chunk's prefill rows ({lines})"
+            )
+        packs = "dcp_size" in parameters  # from 0.30.0 it packs exactly when it counts
+        if not any(
+            (c.count and packs, c.count) == (inputs.compact, inputs.count_valid) for c in asked
+        ):
+            said = "; ".join(c.asks(packs) for c in asked)
+            dcp = "under DCP" if under_dcp else "without DCP"
+            return f"{self.name}'s calls with a prefill workspace {dcp} ask its rows {said}"
         return None
 
     def not_applicable(self, inputs: RemapInputs) -> str | None:
