@@ -166,12 +166,6 @@ class Stages:
         return [latent_values(model, layer, latent) for latent in exchange.run_group(merged)]
 
 
-def _named_stage(name: str, spec: str) -> Stage:
-    """Stage ``name``'s kernel by a spec of its op (``KernelLoadError`` with one line)."""
-    stages = {SLOT_MAPPING: _slot_stage, ATTENTION: _attention_stage, MERGE: _merge_stage}
-    return stages[name]().load(spec)
-
-
 def stages_for(kernel_spec: str, named: Mapping[str, str] | None = None) -> Stages:
     """The stages of the chain whose cache write's kernel is ``kernel_spec`` (module
     docstring); ``named`` maps stage names to specs of their ops. Call once the backend
@@ -187,9 +181,9 @@ def stages_for(kernel_spec: str, named: Mapping[str, str] | None = None) -> Stag
     others: tuple[Stage, ...] = ()
     for name in STAGE_NAMES:
         if name in named:
-            resolved[name] = _named_stage(name, named[name])
+            resolved[name] = played(name).load(named[name])
         elif release is None:
-            resolved[name] = _named_stage(name, "default")
+            resolved[name] = played(name).load("default")
         elif name == SLOT_MAPPING:
             resolved[name] = _slot_stage().release(release.version)
         elif name == ATTENTION:
@@ -245,13 +239,8 @@ def stage_files(written: Stage, stages: Stages) -> tuple[loading.JudgedFile, ...
     """The files every stage's kernel comes from, the cache write's first (each stage's
     op's ``judged_files``; a release's attention file), for the reports."""
     found = {f.path: f for f in package(DECODE_CHAIN.cache_write).judged_files(written.spec)}
-    pairs = [
-        (_slot_stage(), stages.slot_mapping),
-        (_attention_stage(), stages.attention),
-        *((_merge_stage(), merge) for merge in (stages.merge, *stages.other_merges)),
-    ]
-    for role, stage in pairs:
-        found.update((f.path, f) for f in role.files(stage.spec))
+    for stage in (stages.slot_mapping, stages.attention, stages.merge, *stages.other_merges):
+        found.update((f.path, f) for f in played(stage.name).files(stage.spec))
     return tuple(found.values())
 
 
