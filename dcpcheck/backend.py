@@ -39,6 +39,9 @@ class Backend:
     """How the interpreter turns loaded scalars into integers (dcpcheck.interpreter.scalars)."""
     bf16_casts: str = field(default="", compare=False)
     """How the interpreter casts to and from bf16 (dcpcheck.interpreter.bf16_casts)."""
+    overflow_checks: str = field(default="", compare=False)
+    """Whether the interpreter computes its dropped overflow checks
+    (dcpcheck.interpreter.overflow_checks)."""
 
     def describe(self) -> str:
         if self.interpreted:
@@ -50,6 +53,7 @@ class Backend:
                 self.dots,
                 self.scalars,
                 self.bf16_casts,
+                self.overflow_checks,
             )
             notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)

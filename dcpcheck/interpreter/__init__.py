@@ -10,7 +10,17 @@ from __future__ import annotations
 def install() -> dict[str, str]:
     """Install every correction once; return what each says it did, keyed by the field of
     ``dcpcheck.backend.Backend`` that reports it (the backend line shows them)."""
-    from dcpcheck.interpreter import bf16_casts, calls, dots, dtypes, fp8, jit, masks, scalars
+    from dcpcheck.interpreter import (
+        bf16_casts,
+        calls,
+        dots,
+        dtypes,
+        fp8,
+        jit,
+        masks,
+        overflow_checks,
+        scalars,
+    )
 
     jit.install_constexprs()
     return {
@@ -21,4 +31,5 @@ def install() -> dict[str, str]:
         "dots": dots.install_bf16_dots(),
         "scalars": scalars.install_scalar_index(),
         "bf16_casts": bf16_casts.install_bf16_casts(),
+        "overflow_checks": overflow_checks.install_unread_overflow_checks_off(),
     }
