@@ -49,7 +49,8 @@ def install_unread_overflow_checks_off() -> str:
     interpreter = importlib.import_module("triton.runtime.interpreter")
     builder = getattr(interpreter, "interpreter_builder", None)
     options = getattr(builder, "options", None)
-    if options is None or not hasattr(options, "sanitize_overflow"):
+    semantic = getattr(interpreter, "interpreter_semantic", None)
+    if options is None or not hasattr(options, "sanitize_overflow") or semantic is None:
         _status = "overflow checks as Triton computes them (no interpreter_builder.options)"
     elif not options.sanitize_overflow:
         _status = "no overflow checks (the interpreter's own options)"
