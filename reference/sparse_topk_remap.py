@@ -11,6 +11,11 @@ of a batch whose rows are the picked positions of one request, in a sharded cach
 So this oracle holds no formula of its own for where a token lies; if the read side and
 the write side disagreed, the read would be judged against what was written.
 
+**The flat row view.** The attention may read the cache as one run of rows in which
+consecutive blocks lie ``block_stride_rows`` rows apart (more than the block size where
+other layers' pages sit between this cache's blocks). A slot of the write side's, ``block
+* block_size + offset``, is then row ``block * block_stride_rows + offset`` of that view.
+
 **A prefill chunk over a gathered workspace.** With prefill context parallelism and DCP
 together, a prefill chunk attends the whole context, not one rank's shard: every rank
 copies its own tokens of each request of the chunk out of its cache into a shard of
@@ -42,11 +47,13 @@ def rank_slots(
     dcp_size: int,
     dcp_rank: int,
     interleave: int,
+    block_stride_rows: int | None = None,
 ) -> torch.Tensor:
     """Rank ``dcp_rank``'s local slot of every pick, ``[rows, k]`` int64, ``-1`` for a pick
     of ``-1`` and for a token another rank stores (module docstring). ``req_id[t]`` is
     row ``t``'s row of ``block_table`` (``[requests, max blocks]``, the rank's own); the
-    picks are ``token_indices`` (``[rows, k]``)."""
+    picks are ``token_indices`` (``[rows, k]``); ``block_stride_rows`` (None: the block
+    size) the rows between consecutive blocks of the flat view the slots index."""
     picks = token_indices.cpu().to(torch.int64)
     rows, k = picks.shape
     table = block_table.cpu()
@@ -66,7 +73,10 @@ def rank_slots(
             k,
         )[0]
         out[row] = torch.where(picks[row] >= 0, written, NO_SLOT)
-    return out
+    if block_stride_rows is None:
+        return out
+    flat = out // block_size * block_stride_rows + out % block_size
+    return torch.where(out >= 0, flat, NO_SLOT)
 
 
 def owners(token_indices: torch.Tensor, dcp_size: int, interleave: int) -> torch.Tensor:
@@ -114,11 +124,13 @@ def prefill_call_entries(
     dcp_size: int,
     dcp_rank: int,
     interleave: int,
+    block_stride_rows: int | None = None,
 ) -> torch.Tensor:
     """Rank ``dcp_rank``'s entries of a call with a prefill workspace (module docstring),
     ``[rows, k]`` int64: a prefill row's (``request_ids[t] >= 0``) picks at their rows of
     the gathered workspace (:func:`workspace_rows`), a decode row's (``-1``) at the rank's
-    own slots (:func:`rank_slots`, through ``block_table``'s row ``req_id[t]``)."""
+    own slots (:func:`rank_slots`, through ``block_table``'s row ``req_id[t]``, in the flat
+    view of ``block_stride_rows``)."""
     picks = token_indices.cpu()
     prefill = request_ids.cpu() >= 0
     decode = ~prefill
@@ -129,6 +141,6 @@ def prefill_call_entries(
     )  # fmt: skip
     out[decode] = rank_slots(
         req_id.cpu()[decode], block_table, picks[decode], block_size, dcp_size, dcp_rank,
-        interleave,
+        interleave, block_stride_rows,
     )  # fmt: skip
     return out

@@ -52,6 +52,23 @@ def test_the_oracle_gives_each_pick_its_owners_local_slot_worked_out_by_hand():
     assert single.tolist() == [[28, 29, 30, 31, 12, 13, -1]]
 
 
+def test_the_oracle_numbers_slots_as_rows_of_the_flat_view_worked_out_by_hand():
+    """As above, but another layer's 4-row page between consecutive blocks: block ``b``'s
+    first row is ``8 * b``, so block 7's tokens are rows 56 - 59 and block 3's rows 24 -
+    27; at the block size the same slots as without a stride."""
+    picks = torch.tensor([[0, 1, 2, 3, 4, 5, -1]], dtype=torch.int32)
+    table = torch.tensor([[7, 3]], dtype=torch.int32)
+    row = torch.tensor([0], dtype=torch.int32)
+    assert oracle.rank_slots(row, table, picks, 4, 2, 0, 2, 8).tolist() == [
+        [56, 57, -1, -1, 58, 59, -1]
+    ]
+    assert oracle.rank_slots(row, table, picks, 4, 1, 0, 2, 8).tolist() == [
+        [56, 57, 58, 59, 24, 25, -1]
+    ]
+    unstrided = oracle.rank_slots(row, table, picks, 4, 2, 1, 2)
+    assert torch.equal(oracle.rank_slots(row, table, picks, 4, 2, 1, 2, 4), unstrided)
+
+
 def test_the_oracle_reads_what_the_write_side_wrote():
     """Every position of a request, as the write side's slot mapping places it on its
     owner, is where the read side's oracle looks for it."""
@@ -201,6 +218,34 @@ def test_compaction_fails_rows_packed_one_entry_late_and_only_packed_ones():
 def test_valid_counts_fail_counts_of_the_whole_row():
     found = failed(mutants.counts_of_the_row, PACKED, 2)
     assert found.keys() == {"valid_counts"}
+
+
+STRIDED = dataclasses.replace(IN_PLACE, gap_rows=32)
+"""Two other layers' 16-row pages between consecutive blocks of the cache."""
+
+
+def test_every_check_passes_the_projects_kernel_with_other_layers_pages_between_blocks():
+    for batch in (STRIDED, dataclasses.replace(STRIDED, compact=True)):
+        for size in (1, 2, 4):
+            assert failed(remap, batch, size) == {}
+
+
+def test_slots_and_partition_fail_slots_numbered_a_block_apart_and_only_there():
+    for size in (1, 2, 4):
+        found = failed(mutants.block_stride_ignored, STRIDED, size)
+        assert {"slots", "partition"} <= found.keys()
+    assert failed(mutants.block_stride_ignored, IN_PLACE, 2) == {}  # blocks a block apart
+
+
+def test_partition_reads_a_row_between_two_blocks_as_no_pick():
+    """A row of another layer's page (past the block's own rows, before the next block's)
+    holds no token of this cache."""
+    inputs = build_case(STRIDED, 2, DEVICE).ranks[0]
+    first = int(inputs.block_table[0, 0])
+    stride = inputs.stride_rows
+    assert stride == STRIDED.block_size + 32
+    inside, between = first * stride + 3, first * stride + STRIDED.block_size + 3
+    assert checks.positions_of_slots(inputs, 0, [inside, between]) == [5, None]
 
 
 def _write_past_the_end(inputs: RemapInputs, out: torch.Tensor, counts) -> None:
@@ -371,6 +416,8 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
         assert shrunk.batch.topk == 257  # the smallest width with a second tile
     if mutant is mutants.interleave_ignored:
         assert shrunk.batch.interleave > 1
+    if mutant is mutants.block_stride_ignored:
+        assert shrunk.batch.gap_rows > 0
 
 
 # -- scenario files ----------------------------------------------------------------------
@@ -394,6 +441,11 @@ def test_a_scenario_file_reads_back_as_written(tmp_path):
         (("seed = 1", "seed = 1\npast_table = 2"), "key 'past_table': is a prefill chunk's"),
         (("padding = 0", "padding = 1\nprefill = true"), "key 'padding': a prefill chunk"),
         (("seed = 1", "seed = 1\ndecode_requests = 1"), "key 'decode_requests': is a prefill"),
+        (("seed = 1", "seed = 1\ngap_rows = 5000"), "key 'gap_rows': must be in 0..4096"),
+        (
+            ("seed = 1", "seed = 1\nprefill = true\ngap_rows = 16"),
+            "key 'gap_rows': a prefill chunk's scenarios read the cache with blocks a block",
+        ),
         (
             ("seed = 1", "seed = 1\nprefill = true\ndecode_requests = 4"),
             "key 'decode_requests': must be in 0..3, leaving the chunk a prefill request",
@@ -455,12 +507,13 @@ def read_write_fails(reader, writer_name: str, name: str, size: int = 2):
 
 @pytest.mark.parametrize(
     "mutant",
-    [m for m in mutants.MUTANTS if m not in mutants.WORKSPACE_MUTANTS],
+    [m for m in mutants.MUTANTS if m not in (*mutants.WORKSPACE_MUTANTS, *mutants.STRIDE_MUTANTS)],
     ids=lambda m: m.__name__,
 )
 def test_read_write_catches_every_reader_mutant(mutant):
     """Every mutant but those of a prefill chunk's workspace, which read decode rows right
-    (the end-to-end check reads cache slots)."""
+    (the end-to-end check reads cache slots), and those of a block stride, which read a
+    cache whose blocks lie a block apart right (the fused op's cache is one)."""
     assert any(read_write_fails(mutant, "default", name) for name in READ_SCENARIOS)
 
 

@@ -8,7 +8,10 @@ converter knows DCP, in a warm-up class), and for a prefill chunk over the DCP-g
 workspace 0.29.0 (no caller passes DCP with a prefill workspace), 0.30.0 (FlashMLA's PCP + DCP
 path, the first) and 0.34.0; for the mixed batch FlashMLA's sparse backend converts without
 DCP (decode rows beside a prefill chunk's, in one call) 0.13.0 and 0.17.0 (in place, no
-counts), 0.25.0 and 0.29.0 (in place, counts), 0.30.0 and 0.34.0 (packed, counts). The
+counts), 0.25.0 and 0.29.0 (in place, counts), 0.30.0 and 0.34.0 (packed, counts); for a
+cache with other layers' pages between its blocks (``BLOCK_STRIDE_ROWS``) 0.28.0 (no such
+parameter), 0.29.0 - 0.31.0 (FlashMLA's bf16 path), 0.32.0 and 0.34.0 (its fp8 mixed batch
+too; 0.34.0's bf16 path under DCP). The
 wheels are the other ops' (one download keeps every op's files), skipped only where the
 registry is unreachable and the release is not cached.
 """
@@ -28,10 +31,13 @@ from dcpcheck.ops import package
 from dcpcheck.ops.sparse_topk_remap import checks, kernels
 from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.vllm import (
+    CALLER_FILE,
     CONVERT,
     FILTER,
+    STRIDE_CALLS,
     PrefillCall,
     VllmRemap,
+    converter_calls,
     prefill_calls,
 )
 from reference import sparse_topk_remap as oracle
@@ -262,3 +268,113 @@ def test_no_caller_converts_decode_rows_under_dcp_with_a_prefill_workspace():
 def test_the_filter_takes_no_prefill_workspace():
     result = judge(f"vllm==0.34.0:{FILTER}", PREFILL, 2)
     assert result.status == "not_applicable" and "takes no prefill workspace" in result.error
+
+
+STRIDED_IN_PLACE = dataclasses.replace(IN_PLACE, block_size=128, gap_rows=128)
+"""Blocks of 128 tokens, another layer's page between consecutive ones, in place without
+counts: FlashMLA sparse's fp8 mixed batch passes its stride from 0.32.0."""
+
+STRIDED_PACKED = dataclasses.replace(PACKED, gap_rows=128)
+"""Blocks of 64 tokens, two other layers' pages between, packed with counts: FlashMLA
+sparse's bf16 path passes its stride without DCP from 0.29.0 (which packs from 0.30.0),
+under DCP from 0.34.0."""
+
+STRIDE_JUDGED = {
+    "0.30.0": {("packed", 1)},
+    "0.31.0": {("packed", 1)},
+    "0.32.0": {("packed", 1), ("in place", 1), ("in place", 2), ("in place", 4)},
+    "0.34.0": {(rows, size) for rows in ("packed", "in place") for size in (1, 2, 4)},
+}
+"""The strided cases each release's callers ask (``STRIDE_CALLS``)."""
+
+
+@pytest.mark.parametrize("version", STRIDE_JUDGED)
+def test_a_block_stride_is_judged_where_a_caller_passes_it_and_only_there(version):
+    for rows, batch in (("packed", STRIDED_PACKED), ("in place", STRIDED_IN_PLACE)):
+        for size in (1, 2, 4):
+            result = judge(f"vllm=={version}", batch, size)
+            if (rows, size) in STRIDE_JUDGED[version]:
+                assert result.status == "pass", [c.findings for c in result.failed_checks]
+                assert {"slots", "partition"} <= {
+                    c.check for c in result.checks if c.skipped is None
+                }
+            else:
+                assert result.status == "not_applicable", (rows, size)
+                assert "passes a block stride for this call" in result.error
+
+
+def test_at_block_size_64_the_fp8_mixed_batch_passes_no_stride():
+    """``_fp8_kv_pages`` hands the fp8 kernel the paged cache itself at its page size: the
+    entries are block-size slots there, so a stride is asked only of the bf16 path."""
+    at_64 = dataclasses.replace(STRIDED_IN_PLACE, block_size=64)
+    result = judge("vllm==0.34.0", at_64, 2)
+    assert result.status == "not_applicable"
+    assert "block sizes other than 64" in result.error
+
+
+def test_before_0_29_no_converter_takes_a_block_stride():
+    result = judge(f"vllm==0.28.0:{CONVERT}", STRIDED_IN_PLACE, 1)
+    assert result.status == "not_applicable" and "takes no BLOCK_STRIDE_ROWS" in result.error
+    alone = judge(f"vllm==0.29.0:{FILTER}", STRIDED_IN_PLACE, 2)  # the API takes it
+    assert alone.status == "pass", [c.findings for c in alone.failed_checks]
+
+
+@pytest.mark.parametrize("version", ("0.29.0", "0.34.0"))
+def test_a_release_converter_not_told_the_stride_fails_slots_and_partition(version):
+    """The release's converter called without ``BLOCK_STRIDE_ROWS`` on a strided cache (as
+    the caller's block-size default would): its slots land in the other layers' pages."""
+    converter = release(f"vllm=={version}:{CONVERT}")
+
+    def unstrided(inputs, out, counts):
+        converter(dataclasses.replace(inputs, block_stride_rows=None), out, counts)
+
+    batch = dataclasses.replace(STRIDED_IN_PLACE, count_valid=version == "0.29.0")
+    case = build_case(batch, 1, BACKEND.device)
+    assert not any(c.findings for c in checks.judge(converter, case))
+    failed = {c.check for c in checks.judge(unstrided, case) if c.findings}
+    assert {"slots", "partition"} <= failed
+
+
+def _stride_calls_in(path) -> list[tuple[int, str, bool]]:
+    """The calls in a caller's file that pass ``BLOCK_STRIDE_ROWS``, by line, with the
+    function called and whether it passes a prefill workspace."""
+    return sorted(
+        (node.lineno, name, "HAS_PREFILL_WORKSPACE" in keywords)
+        for node, name, keywords in converter_calls(path)
+        if "BLOCK_STRIDE_ROWS" in keywords
+    )
+
+
+def test_the_stride_calls_are_the_ones_in_the_callers_files():
+    """Each release's calls that pass a block stride, and each entry of ``STRIDE_CALLS`` a
+    call in its first release."""
+    expected = {
+        "0.28.0": [],
+        "0.29.0": [(644, CONVERT, False)],
+        "0.31.0": [(862, CONVERT, False)],
+        "0.32.0": [
+            (905, CONVERT, False), (1038, CONVERT, True), (1213, FILTER, False),
+            (1241, CONVERT, False),
+        ],
+        "0.34.0": [
+            (928, FILTER, False), (948, CONVERT, False), (1089, CONVERT, True),
+            (1268, FILTER, False), (1304, CONVERT, False),
+        ],
+    }  # fmt: skip
+    for version, calls in expected.items():
+        assert _stride_calls_in(release(f"vllm=={version}").caller_file) == calls, version
+    for call in STRIDE_CALLS:
+        line = int(call.where.removeprefix(f"{CALLER_FILE}:"))
+        routine = FILTER if call.dcp else CONVERT
+        assert (line, routine, call.workspace) in expected[call.since], call
+
+
+def test_a_mixed_batch_decode_rows_are_read_through_the_stride_from_0_32():
+    """The separate prefill/decode call passes the stride with its workspace from 0.32.0
+    at a block size other than 64: the decode rows' entries are rows of the flat view."""
+    strided = dataclasses.replace(MIXED, block_size=128, gap_rows=128)
+    result = judge("vllm==0.34.0", strided, 1)
+    assert result.status == "pass", [c.findings for c in result.failed_checks]
+    assert {"slots", "workspace"} <= {c.check for c in result.checks if c.skipped is None}
+    early = judge("vllm==0.31.0", strided, 1)
+    assert early.status == "not_applicable" and "passes a block stride" in early.error

@@ -11,7 +11,10 @@ Padding rows (a CUDA graph's) pick nothing and point at the first request's tabl
 The block table gives every request distinct block ids, shuffled by the seed, as wide as
 one rank storing the whole context needs (DCP1): so a slot read from the wrong column or
 the wrong request is another block's, never the right one by chance. Every rank gets the
-same table, as the write side's oracle (``reference.slot_mapping``) uses it.
+same table, as the write side's oracle (``reference.slot_mapping``) uses it. Where
+``gap_rows`` is set, other layers' pages sit between the cache's consecutive blocks, so
+the flat row view the attention reads has its blocks ``block_size + gap_rows`` rows apart
+(``contract``: ``block_stride_rows``).
 
 A prefill batch (``prefill``) is a chunk of prefill requests under prefill context
 parallelism and DCP, whose picks map into the gathered workspace (``contract``): each
@@ -73,6 +76,7 @@ class RemapBatch:
     past_table: int = 0  # picks of every row past the block table (prefill)
     earlier_entries: int = 0  # requests of an earlier chunk before the chunk's (prefill)
     decode_requests: int = 0  # the first requests decode ones, beside the chunk's (prefill)
+    gap_rows: int = 0  # rows of other layers' pages between consecutive blocks of the cache
 
     @property
     def num_rows(self) -> int:
@@ -85,9 +89,10 @@ class RemapBatch:
         chunk = "a prefill chunk over the gathered workspace: " if self.prefill else ""
         if self.decode_requests:
             chunk = f"{chunk}{self.decode_requests} decode request(s) first, "
+        gap = f", {self.gap_rows} rows between blocks" if self.gap_rows else ""
         return (
             f"{chunk}{requests_in_words(self.requests, self.num_rows)}, "
-            f"top-{self.topk} {packed}, block size {self.block_size}, "
+            f"top-{self.topk} {packed}, block size {self.block_size}{gap}, "
             f"interleave {self.interleave}"
         )
 
@@ -204,6 +209,7 @@ def build_case(batch: RemapBatch, dcp_size: int, device: torch.device) -> RemapC
         compact=batch.compact,
         count_valid=batch.count_valid,
         workspace=workspace,
+        block_stride_rows=batch.block_size + batch.gap_rows if batch.gap_rows else None,
     )
     ranks = tuple(replace(shared, dcp_rank=rank) for rank in range(dcp_size))
     return RemapCase(batch, dcp_size, ranks)

@@ -2,9 +2,10 @@
 that returns a ``CheckResult``:
 
 * ``slots``: each rank's row holds exactly the slots the oracle gives the row's picks on
-  that rank (``reference.sparse_topk_remap``, the write side's slots): column by column
-  when not compacted, as a set when compacted (the order there is not part of the API);
-  slots are integers, there is no tolerance;
+  that rank (``reference.sparse_topk_remap``, the write side's slots, numbered as rows of
+  the cache's flat view: ``block_stride_rows`` rows from one block to the next): column by
+  column when not compacted, as a set when compacted (the order there is not part of the
+  API); slots are integers, there is no tolerance;
 * ``partition``: the rows read back into picks, without the oracle: each rank's slots
   decoded through its own block table into the positions they hold (a position decoded
   on a rank is one that rank stores, so no two ranks can read one pick), which must be
@@ -76,7 +77,7 @@ def expected_slots(inputs: RemapInputs) -> torch.Tensor:
         return oracle.prefill_call_entries(
             inputs.req_id, inputs.block_table, workspace.request_ids, workspace.starts,
             inputs.token_indices, workspace.rank_stride, inputs.block_size, inputs.dcp_size,
-            inputs.dcp_rank, inputs.interleave,
+            inputs.dcp_rank, inputs.interleave, inputs.block_stride_rows,
         )  # fmt: skip
     return oracle.rank_slots(
         inputs.req_id,
@@ -86,6 +87,7 @@ def expected_slots(inputs: RemapInputs) -> torch.Tensor:
         inputs.dcp_size,
         inputs.dcp_rank,
         inputs.interleave,
+        inputs.block_stride_rows,
     )
 
 
@@ -133,20 +135,23 @@ def check_workspace(case: RemapCase) -> CheckResult:
 
 def positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
     """The position each slot of row ``row`` holds on the rank of ``inputs``, read back
-    through the rank's block table: the column of the slot's block is the virtual block
-    (``block_size * dcp_size`` positions), its offset the rank's local index there, whose
-    runs of ``interleave`` are the rank's among every rank's (None: a slot in no block of
-    the row's request)."""
+    through the rank's block table: a slot is a row of the flat view, its block the one
+    ``stride_rows`` rows apart from the next, its offset what lies past the block's first
+    row; the column of the slot's block is the virtual block (``block_size * dcp_size``
+    positions), its offset the rank's local index there, whose runs of ``interleave`` are
+    the rank's among every rank's (None: a slot in no block of the row's request, or in the
+    rows between two blocks)."""
     table = inputs.block_table[int(inputs.req_id[row])].cpu().tolist()
     column_of = {block: column for column, block in enumerate(table)}
     size, ranks, interleave = inputs.block_size, inputs.dcp_size, inputs.interleave
     positions: list[int | None] = []
     for slot in slots:
-        column = column_of.get(slot // size)
-        if column is None:
+        block, offset = divmod(slot, inputs.stride_rows)
+        column = column_of.get(block)
+        if column is None or offset >= size:
             positions.append(None)
             continue
-        local = column * size + slot % size  # the rank's local index of the token
+        local = column * size + offset  # the rank's local index of the token
         runs, within = divmod(local, interleave)
         positions.append((runs * ranks + inputs.dcp_rank) * interleave + within)
     return positions

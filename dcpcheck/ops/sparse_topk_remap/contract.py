@@ -12,13 +12,19 @@ turns the picks into the local cache slots it stores them at. A rank's inputs:
 * ``token_indices`` (int32, ``[rows, k]``): the picks; a pick may repeat within a row;
 * ``block_size``, ``dcp_size``, ``dcp_rank``, ``interleave``: the cache's layout (the
   interleave divides the block size);
+* ``block_stride_rows``: rows between the first rows of consecutive blocks in the flat row
+  view of the cache the attention reads (None: the block size). It exceeds the block size
+  where other layers' pages sit between this cache's blocks; the rows between are never
+  an entry;
 * ``compact``: whether the rank's slots are to be packed to the front of each row;
 * ``count_valid``: whether the caller hands a ``valid_counts`` buffer to fill.
 
 The kernel writes ``out`` (int32, ``[rows, k]``, owned by the caller):
 
 * not compacted, column by column: ``out[t, j]`` is the local slot of pick
-  ``token_indices[t, j]`` when this rank stores it, else ``-1``;
+  ``token_indices[t, j]`` when this rank stores it, else ``-1``; a slot is the token's row
+  of the flat view, ``block * block_stride_rows + offset`` for the token's block and its
+  offset in it;
 * compacted: the row's slots in its first columns, in any order, and ``-1`` after them.
 
 and, when the caller passes it, ``valid_counts`` (int32, ``[rows]``): how many of the
@@ -79,6 +85,7 @@ class RemapInputs:
     compact: bool
     count_valid: bool = False
     workspace: PrefillWorkspace | None = None
+    block_stride_rows: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.dcp_rank < self.dcp_size:
@@ -88,6 +95,16 @@ class RemapInputs:
                 f"the block size {self.block_size} must be a multiple of the interleave "
                 f"{self.interleave}"
             )
+        if self.stride_rows < self.block_size:
+            raise ValueError(
+                f"the block stride {self.stride_rows} rows is less than the block size "
+                f"{self.block_size}"
+            )
+
+    @property
+    def stride_rows(self) -> int:
+        """Rows between consecutive blocks in the flat view the entries index."""
+        return self.block_size if self.block_stride_rows is None else self.block_stride_rows
 
     @property
     def topk(self) -> int:

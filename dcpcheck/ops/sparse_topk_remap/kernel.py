@@ -4,12 +4,14 @@ A program walks its row's picks ``BLOCK_K`` at a time. A pick ``p`` is dealt to 
 as the write side deals positions, in runs of ``INTERLEAVE`` round-robin over the ranks;
 on its own rank it sits at local index ``(p // (DCP_SIZE * INTERLEAVE)) * INTERLEAVE + p %
 INTERLEAVE``, in the block-table column ``local // BLOCK_SIZE`` at offset ``local %
-BLOCK_SIZE``. The table is read only for the picks the rank stores (and only inside the
-table's width), so another rank's pick costs no load. Not compacted, each entry is stored
-in its pick's column; compacted, the tile's slots are packed after the ones the earlier
-tiles packed (an exclusive prefix sum of the kept lanes, carried from tile to tile: one
-program owns the row, so no atomics and the order is the picks' own), and a last pass
-writes ``-1`` over the rest of the row. The count is the number of slots the row got.
+BLOCK_SIZE``, so at row ``block * BLOCK_STRIDE_ROWS + offset`` of the cache's flat row
+view (``contract``: consecutive blocks ``BLOCK_STRIDE_ROWS`` rows apart). The table is
+read only for the picks the rank stores (and only inside the table's width), so another
+rank's pick costs no load. Not compacted, each entry is stored in its pick's column;
+compacted, the tile's slots are packed after the ones the earlier tiles packed (an
+exclusive prefix sum of the kept lanes, carried from tile to tile: one program owns the
+row, so no atomics and the order is the picks' own), and a last pass writes ``-1`` over
+the rest of the row. The count is the number of slots the row got.
 
 A prefill row of a call with a prefill workspace (``WORKSPACE``, the row's request id
 ``>= 0``) keeps every pick the table can hold, whichever rank owns it, at row ``owner *
@@ -52,6 +54,7 @@ def _remap_kernel(
     topk,
     dcp_rank,
     BLOCK_SIZE: tl.constexpr,
+    BLOCK_STRIDE_ROWS: tl.constexpr,
     DCP_SIZE: tl.constexpr,
     INTERLEAVE: tl.constexpr,
     COMPACT: tl.constexpr,
@@ -83,7 +86,7 @@ def _remap_kernel(
         kept = inside & (pick >= 0) & (column < table_width) & (prefill | (owner == dcp_rank))
         block = tl.load(table_row + column, mask=kept & ~prefill, other=0)
         gathered = owner * rank_stride + first_row + local
-        slot = tl.where(prefill, gathered, block * BLOCK_SIZE + local % BLOCK_SIZE)
+        slot = tl.where(prefill, gathered, block * BLOCK_STRIDE_ROWS + local % BLOCK_SIZE)
         slot = tl.where(kept, slot, NONE)
         ones = kept.to(tl.int32)
         if COMPACT:
@@ -124,6 +127,7 @@ def remap(inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | N
         topk,
         inputs.dcp_rank,
         BLOCK_SIZE=inputs.block_size,
+        BLOCK_STRIDE_ROWS=inputs.stride_rows,
         DCP_SIZE=inputs.dcp_size,
         INTERLEAVE=inputs.interleave,
         COMPACT=inputs.compact,

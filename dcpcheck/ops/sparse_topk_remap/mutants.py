@@ -67,6 +67,15 @@ def counts_of_the_row(inputs: RemapInputs, out: torch.Tensor, counts: torch.Tens
         counts.copy_((inputs.token_indices >= 0).sum(dim=1).to(torch.int32))
 
 
+def block_stride_ignored(
+    inputs: RemapInputs, out: torch.Tensor, counts: torch.Tensor | None
+) -> None:
+    """Slots numbered in blocks of ``block_size`` rows whatever the flat view's block
+    stride: where other layers' pages sit between the cache's blocks, every slot past the
+    first block lands in a page that is not this cache's."""
+    remap(replace(inputs, block_stride_rows=None), out, counts)
+
+
 def _with_workspace(inputs: RemapInputs, **changed: object) -> RemapInputs:
     """``inputs`` with its prefill workspace changed as ``changed`` says (none: as is)."""
     if inputs.workspace is None:
@@ -149,6 +158,10 @@ WORKSPACE_MUTANTS = (
 """The mutants that differ from the project's kernel only on a prefill chunk over the
 gathered workspace."""
 
+STRIDE_MUTANTS = (block_stride_ignored,)
+"""The mutants that differ from the project's kernel only where other layers' pages sit
+between the cache's blocks."""
+
 MUTANTS = (
     dcp_ignored,
     interleave_ignored,
@@ -157,5 +170,6 @@ MUTANTS = (
     last_tile_dropped,
     unused_read_as_token_zero,
     counts_of_the_row,
+    *STRIDE_MUTANTS,
     *WORKSPACE_MUTANTS,
 )

@@ -25,6 +25,8 @@ File format (``scenario_to_toml`` writes exactly this)::
                                           #   requests before the chunk's in the starts
     decode_requests = 0                   # optional, prefill: the first requests are
                                           #   decode ones converted in the same call
+    gap_rows = 0                          # optional: rows of other layers' pages between
+                                          #   consecutive blocks of the cache (not prefill)
 
     [[requests]]                          # one or more
     context = 300                         # tokens the request holds
@@ -97,11 +99,16 @@ _KEYS: dict[str, Key] = {
     "past_table": Key("integer", integer, 0),
     "earlier_entries": Key("integer", integer, 0),
     "decode_requests": Key("integer", integer, 0),
+    "gap_rows": Key("integer", integer, 0),
     "requests": Key("array of tables ([[requests]])", table_array),
 }
 
 EARLIER_ENTRIES_MAX = 64
 """Requests of an earlier chunk a prefill scenario may put before its own."""
+
+GAP_ROWS_MAX = 64 * 64
+"""Rows between consecutive blocks a scenario may ask: the pages of 64 other layers of
+64 rows."""
 
 _READ_WRITE_KEYS: dict[str, Key] = {
     **HEAD_KEYS,
@@ -131,12 +138,16 @@ def _check(values: dict[str, Any], where: str) -> None:
         detail = f"with unused ({values['unused']}) must be at most topk ({topk})"
         raise key_error(where, "past_table", detail)
     check_range(values, "earlier_entries", 0, EARLIER_ENTRIES_MAX, where)
+    check_range(values, "gap_rows", 0, GAP_ROWS_MAX, where)
     if not values["prefill"]:
         for key in ("past_table", "earlier_entries", "decode_requests"):
             if values[key]:
                 raise key_error(where, key, "is a prefill chunk's: set prefill = true")
     elif values["padding"]:
         raise key_error(where, "padding", "a prefill chunk has no padding rows")
+    elif values["gap_rows"]:
+        detail = "a prefill chunk's scenarios read the cache with blocks a block apart"
+        raise key_error(where, "gap_rows", detail)
     check_range(values, "padding", 0, limits.PADDING_MAX, where)
     if not 1 <= len(values["requests"]) <= limits.REQUESTS_MAX:
         raise key_error(
@@ -181,6 +192,7 @@ def _remap_batch(values: dict[str, Any], where: str) -> RemapBatch:
         past_table=values["past_table"],
         earlier_entries=values["earlier_entries"],
         decode_requests=values["decode_requests"],
+        gap_rows=values["gap_rows"],
     )
 
 

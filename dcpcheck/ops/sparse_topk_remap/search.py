@@ -1,5 +1,6 @@
 """The sparse-topk-remap op's property search: Hypothesis draws batches (top-k widths up to
-2048 across the kernel's tiles, block sizes and interleaves, contexts short and long,
+2048 across the kernel's tiles, block sizes and interleaves, blocks a block apart or with
+other layers' pages between them, contexts short and long,
 speculative rows, unused and repeated picks, padding rows, packed or in-place rows, and
 prefill chunks over the DCP-gathered workspace: packed with counts as their caller asks,
 with picks past the block table, an earlier chunk's requests in the starts and decode
@@ -7,9 +8,9 @@ requests of a mixed batch before the chunk's) and a DCP size; every rank is laun
 checked, and a failure is shrunk to its smallest batch and saved as a scenario file of the
 op, which ``dcpcheck repro`` replays.
 
-Shrinking goes toward one request of a short context and one row, a top-16 in place,
-block size 16 at interleave 1, no unused or repeated pick, no padding, no prefill chunk
-(and in one, no decode request), and DCP2.
+Shrinking goes toward one request of a short context and one row, a top-16 in place, block
+size 16 at interleave 1, blocks a block apart, no unused or repeated pick, no padding, no
+prefill chunk (and in one, no decode request), and DCP2.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def batches(
         padding=draw(st.integers(0, 3)),
         seed=draw(st.integers(0, 2**16)),
     )
+    if draw(st.booleans()):
+        # other layers' pages between the cache's blocks: one to three pages of its size
+        batch = replace(batch, gap_rows=batch.block_size * draw(st.integers(1, 3)))
     # drawn whatever the batch, apart from the requests: they shrink apart
     decodes = draw(st.integers(0, 3))
     if draw(st.booleans()):
@@ -78,6 +82,7 @@ def batches(
             past_table=draw(st.integers(0, min(4, topk - batch.unused))),
             earlier_entries=draw(st.integers(0, 3)),
             decode_requests=min(decodes, len(requests) - 1),
+            gap_rows=0,
         )
     return batch, dcp_size
 

@@ -43,6 +43,19 @@ whether it passes DCP, whether it counts) asks it; else it is not applicable, na
 calls: under DCP before 0.30.0 (no ``prefill_workspace_rank_stride``), a packing or
 counting the release's call does not ask, decode rows under DCP.
 
+**The flat row view** (``BLOCK_STRIDE_ROWS``, both converters from 0.29.0). A caller that
+reads the cache as one run of rows (``sparse_utils.flat_kv_row_view``: ``kv_cache.stride(0)
+// head_dim`` rows per block, more than the block size where other layers' pages sit
+between this cache's blocks) passes that stride, and a decode row's entry is then ``block *
+stride + offset``. Read in each release's ``flashmla_sparse.py`` (``STRIDE_CALLS``): the
+bf16 path passes it at every block size, with counts, from 0.29.0 (``:644``; under DCP,
+packed, from 0.34.0, ``:928``); the fp8 mixed batch from 0.32.0 (``:1241`` without DCP,
+``:1213`` with, in place, no counts) and the separate prefill/decode call with its
+workspace (``:1038``, packed with counts), through ``_fp8_kv_pages`` (``:136-144``), which passes
+none at block size 64 (the fp8 kernel's page: it then reads the paged tensor with its own
+stride, and the entries are block-size slots). A case whose blocks lie other than a block
+apart is asked only as one of those calls asks it; else it is not applicable, naming them.
+
 ``vllm==X`` judges what the release's callers call: at DCP1 the converter (every
 backend's non-DCP path; the filter is called only under DCP), under DCP the filter as a
 caller calls it. A case its callers never ask is not applicable, with the reason: DCP
@@ -58,7 +71,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -106,6 +119,79 @@ DCP_CALLERS = (
     ),
 )
 """Read in every release (module docstring); ``where`` is the call in the first release."""
+
+
+FP8_PAGE = 64
+"""The fp8 kernel's page in tokens: its calls pass no block stride at this block size."""
+
+
+@dataclass(frozen=True)
+class StrideCall:
+    """A call that passes the converter ``BLOCK_STRIDE_ROWS`` from the cache's flat row
+    view (module docstring)."""
+
+    path: str
+    since: str
+    dcp: bool  # under DCP, the filter; without, the converter
+    count: bool  # it passes return_valid_counts
+    compact: bool  # it asks its rows packed (the converter packs when it counts, 0.30.0 on)
+    fp8_pages: bool  # through _fp8_kv_pages: no stride at block size FP8_PAGE
+    where: str  # the call in the first release
+    workspace: bool = False  # with a prefill workspace: a mixed batch's decode rows
+
+    def packed(self, packs: bool) -> bool:
+        """Whether its rows come back packed (``packs``: the converter packs when it
+        counts; the filter packs as asked)."""
+        return self.compact and (packs or self.dcp)
+
+    def asks(self, inputs: RemapInputs, packs: bool) -> bool:
+        """Whether the call asks the case."""
+        if (self.dcp, self.workspace) != (inputs.dcp_size > 1, inputs.workspace is not None):
+            return False
+        if self.fp8_pages and inputs.block_size == FP8_PAGE:
+            return False
+        return (self.packed(packs), self.count) == (inputs.compact, inputs.count_valid)
+
+    def said(self, packs: bool) -> str:
+        """The call in words, with its line."""
+        rows = "packed" if self.packed(packs) else "in place"
+        counts = "counts" if self.count else "no counts"
+        sizes = f", block sizes other than {FP8_PAGE}" if self.fp8_pages else ""
+        dcp = "under" if self.dcp else "without"
+        workspace = ", a prefill workspace" if self.workspace else ""
+        return (
+            f"{self.path} ({dcp} DCP{workspace}, {rows}, {counts}{sizes}; {self.where} in "
+            f"{self.since})"
+        )
+
+
+STRIDE_CALLS = (
+    StrideCall(
+        "FlashMLA sparse, bf16", "0.29.0", False, True, True, False, "flashmla_sparse.py:644"
+    ),
+    StrideCall(
+        "FlashMLA sparse, fp8 mixed batch", "0.32.0", False, False, False, True,
+        "flashmla_sparse.py:1241",
+    ),
+    StrideCall(
+        "FlashMLA sparse, fp8 mixed batch", "0.32.0", True, False, False, True,
+        "flashmla_sparse.py:1213",
+    ),
+    StrideCall(
+        "FlashMLA sparse, fp8 separate prefill/decode", "0.32.0", False, True, True, True,
+        "flashmla_sparse.py:1038", workspace=True,
+    ),
+    StrideCall(
+        "FlashMLA sparse, bf16", "0.34.0", True, True, True, False, "flashmla_sparse.py:928"
+    ),
+)  # fmt: skip
+"""Read in every release (module docstring); ``where`` is the call in the first release."""
+
+
+def stride_calls(version: str) -> tuple[StrideCall, ...]:
+    """The calls of release ``version`` that pass a block stride."""
+    key = releases.version_key(version)
+    return tuple(c for c in STRIDE_CALLS if key >= releases.version_key(c.since))
 
 
 def dcp_callers(version: str) -> tuple[DcpCaller, ...]:
@@ -159,6 +245,17 @@ class PrefillCall:
         return f"{rows} ({CALLER_FILE}:{self.line})"
 
 
+def converter_calls(path: Path) -> Iterator[tuple[ast.Call, str, set[str | None]]]:
+    """Every call of a converter (``FUNCTIONS``) in the release file ``path``: the call,
+    the function called and the keywords it passes."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", getattr(node.func, "attr", None))
+        if name in FUNCTIONS:
+            yield node, name, {k.arg for k in node.keywords}
+
+
 @functools.cache
 def prefill_calls(path: Path | None) -> tuple[PrefillCall, ...]:
     """The calls of the converter in ``path`` (the caller's file, None: the release has
@@ -166,11 +263,7 @@ def prefill_calls(path: Path | None) -> tuple[PrefillCall, ...]:
     if path is None or not path.is_file():
         return ()
     calls = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.Call):
-            continue
-        name = getattr(node.func, "id", getattr(node.func, "attr", None))
-        keywords = {k.arg for k in node.keywords}
+    for node, name, keywords in converter_calls(path):
         if name == CONVERT and "HAS_PREFILL_WORKSPACE" in keywords:
             dcp = {"prefill_workspace_rank_stride", "dcp_size"} <= keywords
             count = any(
@@ -266,8 +359,36 @@ class VllmRemap:
             return f"{self.name}'s calls with a prefill workspace {dcp} ask its rows {said}"
         return None
 
+    def _stride_not_applicable(self, inputs: RemapInputs) -> str | None:
+        """Why a case whose blocks lie other than a block apart cannot be asked (module
+        docstring), or None."""
+        routine = self._routine(inputs.dcp_size)
+        if "BLOCK_STRIDE_ROWS" not in _parameters(routine):
+            return (
+                f"{self.name}'s {routine.__name__} takes no BLOCK_STRIDE_ROWS: its entries "
+                "index blocks a block apart"
+            )
+        if self.named is not None:
+            return None
+        packs = "dcp_size" in _parameters(self.convert)
+        calls = stride_calls(self.version)
+        if any(c.asks(inputs, packs) for c in calls):
+            return None
+        said = "; ".join(c.said(packs) for c in calls)
+        return (
+            f"no caller of {self.name} passes a block stride for this call: "
+            f"{said or 'none passes BLOCK_STRIDE_ROWS'}"
+        )
+
     def not_applicable(self, inputs: RemapInputs) -> str | None:
         """Why the case cannot be asked (module docstring), or None."""
+        reason = self._layout_not_applicable(inputs)
+        if reason is None and inputs.stride_rows != inputs.block_size:
+            return self._stride_not_applicable(inputs)
+        return reason
+
+    def _layout_not_applicable(self, inputs: RemapInputs) -> str | None:
+        """Why the case's batch, blocks a block apart, cannot be asked, or None."""
         size, topk = inputs.dcp_size, inputs.topk
         compact, count = inputs.compact, inputs.count_valid
         if topk % self.topk_multiple:
@@ -324,6 +445,8 @@ class VllmRemap:
             "BLOCK_SIZE": inputs.block_size,
             "NUM_TOPK_TOKENS": inputs.topk,
         }
+        if inputs.stride_rows != inputs.block_size:
+            given["BLOCK_STRIDE_ROWS"] = inputs.stride_rows
         if valid_counts is not None:
             given["return_valid_counts"] = True
         if workspace is not None:
