@@ -303,6 +303,17 @@ def test_a_block_stride_is_judged_where_a_caller_passes_it_and_only_there(versio
                 assert "passes a block stride for this call" in result.error
 
 
+def test_0_29_0s_bf16_call_is_asked_its_stride_in_place_with_counts():
+    """0.29.0's converter counts without packing (it packs when it counts from 0.30.0), so
+    its bf16 path's stride call is the in-place counted one, and only there."""
+    counted = dataclasses.replace(STRIDED_PACKED, compact=False)
+    result = judge("vllm==0.29.0", counted, 1)
+    assert result.status == "pass", [c.findings for c in result.failed_checks]
+    assert judge("vllm==0.29.0", STRIDED_PACKED, 1).status == "not_applicable"
+    later = judge("vllm==0.30.0", counted, 1)
+    assert later.status == "not_applicable" and "packs exactly when it counts" in later.error
+
+
 def test_at_block_size_64_the_fp8_mixed_batch_passes_no_stride():
     """``_fp8_kv_pages`` hands the fp8 kernel the paged cache itself at its page size: the
     entries are block-size slots there, so a stride is asked only of the bf16 path."""
