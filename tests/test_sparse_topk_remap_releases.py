@@ -33,6 +33,7 @@ from dcpcheck.ops.sparse_topk_remap.case import RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.vllm import (
     CALLER_FILE,
     CONVERT,
+    DCP_CALLERS,
     FILTER,
     STRIDE_CALLS,
     PrefillCall,
@@ -389,3 +390,22 @@ def test_a_mixed_batch_decode_rows_are_read_through_the_stride_from_0_32():
     assert {"slots", "workspace"} <= {c.check for c in result.checks if c.skipped is None}
     early = judge("vllm==0.31.0", strided, 1)
     assert early.status == "not_applicable" and "passes a block stride" in early.error
+
+
+def test_flashmlas_callers_under_dcp_are_filter_calls_in_their_first_release():
+    """Each FlashMLA entry of ``DCP_CALLERS`` names a call of the filter in its first
+    release's caller file, with the packing and counting the entry says; 0.34.0's bf16
+    path is one (it runs under DCP from then: only an fp8 cache is refused there)."""
+    flashmla = [c for c in DCP_CALLERS if c.where.startswith(f"{CALLER_FILE}:")]
+    assert {c.since for c in flashmla} == {"0.29.0", "0.34.0"}
+    for caller in flashmla:
+        line = int(caller.where.removeprefix(f"{CALLER_FILE}:"))
+        calls = {
+            node.lineno: keywords
+            for node, name, keywords in converter_calls(
+                release(f"vllm=={caller.since}").caller_file
+            )
+            if name == FILTER
+        }
+        assert line in calls, caller
+        assert ("return_valid_counts" in calls[line]) == caller.count, caller

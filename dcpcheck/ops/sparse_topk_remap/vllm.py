@@ -17,10 +17,12 @@ returns its LSE for decode: the start-up check refuses every other
 each release (``DCP_CALLERS``): none before 0.25.0; FlashInfer's sparse MLA from 0.25.0,
 which calls the filter with its counts, packed (``flashinfer_mla_sparse.py:451`` in 0.25.0,
 ``sparse_mla_attention.py:756`` in 0.33.0); FlashMLA's sparse from 0.29.0, on its fp8
-mixed-batch path only (it refuses the others under DCP), which calls the filter in place,
-without counts (``flashmla_sparse.py:794`` in 0.29.0, ``:1222`` in 0.33.0). Both pass the
-rows' request ids, the rank's block table, the picks, the DCP size, rank and interleave,
-the block size and the top-k width. Not judged here: ROCm's own converter
+mixed-batch path only until 0.33.0 (it refuses the others under DCP), which calls the
+filter in place, without counts (``flashmla_sparse.py:794`` in 0.29.0, ``:1222`` in
+0.33.0), and from 0.34.0 on its bf16 path too (only an fp8 cache is refused, ``:460``),
+which calls it packed with counts (``:928``). Each passes the rows' request ids, the
+rank's block table, the picks, the DCP size, rank and interleave, the block size and the
+top-k width. Not judged here: ROCm's own converter
 (``rocm_aiter_mla_sparse.py``).
 
 **A prefill chunk over the gathered workspace** (``contract``). With prefill context
@@ -117,6 +119,7 @@ DCP_CALLERS = (
     DcpCaller(
         "FlashMLA sparse (fp8, mixed batch)", "0.29.0", False, False, "flashmla_sparse.py:794"
     ),
+    DcpCaller("FlashMLA sparse (bf16)", "0.34.0", True, True, "flashmla_sparse.py:928"),
 )
 """Read in every release (module docstring); ``where`` is the call in the first release."""
 
