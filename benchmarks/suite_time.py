@@ -3,12 +3,14 @@
 checkout named, one after the other, and what each run's durations say.
 
     python3 benchmarks/suite_time.py --tree OLD [--tree NEW ...] [--workers 2] [--files 12]
+                                     [--keep DIR]
 
 Per tree: the wall time, pytest's summary line and the worker-seconds its durations sum
 to (setup, call and teardown of every test; pytest leaves out those under 5 ms). Then the
 files whose worker-seconds moved the most between the first tree and each other, so a
-change that slows or speeds the suite shows where. Run on an otherwise idle machine: two
-runs of one tree differ by several percent here (2 cores).
+change that slows or speeds the suite shows where. ``--keep DIR`` writes each run's whole
+pytest output there (``1-<tree>.log`` ...), its durations test by test. Run on an
+otherwise idle machine: two runs of one tree differ by several percent here (2 cores).
 
 A tree is any checkout or ``git archive`` copy; it is run with ``PYTHONPATH`` set to it and
 from inside it, as ``.ci/run`` runs a clean clone. The release cache is whatever
@@ -52,7 +54,7 @@ def worker_seconds_by_file(output: str) -> dict[str, float]:
     return dict(totals)
 
 
-def run_suite(tree: Path, workers: int) -> SuiteRun:
+def run_suite(tree: Path, workers: int, keep: Path | None = None) -> SuiteRun:
     command = [sys.executable, "-m", "pytest", "-q", "-n", str(workers), "-p", "no:cacheprovider"]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     start = time.perf_counter()
@@ -60,6 +62,8 @@ def run_suite(tree: Path, workers: int) -> SuiteRun:
         [*command, "--durations=0"], cwd=tree, env=env, capture_output=True, text=True
     )
     wall = time.perf_counter() - start
+    if keep is not None:
+        keep.write_text(done.stdout + done.stderr)
     summary = SUMMARY.search(done.stdout)
     return SuiteRun(
         tree,
@@ -83,10 +87,14 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, action="append", required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=12)
+    parser.add_argument("--keep", type=Path, help="folder for each run's pytest output")
     args = parser.parse_args()
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     runs = []
-    for tree in args.tree:
-        run = run_suite(tree.resolve(), args.workers)
+    for number, tree in enumerate(args.tree, start=1):
+        log = None if args.keep is None else args.keep / f"{number}-{tree.resolve().name}.log"
+        run = run_suite(tree.resolve(), args.workers, log)
         runs.append(run)
         print(
             f"{run.tree}: {run.wall_s:.1f} s wall, {run.summary}, "

@@ -49,3 +49,17 @@ def test_the_files_that_moved_most_come_first(suite_time):
     assert suite_time.moved(before, after, 3) == [
         ("b.py", 5.0, 1.0), ("d.py", 0.0, 2.0), ("a.py", 10.0, 9.0)
     ]  # fmt: skip
+
+
+def test_keep_writes_each_runs_whole_output(suite_time, tmp_path, monkeypatch):
+    import subprocess
+
+    def pytest_run(command, **kwargs):
+        assert kwargs["cwd"] == tmp_path and "--durations=0" in command
+        return subprocess.CompletedProcess(command, 0, DURATIONS, "a warning\n")
+
+    monkeypatch.setattr(suite_time.subprocess, "run", pytest_run)
+    log = tmp_path / "1-tree.log"
+    run = suite_time.run_suite(tmp_path, 2, log)
+    assert log.read_text() == DURATIONS + "a warning\n"
+    assert run.summary == "2814 passed, 55 skipped, 32 warnings" and run.exit_code == 0
