@@ -76,7 +76,8 @@ OPS: dict[str, Op] = {
         # the runner's local sequence lengths; the attention backends' function; the V1
         # runner's block table; the MLA metadata builder, which computed the local lengths
         # itself before the function; the V1 runner, which says which interleave it builds
-        # its block tables with
+        # its block tables with; where the MLA attention moved from 0.15.0, and the sparse
+        # indexer, which ask the function for every rank at once
         (
             "vllm/v1/worker/gpu/block_table.py",
             "vllm/v1/worker/gpu/model_runner.py",
@@ -85,6 +86,8 @@ OPS: dict[str, Op] = {
             "vllm/v1/worker/block_table.py",
             "vllm/v1/attention/backends/mla/common.py",
             "vllm/v1/worker/gpu_model_runner.py",
+            "vllm/model_executor/layers/attention/mla_attention.py",
+            "vllm/v1/attention/backends/mla/indexer.py",
         ),
         "_compute_slot_mappings_kernel",
         "dcpcheck.ops.slot_mapping",

@@ -32,7 +32,7 @@ from dcpcheck.cases.verdicts import CaseResult
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops import op_cases, package
-from dcpcheck.ops.slot_mapping import kernels
+from dcpcheck.ops.slot_mapping import every_rank, kernels, vllm
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.checks import CHECKS as SLOT_CHECKS
 from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, Routines
@@ -327,6 +327,126 @@ def test_the_backends_lengths_function_counts_each_ranks_positions(version, dcp_
     assert "callers fill the padded requests" in verdicts["seq_lens_padding"].skipped
     assert all(verdicts[name].passed for name in LENGTH_CHECKS if name != "seq_lens_padding")
     assert all("alone" in verdicts[name].skipped for name in SLOT_CHECKS)
+
+
+# -- the function asked for every rank at once ---------------------------------------------
+
+LENGTHS_FUNCTION = """\
+import torch
+
+
+def get_dcp_local_seq_lens(seq_lens, dcp_size=1, dcp_rank=None, interleave=1):
+    every = dcp_rank is None
+    ranks = torch.arange(dcp_size) if every else torch.tensor([dcp_rank])
+    ranks = RANKS
+    tiled = seq_lens.to(torch.int32).unsqueeze(-1)
+    base = tiled // interleave // dcp_size * interleave
+    local = base + torch.clip(tiled - base * dcp_size - ranks * interleave, 0, interleave)
+    return SHAPED
+"""
+"""A local-length function with the releases' signature, written here; its ``RANKS`` and
+``SHAPED`` lines are what a test breaks."""
+
+GUARDED = every_rank.EveryRankCallers(("mla/common.py:868",), under_dcp_only=True)
+
+
+def lengths_function(tmp_path, ranks="ranks", shaped="local if every else local[:, 0]"):
+    path = tmp_path / "utils.py"
+    path.write_text(LENGTHS_FUNCTION.replace("RANKS", ranks).replace("SHAPED", shaped))
+    return torch_function(path, "get_dcp_local_seq_lens", "t")
+
+
+def judge_function(function, callers, dcp_size: int) -> CaseResult:
+    routine = vllm.VllmLocalSeqLens.of_function(function, "t", callers)
+    scenario = NamedBatch("t", "a test batch", LONG, (dcp_size,))
+    kernel = Routines(None, routine, "the local lengths alone")
+    [result] = run_scenario(kernel, "t", scenario, (dcp_size,), BACKEND.device)
+    return result
+
+
+def length_details(result: CaseResult) -> list[str]:
+    return [f.detail for c in result.checks if c.check == "local_seq_lens" for f in c.findings]
+
+
+@pytest.mark.parametrize("dcp_size", [1, 4])
+def test_a_function_asked_both_ways_passes_both_ways(tmp_path, dcp_size):
+    result = judge_function(lengths_function(tmp_path), GUARDED, dcp_size)
+    assert result.status == "pass", failed(result)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "way"),
+    [
+        ("ranks.flip(0) if every else ranks", "asked for every rank at once (mla/common.py:868)"),
+        ("ranks if every else ranks + 1", "asked for one rank"),
+    ],
+)
+def test_a_function_wrong_one_way_fails_that_way_only(tmp_path, ranks, way):
+    result = judge_function(lengths_function(tmp_path, ranks), GUARDED, 4)
+    assert result.status == "fail"
+    details = length_details(result)
+    assert details and all(detail.startswith(f"{way}: ") for detail in details)
+
+
+def test_a_function_is_asked_for_every_rank_at_dcp1_only_where_a_caller_asks_so(tmp_path):
+    one_ranks_shape = lengths_function(tmp_path, shaped="local[:, 0]")  # wrong, asked so
+    assert judge_function(one_ranks_shape, GUARDED, 1).status == "pass"
+    unguarded = dataclasses.replace(GUARDED, under_dcp_only=False)
+    assert judge_function(one_ranks_shape, unguarded, 1).status == "error"
+
+
+def test_a_function_asked_for_every_rank_that_returns_one_ranks_shape_is_an_error(tmp_path):
+    result = judge_function(lengths_function(tmp_path, shaped="local[:, 0]"), GUARDED, 4)
+    assert result.status == "error"
+    assert "dcp_rank=None) returned shape [4], not [requests, dcp_size] = [4, 4]" in result.error
+
+
+def test_a_function_no_caller_asks_for_every_rank_is_asked_for_one(tmp_path):
+    wrong_every_way = lengths_function(tmp_path, "ranks.flip(0) if every else ranks")
+    assert judge_function(wrong_every_way, every_rank.every_rank_callers({}), 4).status == "pass"
+
+
+CALLERS = """\
+def build(self, lens):
+    if self.dcp_world_size > 1:
+        a = get_dcp_local_seq_lens(lens, self.dcp_world_size, None, 1)
+    b = utils.get_dcp_local_seq_lens(lens, dcp_size=4)
+    c = get_dcp_local_seq_lens(lens, 4, self.dcp_rank, 1)
+    d = get_dcp_local_seq_lens(lens, 4, dcp_rank=0)
+"""
+
+
+def test_the_calls_that_ask_every_rank_are_read_with_whether_they_run_under_dcp_only():
+    assert every_rank.every_rank_callers({"f.py": CALLERS}) == every_rank.EveryRankCallers(
+        ("f.py:3", "f.py:4"), under_dcp_only=False
+    )
+    guarded_only = "\n".join(CALLERS.splitlines()[:3])
+    assert every_rank.every_rank_callers({"f.py": guarded_only}) == every_rank.EveryRankCallers(
+        ("f.py:3",), under_dcp_only=True
+    )
+
+
+MLA_BUILDER = "vllm/model_executor/layers/attention/mla_attention.py"
+INDEXER = "vllm/v1/attention/backends/mla/indexer.py"
+
+
+@pytest.mark.parametrize(
+    ("version", "callers"),
+    [
+        ("0.12.0", ("vllm/v1/attention/backends/mla/common.py:859",)),
+        ("0.13.0", ("vllm/v1/attention/backends/mla/common.py:868",)),
+        ("0.34.0", (f"{MLA_BUILDER}:2321", f"{INDEXER}:1976")),
+    ],
+)
+def test_the_calls_for_every_rank_are_read_from_the_release(version, callers):
+    routine = backends_function(version).local_seq_lens
+    assert kernels.every_rank_callers(version) == every_rank.EveryRankCallers(callers, True)
+    assert [label for label, _ in routine.asks] == [
+        "asked for one rank", f"asked for every rank at once ({', '.join(callers)})"
+    ]  # fmt: skip
+    judged = kernels.REGISTRY.judged_files(f"vllm=={version}:get_dcp_local_seq_lens")
+    files = [f.path for f in judged]
+    assert all(any(f.endswith(c.rsplit(":", 1)[0]) for f in files) for c in callers)
 
 
 def test_a_function_that_needs_more_than_torch_is_refused(tmp_path):
@@ -757,20 +877,24 @@ def test_27518_the_function_that_replaced_it_counts_right(version, dcp_size):
 
 
 @pytest.mark.parametrize(
-    ("version", "member"),
+    ("version", "members"),
     [
-        ("0.10.2", "vllm/v1/attention/backends/mla/common.py"),
-        ("0.11.1", "vllm/v1/attention/backends/utils.py"),
+        ("0.10.2", ("vllm/v1/attention/backends/mla/common.py",)),
+        (  # the function, and the MLA builder that asks it for every rank at once
+            "0.11.1",
+            ("vllm/v1/attention/backends/utils.py", "vllm/v1/attention/backends/mla/common.py"),
+        ),
     ],
 )
-def test_a_release_before_the_gpu_runner_is_judged_whole_by_its_version(version, member):
+def test_a_release_before_the_gpu_runner_is_judged_whole_by_its_version(version, members):
     """``--kernel vllm==X`` alone: the V1 runner's table and the lengths its backends use,
     from the files it names."""
     before_gpu_runner(version)
     files = [f.path for f in kernels.REGISTRY.judged_files(f"vllm=={version}")]
-    assert [f.endswith(member) for f in files] == [False, False, True]
+    assert len(files) == 2 + len(members)
     assert files[0].endswith("vllm/v1/worker/block_table.py")
     assert files[1].endswith("vllm/v1/worker/gpu_model_runner.py")
+    assert all(f.endswith(m) for f, m in zip(files[2:], members, strict=True))
     done = subprocess.run(
         [sys.executable, "-m", "dcpcheck", "run", "--op", "slot-mapping", "--kernel",
          f"vllm=={version}", "--scenario", "decode-single", "--dcp", "2"],

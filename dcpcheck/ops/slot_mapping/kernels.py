@@ -25,11 +25,14 @@ from pathlib import Path
 from dcpcheck.kernels import loading, releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError
 from dcpcheck.kernels.registry import OpKernels, adapted, described
-from dcpcheck.op_registry import SLOT_MAPPING
+from dcpcheck.op_registry import OPS, SLOT_MAPPING
+from dcpcheck.ops.slot_mapping import every_rank, mutants, vllm, vllm_mla, vllm_v1
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
-from dcpcheck.ops.slot_mapping import mutants, vllm, vllm_mla, vllm_v1
 from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
+
+SLOT_MAPPING_MEMBERS = OPS[SLOT_MAPPING].wheel_members
+"""The op's files of a release, where its callers of the local-length function are read."""
 
 ONE_ROUTINE = "{spec} names the {this} routine alone"
 """Why a spec naming one routine has the other's checks skipped."""
@@ -69,6 +72,22 @@ def lengths_member(version: str) -> str:
     return vllm.SEQ_LENS_FUNCTION_MEMBER if defined in utilities else vllm.MLA_MEMBER
 
 
+def every_rank_callers(version: str) -> every_rank.EveryRankCallers:
+    """The calls of release ``version``'s files of the op (those its wheel has) that ask
+    the attention backends' function for every rank at once (``every_rank.every_rank_callers``)."""
+    present = [m for m in SLOT_MAPPING_MEMBERS if not releases.lacks(version, m)]
+    sources = {m: releases.fetch(version, m).source.decode() for m in present}
+    return every_rank.every_rank_callers(sources)
+
+
+def _lengths_function(version: str, name: str) -> vllm.VllmLocalSeqLens:
+    """Release ``version``'s ``get_dcp_local_seq_lens``, asked as its callers ask it."""
+    path = _kept(version, vllm.SEQ_LENS_FUNCTION_MEMBER)
+    function = adapted(vllm.torch_function, path, vllm.SEQ_LENS_FUNCTION, name)
+    callers = every_rank_callers(version)
+    return adapted(vllm.VllmLocalSeqLens.of_function, function, name, callers)  # type: ignore[return-value]
+
+
 def _v1_table(version: str, name: str) -> vllm_v1.VllmV1SlotMappings:
     """Release ``version``'s V1 ``BlockTable``, with its runner, which says the interleave
     it builds the table with (``vllm_v1.rebuild_of``)."""
@@ -88,18 +107,15 @@ def _before_gpu_runner(release: releases.ReleaseSpec) -> Routines:
     if member == vllm.MLA_MEMBER:
         builder = adapted(vllm_mla.builder_lengths, path, name)
         return Routines(slots, vllm.VllmLocalSeqLens.of_builder(builder, name))
-    function = adapted(vllm.torch_function, path, vllm.SEQ_LENS_FUNCTION, name)
-    return Routines(slots, vllm.VllmLocalSeqLens.of_function(function, name))
+    return Routines(slots, _lengths_function(version, name))
 
 
 def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     """A release's routines (module docstring); ``named``: the spec named one."""
     version, name = release.version, release.name
     if release.function == vllm.SEQ_LENS_FUNCTION:
-        path = _kept(version, vllm.ALONE[release.function])
-        function = adapted(vllm.torch_function, path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
-        return Routines(None, adapted(vllm.VllmLocalSeqLens.of_function, function, name), why)
+        return Routines(None, _lengths_function(version, name), why)
     if release.function == vllm.V1_FUNCTION:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
         return Routines(_v1_table(version, name), None, why)
@@ -149,7 +165,10 @@ def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFi
         members = vllm.members_of(release.function, named)
     else:
         members = (*vllm.members_of(vllm.V1_FUNCTION, True), lengths_member(release.version))
-    present = [m for m in members if not releases.lacks(release.version, m)]
+    if vllm.SEQ_LENS_FUNCTION_MEMBER in members:  # with the files its callers are read in
+        callers = every_rank_callers(release.version).lines
+        members = (*members, *dict.fromkeys(line.rsplit(":", 1)[0] for line in callers))
+    present = [m for m in dict.fromkeys(members) if not releases.lacks(release.version, m)]
     kept = [releases.fetch(release.version, member) for member in present]
     return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
 

@@ -2,7 +2,9 @@
 run's data model the reports and the console already speak.
 
 A case builds every rank's inputs, launches each routine of the kernel (``Routines``: the
-slot mappings, the local sequence lengths) on each rank, then runs that routine's checks;
+slot mappings, the local sequence lengths) on each rank, then runs that routine's checks
+(a local-length routine its release's callers ask in more than one way, its ``asks``, is
+judged each way, each finding naming its way);
 a routine that is absent, or cannot be asked the case, has its checks skipped with the
 reason; one its caller asks the case otherwise than as given (the V1 table at the
 interleave its runner builds it with) has its failures say so.
@@ -36,13 +38,18 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
         noted = with_caller_notes(judged, kernel.slot_mappings, slot_case.ranks)
         checks = with_skips(noted, kernel.slot_mappings)
     lengths_case = seq_lens.build_case(batch, size, device)
-    reason = kernel.absent if kernel.local_seq_lens is None else None
-    reason = reason or not_applicable(kernel.local_seq_lens, lengths_case.ranks)
-    if reason:
-        return checks + list(seq_lens.skipped(reason))
-    assert kernel.local_seq_lens is not None
-    judged = seq_lens.judge(raising(kernel.local_seq_lens), lengths_case)
-    return checks + with_skips(judged, kernel.local_seq_lens)
+    routine = kernel.local_seq_lens
+    if routine is None:
+        return checks + list(seq_lens.skipped(kernel.absent))
+    by_ask = []
+    for label, ask in getattr(routine, "asks", (("", routine),)):
+        reason = not_applicable(ask, lengths_case.ranks)
+        if reason:
+            by_ask.append((label, seq_lens.skipped(reason)))
+        else:
+            judged = seq_lens.judge(raising(ask), lengths_case)
+            by_ask.append((label, tuple(with_skips(judged, routine))))
+    return checks + seq_lens.merged(by_ask)
 
 
 OP_CASES = op_cases.OpCases(SLOT_MAPPING, SCENARIOS, scenario_to_toml, _judged)

@@ -46,7 +46,11 @@ torch function (``get_dcp_local_seq_lens`` in ``vllm/v1/attention/backends/utils
 0.11.1 on), called as the runners call it, on the CPU, for one rank. The function's module
 imports half of vLLM, so the function alone is taken from it (:func:`torch_function`): it
 uses torch and nothing else. Before the function, the MLA metadata builder computed them
-itself (``dcpcheck.ops.slot_mapping.vllm_mla``).
+itself (``dcpcheck.ops.slot_mapping.vllm_mla``). The function is asked two ways: for
+one rank, as the runners ask it, and for every rank at once (``dcp_rank=None``: a
+``[requests, dcp_size]`` tensor), as the MLA metadata builder asks it for a chunked
+prefill's context lengths (``dcpcheck.ops.slot_mapping.every_rank``); both are judged
+where the release has the second caller.
 """
 
 from __future__ import annotations
@@ -62,7 +66,13 @@ import torch
 from dcpcheck.adapters.protocol import AdapterError
 from dcpcheck.kernels.loading import definitions_alone, source_of
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
-from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, LocalSeqLensInputs, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.contract import (
+    PAD_SLOT,
+    LocalSeqLensInputs,
+    LocalSeqLensKernel,
+    SlotMappingInputs,
+)
+from dcpcheck.ops.slot_mapping.every_rank import SEQ_LENS_FUNCTION, EveryRankAsk, EveryRankCallers
 from dcpcheck.ops.slot_mapping.kept_whole import (
     MANAGER_SHARDS,
     OTHER_GROUPS_SHARDED,
@@ -79,7 +89,6 @@ FUNCTION = OPS[SLOT_MAPPING].function
 SEQ_LENS_KERNEL = "_dcp_local_seq_lens_kernel"
 V1_FUNCTION = "compute_slot_mapping"
 V1_MEMBER, MLA_MEMBER, V1_RUNNER_MEMBER = OPS[SLOT_MAPPING].wheel_members[4:7]
-SEQ_LENS_FUNCTION = "get_dcp_local_seq_lens"
 
 CALLER_BLOCK = 1024
 """The rows per step every release's caller launches the kernel with."""
@@ -461,13 +470,16 @@ class VllmLocalSeqLens:
     docstring): its Triton kernel (``of_kernel``), its torch function (``of_function``), or
     the MLA builder's statement before the function (``of_builder``,
     ``dcpcheck.ops.slot_mapping.vllm_mla``). ``skips``: checks that do not apply to it, with
-    the reason; ``unasked``: what its release never asks it (``not_applicable``)."""
+    the reason; ``unasked``: what its release never asks it (``not_applicable``);
+    ``every_rank``: the function asked for every rank at once, where a caller of its
+    release asks it so (:meth:`asks`)."""
 
     routine: object
     name: str
     is_kernel: bool
     skips: dict[str, str] = field(default_factory=dict)
     unasked: Callable[[LocalSeqLensInputs], str | None] | None = None
+    every_rank: EveryRankAsk | None = None
 
     @classmethod
     def of_kernel(cls, kernel: object, name: str) -> VllmLocalSeqLens:
@@ -481,13 +493,27 @@ class VllmLocalSeqLens:
         return cls(kernel, name, True)
 
     @classmethod
-    def of_function(cls, function: object, name: str) -> VllmLocalSeqLens:
-        return cls(function, name, False, {"seq_lens_padding": PADDING_BY_CALLER})
+    def of_function(
+        cls, function: object, name: str, callers: EveryRankCallers | None = None
+    ) -> VllmLocalSeqLens:
+        """The torch function, asked for one rank and, where ``callers`` has a call, for
+        every rank at once."""
+        every_rank = EveryRankAsk(function, callers) if callers else None  # type: ignore[arg-type]
+        skips = {"seq_lens_padding": PADDING_BY_CALLER}
+        return cls(function, name, False, skips, every_rank=every_rank)
 
     @classmethod
     def of_builder(cls, builder: BuilderLengths, name: str) -> VllmLocalSeqLens:
         skips = {"seq_lens_padding": BUILDER_PADDING.format(where=builder.evidence)}
         return cls(builder, name, False, skips, builder.not_applicable)
+
+    @property
+    def asks(self) -> tuple[tuple[str, LocalSeqLensKernel], ...]:
+        """Each way its release's callers ask it, with a label its findings carry: one,
+        unlabelled, or the function for one rank and for every rank at once."""
+        if self.every_rank is None:
+            return (("", self),)
+        return (("asked for one rank", self), (self.every_rank.label, self.every_rank))
 
     def not_applicable(self, inputs: LocalSeqLensInputs) -> str | None:
         """The runner's kernel is launched only under DCP (its caller returns, or asserts,
