@@ -348,6 +348,16 @@ def test_every_check_passes_the_projects_kernel_on_a_mixed_batch_packed_and_in_p
             assert failed(remap, batch, size) == {}
 
 
+def test_a_mixed_batchs_decode_rows_are_held_to_the_flat_view_beside_its_workspace_rows():
+    strided = dataclasses.replace(MIXED, gap_rows=32)
+    for size in (1, 2, 4):
+        assert failed(remap, strided, size) == {}
+        found = failed(mutants.block_stride_ignored, strided, size)
+        assert found.keys() == {"slots", "partition"}, found
+        assert found["slots"] == {0}  # the decode rows; the workspace rows are right
+    assert failed(mutants.block_stride_ignored, PREFILL, 2) == {}  # no decode row
+
+
 def test_slots_and_partition_fail_decode_rows_taken_for_prefill_rows_and_only_them():
     for size in (1, 2):
         found = failed(mutants.decode_rows_taken_for_prefill, MIXED, size)
@@ -409,6 +419,13 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
         # a decode row beside the chunk's: a decode request, then a prefill one
         assert shrunk.batch.decode_requests == 1 and len(shrunk.batch.requests) == 2
         return
+    if mutant is mutants.block_stride_ignored:
+        # a slot of block 0 is the same at any stride: the least that moves is a token in
+        # another block, a second request's (or one past the first block of a longer one)
+        batch = shrunk.batch
+        assert batch.gap_rows > 0 and not batch.prefill and len(batch.requests) <= 2
+        assert batch.num_rows == len(batch.requests)
+        return
     assert len(shrunk.batch.requests) == 1 and shrunk.batch.num_rows == 1
     if mutant in mutants.WORKSPACE_MUTANTS:
         assert shrunk.batch.prefill
@@ -416,8 +433,6 @@ def test_the_search_finds_and_shrinks_every_mutant(mutant):
         assert shrunk.batch.topk == 257  # the smallest width with a second tile
     if mutant is mutants.interleave_ignored:
         assert shrunk.batch.interleave > 1
-    if mutant is mutants.block_stride_ignored:
-        assert shrunk.batch.gap_rows > 0
 
 
 # -- scenario files ----------------------------------------------------------------------
@@ -444,7 +459,7 @@ def test_a_scenario_file_reads_back_as_written(tmp_path):
         (("seed = 1", "seed = 1\ngap_rows = 5000"), "key 'gap_rows': must be in 0..4096"),
         (
             ("seed = 1", "seed = 1\nprefill = true\ngap_rows = 16"),
-            "key 'gap_rows': a prefill chunk's scenarios read the cache with blocks a block",
+            "key 'gap_rows': moves no entry of a prefill chunk's own rows (each is a workspace",
         ),
         (
             ("seed = 1", "seed = 1\nprefill = true\ndecode_requests = 4"),

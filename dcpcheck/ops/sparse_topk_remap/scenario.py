@@ -26,7 +26,8 @@ File format (``scenario_to_toml`` writes exactly this)::
     decode_requests = 0                   # optional, prefill: the first requests are
                                           #   decode ones converted in the same call
     gap_rows = 0                          # optional: rows of other layers' pages between
-                                          #   consecutive blocks of the cache (not prefill)
+                                          #   consecutive blocks of the cache (with prefill,
+                                          #   only beside decode_requests)
 
     [[requests]]                          # one or more
     context = 300                         # tokens the request holds
@@ -145,8 +146,11 @@ def _check(values: dict[str, Any], where: str) -> None:
                 raise key_error(where, key, "is a prefill chunk's: set prefill = true")
     elif values["padding"]:
         raise key_error(where, "padding", "a prefill chunk has no padding rows")
-    elif values["gap_rows"]:
-        detail = "a prefill chunk's scenarios read the cache with blocks a block apart"
+    elif values["gap_rows"] and not values["decode_requests"]:
+        detail = (
+            "moves no entry of a prefill chunk's own rows (each is a workspace row): set "
+            "decode_requests, whose rows it moves"
+        )
         raise key_error(where, "gap_rows", detail)
     check_range(values, "padding", 0, limits.PADDING_MAX, where)
     if not 1 <= len(values["requests"]) <= limits.REQUESTS_MAX:

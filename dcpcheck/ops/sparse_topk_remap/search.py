@@ -4,7 +4,8 @@ other layers' pages between them, contexts short and long,
 speculative rows, unused and repeated picks, padding rows, packed or in-place rows, and
 prefill chunks over the DCP-gathered workspace: packed with counts as their caller asks,
 with picks past the block table, an earlier chunk's requests in the starts and decode
-requests of a mixed batch before the chunk's) and a DCP size; every rank is launched and
+requests of a mixed batch before the chunk's, whose blocks may lie apart as the others')
+and a DCP size; every rank is launched and
 checked, and a failure is shrunk to its smallest batch and saved as a scenario file of the
 op, which ``dcpcheck repro`` replays.
 
@@ -67,9 +68,8 @@ def batches(
         padding=draw(st.integers(0, 3)),
         seed=draw(st.integers(0, 2**16)),
     )
-    if draw(st.booleans()):
-        # other layers' pages between the cache's blocks: one to three pages of its size
-        batch = replace(batch, gap_rows=batch.block_size * draw(st.integers(1, 3)))
+    # other layers' pages between the cache's blocks: none, or one to three of its size
+    gap_rows = batch.block_size * draw(st.one_of(st.just(0), st.integers(1, 3)))
     # drawn whatever the batch, apart from the requests: they shrink apart
     decodes = draw(st.integers(0, 3))
     if draw(st.booleans()):
@@ -82,8 +82,9 @@ def batches(
             past_table=draw(st.integers(0, min(4, topk - batch.unused))),
             earlier_entries=draw(st.integers(0, 3)),
             decode_requests=min(decodes, len(requests) - 1),
-            gap_rows=0,
         )
+    if not batch.prefill or batch.decode_requests:  # it moves only decode rows' entries
+        batch = replace(batch, gap_rows=gap_rows)
     return batch, dcp_size
 
 
