@@ -20,6 +20,7 @@ Import only once the backend is chosen (it defines Triton kernels).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from dcpcheck.kernels import loading, releases
@@ -72,9 +73,12 @@ def lengths_member(version: str) -> str:
     return vllm.SEQ_LENS_FUNCTION_MEMBER if defined in utilities else vllm.MLA_MEMBER
 
 
+@functools.cache
 def every_rank_callers(version: str) -> every_rank.EveryRankCallers:
     """The calls of release ``version``'s files of the op (those its wheel has) that ask
-    the attention backends' function for every rank at once (``every_rank.every_rank_callers``)."""
+    the attention backends' function for every rank at once (``every_rank.every_rank_callers``;
+    read once a process: a release's files are fixed by the lock, and both the load and
+    the judged files ask)."""
     present = [m for m in SLOT_MAPPING_MEMBERS if not releases.lacks(version, m)]
     sources = {m: releases.fetch(version, m).source.decode() for m in present}
     return every_rank.every_rank_callers(sources)

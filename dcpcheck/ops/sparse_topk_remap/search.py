@@ -5,9 +5,8 @@ speculative rows, unused and repeated picks, padding rows, packed or in-place ro
 prefill chunks over the DCP-gathered workspace: packed with counts as their caller asks,
 with picks past the block table, an earlier chunk's requests in the starts and decode
 requests of a mixed batch before the chunk's, whose blocks may lie apart as the others')
-and a DCP size; every rank is launched and
-checked, and a failure is shrunk to its smallest batch and saved as a scenario file of the
-op, which ``dcpcheck repro`` replays.
+and a DCP size; every rank is launched and checked, and a failure is shrunk to its smallest
+batch and saved as a scenario file of the op, which ``dcpcheck repro`` replays.
 
 Shrinking goes toward one request of a short context and one row, a top-16 in place, block
 size 16 at interleave 1, blocks a block apart, no unused or repeated pick, no padding, no
