@@ -2,12 +2,12 @@
 the verdict table.
 
 For each release, in one process (``op_matrix``): ``dcpcheck run --op slot-mapping
---kernel vllm==X --dcp 1,2,4,8`` over the op's shipped scenarios (the GPU model runner's
-slot-mapping and local-length kernels; before that runner, the V1 runner's block table and
-its attention backends' local lengths), its property search (``--property-only --examples
-N``), and the same run of ``vllm==X:get_dcp_local_seq_lens`` and of
-``vllm==X:compute_slot_mapping`` (the V1 runner's block table); the JSON reports are kept
-under ``--out``.
+--kernel vllm==X --dcp 1,2,4,8`` over the op's shipped scenarios (every routine of the op
+the release has, each judged on every case), its property search (``--property-only
+--examples N``), and the same run of each routine named alone: the GPU model runner's
+``vllm==X:_compute_slot_mappings_kernel`` (0.12.0 on), the attention backends'
+``vllm==X:get_dcp_local_seq_lens`` (0.11.1 on) and the V1 runner's
+``vllm==X:compute_slot_mapping``; the JSON reports are kept under ``--out``.
 A row gives the slot kernel's parameters that changed (its API shape), what the adapter
 read from the caller, the cases passed, failed and not applicable, the findings, why
 checks were skipped, the property verdict and the wall time. Used for BENCHMARKS.md's
@@ -44,11 +44,15 @@ def shape(version: str) -> str:
     """The release kernel's shape parameters and what was read from its caller (after a
     run of it in this process: the backend is chosen and the release is loaded)."""
     from dcpcheck.ops import package
+    from dcpcheck.ops.slot_mapping.contract import EachRoutine
     from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings
 
-    kernel = package(OP).kernel(f"vllm=={version}").slot_mappings
-    if not isinstance(kernel, VllmSlotMappings):  # before the GPU runner: the V1 table
+    routine = package(OP).kernel(f"vllm=={version}").slot_mappings
+    members = routine.routines if isinstance(routine, EachRoutine) else (("", routine),)
+    runner = [kernel for _, kernel in members if isinstance(kernel, VllmSlotMappings)]
+    if not runner:  # before the GPU runner: the V1 table
         return "no GPU runner: the V1 runner's BlockTable"
+    kernel = runner[0]
     parameters = " ".join(p for p in SHAPE_PARAMETERS if p in kernel.parameters) or "-"
     parameters += f" / tables in {kernel.blocks.kind}: {kernel.blocks.evidence}"
     if kernel.caller is None:
@@ -59,18 +63,19 @@ def shape(version: str) -> str:
 
 def judge(version: str, out: Path, examples: int) -> str:
     """One row of the table (module docstring)."""
-    runner, seconds = verdict(OP, f"vllm=={version}", out)
+    every, seconds = verdict(OP, f"vllm=={version}", out)
+    runner, runner_seconds = verdict(OP, f"vllm=={version}:_compute_slot_mappings_kernel", out)
     function, function_seconds = verdict(OP, f"vllm=={version}:get_dcp_local_seq_lens", out)
     v1_table, v1_seconds = verdict(OP, f"vllm=={version}:compute_slot_mapping", out)
     search_seconds = 0.0
     property_line = shaped = "-"
-    if not runner.startswith("not loaded"):
+    if not every.startswith("not loaded"):
         property_line, search_seconds = property_search(OP, f"vllm=={version}", examples, out)
         shaped = shape(version)
-    total = seconds + function_seconds + v1_seconds + search_seconds
+    total = seconds + runner_seconds + function_seconds + v1_seconds + search_seconds
     return (
-        f"| {version} | {shaped} | {runner} | {property_line} | {function} | {v1_table} "
-        f"| {total:.0f} |"
+        f"| {version} | {shaped} | {every} | {property_line} | {runner} | {function} "
+        f"| {v1_table} | {total:.0f} |"
     )
 
 
@@ -80,11 +85,11 @@ def main() -> None:
         lambda a: [judge(a.row, a.out, a.examples)], examples=100,
     )  # fmt: skip
     print(
-        "| release | slot kernel's shape parameters / caller rows | the GPU runner's routines: "
-        "cases pass / fail / N/A | their property search | get_dcp_local_seq_lens | "
-        "the V1 runner's BlockTable.compute_slot_mapping | s |"
+        "| release | slot kernel's shape parameters / caller rows | every routine: "
+        "cases pass / fail / N/A | their property search | _compute_slot_mappings_kernel | "
+        "get_dcp_local_seq_lens | the V1 runner's BlockTable.compute_slot_mapping | s |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     print_rows(args.versions, args.jobs)
 
 

@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dcpcheck.cases.dcp import Batch, DcpLayout, Request, build_block_tables, slot_mappings
-from dcpcheck.cases.scenario_files import ScenarioError
+from dcpcheck.cases.scenario_files import NamedBatch, ScenarioError
 from dcpcheck.cases.verdicts import format_finding
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops import op_cases, package, runner_ops
 from dcpcheck.ops.slot_mapping import mutants, search, seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
 from dcpcheck.ops.slot_mapping.checks import expected_slots, judge
-from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, SlotMappingInputs
+from dcpcheck.ops.slot_mapping.contract import PAD_SLOT, EachRoutine, Routines, SlotMappingInputs
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 from dcpcheck.ops.slot_mapping.scenario import (
     SCENARIOS,
@@ -235,6 +235,63 @@ def test_the_projects_kernel_passes_every_check(dcp_size):
 def test_each_mutant_fails_the_checks_its_bug_breaks(mutant, failed):
     verdicts = _verdicts(mutant, MIXED, 4)
     assert {check for check, findings in verdicts.items() if findings} == failed
+
+
+class _NeverAsked:
+    """A routine its release never asks a case under DCP (an adapter's ``not_applicable``)."""
+
+    def __init__(self, routine, reason: str) -> None:
+        self.routine, self.reason = routine, reason
+
+    def not_applicable(self, inputs) -> str | None:
+        return self.reason if inputs.dcp_size > 1 else None
+
+    def __call__(self, inputs, out) -> None:
+        self.routine(inputs, out)
+
+
+def _judged_each(slots, lengths, dcp_size: int):
+    scenario = NamedBatch("t", "a test batch", MIXED, (dcp_size,))
+    kernel = Routines(slots, lengths)
+    [result] = package(SLOT_MAPPING).run_scenario(
+        kernel, "t", scenario, (dcp_size,), BACKEND.device
+    )
+    return {check.check: check for check in result.checks}
+
+
+def test_every_routine_of_a_release_is_judged_and_a_finding_names_its_routine():
+    """A release computes the slot mappings in two runners (``EachRoutine``): a bug in
+    either fails the case, the finding led by that routine's name, and the other's
+    verdict does not hide it."""
+    slots = EachRoutine((("good", compute_slot_mappings), ("shifted", mutants.rank_shifted)))
+    lengths = EachRoutine(
+        (("lengths", compute_local_seq_lens), ("global", mutants.seq_lens_global))
+    )
+    checks = _judged_each(slots, lengths, 4)
+    assert {name for name, c in checks.items() if c.findings} == {
+        "slots", "local_seq_lens", "seq_lens_sum"
+    }  # fmt: skip
+    assert all(f.detail.startswith("shifted: ") for f in checks["slots"].findings)
+    assert all(f.detail.startswith("global: ") for f in checks["local_seq_lens"].findings)
+    alone = _judged_each(compute_slot_mappings, compute_local_seq_lens, 4)
+    assert all(c.passed for c in alone.values())
+
+
+def test_a_routine_never_asked_a_case_leaves_it_to_the_others_and_all_unasked_is_skipped():
+    """One routine not asked (its reason) and another judged: the other's verdict, a bug
+    of it still failing; every routine not asked: each check skipped, every reason led by
+    its routine's name, never passed."""
+    unasked = _NeverAsked(compute_slot_mappings, "takes no DCP rank")
+    one_judged = EachRoutine((("runner", unasked), ("table", mutants.rank_shifted)))
+    checks = _judged_each(one_judged, compute_local_seq_lens, 4)
+    assert checks["slots"].findings and checks["slots"].skipped is None
+    none_judged = EachRoutine(
+        (("runner", unasked), ("table", _NeverAsked(mutants.rank_shifted, "no interleave")))
+    )
+    checks = _judged_each(none_judged, compute_local_seq_lens, 4)
+    assert checks["slots"].skipped == "runner: takes no DCP rank; table: no interleave"
+    assert not checks["slots"].passed
+    assert checks["local_seq_lens"].passed
 
 
 def test_a_finding_names_the_group_rank_row_and_its_ownership():

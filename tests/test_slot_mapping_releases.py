@@ -35,12 +35,13 @@ from dcpcheck.ops import op_cases, package
 from dcpcheck.ops.slot_mapping import every_rank, kernels, vllm
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
 from dcpcheck.ops.slot_mapping.checks import CHECKS as SLOT_CHECKS
-from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, Routines
+from dcpcheck.ops.slot_mapping.contract import EachRoutine, LocalSeqLensInputs, Routines
 from dcpcheck.ops.slot_mapping.runner import OP_CASES
 from dcpcheck.ops.slot_mapping.scenario import load_scenarios
 from dcpcheck.ops.slot_mapping.search import batches
 from dcpcheck.ops.slot_mapping.seq_lens import CHECKS as LENGTH_CHECKS
 from dcpcheck.ops.slot_mapping.vllm import (
+    FUNCTION,
     KERNEL_BLOCKS_AS_SIZES,
     VllmSlotMappings,
     rows_the_caller_passes,
@@ -60,9 +61,11 @@ FIXED = ("0.28.0", "0.29.0", "0.31.0", "0.33.0")
 
 @functools.cache
 def release(version: str) -> Routines:
-    """Release ``version``'s routines as ``--kernel vllm==X`` loads them."""
+    """Release ``version``'s GPU model runner's slot kernel, with the local lengths as
+    ``--kernel vllm==X`` loads them: ``vllm==X`` judges the V1 runner's table beside
+    that kernel (``EachRoutine``), and the tests below that ask for the table name it."""
     try:
-        kernel = kernels.REGISTRY.load(f"vllm=={version}")
+        loaded = kernels.REGISTRY.load(f"vllm=={version}")
     except KernelLoadError as exc:
         problem = registry_problem()
         if problem is not None:
@@ -70,8 +73,11 @@ def release(version: str) -> Routines:
         raise AssertionError(
             f"the registry answers, yet vllm=={version} did not load: {exc}"
         ) from exc
-    assert isinstance(kernel.slot_mappings, VllmSlotMappings)
-    return kernel
+    slots = loaded.slot_mappings
+    if isinstance(slots, EachRoutine):
+        slots = dict(slots.routines)[FUNCTION]
+    assert isinstance(slots, VllmSlotMappings)
+    return dataclasses.replace(loaded, slot_mappings=slots)
 
 
 def judge(version: str, batch: SlotMappingBatch, dcp_size: int) -> CaseResult:
@@ -296,16 +302,25 @@ def test_the_runners_lengths_kernel_counts_each_ranks_positions(version, dcp_siz
 
 
 def test_the_runners_lengths_kernel_is_not_asked_at_dcp1():
+    """Named alone, the GPU runner's lengths kernel is skipped at DCP1 (its caller does
+    not launch it there); ``vllm==X`` judges the lengths there by the backends' function."""
+    release("0.33.0")
+    alone = kernels.REGISTRY.load(f"vllm==0.33.0:{vllm.SEQ_LENS_KERNEL}")
+    scenario = NamedBatch("t", "a test batch", LONG, (1,))
+    [result] = run_scenario(alone, "k", scenario, (1,), BACKEND.device)
+    assert result.status == "not_applicable"  # no check of either routine ran
+    assert "only under DCP" in (result.error or "")
     result = judge("0.33.0", LONG, 1)
-    assert result.status == "pass"  # the slot mappings are judged
-    skipped = [c.skipped for c in result.checks if c.check in LENGTH_CHECKS]
-    assert skipped and all("only under DCP" in why for why in skipped)
+    assert result.status == "pass"
+    assert {c.check: c for c in result.checks}["local_seq_lens"].passed
 
 
-def test_a_release_before_the_runners_lengths_kernel_says_where_to_judge_them():
+def test_a_release_before_the_runners_lengths_kernel_judges_the_backends_function():
+    """0.15.0's GPU runner computes no local lengths; ``vllm==0.15.0`` judges those of its
+    attention backends."""
+    assert isinstance(release("0.15.0").local_seq_lens, vllm.VllmLocalSeqLens)
     result = judge("0.15.0", SHARDED, 1)
-    skipped = [c.skipped for c in result.checks if c.check in LENGTH_CHECKS]
-    assert all("vllm==0.15.0:get_dcp_local_seq_lens" in why for why in skipped)
+    assert {c.check: c for c in result.checks}["local_seq_lens"].passed
 
 
 @functools.cache
@@ -905,3 +920,72 @@ def test_a_release_before_the_gpu_runner_is_judged_whole_by_its_version(version,
     if expected:
         replay = "dcpcheck run --op slot-mapping --scenario decode-single --dcp 2 --kernel"
         assert f"{replay} vllm=={version}" in done.stdout
+
+
+def _whole(version: str) -> Routines:
+    """``--kernel vllm==X`` as it loads (every routine the release has)."""
+    release(version)  # skips when the release is not cached and cannot be fetched
+    return kernels.REGISTRY.load(f"vllm=={version}")
+
+
+def test_a_release_with_both_runners_is_judged_on_each_and_fails_on_the_v1_table():
+    """0.13.0's GPU model runner takes no DCP rank, its V1 runner's table is built at
+    interleave 1 (vLLM #45528): ``vllm==0.13.0`` judges both, so the case its GPU kernel
+    cannot be asked fails on the table, the finding naming it; named alone, the GPU kernel
+    is not applicable there."""
+    whole = _whole("0.13.0")
+    assert isinstance(whole.slot_mappings, EachRoutine)
+    assert [name for name, _ in whole.slot_mappings.routines] == [
+        FUNCTION, vllm.V1_FUNCTION
+    ]  # fmt: skip
+    assert whole.local_seq_lens is not None and not whole.absent  # the backends' function
+    scenario = shipped("kernel-blocks")
+    [result] = run_scenario(whole, "vllm==0.13.0", scenario, (4,), BACKEND.device)
+    assert result.status == "fail"
+    [slots] = [c for c in result.failed_checks if c.check == "slots"]
+    assert all(f.detail.startswith(f"{vllm.V1_FUNCTION}: ") for f in slots.findings)
+    alone = kernels.REGISTRY.load(f"vllm==0.13.0:{FUNCTION}")
+    [result] = run_scenario(alone, f"vllm==0.13.0:{FUNCTION}", scenario, (4,), BACKEND.device)
+    assert result.status == "not_applicable"
+
+
+def test_every_routine_not_asked_a_case_says_each_ones_reason():
+    """A replicated group under DCP in 0.13.0: its GPU kernel takes no rank, and no V1
+    runner hands its table one; the slot checks are skipped with both reasons, each led
+    by its routine's name, and only the local lengths are judged."""
+    scenario = shipped("replicated-groups")
+    [result] = run_scenario(_whole("0.13.0"), "vllm==0.13.0", scenario, (4,), BACKEND.device)
+    by_check = {c.check: c for c in result.checks}
+    for check in SLOT_CHECKS:
+        reason = by_check[check].skipped or ""
+        assert reason.startswith(f"{FUNCTION}: "), reason
+        assert f"; {vllm.V1_FUNCTION}: " in reason, reason
+    assert by_check["local_seq_lens"].passed and by_check["seq_lens_sum"].passed
+
+
+def test_the_newest_release_has_one_slot_routine_and_two_of_the_lengths():
+    """0.34.0's wheel has no V1 runner: its slots are the GPU kernel's alone; its lengths
+    the GPU runner's kernel and the backends' function, both judged."""
+    whole = _whole("0.34.0")
+    assert isinstance(whole.slot_mappings, VllmSlotMappings)
+    assert isinstance(whole.local_seq_lens, EachRoutine)
+    assert [name for name, _ in whole.local_seq_lens.routines] == [
+        vllm.SEQ_LENS_KERNEL, vllm.SEQ_LENS_FUNCTION
+    ]  # fmt: skip
+    files = [f.path for f in kernels.REGISTRY.judged_files("vllm==0.34.0")]
+    assert any(f.endswith(vllm.SEQ_LENS_FUNCTION_MEMBER) for f in files)
+    assert not any(f.endswith(vllm.V1_MEMBER) for f in files)
+
+
+def test_a_decode_stage_of_a_release_with_several_routines_asks_which():
+    """A decode step runs one slot routine: ``--stage slot-mapping=vllm==X`` of a release
+    with two is refused, naming the specs that pick one."""
+    from dcpcheck.kernels.loading import KernelSpecError
+    from dcpcheck.ops.slot_mapping import decode_chain
+
+    _whole("0.20.0")
+    with pytest.raises(KernelSpecError, match=f"vllm==0.20.0:{vllm.V1_FUNCTION}"):
+        decode_chain.load("vllm==0.20.0")
+    files = [f.path for f in kernels.REGISTRY.judged_files("vllm==0.20.0")]
+    for member in (vllm.MEMBER, vllm.V1_MEMBER, vllm.SEQ_LENS_KERNEL_MEMBER):
+        assert any(f.endswith(member) for f in files), member

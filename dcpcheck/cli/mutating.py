@@ -30,12 +30,13 @@ from dcpcheck.output.console import err, out
 
 
 def _kernel_files(op: str, kernel: str) -> list[Path]:
-    """The files of ``--kernel`` that hold Triton code: what its mutants edit. One that
+    """The files of ``--kernel`` that hold Triton code its routines run (not those read
+    only for their callers' lines): what its mutants edit. One that
     cannot be read or parsed is a kernel that does not load (exit 125)."""
     with kernel_errors():
         try:
             judged = package(op).judged_files(kernel)
-            found = selection.triton_files([Path(f.path) for f in judged])
+            found = selection.triton_files([Path(f.path) for f in judged if f.runs])
         except OSError as exc:
             raise KernelLoadError(f"{exc.filename}: cannot read: {exc.strerror}") from None
         except SyntaxError as exc:

@@ -459,10 +459,13 @@ def load_callable(spec: str, registry: list[str]) -> object:
 
 @dataclasses.dataclass(frozen=True)
 class JudgedFile:
-    """A file a kernel's code comes from, as the reports name it."""
+    """A file a kernel's code comes from, as the reports name it; ``runs`` is False for a
+    file read only for its callers' lines, none of whose code the kernel runs (what
+    ``dcpcheck mutate`` never edits)."""
 
     path: str
     sha256: str
+    runs: bool = True
 
 
 def judged_file(path: Path) -> JudgedFile:

@@ -112,6 +112,34 @@ def with_skips(results: Sequence[CheckResult], routine: object) -> list[CheckRes
     ]
 
 
+def merged(by_way: Sequence[tuple[str, Sequence[CheckResult]]]) -> list[CheckResult]:
+    """One result per check of routines judged on one case, each way (a release's every
+    routine of a kind, each way its callers ask one: ``label`` -> its results, every way's
+    in the same check order): skipped where every way skipped it, each reason led by its
+    way's label, else the findings of every way that ran it, each detail led so."""
+    if len(by_way) == 1:
+        return list(by_way[0][1])
+    labels = [label for label, _ in by_way]
+    results = []
+    for same_check in zip(*(checks for _, checks in by_way), strict=True):
+        ran = [(label, r) for label, r in zip(labels, same_check, strict=True) if r.skipped is None]
+        name = same_check[0].check
+        if not ran:
+            reasons = dict.fromkeys(
+                f"{label}: {r.skipped}" if label else r.skipped or ""
+                for label, r in zip(labels, same_check, strict=True)
+            )
+            results.append(CheckResult(name, skipped="; ".join(reasons)))
+            continue
+        findings = tuple(
+            dataclasses.replace(f, detail=f"{label}: {f.detail}" if label else f.detail)
+            for label, r in ran
+            for f in r.findings
+        )
+        results.append(CheckResult(name, findings))
+    return results
+
+
 def with_caller_notes(
     results: Sequence[CheckResult], routine: object, asked: Sequence[object]
 ) -> list[CheckResult]:

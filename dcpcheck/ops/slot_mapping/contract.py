@@ -1,6 +1,7 @@
 """The slot-mapping op's protocols: the slot mappings, ``kernel(inputs, slot_mappings) ->
 None``, and the rank-local sequence lengths, ``kernel(inputs, local_seq_lens) -> None``; a
-kernel of the op (:class:`Routines`) is one of each, either of which may be absent.
+kernel of the op (:class:`Routines`) is one of each, either of which may be absent, or
+a release's every routine of a kind (:class:`EachRoutine`).
 
 The slot mappings.
 
@@ -127,11 +128,24 @@ LocalSeqLensKernel = Callable[[LocalSeqLensInputs, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
+class EachRoutine:
+    """Every routine of one kind that a release has, each by the name a spec gives it
+    alone (``vllm==X:NAME``): from 0.12.0 a release ships the slot mappings twice, in its
+    V1 runner's ``BlockTable`` and in its GPU model runner's kernel, and from 0.17.0 the
+    local lengths twice, in that runner's kernel and in the attention backends' function.
+    Which runner a deployment runs is its choice, so a spec that names no routine is
+    judged on each of them, every case, and a finding names the routine it is of."""
+
+    routines: tuple[tuple[str, Callable[..., None]], ...]
+
+
+@dataclass(frozen=True)
 class Routines:
     """A kernel of the op: the routine computing the slot mappings and the one computing
-    the local sequence lengths. Either may be absent (a release has only one, a spec names
-    one); its checks are then reported skipped with ``absent``'s reason, never passed."""
+    the local sequence lengths, or a release's every routine of a kind (``EachRoutine``).
+    Either may be absent (a release has only one, a spec names one); its checks are then
+    reported skipped with ``absent``'s reason, never passed."""
 
-    slot_mappings: SlotMappingKernel | None
-    local_seq_lens: LocalSeqLensKernel | None
+    slot_mappings: SlotMappingKernel | EachRoutine | None
+    local_seq_lens: LocalSeqLensKernel | EachRoutine | None
     absent: str = ""

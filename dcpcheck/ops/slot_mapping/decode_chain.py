@@ -25,6 +25,7 @@ from dcpcheck.ops.decode_stages import (
 )
 from dcpcheck.ops.slot_mapping.contract import (
     PAD_SLOT,
+    EachRoutine,
     LocalSeqLensInputs,
     Routines,
     SlotMappingInputs,
@@ -45,6 +46,15 @@ def load(spec: str) -> Stage:
         raise KernelSpecError(
             f"--stage {SLOT_MAPPING}={spec}: the chain needs both the slot mappings and the "
             f"local lengths ({routines.absent})"
+        )
+    several = [
+        r for r in (routines.slot_mappings, routines.local_seq_lens) if isinstance(r, EachRoutine)
+    ]
+    if several:
+        names = ", ".join(f"{spec}:{name}" for r in several for name, _ in r.routines)
+        raise KernelSpecError(
+            f"--stage {SLOT_MAPPING}={spec}: the release has several routines of a kind and a "
+            f"decode step runs one; name it ({names})"
         )
     return Stage(SLOT_MAPPING, spec, routines)
 

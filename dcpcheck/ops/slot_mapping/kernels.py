@@ -2,12 +2,15 @@
 sequence lengths):
 
 * ``default``: the project's two Triton kernels; ``mutant/NAME``: one of them with a bug;
-* ``vllm==X.Y.Z``: a released vLLM's GPU model runner, fetched and cached by
-  ``dcpcheck.kernels.releases``: its ``_compute_slot_mappings_kernel`` and
-  ``_dcp_local_seq_lens_kernel`` (``dcpcheck.ops.slot_mapping.vllm``); in a release
-  before that runner (0.10.2 - 0.11.2), the V1 runner's ``BlockTable`` and the local
-  lengths its attention backends use: ``get_dcp_local_seq_lens``, or before it the MLA
-  metadata builder's own statement (``dcpcheck.ops.slot_mapping.vllm_mla``);
+* ``vllm==X.Y.Z``: every routine of the op a released vLLM has, fetched and cached by
+  ``dcpcheck.kernels.releases`` (``EachRoutine``, a finding naming its routine): the GPU
+  model runner's ``_compute_slot_mappings_kernel`` and ``_dcp_local_seq_lens_kernel``
+  (``dcpcheck.ops.slot_mapping.vllm``), the V1 runner's ``BlockTable``
+  (``compute_slot_mapping``, until 0.34.0 removed that runner) and the attention
+  backends' ``get_dcp_local_seq_lens``, those of them the release has; in a release
+  before the GPU model runner (0.10.2 - 0.11.2), the V1 runner's ``BlockTable`` and the
+  local lengths its attention backends use: ``get_dcp_local_seq_lens``, or before it the
+  MLA metadata builder's own statement (``dcpcheck.ops.slot_mapping.vllm_mla``);
   ``vllm==X.Y.Z:NAME`` one routine of it, or ``get_dcp_local_seq_lens`` (the attention
   backends' torch function), or ``compute_slot_mapping`` (the V1 runner's ``BlockTable``,
   ``dcpcheck.ops.slot_mapping.vllm_v1``);
@@ -29,7 +32,7 @@ from dcpcheck.kernels.registry import OpKernels, adapted, described
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
 from dcpcheck.ops.slot_mapping import every_rank, mutants, vllm, vllm_mla, vllm_v1
 from dcpcheck.ops.slot_mapping import kernel as project_kernel
-from dcpcheck.ops.slot_mapping.contract import Routines
+from dcpcheck.ops.slot_mapping.contract import EachRoutine, Routines
 from dcpcheck.ops.slot_mapping.kernel import compute_local_seq_lens, compute_slot_mappings
 
 SLOT_MAPPING_MEMBERS = OPS[SLOT_MAPPING].wheel_members
@@ -136,15 +139,30 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     if named:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
         return Routines(slots, None, why)
-    if releases.lacks(version, vllm.SEQ_LENS_KERNEL_MEMBER):  # a runner without DCP
-        why = (
-            f"{name}'s GPU model runner has no {vllm.SEQ_LENS_KERNEL} (judge the attention "
-            f"backends' function with --kernel {name}:{vllm.SEQ_LENS_FUNCTION})"
-        )
-        return Routines(slots, None, why)
-    path = _kept(version, vllm.SEQ_LENS_KERNEL_MEMBER)
-    target = _function(path, vllm.SEQ_LENS_KERNEL, name)
-    return Routines(slots, adapted(vllm.VllmLocalSeqLens.of_kernel, target, name))
+    return _with_gpu_runner(version, name, slots)
+
+
+def _each(found: list[tuple[str, object]]) -> object:
+    """The one routine found, or a release's several as an ``EachRoutine``."""
+    return found[0][1] if len(found) == 1 else EachRoutine(tuple(found))  # type: ignore[arg-type]
+
+
+def _with_gpu_runner(version: str, name: str, slots: vllm.VllmSlotMappings) -> Routines:
+    """A release with the GPU model runner, unnamed: every routine of each kind it has
+    (``EachRoutine``, module docstring). The slot mappings: that runner's kernel
+    (``slots``) and the V1 runner's ``BlockTable`` while the release has it (0.12.0 -
+    0.33.0); the local lengths: that runner's kernel (0.17.0 on) and the attention
+    backends' function."""
+    slot_routines: list[tuple[str, object]] = [(vllm.FUNCTION, slots)]
+    if not releases.lacks(version, vllm.V1_MEMBER):
+        slot_routines.append((vllm.V1_FUNCTION, _v1_table(version, name)))
+    lengths: list[tuple[str, object]] = []
+    if not releases.lacks(version, vllm.SEQ_LENS_KERNEL_MEMBER):
+        target = _function(_kept(version, vllm.SEQ_LENS_KERNEL_MEMBER), vllm.SEQ_LENS_KERNEL, name)
+        kernel = adapted(vllm.VllmLocalSeqLens.of_kernel, target, name)
+        lengths.append((vllm.SEQ_LENS_KERNEL, kernel))
+    lengths.append((vllm.SEQ_LENS_FUNCTION, _lengths_function(version, name)))
+    return Routines(_each(slot_routines), _each(lengths))  # type: ignore[arg-type]
 
 
 def _callable(spec: str, adapter: str) -> Routines:
@@ -169,12 +187,14 @@ def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFi
         members = vllm.members_of(release.function, named)
     else:
         members = (*vllm.members_of(vllm.V1_FUNCTION, True), lengths_member(release.version))
+    read: tuple[str, ...] = ()
     if vllm.SEQ_LENS_FUNCTION_MEMBER in members:  # with the files its callers are read in
         callers = every_rank_callers(release.version).lines
-        members = (*members, *dict.fromkeys(line.rsplit(":", 1)[0] for line in callers))
-    present = [m for m in dict.fromkeys(members) if not releases.lacks(release.version, m)]
-    kept = [releases.fetch(release.version, member) for member in present]
-    return tuple(JudgedFile(str(k.path), k.sha256) for k in kept)
+        read = tuple(line.rsplit(":", 1)[0] for line in callers)
+    every = dict.fromkeys((*members, *read))
+    present = [m for m in every if not releases.lacks(release.version, m)]
+    kept = [(releases.fetch(release.version, member), member in members) for member in present]
+    return tuple(JudgedFile(str(k.path), k.sha256, runs) for k, runs in kept)
 
 
 def _callable_files(spec: str) -> tuple[JudgedFile, ...]:

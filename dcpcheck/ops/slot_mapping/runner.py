@@ -3,8 +3,9 @@ run's data model the reports and the console already speak.
 
 A case builds every rank's inputs, launches each routine of the kernel (``Routines``: the
 slot mappings, the local sequence lengths) on each rank, then runs that routine's checks
-(a local-length routine its release's callers ask in more than one way, its ``asks``, is
-judged each way, each finding naming its way);
+(a release's every routine of a kind, ``EachRoutine``, and a local-length routine its
+release's callers ask in more than one way, its ``asks``, are judged each way, each
+finding naming its way);
 a routine that is absent, or cannot be asked the case, has its checks skipped with the
 reason; one its caller asks the case otherwise than as given (the V1 table at the
 interleave its runner builds it with) has its failures say so.
@@ -12,15 +13,48 @@ interleave its runner builds it with) has its failures say so.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import not_applicable, raising, with_caller_notes, with_skips
+from dcpcheck.ops.op_cases import merged, not_applicable, raising, with_caller_notes, with_skips
 from dcpcheck.ops.slot_mapping import checks as checks_of_slots
 from dcpcheck.ops.slot_mapping import seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
-from dcpcheck.ops.slot_mapping.contract import Routines
+from dcpcheck.ops.slot_mapping.contract import EachRoutine, Routines
 from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, scenario_to_toml
+
+
+def ways(routine: object) -> list[tuple[str, Callable[..., None], object]]:
+    """Each way a case launches ``routine``: ``(label, what is launched, the routine it
+    is of)`` for every routine of an ``EachRoutine`` (labelled by its name) and every way
+    its callers ask it (its ``asks``, labelled by the way)."""
+    members = routine.routines if isinstance(routine, EachRoutine) else (("", routine),)
+    found = []
+    for name, member in members:
+        for way, ask in getattr(member, "asks", (("", member),)):
+            found.append((", ".join(part for part in (name, way) if part), ask, member))
+    return found
+
+
+def _each_way(
+    routine: object,
+    asked: Sequence[object],
+    judge: Callable[[Callable[..., None]], Sequence[CheckResult]],
+    skipped: Callable[[str], Sequence[CheckResult]],
+) -> list[CheckResult]:
+    """``routine``'s checks on one case, each way it is launched (``ways``) judged or
+    skipped with the reason it cannot be asked, merged into one result per check."""
+    by_way = []
+    for label, ask, member in ways(routine):
+        reason = not_applicable(ask, asked)
+        if reason:
+            by_way.append((label, tuple(skipped(reason))))
+            continue
+        noted = with_caller_notes(judge(raising(ask)), ask, asked)
+        by_way.append((label, tuple(with_skips(noted, member))))
+    return merged(by_way)
 
 
 def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> list[CheckResult]:
@@ -28,28 +62,24 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
     or its checks skipped with the reason it is absent or cannot be asked. A routine
     that raises propagates (the case's error)."""
     slot_case = build_case(batch, size, device)
-    reason = kernel.absent if kernel.slot_mappings is None else None
-    reason = reason or not_applicable(kernel.slot_mappings, slot_case.ranks)
-    if reason:
-        checks = list(checks_of_slots.skipped(reason))
+    if kernel.slot_mappings is None:
+        checks = list(checks_of_slots.skipped(kernel.absent))
     else:
-        assert kernel.slot_mappings is not None
-        judged = checks_of_slots.judge(raising(kernel.slot_mappings), slot_case)
-        noted = with_caller_notes(judged, kernel.slot_mappings, slot_case.ranks)
-        checks = with_skips(noted, kernel.slot_mappings)
-    lengths_case = seq_lens.build_case(batch, size, device)
-    routine = kernel.local_seq_lens
-    if routine is None:
+        checks = _each_way(
+            kernel.slot_mappings,
+            slot_case.ranks,
+            lambda launch: checks_of_slots.judge(launch, slot_case),
+            checks_of_slots.skipped,
+        )
+    if kernel.local_seq_lens is None:
         return checks + list(seq_lens.skipped(kernel.absent))
-    by_ask = []
-    for label, ask in getattr(routine, "asks", (("", routine),)):
-        reason = not_applicable(ask, lengths_case.ranks)
-        if reason:
-            by_ask.append((label, seq_lens.skipped(reason)))
-        else:
-            judged = seq_lens.judge(raising(ask), lengths_case)
-            by_ask.append((label, tuple(with_skips(judged, routine))))
-    return checks + seq_lens.merged(by_ask)
+    lengths_case = seq_lens.build_case(batch, size, device)
+    return checks + _each_way(
+        kernel.local_seq_lens,
+        lengths_case.ranks,
+        lambda launch: seq_lens.judge(launch, lengths_case),
+        seq_lens.skipped,
+    )
 
 
 OP_CASES = op_cases.OpCases(SLOT_MAPPING, SCENARIOS, scenario_to_toml, _judged)

@@ -23,12 +23,13 @@ Two inputs are drawn because deployments make them and shipped bugs needed them:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 
 from hypothesis import strategies as st
 
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
-from dcpcheck.ops.slot_mapping.contract import Routines
-from dcpcheck.ops.slot_mapping.vllm import CALLER_BLOCK
+from dcpcheck.ops.slot_mapping.contract import EachRoutine, Routines
+from dcpcheck.ops.slot_mapping.vllm import CALLER_BLOCK, Askable
 
 DCP_SIZES = (2, 4, 8, 1)
 """Drawn DCP sizes, the first the one shrinking settles on."""
@@ -95,11 +96,15 @@ def batches(
 def drawn(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
     """The batches to draw for ``kernel``: all of them, or for a slot-mapping routine that
     says what it can be asked (an adapter's ``askable``: a release's API) only those, so that the
-    examples judge it rather than go not applicable. Sizes it cannot run stay out unless
+    examples judge it rather than go not applicable; for a release's every routine
+    (``EachRoutine``), what any of them can be asked. Sizes it cannot run stay out unless
     they are all that was asked for; then every example is not applicable, and counted so."""
-    askable = getattr(kernel.slot_mappings, "askable", None)
-    if askable is None:
+    routine = kernel.slot_mappings
+    members = routine.routines if isinstance(routine, EachRoutine) else (("", routine),)
+    each = [getattr(member, "askable", None) for _, member in members]
+    if any(askable is None for askable in each):
         return batches(dcp_sizes)
+    askable = Askable(**{f.name: any(getattr(a, f.name) for a in each) for f in fields(Askable)})
     sizes = dcp_sizes if askable.dcp else tuple(s for s in dcp_sizes if s == 1) or dcp_sizes
     return batches(
         sizes, askable.replicated, askable.without_blocks, askable.interleave, askable.kernel_blocks

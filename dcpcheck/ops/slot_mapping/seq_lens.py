@@ -18,7 +18,6 @@ kernel that reads them instead of writing 0 is seen.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -158,28 +157,6 @@ def judge(kernel: LocalSeqLensKernel, case: SeqLensCase) -> tuple[CheckResult, .
         check_padding(launched),
         check_guard(launched, before),
     )
-
-
-def merged(by_ask: Sequence[tuple[str, Sequence[CheckResult]]]) -> list[CheckResult]:
-    """One result per check of a routine judged in each way its callers ask it (``label``
-    -> its results, in :data:`CHECKS` order): skipped where every way skipped it, else the
-    findings of every way that ran it, each detail led by its way's label."""
-    if len(by_ask) == 1:
-        return list(by_ask[0][1])
-    labels = [label for label, _ in by_ask]
-    results = []
-    for same_check in zip(*(checks for _, checks in by_ask), strict=True):
-        ran = [(label, r) for label, r in zip(labels, same_check, strict=True) if r.skipped is None]
-        name = same_check[0].check
-        if not ran:
-            reasons = dict.fromkeys(r.skipped or "" for r in same_check)
-            results.append(CheckResult(name, skipped="; ".join(reasons)))
-            continue
-        findings = tuple(
-            replace(f, detail=f"{label}: {f.detail}") for label, r in ran for f in r.findings
-        )
-        results.append(CheckResult(name, findings))
-    return results
 
 
 def skipped(reason: str) -> tuple[CheckResult, ...]:
