@@ -24,6 +24,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -187,9 +188,18 @@ def dcpcheck(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     return done, time.perf_counter() - start
 
 
+ROUTINE_LABEL = re.compile(r"[A-Za-z_]\w*(, asked for .*)?|asked for .*")
+"""What leads a reason of one of several routines, or of one way of asking one: its name
+(``get_dcp_local_seq_lens, asked for one rank``)."""
+
+
 def _short(reason: str) -> str:
-    """A skip reason's first clause, without the routine's name."""
-    return reason.split(": ", 1)[0].split(" of this release ", 1)[-1]
+    """A skip reason's first clause, without the routine's name or the label of the
+    routine (or the way) it is of."""
+    clauses = reason.split(": ")
+    while len(clauses) > 1 and ROUTINE_LABEL.fullmatch(clauses[0]):
+        clauses.pop(0)
+    return clauses[0].split(" of this release ", 1)[-1]
 
 
 def verdict(op: str, spec: str, out: Path) -> tuple[str, float]:
