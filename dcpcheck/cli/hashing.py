@@ -358,7 +358,7 @@ def streams_json(
     doc = {
         "dcpcheck": __version__,
         "kernel": kernel,
-        "kernel_files": [asdict(f) for f in kernel_files],
+        "kernel_files": [f.reported() for f in kernel_files],
         "chain": chain,
         "backend": backend,
         "model": {

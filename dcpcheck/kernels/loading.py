@@ -467,6 +467,10 @@ class JudgedFile:
     sha256: str
     runs: bool = True
 
+    def reported(self) -> dict[str, str]:
+        """What a report says of it: the path and its SHA256."""
+        return {"path": self.path, "sha256": self.sha256}
+
 
 def judged_file(path: Path) -> JudgedFile:
     """``path`` and its SHA256 now, as a report names a judged file."""

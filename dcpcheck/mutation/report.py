@@ -69,7 +69,7 @@ def to_json(campaign: Campaign) -> str:
             "scenarios": list(gate.scenarios),
             "search": gate.search,
         },
-        "files": [{"path": f.path, "sha256": f.sha256} for f in map(judged_file, campaign.files)],
+        "files": [f.reported() for f in map(judged_file, campaign.files)],
         "partial": campaign.interrupted or campaign.error is not None,
         "error": campaign.error,
         "score": None if campaign.score is None else round(campaign.score, 2),

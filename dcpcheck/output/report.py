@@ -105,7 +105,7 @@ def to_json(
         "dcpcheck": __version__,
         "op": op,
         "kernel": kernel,
-        "kernel_files": [asdict(f) for f in kernel_files],
+        "kernel_files": [f.reported() for f in kernel_files],
         "backend": backend,
         "oracle": oracle_word(oracle),
         "partial": partial,
