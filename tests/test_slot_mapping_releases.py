@@ -977,15 +977,18 @@ def test_the_newest_release_has_one_slot_routine_and_two_of_the_lengths():
     assert not any(f.endswith(vllm.V1_MEMBER) for f in files)
 
 
-def test_a_decode_stage_of_a_release_with_several_routines_asks_which():
-    """A decode step runs one slot routine: ``--stage slot-mapping=vllm==X`` of a release
-    with two is refused, naming the specs that pick one."""
-    from dcpcheck.kernels.loading import KernelSpecError
+def test_a_decode_stage_of_a_release_with_several_routines_runs_its_default_runners():
+    """A decode step runs one routine of each kind: ``--stage slot-mapping=vllm==X`` of a
+    release with two is the V1 runner's table and the backends' function, as ``hash
+    --kernel vllm==X`` picks them; ``vllm==X`` alone judges every routine's files."""
     from dcpcheck.ops.slot_mapping import decode_chain
 
     _whole("0.20.0")
-    with pytest.raises(KernelSpecError, match=f"vllm==0.20.0:{vllm.V1_FUNCTION}"):
-        decode_chain.load("vllm==0.20.0")
+    stage = decode_chain.load("vllm==0.20.0")
+    assert stage.spec == (
+        f"vllm==0.20.0:{vllm.V1_FUNCTION} + vllm==0.20.0:{vllm.SEQ_LENS_FUNCTION}"
+    )
+    assert isinstance(stage.kernel.slot_mappings, VllmV1SlotMappings)
     files = [f.path for f in kernels.REGISTRY.judged_files("vllm==0.20.0")]
     for member in (vllm.MEMBER, vllm.V1_MEMBER, vllm.SEQ_LENS_KERNEL_MEMBER):
         assert any(f.endswith(member) for f in files), member

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from dcpcheck.kernels import releases
 from dcpcheck.kernels.loading import JudgedFile, KernelLoadError, KernelSpecError
 from dcpcheck.ops.decode_stages import (
     SLOT_MAPPING,
@@ -40,22 +41,19 @@ def _registry():
 
 def load(spec: str) -> Stage:
     """The routines ``spec`` names; ``KernelSpecError`` unless it has both, as the chain
-    runs both."""
+    runs both. A release named whole whose routines of a kind are several
+    (``EachRoutine``) is the routines of its default model runner (:func:`release`): a
+    decode step runs one of each."""
     routines = _registry().load(spec)
     if routines.slot_mappings is None or routines.local_seq_lens is None:
         raise KernelSpecError(
             f"--stage {SLOT_MAPPING}={spec}: the chain needs both the slot mappings and the "
             f"local lengths ({routines.absent})"
         )
-    several = [
-        r for r in (routines.slot_mappings, routines.local_seq_lens) if isinstance(r, EachRoutine)
-    ]
-    if several:
-        names = ", ".join(f"{spec}:{name}" for r in several for name, _ in r.routines)
-        raise KernelSpecError(
-            f"--stage {SLOT_MAPPING}={spec}: the release has several routines of a kind and a "
-            f"decode step runs one; name it ({names})"
-        )
+    several = (routines.slot_mappings, routines.local_seq_lens)
+    named = releases.parse_spec(spec)
+    if named is not None and any(isinstance(r, EachRoutine) for r in several):
+        return release(named.version)
     return Stage(SLOT_MAPPING, spec, routines)
 
 
