@@ -44,12 +44,11 @@ def shape(version: str) -> str:
     """The release kernel's shape parameters and what was read from its caller (after a
     run of it in this process: the backend is chosen and the release is loaded)."""
     from dcpcheck.ops import package
-    from dcpcheck.ops.slot_mapping.contract import EachRoutine
+    from dcpcheck.ops.slot_mapping.contract import named_routines
     from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings
 
-    routine = package(OP).kernel(f"vllm=={version}").slot_mappings
-    members = routine.routines if isinstance(routine, EachRoutine) else (("", routine),)
-    runner = [kernel for _, kernel in members if isinstance(kernel, VllmSlotMappings)]
+    routines = named_routines(package(OP).kernel(f"vllm=={version}").slot_mappings)
+    runner = [kernel for _, kernel in routines if isinstance(kernel, VllmSlotMappings)]
     if not runner:  # before the GPU runner: the V1 table
         return "no GPU runner: the V1 runner's BlockTable"
     kernel = runner[0]

@@ -22,7 +22,7 @@ from dcpcheck.ops.op_cases import merged, not_applicable, raising, with_caller_n
 from dcpcheck.ops.slot_mapping import checks as checks_of_slots
 from dcpcheck.ops.slot_mapping import seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
-from dcpcheck.ops.slot_mapping.contract import EachRoutine, Routines
+from dcpcheck.ops.slot_mapping.contract import Routines, named_routines
 from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, scenario_to_toml
 
 
@@ -30,9 +30,8 @@ def ways(routine: object) -> list[tuple[str, Callable[..., None], object]]:
     """Each way a case launches ``routine``: ``(label, what is launched, the routine it
     is of)`` for every routine of an ``EachRoutine`` (labelled by its name) and every way
     its callers ask it (its ``asks``, labelled by the way)."""
-    members = routine.routines if isinstance(routine, EachRoutine) else (("", routine),)
     found = []
-    for name, member in members:
+    for name, member in named_routines(routine):
         for way, ask in getattr(member, "asks", (("", member),)):
             found.append((", ".join(part for part in (name, way) if part), ask, member))
     return found

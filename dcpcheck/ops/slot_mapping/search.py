@@ -28,7 +28,7 @@ from dataclasses import fields
 from hypothesis import strategies as st
 
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
-from dcpcheck.ops.slot_mapping.contract import EachRoutine, Routines
+from dcpcheck.ops.slot_mapping.contract import Routines, named_routines
 from dcpcheck.ops.slot_mapping.vllm import CALLER_BLOCK, Askable
 
 DCP_SIZES = (2, 4, 8, 1)
@@ -99,9 +99,7 @@ def drawn(kernel: Routines, dcp_sizes: tuple[int, ...]) -> st.SearchStrategy:
     examples judge it rather than go not applicable; for a release's every routine
     (``EachRoutine``), what any of them can be asked. Sizes it cannot run stay out unless
     they are all that was asked for; then every example is not applicable, and counted so."""
-    routine = kernel.slot_mappings
-    members = routine.routines if isinstance(routine, EachRoutine) else (("", routine),)
-    each = [getattr(member, "askable", None) for _, member in members]
+    each = [getattr(member, "askable", None) for _, member in named_routines(kernel.slot_mappings)]
     if any(askable is None for askable in each):
         return batches(dcp_sizes)
     askable = Askable(**{f.name: any(getattr(a, f.name) for a in each) for f in fields(Askable)})
