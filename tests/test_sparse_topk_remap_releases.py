@@ -278,15 +278,18 @@ counts: FlashMLA sparse's fp8 mixed batch passes its stride from 0.32.0."""
 STRIDED_PACKED = dataclasses.replace(PACKED, gap_rows=128)
 """Blocks of 64 tokens, two other layers' pages between, packed with counts: FlashMLA
 sparse's bf16 path passes its stride without DCP from 0.29.0 (which packs from 0.30.0),
-under DCP from 0.34.0."""
+under DCP from 0.34.0; FlashInfer's sparse MLA under DCP from 0.29.0."""
 
 STRIDE_JUDGED = {
-    "0.30.0": {("packed", 1)},
-    "0.31.0": {("packed", 1)},
-    "0.32.0": {("packed", 1), ("in place", 1), ("in place", 2), ("in place", 4)},
+    "0.30.0": {("packed", 1), ("packed", 2), ("packed", 4)},
+    "0.31.0": {("packed", 1), ("packed", 2), ("packed", 4)},
+    "0.32.0": {(rows, size) for rows in ("packed", "in place") for size in (1, 2, 4)},
     "0.34.0": {(rows, size) for rows in ("packed", "in place") for size in (1, 2, 4)},
 }
-"""The strided cases each release's callers ask (``STRIDE_CALLS``)."""
+"""The strided cases each release's callers ask (``STRIDE_CALLS``): packed under DCP from
+FlashInfer's sparse MLA's filter call (0.29.0 on), packed without DCP from FlashMLA
+sparse's bf16 path once the converter packs (0.30.0), in place with FlashMLA sparse's fp8
+mixed batch (0.32.0)."""
 
 
 @pytest.mark.parametrize("version", STRIDE_JUDGED)
@@ -306,13 +309,17 @@ def test_a_block_stride_is_judged_where_a_caller_passes_it_and_only_there(versio
 
 def test_0_29_0s_bf16_call_is_asked_its_stride_in_place_with_counts():
     """0.29.0's converter counts without packing (it packs when it counts from 0.30.0), so
-    its bf16 path's stride call is the in-place counted one, and only there."""
+    its bf16 path's stride call is the in-place counted one, and only there at DCP1; under
+    DCP FlashInfer's sparse MLA asks the filter its stride packed with counts."""
     counted = dataclasses.replace(STRIDED_PACKED, compact=False)
     result = judge("vllm==0.29.0", counted, 1)
     assert result.status == "pass", [c.findings for c in result.failed_checks]
     assert judge("vllm==0.29.0", STRIDED_PACKED, 1).status == "not_applicable"
     later = judge("vllm==0.30.0", counted, 1)
     assert later.status == "not_applicable" and "packs exactly when it counts" in later.error
+    for size in (2, 4):  # FlashInfer's sparse MLA: the filter under DCP, packed, counted
+        under_dcp = judge("vllm==0.29.0", STRIDED_PACKED, size)
+        assert under_dcp.status == "pass", [c.findings for c in under_dcp.failed_checks]
 
 
 def test_at_block_size_64_the_fp8_mixed_batch_passes_no_stride():
@@ -358,8 +365,8 @@ def _stride_calls_in(path) -> list[tuple[int, str, bool]]:
 
 
 def test_the_stride_calls_are_the_ones_in_the_callers_files():
-    """Each release's calls that pass a block stride, and each entry of ``STRIDE_CALLS`` a
-    call in its first release."""
+    """Each release's calls that pass a block stride, and each FlashMLA entry of
+    ``STRIDE_CALLS`` a call in its first release (FlashInfer's file is not kept)."""
     expected = {
         "0.28.0": [],
         "0.29.0": [(644, CONVERT, False)],
@@ -375,7 +382,7 @@ def test_the_stride_calls_are_the_ones_in_the_callers_files():
     }  # fmt: skip
     for version, calls in expected.items():
         assert _stride_calls_in(release(f"vllm=={version}").caller_file) == calls, version
-    for call in STRIDE_CALLS:
+    for call in (c for c in STRIDE_CALLS if c.where.startswith(f"{CALLER_FILE}:")):
         line = int(call.where.removeprefix(f"{CALLER_FILE}:"))
         routine = FILTER if call.dcp else CONVERT
         assert (line, routine, call.workspace) in expected[call.since], call

@@ -55,8 +55,12 @@ packed, from 0.34.0, ``:928``); the fp8 mixed batch from 0.32.0 (``:1241`` witho
 ``:1213`` with, in place, no counts) and the separate prefill/decode call with its
 workspace (``:1038``, packed with counts), through ``_fp8_kv_pages`` (``:136-144``), which passes
 none at block size 64 (the fp8 kernel's page: it then reads the paged tensor with its own
-stride, and the entries are block-size slots). A case whose blocks lie other than a block
-apart is asked only as one of those calls asks it; else it is not applicable, naming them.
+stride, and the entries are block-size slots). FlashInfer's sparse MLA passes it to the
+filter under DCP, packed with counts, at every block size, from 0.29.0
+(``flashinfer_mla_sparse.py:386`` in 0.29.0, ``sparse_mla_attention.py:756`` in 0.33.0,
+``:826`` in 0.34.0: read in the wheels; the cache does not keep that file). A case whose
+blocks lie other than a block apart is asked only as one of those calls asks it; else it
+is not applicable, naming them.
 
 ``vllm==X`` judges what the release's callers call: at DCP1 the converter (every
 backend's non-DCP path; the filter is called only under DCP), under DCP the filter as a
@@ -186,6 +190,10 @@ STRIDE_CALLS = (
     ),
     StrideCall(
         "FlashMLA sparse, bf16", "0.34.0", True, True, True, False, "flashmla_sparse.py:928"
+    ),
+    StrideCall(
+        "FlashInfer sparse MLA", "0.29.0", True, True, True, False,
+        "flashinfer_mla_sparse.py:386",
     ),
 )  # fmt: skip
 """Read in every release (module docstring); ``where`` is the call in the first release."""
