@@ -104,22 +104,19 @@ def _v1_table(version: str, name: str) -> vllm_v1.VllmV1SlotMappings:
     return adapted(vllm_v1.VllmV1SlotMappings, table_class, name, runner, version)  # type: ignore[return-value]
 
 
-def _before_gpu_runner(release: releases.ReleaseSpec) -> Routines:
-    """A release before the GPU model runner, unnamed (module docstring): the V1 runner's
-    block table and the local lengths of its attention backends."""
-    version, name = release.version, release.name
-    slots = _v1_table(version, name)
-    member = lengths_member(version)
-    path = _kept(version, member)
-    if member == vllm.MLA_MEMBER:
-        builder = adapted(vllm_mla.builder_lengths, path, name)
-        return Routines(slots, vllm.VllmLocalSeqLens.of_builder(builder, name))
-    return Routines(slots, _lengths_function(version, name))
+def _gpu_runner_slots(version: str, name: str, function: str) -> vllm.VllmSlotMappings:
+    """Release ``version``'s GPU model runner's ``function``, launched as its caller
+    launches it."""
+    target = _function(_kept(version, vllm.MEMBER), function, name)
+    caller = _kept(version, vllm.CALLER_MEMBER)
+    return adapted(vllm.VllmSlotMappings, target, name, caller, version)  # type: ignore[return-value]
 
 
 def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
     """A release's routines (module docstring); ``named``: the spec named one."""
     version, name = release.version, release.name
+    if not named:
+        return _every_routine(version, name)
     if release.function == vllm.SEQ_LENS_FUNCTION:
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, _lengths_function(version, name), why)
@@ -131,15 +128,8 @@ def _release(release: releases.ReleaseSpec, named: bool) -> Routines:
         target = _function(path, release.function, name)
         why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="local-length")
         return Routines(None, adapted(vllm.VllmLocalSeqLens.of_kernel, target, name), why)
-    if not named and not has_gpu_runner(version):
-        return _before_gpu_runner(release)
-    target = _function(_kept(version, vllm.MEMBER), release.function, name)
-    caller = _kept(version, vllm.CALLER_MEMBER)
-    slots = adapted(vllm.VllmSlotMappings, target, name, caller, version)
-    if named:
-        why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
-        return Routines(slots, None, why)
-    return _with_gpu_runner(version, name, slots)
+    why = ONE_ROUTINE.format(spec=f"{name}:{release.function}", this="slot-mapping")
+    return Routines(_gpu_runner_slots(version, name, release.function), None, why)
 
 
 def _each(found: list[tuple[str, object]]) -> object:
@@ -147,22 +137,29 @@ def _each(found: list[tuple[str, object]]) -> object:
     return found[0][1] if len(found) == 1 else EachRoutine(tuple(found))  # type: ignore[arg-type]
 
 
-def _with_gpu_runner(version: str, name: str, slots: vllm.VllmSlotMappings) -> Routines:
-    """A release with the GPU model runner, unnamed: every routine of each kind it has
-    (``EachRoutine``, module docstring). The slot mappings: that runner's kernel
-    (``slots``) and the V1 runner's ``BlockTable`` while the release has it (0.12.0 -
-    0.33.0); the local lengths: that runner's kernel (0.17.0 on) and the attention
-    backends' function."""
-    slot_routines: list[tuple[str, object]] = [(vllm.FUNCTION, slots)]
+def _every_routine(version: str, name: str) -> Routines:
+    """Every routine of each kind release ``version`` has (``EachRoutine``, module
+    docstring). The slot mappings: the GPU model runner's kernel (0.12.0 on) and the V1
+    runner's ``BlockTable`` (up to 0.33.0); the local lengths: the GPU model runner's
+    kernel (0.17.0 on) and the attention backends' function, or before the function the
+    MLA metadata builder's statement."""
+    slots: list[tuple[str, object]] = []
+    if has_gpu_runner(version):
+        slots.append((vllm.FUNCTION, _gpu_runner_slots(version, name, vllm.FUNCTION)))
     if not releases.lacks(version, vllm.V1_MEMBER):
-        slot_routines.append((vllm.V1_FUNCTION, _v1_table(version, name)))
+        slots.append((vllm.V1_FUNCTION, _v1_table(version, name)))
     lengths: list[tuple[str, object]] = []
     if not releases.lacks(version, vllm.SEQ_LENS_KERNEL_MEMBER):
         target = _function(_kept(version, vllm.SEQ_LENS_KERNEL_MEMBER), vllm.SEQ_LENS_KERNEL, name)
         kernel = adapted(vllm.VllmLocalSeqLens.of_kernel, target, name)
         lengths.append((vllm.SEQ_LENS_KERNEL, kernel))
-    lengths.append((vllm.SEQ_LENS_FUNCTION, _lengths_function(version, name)))
-    return Routines(_each(slot_routines), _each(lengths))  # type: ignore[arg-type]
+    member = lengths_member(version)
+    if member == vllm.MLA_MEMBER:
+        builder = adapted(vllm_mla.builder_lengths, _kept(version, member), name)
+        lengths.append((member, vllm.VllmLocalSeqLens.of_builder(builder, name)))
+    else:
+        lengths.append((vllm.SEQ_LENS_FUNCTION, _lengths_function(version, name)))
+    return Routines(_each(slots), _each(lengths))  # type: ignore[arg-type]
 
 
 def _callable(spec: str, adapter: str) -> Routines:
@@ -183,10 +180,9 @@ def _callable(spec: str, adapter: str) -> Routines:
 def _release_files(release: releases.ReleaseSpec, named: bool) -> tuple[JudgedFile, ...]:
     """A release's cached files (checked against the lock file or its wheel's RECORD once
     more)."""
-    if named or has_gpu_runner(release.version):
-        members = vllm.members_of(release.function, named)
-    else:
-        members = (*vllm.members_of(vllm.V1_FUNCTION, True), lengths_member(release.version))
+    members = vllm.members_of(release.function, named)
+    if not named:
+        members = (*members, lengths_member(release.version))
     read: tuple[str, ...] = ()
     if vllm.SEQ_LENS_FUNCTION_MEMBER in members:  # with the files its callers are read in
         callers = every_rank_callers(release.version).lines

@@ -558,13 +558,12 @@ ALONE = {
 def members_of(function: str, named: bool) -> tuple[str, ...]:
     """The wheel members a release spec of the op judges (``vllm==X`` or ``vllm==X:NAME``),
     those its wheel lacks among them; the V1 table's with its runner, which says the
-    interleave it is built with; ``vllm==X`` of a release with the GPU model runner, every
-    routine's (``kernels._with_gpu_runner``)."""
+    interleave it is built with; ``vllm==X``, every routine's but the local-length file's,
+    which the release says (``kernels.lengths_member``)."""
     if function == V1_FUNCTION:
         return (V1_MEMBER, V1_RUNNER_MEMBER)
     if function in ALONE:
         return (ALONE[function],)
     if named:
         return (MEMBER, CALLER_MEMBER)
-    every = (SEQ_LENS_KERNEL_MEMBER, V1_MEMBER, V1_RUNNER_MEMBER, SEQ_LENS_FUNCTION_MEMBER)
-    return (MEMBER, CALLER_MEMBER, *every)
+    return (MEMBER, CALLER_MEMBER, SEQ_LENS_KERNEL_MEMBER, V1_MEMBER, V1_RUNNER_MEMBER)
