@@ -193,6 +193,18 @@ ROUTINE_LABEL = re.compile(r"[A-Za-z_]\w*(, asked for .*)?|asked for .*")
 (``get_dcp_local_seq_lens, asked for one rank``)."""
 
 
+def _reasons(said: str) -> list[str]:
+    """The reasons ``said`` joins with "; ", each whole: a "; " inside parentheses (a
+    reason's list of callers) does not split one."""
+    reasons, depth, start = [], 0, 0
+    for at, char in enumerate(said):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and said.startswith("; ", at):
+            reasons.append(said[start:at])
+            start = at + 2
+    return [*reasons, said[start:]]
+
+
 def _short(reason: str) -> str:
     """A skip reason's first clause, without the routine's name or the label of the
     routine (or the way) it is of."""
@@ -221,10 +233,10 @@ def verdict(op: str, spec: str, out: Path) -> tuple[str, float]:
     skipped: set[str] = set()
     for case in cases:
         if case["status"] == "not_applicable":
-            skipped.update(_short(why) for why in case["error"].split("; "))
+            skipped.update(_short(why) for why in _reasons(case["error"]))
         for check in case["checks"]:
             if check["skipped"]:
-                skipped.add(_short(check["skipped"]))
+                skipped.update(_short(why) for why in _reasons(check["skipped"]))
             for finding in check["findings"]:
                 seen = found.setdefault(case["scenario"], {"dcp": set(), "what": set()})
                 seen["dcp"].add(case["dcp"])

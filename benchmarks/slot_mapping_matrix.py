@@ -44,7 +44,7 @@ def shape(version: str) -> str:
     """The release kernel's shape parameters and what was read from its caller (after a
     run of it in this process: the backend is chosen and the release is loaded)."""
     from dcpcheck.ops import package
-    from dcpcheck.ops.slot_mapping.contract import named_routines
+    from dcpcheck.ops.op_cases import named_routines
     from dcpcheck.ops.slot_mapping.vllm import VllmSlotMappings
 
     routines = named_routines(package(OP).kernel(f"vllm=={version}").slot_mappings)

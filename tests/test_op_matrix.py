@@ -60,3 +60,22 @@ def test_a_lost_row_fails_the_matrix(tmp_path):
     assert done.stdout.splitlines()[0] == "| 0.1.0 | judged |"
     assert done.stdout.splitlines()[1].startswith("| 0.2.0 | row process exit 3: ")
     assert done.stderr.strip().endswith("1 row(s) lost: 0.2.0")
+
+
+def test_a_skip_summary_keeps_each_reason_whole(monkeypatch):
+    """Reasons are joined with "; ", and a reason's own list of callers uses "; " inside
+    parentheses: the summary splits only between reasons, then drops each routine's
+    label, so a caller list is never cut into fragments."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from op_matrix import _reasons, _short
+
+    said = (
+        "triton_convert_req_index_to_global_index: no caller asks this under DCP: Kimi "
+        "(packed, counts; attn_fi.py:241 in 0.34.0); triton_filter_and_convert_dcp_index: "
+        "no caller asks this under DCP: FlashInfer (packed, counts; :451 in 0.25.0)"
+    )
+    assert [_short(r) for r in _reasons(said)] == [
+        "no caller asks this under DCP",
+        "no caller asks this under DCP",
+    ]
+    assert _reasons("one; two (a; b); three") == ["one", "two (a; b)", "three"]

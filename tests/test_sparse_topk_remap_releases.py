@@ -10,8 +10,9 @@ path, the first) and 0.34.0; for the mixed batch FlashMLA's sparse backend conve
 DCP (decode rows beside a prefill chunk's, in one call) 0.13.0 and 0.17.0 (in place, no
 counts), 0.25.0 and 0.29.0 (in place, counts), 0.30.0 and 0.34.0 (packed, counts); for a
 cache with other layers' pages between its blocks (``BLOCK_STRIDE_ROWS``) 0.28.0 (no such
-parameter), 0.29.0 - 0.31.0 (FlashMLA's bf16 path), 0.32.0 and 0.34.0 (its fp8 mixed batch
-too; 0.34.0's bf16 path under DCP). The
+parameter), 0.29.0 - 0.31.0 (FlashMLA's bf16 path, XPU's), 0.32.0 and 0.34.0 (its fp8 mixed
+batch too; 0.34.0's bf16 path under DCP); and 0.34.0, where Kimi K3.1's decode calls the
+converter itself under DCP (each function judged where it is called). The
 wheels are the other ops' (one download keeps every op's files), skipped only where the
 registry is unreachable and the release is not cached.
 """
@@ -281,15 +282,15 @@ sparse's bf16 path passes its stride without DCP from 0.29.0 (which packs from 0
 under DCP from 0.34.0; FlashInfer's sparse MLA under DCP from 0.29.0."""
 
 STRIDE_JUDGED = {
-    "0.30.0": {("packed", 1), ("packed", 2), ("packed", 4)},
-    "0.31.0": {("packed", 1), ("packed", 2), ("packed", 4)},
+    "0.30.0": {("packed", 1), ("packed", 2), ("packed", 4), ("in place", 1)},
+    "0.31.0": {("packed", 1), ("packed", 2), ("packed", 4), ("in place", 1)},
     "0.32.0": {(rows, size) for rows in ("packed", "in place") for size in (1, 2, 4)},
     "0.34.0": {(rows, size) for rows in ("packed", "in place") for size in (1, 2, 4)},
 }
 """The strided cases each release's callers ask (``STRIDE_CALLS``): packed under DCP from
 FlashInfer's sparse MLA's filter call (0.29.0 on), packed without DCP from FlashMLA
-sparse's bf16 path once the converter packs (0.30.0), in place with FlashMLA sparse's fp8
-mixed batch (0.32.0)."""
+sparse's bf16 path once the converter packs (0.30.0), in place without DCP from XPU's
+sparse MLA (0.29.0), under DCP with FlashMLA sparse's fp8 mixed batch (0.32.0)."""
 
 
 @pytest.mark.parametrize("version", STRIDE_JUDGED)
@@ -384,8 +385,7 @@ def test_the_stride_calls_are_the_ones_in_the_callers_files():
         assert _stride_calls_in(release(f"vllm=={version}").caller_file) == calls, version
     for call in (c for c in STRIDE_CALLS if c.where.startswith(f"{CALLER_FILE}:")):
         line = int(call.where.removeprefix(f"{CALLER_FILE}:"))
-        routine = FILTER if call.dcp else CONVERT
-        assert (line, routine, call.workspace) in expected[call.since], call
+        assert (line, call.function, call.workspace) in expected[call.since], call
 
 
 def test_a_mixed_batch_decode_rows_are_read_through_the_stride_from_0_32():
@@ -416,3 +416,78 @@ def test_flashmlas_callers_under_dcp_are_filter_calls_in_their_first_release():
         }
         assert line in calls, caller
         assert ("return_valid_counts" in calls[line]) == caller.count, caller
+
+
+def _converter_broken_under_dcp(version: str, broken):
+    """Release ``version``'s kernel with its converter replaced by ``broken(converter,
+    args, kwargs)``, the filter as shipped."""
+    shipped = release(f"vllm=={version}")
+
+    @functools.wraps(shipped.convert)
+    def convert(*args, **kwargs):
+        return broken(shipped.convert, args, kwargs)
+
+    return dataclasses.replace(shipped, convert=convert)
+
+
+def _judged(kernel, batch, size):
+    scenario = NamedBatch("t", "a test batch", batch, (size,))
+    [result] = run_scenario(kernel, "edited", scenario, (size,), BACKEND.device)
+    return result
+
+
+def _one_entry_moved_under_dcp(convert, args, kwargs):
+    returned = convert(*args, **kwargs)
+    if kwargs.get("dcp_size", 1) > 1:
+        out = kwargs["out"] if kwargs.get("out") is not None else returned[0]
+        out[0, 0] += 1
+    return returned
+
+
+def test_from_0_34_the_converter_is_judged_under_dcp_where_kimis_decode_calls_it():
+    """0.34.0's Kimi K3.1 decode on FlashInfer calls the converter itself under DCP, packed
+    with counts (``attn_fi.py:241``): a converter wrong only under DCP fails 0.34.0's DCP
+    case, its findings naming the converter, while 0.33.0, whose callers under DCP call
+    only the filter, passes it; the filter's way is judged beside it."""
+    for size in (2, 4):
+        result = _judged(
+            _converter_broken_under_dcp("0.34.0", _one_entry_moved_under_dcp), PACKED, size
+        )
+        assert result.status == "fail"
+        details = [f.detail for c in result.failed_checks for f in c.findings]
+        assert details and all(d.startswith(f"{CONVERT}: ") for d in details), details
+        earlier = _judged(
+            _converter_broken_under_dcp("0.33.0", _one_entry_moved_under_dcp), PACKED, size
+        )
+        assert earlier.status == "pass", [c.findings for c in earlier.failed_checks]
+    at_dcp1 = _judged(_converter_broken_under_dcp("0.34.0", _one_entry_moved_under_dcp), PACKED, 1)
+    assert at_dcp1.status == "pass", [c.findings for c in at_dcp1.failed_checks]
+    assert [w for w, _ in release("vllm==0.34.0").asks] == [CONVERT, FILTER]
+    assert [w for w, _ in release("vllm==0.33.0").asks] == [""]
+
+
+def test_under_dcp_0_34_0s_converter_is_read_through_the_callers_buffers():
+    """Kimi's decode reads the buffers it hands the converter (``out``,
+    ``valid_counts_out``), not what the call returns: a converter that leaves them
+    unwritten fails, though what it returns is right."""
+
+    def ignores_the_buffers(convert, args, kwargs):
+        kwargs = {**kwargs, "out": None, "valid_counts_out": None}
+        return convert(*args, **kwargs)
+
+    result = _judged(_converter_broken_under_dcp("0.34.0", ignores_the_buffers), PACKED, 2)
+    assert result.status == "fail"
+    assert {"slots"} <= {c.check for c in result.failed_checks}
+    assert _judged(release("vllm==0.34.0"), PACKED, 2).status == "pass"
+
+
+def test_0_34_0s_picks_in_place_under_dcp_are_the_filters_alone():
+    """No caller asks the converter under DCP in place: that way says so, and the case is
+    the filter's (FlashMLA sparse's fp8 mixed batch)."""
+    result = judge("vllm==0.34.0", IN_PLACE, 2)
+    assert result.status == "pass", [c.findings for c in result.failed_checks]
+    broken = _judged(_converter_broken_under_dcp("0.34.0", _one_entry_moved_under_dcp), IN_PLACE, 2)
+    assert broken.status == "pass"
+    assert CONVERT in release("vllm==0.34.0").asks[0][1].not_applicable(
+        build_case(IN_PLACE, 2, BACKEND.device).ranks[0]
+    )

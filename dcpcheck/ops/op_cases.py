@@ -140,6 +140,45 @@ def merged(by_way: Sequence[tuple[str, Sequence[CheckResult]]]) -> list[CheckRes
     return results
 
 
+def named_routines(routine: object) -> tuple[tuple[str, Callable[..., Any]], ...]:
+    """``routine``'s routines by name (its ``routines``: a release's every routine of a
+    kind, as ``slot_mapping.contract.EachRoutine`` holds them), or ``routine`` alone,
+    unnamed."""
+    return getattr(routine, "routines", (("", routine),))
+
+
+def ways(routine: object) -> list[tuple[str, Callable[..., Any], object]]:
+    """Each way a case launches ``routine``: ``(label, what is launched, the routine it
+    is of)`` for every routine it holds (its ``routines``: ``(name, routine)`` pairs, a
+    release's every routine of a kind), labelled by the routine's name, and every way its
+    callers ask each one (its ``asks``: ``(way, what is launched)``), labelled by the way."""
+    found = []
+    for name, member in named_routines(routine):
+        for way, ask in getattr(member, "asks", (("", member),)):
+            found.append((", ".join(part for part in (name, way) if part), ask, member))
+    return found
+
+
+def judged_each_way(
+    routine: object,
+    asked: Sequence[object],
+    judge: Callable[[Callable[..., Any]], Sequence[CheckResult]],
+    skipped: Callable[[str], Sequence[CheckResult]],
+) -> list[CheckResult]:
+    """``routine``'s checks on one case (``asked``: its inputs, one per rank), each way it
+    is launched (:func:`ways`) judged, or skipped with the reason it cannot be asked,
+    merged into one result per check (:func:`merged`)."""
+    by_way = []
+    for label, ask, member in ways(routine):
+        reason = not_applicable(ask, asked)
+        if reason:
+            by_way.append((label, tuple(skipped(reason))))
+            continue
+        noted = with_caller_notes(judge(raising(ask)), ask, asked)
+        by_way.append((label, tuple(with_skips(noted, member))))
+    return merged(by_way)
+
+
 def with_caller_notes(
     results: Sequence[CheckResult], routine: object, asked: Sequence[object]
 ) -> list[CheckResult]:

@@ -139,11 +139,6 @@ class EachRoutine:
     routines: tuple[tuple[str, Callable[..., None]], ...]
 
 
-def named_routines(routine: object) -> tuple[tuple[str, Callable[..., None]], ...]:
-    """``routine``'s routines by name: an ``EachRoutine``'s, or ``routine`` alone, unnamed."""
-    return routine.routines if isinstance(routine, EachRoutine) else (("", routine),)  # type: ignore[return-value]
-
-
 @dataclass(frozen=True)
 class Routines:
     """A kernel of the op: the routine computing the slot mappings and the one computing

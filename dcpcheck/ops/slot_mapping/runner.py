@@ -13,47 +13,15 @@ interleave its runner builds it with) has its failures say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SLOT_MAPPING
 from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import merged, not_applicable, raising, with_caller_notes, with_skips
+from dcpcheck.ops.op_cases import judged_each_way
 from dcpcheck.ops.slot_mapping import checks as checks_of_slots
 from dcpcheck.ops.slot_mapping import seq_lens
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch, build_case
-from dcpcheck.ops.slot_mapping.contract import Routines, named_routines
+from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.scenario import SCENARIOS, scenario_to_toml
-
-
-def ways(routine: object) -> list[tuple[str, Callable[..., None], object]]:
-    """Each way a case launches ``routine``: ``(label, what is launched, the routine it
-    is of)`` for every routine of an ``EachRoutine`` (labelled by its name) and every way
-    its callers ask it (its ``asks``, labelled by the way)."""
-    found = []
-    for name, member in named_routines(routine):
-        for way, ask in getattr(member, "asks", (("", member),)):
-            found.append((", ".join(part for part in (name, way) if part), ask, member))
-    return found
-
-
-def _each_way(
-    routine: object,
-    asked: Sequence[object],
-    judge: Callable[[Callable[..., None]], Sequence[CheckResult]],
-    skipped: Callable[[str], Sequence[CheckResult]],
-) -> list[CheckResult]:
-    """``routine``'s checks on one case, each way it is launched (``ways``) judged or
-    skipped with the reason it cannot be asked, merged into one result per check."""
-    by_way = []
-    for label, ask, member in ways(routine):
-        reason = not_applicable(ask, asked)
-        if reason:
-            by_way.append((label, tuple(skipped(reason))))
-            continue
-        noted = with_caller_notes(judge(raising(ask)), ask, asked)
-        by_way.append((label, tuple(with_skips(noted, member))))
-    return merged(by_way)
 
 
 def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> list[CheckResult]:
@@ -64,7 +32,7 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
     if kernel.slot_mappings is None:
         checks = list(checks_of_slots.skipped(kernel.absent))
     else:
-        checks = _each_way(
+        checks = judged_each_way(
             kernel.slot_mappings,
             slot_case.ranks,
             lambda launch: checks_of_slots.judge(launch, slot_case),
@@ -73,7 +41,7 @@ def _judged(kernel: Routines, batch: SlotMappingBatch, size: int, device) -> lis
     if kernel.local_seq_lens is None:
         return checks + list(seq_lens.skipped(kernel.absent))
     lengths_case = seq_lens.build_case(batch, size, device)
-    return checks + _each_way(
+    return checks + judged_each_way(
         kernel.local_seq_lens,
         lengths_case.ranks,
         lambda launch: seq_lens.judge(launch, lengths_case),

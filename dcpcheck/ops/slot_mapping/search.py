@@ -27,8 +27,9 @@ from dataclasses import fields
 
 from hypothesis import strategies as st
 
+from dcpcheck.ops.op_cases import named_routines
 from dcpcheck.ops.slot_mapping.case import SlotMappingBatch
-from dcpcheck.ops.slot_mapping.contract import Routines, named_routines
+from dcpcheck.ops.slot_mapping.contract import Routines
 from dcpcheck.ops.slot_mapping.vllm import CALLER_BLOCK, Askable
 
 DCP_SIZES = (2, 4, 8, 1)

@@ -1,7 +1,9 @@
 """The sparse-topk-remap op's cases, one per scenario and DCP size, as ``CaseResult`` s: the
 run's data model the reports and the console already speak. A case builds every rank's
-inputs, launches the kernel on each rank and runs the checks; a kernel that cannot be
-asked the case has them skipped with the reason. A scenario that names the fused op's
+inputs, launches the kernel on each rank and runs the checks, each way its callers call
+it (a release's ``asks``: from 0.34.0 each converter, wherever it is called, each finding
+naming its function); a kernel that cannot be asked the case has them skipped with the
+reason. A scenario that names the fused op's
 scenario it reads (``write_side``) runs the end-to-end check instead (``read_write``).
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import not_applicable, raising, with_skips
+from dcpcheck.ops.op_cases import judged_each_way
 from dcpcheck.ops.sparse_topk_remap import checks, read_write
 from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
@@ -36,10 +38,9 @@ def _judged(
         )  # fmt: skip
         return [check]
     case = build_case(batch, size, device)
-    reason = not_applicable(kernel, case.ranks)
-    if reason:
-        return list(checks.skipped(reason))
-    return with_skips(checks.judge(raising(kernel), case), kernel)
+    return judged_each_way(
+        kernel, case.ranks, lambda launch: checks.judge(launch, case), checks.skipped
+    )
 
 
 OP_CASES = op_cases.OpCases(SPARSE_TOPK_REMAP, SCENARIOS, scenario_to_toml, _judged)

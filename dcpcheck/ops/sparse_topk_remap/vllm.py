@@ -20,10 +20,21 @@ which calls the filter with its counts, packed (``flashinfer_mla_sparse.py:451``
 mixed-batch path only until 0.33.0 (it refuses the others under DCP), which calls the
 filter in place, without counts (``flashmla_sparse.py:794`` in 0.29.0, ``:1222`` in
 0.33.0), and from 0.34.0 on its bf16 path too (only an fp8 cache is refused, ``:460``),
-which calls it packed with counts (``:928``). Each passes the rows' request ids, the
+which calls it packed with counts (``:928``), as its fp8 mixed batch then does on SM100
+from 32 rows (``:1268``, ``use_topk_length``). Each passes the rows' request ids, the
 rank's block table, the picks, the DCP size, rank and interleave, the block size and the
-top-k width. Not judged here: ROCm's own converter
-(``rocm_aiter_mla_sparse.py``).
+top-k width. From 0.34.0 Kimi K3.1's specialized decode (``models/kimi_k3/.../dsa``) runs
+under DCP too: on FlashMLA it calls the filter packed with counts (``dcp_stage.py:90``), on
+FlashInfer the converter itself, packed with counts, into buffers of its own (``out``,
+``valid_counts_out``) that it then reads (``attn_fi.py:241``; ``prepared.py:622``, whenever
+its top-k merge does not take the step). So from 0.34.0 a case under DCP is asked of
+both, and ``vllm==X`` judges each function wherever its callers call it, a way each
+(``VllmRemap.asks``), the converter's into the case's poisoned buffers. The other
+callers of 0.34.0 run only without DCP: the index group (``index_group.py:122``, ``:142``),
+FlashInfer's SM90 and SM120 paths and XPU's (their impls return no LSE for decode, so the
+start-up check refuses them under DCP), dots3's attention (``FlashAttnMLASparseImpl``
+returns none either). Not judged here: ROCm's own converter (``rocm_aiter_mla_sparse.py``,
+a function of its own that writes 0 for an unused pick and runs only without DCP).
 
 **A prefill chunk over the gathered workspace** (``contract``). With prefill context
 parallelism and DCP together, FlashMLA's sparse backend (``pcp_dcp_kv_gather``,
@@ -58,7 +69,12 @@ none at block size 64 (the fp8 kernel's page: it then reads the paged tensor wit
 stride, and the entries are block-size slots). FlashInfer's sparse MLA passes it to the
 filter under DCP, packed with counts, at every block size, from 0.29.0
 (``flashinfer_mla_sparse.py:386`` in 0.29.0, ``sparse_mla_attention.py:756`` in 0.33.0,
-``:826`` in 0.34.0: read in the wheels; the cache does not keep that file). A case whose
+``:826`` in 0.34.0: read in the wheels; the cache does not keep that file). Without DCP,
+XPU's sparse MLA (``xpu_mla_sparse.py:268``, 0.29.0 on) and FlashInfer's on SM120
+(``flashinfer_mla_sparse_sm120.py:193``, 0.32.0 on) pass the flat view's stride at every
+block size, in place, without counts. In 0.34.0 the fp8 mixed batch's call under DCP on
+SM100 and Kimi K3.1's filter call pass it through ``_fp8_kv_pages``, packed with counts,
+and Kimi's converter call the flat view's. A case whose
 blocks lie other than a block apart is asked only as one of those calls asks it; else it
 is not applicable, naming them.
 
@@ -107,15 +123,22 @@ COLUMN_TILE = 128
 a multiple of it (their own assertion)."""
 
 
+KIMI_DECODE = "models/kimi_k3/nvidia/specialized_decode/cutedsl/dsa"
+"""Where Kimi K3.1's specialized decode calls the converters (0.34.0 on)."""
+
+
 @dataclass(frozen=True)
 class DcpCaller:
-    """A sparse backend that runs under DCP, and how it calls the filter there."""
+    """A sparse backend that runs under DCP, and how it calls a converter there (without a
+    prefill workspace: those calls are ``prefill_calls``)."""
 
     backend: str
     since: str
     compact: bool
     count: bool
     where: str
+    function: str = FILTER
+    buffers: bool = False  # it passes its own out and valid_counts_out
 
 
 DCP_CALLERS = (
@@ -124,7 +147,18 @@ DCP_CALLERS = (
         "FlashMLA sparse (fp8, mixed batch)", "0.29.0", False, False, "flashmla_sparse.py:794"
     ),
     DcpCaller("FlashMLA sparse (bf16)", "0.34.0", True, True, "flashmla_sparse.py:928"),
-)
+    DcpCaller(
+        "FlashMLA sparse (fp8, mixed batch of 32 rows or more on SM100)", "0.34.0", True, True,
+        "flashmla_sparse.py:1268",
+    ),
+    DcpCaller(
+        "Kimi K3.1's decode on FlashMLA", "0.34.0", True, True, f"{KIMI_DECODE}/dcp_stage.py:90"
+    ),
+    DcpCaller(
+        "Kimi K3.1's decode on FlashInfer", "0.34.0", True, True, f"{KIMI_DECODE}/attn_fi.py:241",
+        function=CONVERT, buffers=True,
+    ),
+)  # fmt: skip
 """Read in every release (module docstring); ``where`` is the call in the first release."""
 
 
@@ -145,14 +179,22 @@ class StrideCall:
     fp8_pages: bool  # through _fp8_kv_pages: no stride at block size FP8_PAGE
     where: str  # the call in the first release
     workspace: bool = False  # with a prefill workspace: a mixed batch's decode rows
+    calls: str = ""  # the function it calls, where not the one ``dcp`` says
+
+    @property
+    def function(self) -> str:
+        """The converter it calls."""
+        return self.calls or (FILTER if self.dcp else CONVERT)
 
     def packed(self, packs: bool) -> bool:
         """Whether its rows come back packed (``packs``: the converter packs when it
         counts; the filter packs as asked)."""
         return self.compact and (packs or self.dcp)
 
-    def asks(self, inputs: RemapInputs, packs: bool) -> bool:
-        """Whether the call asks the case."""
+    def asks(self, inputs: RemapInputs, packs: bool, function: str) -> bool:
+        """Whether the call asks the case of ``function``."""
+        if function != self.function:
+            return False
         if (self.dcp, self.workspace) != (inputs.dcp_size > 1, inputs.workspace is not None):
             return False
         if self.fp8_pages and inputs.block_size == FP8_PAGE:
@@ -195,6 +237,23 @@ STRIDE_CALLS = (
         "FlashInfer sparse MLA", "0.29.0", True, True, True, False,
         "flashinfer_mla_sparse.py:386",
     ),
+    StrideCall("XPU sparse MLA", "0.29.0", False, False, False, False, "xpu_mla_sparse.py:268"),
+    StrideCall(
+        "FlashInfer sparse MLA on SM120", "0.32.0", False, False, False, False,
+        "flashinfer_mla_sparse_sm120.py:193",
+    ),
+    StrideCall(
+        "FlashMLA sparse, fp8 mixed batch of 32 rows or more on SM100", "0.34.0", True, True,
+        True, True, "flashmla_sparse.py:1268",
+    ),
+    StrideCall(
+        "Kimi K3.1's decode on FlashMLA", "0.34.0", True, True, True, True,
+        f"{KIMI_DECODE}/dcp_stage.py:90",
+    ),
+    StrideCall(
+        "Kimi K3.1's decode on FlashInfer", "0.34.0", True, True, True, False,
+        f"{KIMI_DECODE}/attn_fi.py:241", calls=CONVERT,
+    ),
 )  # fmt: skip
 """Read in every release (module docstring); ``where`` is the call in the first release."""
 
@@ -205,10 +264,12 @@ def stride_calls(version: str) -> tuple[StrideCall, ...]:
     return tuple(c for c in STRIDE_CALLS if key >= releases.version_key(c.since))
 
 
-def dcp_callers(version: str) -> tuple[DcpCaller, ...]:
-    """The sparse backends release ``version`` runs under DCP."""
+def dcp_callers(version: str, function: str = FILTER) -> tuple[DcpCaller, ...]:
+    """The callers of ``function`` that release ``version`` runs under DCP."""
     key = releases.version_key(version)
-    return tuple(c for c in DCP_CALLERS if key >= releases.version_key(c.since))
+    return tuple(
+        c for c in DCP_CALLERS if c.function == function and key >= releases.version_key(c.since)
+    )
 
 
 def _warmup_only(name: str) -> Callable[..., object]:
@@ -308,6 +369,9 @@ class VllmRemap:
     topk_multiple: int = COLUMN_TILE
     """The top-k widths its API takes are multiples of this (the property search draws
     only those)."""
+    only: str | None = None
+    """One function as the release's callers call it (a way of :attr:`asks`); None: each
+    case of the function its callers call it with."""
 
     def __post_init__(self) -> None:
         for function in (self.convert, self.filter):
@@ -320,12 +384,32 @@ class VllmRemap:
                     "(req_id, block_table, token_indices, ...) the adapter knows"
                 )
 
+    @property
+    def asks(self) -> tuple[tuple[str, VllmRemap], ...]:
+        """Each way its release's callers call it, with a label its findings carry. One,
+        unlabelled, while a case of each kind is asked of one function alone (at DCP1 and
+        with a prefill workspace the converter, under DCP the filter); from 0.34.0 a
+        caller also asks the converter under DCP without a workspace (``DCP_CALLERS``),
+        so each function is judged wherever its callers call it, a way each."""
+        if self.named is not None or self.only is not None:
+            return (("", self),)
+        if not dcp_callers(self.version, CONVERT):
+            return (("", self),)
+        return tuple((f, replace(self, only=f)) for f in FUNCTIONS)
+
     def _routine(self, size: int) -> Callable[..., object]:
-        """The converter a case at DCP ``size`` calls (module docstring)."""
-        if self.named == FILTER or (self.named is None and size > 1):
+        """The converter a case at DCP ``size`` without a prefill workspace calls (module
+        docstring)."""
+        alone = self.named or self.only
+        if alone == FILTER or (alone is None and size > 1):
             assert self.filter is not None
             return self.filter
         return self.convert
+
+    def _launched(self, inputs: RemapInputs) -> Callable[..., object]:
+        """The converter the case calls: every caller with a prefill workspace calls the
+        converter."""
+        return self.convert if inputs.workspace is not None else self._routine(inputs.dcp_size)
 
     def _prefill_not_applicable(self, inputs: RemapInputs) -> str | None:
         """Why a case of a prefill chunk cannot be asked (module docstring), or None."""
@@ -373,7 +457,7 @@ class VllmRemap:
     def _stride_not_applicable(self, inputs: RemapInputs) -> str | None:
         """Why a case whose blocks lie other than a block apart cannot be asked (module
         docstring), or None."""
-        routine = self._routine(inputs.dcp_size)
+        routine = self._launched(inputs)
         if "BLOCK_STRIDE_ROWS" not in _parameters(routine):
             return (
                 f"{self.name}'s {routine.__name__} takes no BLOCK_STRIDE_ROWS: its entries "
@@ -383,7 +467,8 @@ class VllmRemap:
             return None
         packs = "dcp_size" in _parameters(self.convert)
         calls = stride_calls(self.version)
-        if any(c.asks(inputs, packs) for c in calls):
+        function = CONVERT if routine is self.convert else FILTER
+        if any(c.asks(inputs, packs, function) for c in calls):
             return None
         said = "; ".join(c.said(packs) for c in calls)
         return (
@@ -409,14 +494,22 @@ class VllmRemap:
                 "their callers pass the model's index_topk (2048)"
             )
         if inputs.workspace is not None:
+            if self.only == FILTER:
+                return f"{self.name}'s callers with a prefill workspace call {CONVERT}"
             reason = self._prefill_not_applicable(inputs)
             if reason is not None:
                 return reason
             return self._convert_not_applicable(compact, count)
-        if self.named == FILTER and size == 1:
+        if FILTER in (self.named, self.only) and size == 1:
             return f"{self.name}'s callers call {FILTER} only under DCP"
         if self.named is None and size > 1:
-            callers = dcp_callers(self.version)
+            function = CONVERT if self.only == CONVERT else FILTER
+            callers = dcp_callers(self.version, function)
+            if not callers and function == CONVERT:
+                return (
+                    f"no caller of {self.name}'s {CONVERT} passes it DCP without a prefill "
+                    f"workspace: under DCP its backends call {FILTER}"
+                )
             if not callers:
                 return (
                     f"{self.name} runs no sparse MLA backend under DCP: none returns its LSE "
@@ -428,10 +521,18 @@ class VllmRemap:
                     f"{'counts' if c.count else 'no counts'}; {c.where} in {c.since})"
                     for c in callers
                 )
-                return f"no caller of {self.name}'s {FILTER} asks this under DCP: {asked}"
+                return f"no caller of {self.name}'s {function} asks this under DCP: {asked}"
         if self._routine(size) is self.convert:
             return self._convert_not_applicable(compact, count)
         return None
+
+    def _into_buffers(self) -> bool:
+        """Whether the converter's callers under DCP hand it their own buffers to write
+        (``out``, ``valid_counts_out``): the case's poisoned buffers are then given, so an
+        entry it leaves unwritten is seen as such."""
+        if self.named is not None:
+            return False
+        return any(c.buffers for c in dcp_callers(self.version, CONVERT))
 
     def _convert_not_applicable(self, compact: bool, count: bool) -> str | None:
         """Why the converter's API cannot pack or count as asked, or None."""
@@ -449,8 +550,7 @@ class VllmRemap:
         self, inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | None
     ) -> None:
         workspace = inputs.workspace
-        # every caller with a prefill workspace calls the converter
-        routine = self.convert if workspace is not None else self._routine(inputs.dcp_size)
+        routine = self._launched(inputs)
         parameters = _parameters(routine)
         given: dict[str, object] = {
             "BLOCK_SIZE": inputs.block_size,
@@ -486,6 +586,11 @@ class VllmRemap:
                 dcp_rank=inputs.dcp_rank,
                 cp_kv_cache_interleave_size=inputs.interleave,
             )
+            if inputs.dcp_size > 1 and self._into_buffers():
+                given.update(out=out, valid_counts_out=valid_counts)
+                # the caller reads its buffers, not what the call returns
+                routine(inputs.req_id, inputs.block_table, inputs.token_indices, **given)
+                return
         returned = routine(inputs.req_id, inputs.block_table, inputs.token_indices, **given)
         if valid_counts is not None:
             converted, counts = returned  # type: ignore[misc]
