@@ -24,7 +24,8 @@ EXIT_OK = 0
 fails nothing, but a run of only such cases judged nothing and is not 0."""
 
 EXIT_FAIL = 1
-"""A check failed, or the kernel raised while running a case, crashed or timed out; its
+"""A check failed, or the kernel raised while running a case, crashed or timed out, or the
+device faulted mid-run (``dcpcheck.workflows.session.DEVICE_FAULT_CASE``); its
 module's import too, where it ended or hung the process importing it
 (``dcpcheck.kernels.import_probe.KernelImportLost``): like a crash in a launch, it is what
 the kernel under test did, so ``git bisect run`` takes that revision as bad."""

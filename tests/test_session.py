@@ -1,5 +1,6 @@
 """A run's session (``dcpcheck.workflows.session``) as the CLI drives it: what the reports say
-when dcpcheck itself breaks mid-run, and what they record of a property search."""
+when dcpcheck itself breaks mid-run or the device faults, and what they record of a
+property search."""
 
 from __future__ import annotations
 
@@ -48,6 +49,29 @@ def test_an_internal_error_is_an_error_record_in_a_partial_report(tmp_path, monk
     assert "RuntimeError: a check that breaks at " in record["error"]
     suite = ET.parse(junit_path).getroot()
     assert suite.get("errors") == "1"
+
+
+def test_a_device_fault_is_the_kernels_crash_not_an_internal_error(tmp_path, monkeypatch):
+    """A CUDA fault surfaces at the next synchronising call, here a check's: the run stops
+    with a crash record that says the device faulted and how to find the launch, exit 1,
+    and prints no traceback of dcpcheck's (it is no bug of dcpcheck's)."""
+
+    def faulted(case, baseline, oracle=True):
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(fused_checks, "suspect_checks", faulted)
+    json_path = tmp_path / "r.json"
+    result = invoke("run", *ONE_CASE, "--json", str(json_path))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert "internal error" not in result.output
+    assert "the device faulted (CUDA error: an illegal memory access" in result.output
+    doc = json.loads(json_path.read_text())
+    assert doc["partial"] is True
+    [record] = doc["cases"]
+    assert record["scenario"] == session.DEVICE_FAULT_CASE
+    assert record["status"] == "crash"
+    assert "--sanitize memcheck" in record["error"]
 
 
 def search_reports(tmp_path, *args: str):

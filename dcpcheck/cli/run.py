@@ -195,8 +195,8 @@ def run_command(
         if cases.stopped is not None:
             how, code = stop_reason(cases.stopped)
             raise Interrupted(f"{how} in the {op_name} op's cases{kept_reports(*paths)}", code)
-    if outcome.internal_error is not None:
-        raise _internal_failure(outcome, json_path, junit_path)
+    if outcome.broken_off is not None:
+        raise _broken_off(outcome, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
         from dcpcheck.output import ownership_map  # here: PIL is for --report-dir alone
 
@@ -225,7 +225,7 @@ def _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast) -> dict:
     scenarios on its project kernels (``op_run.gate_cases``), op by op; none when the run
     is not the gate, broke, was stopped or, with ``-x``, has failed already."""
     others: dict[str, op_run.OpCases] = {}
-    if not every_op or outcome.stopped is not None or outcome.internal_error is not None:
+    if not every_op or outcome.stopped is not None or outcome.broken_off is not None:
         return others
     for op_name in runner_ops():
         failed = outcome.exit_code != EXIT_OK or any(
@@ -275,19 +275,20 @@ def _reported_if_stopped(loading, config, backend, paths) -> Iterator[object]:
         yield kernel
 
 
-class InternalFailure(click.ClickException):
-    """dcpcheck itself broke mid-run: the reports written with an error record, exit 1
-    (the run did not pass)."""
+class BrokenOff(click.ClickException):
+    """The run broke off mid-way, on dcpcheck's own error or a device fault: the reports
+    written with its record, exit 1 (the run did not pass)."""
 
     exit_code = EXIT_FAIL
 
 
-def _internal_failure(outcome: RunOutcome, json_path, junit_path) -> InternalFailure:
-    """The error to raise for ``outcome``'s internal error, its whole traceback printed on
-    stderr first (a bug to report, so it is not cut to one line)."""
-    err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
+def _broken_off(outcome: RunOutcome, json_path, junit_path) -> BrokenOff:
+    """The error to raise for what broke ``outcome`` off; an internal error's whole
+    traceback printed on stderr first (a bug to report, so it is not cut to one line)."""
+    if outcome.internal_traceback:
+        err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
     kept = kept_reports(json_path, junit_path)
-    return InternalFailure(f"{outcome.internal_error.error}{kept}")
+    return BrokenOff(f"{outcome.broken_off.error}{kept}")
 
 
 def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> int:
@@ -397,8 +398,8 @@ def repro_command(
         partial = outcomes[-1].partial
         judged = kernel_files(fused.name, kernel_name)
         _write_reports(shown.reported, config, backend, (json_path, None), partial, None, judged)
-    if outcomes[-1].internal_error is not None:  # a broken run ends the loop: the last
-        raise _internal_failure(outcomes[-1], json_path, None)
+    if outcomes[-1].broken_off is not None:  # a broken run ends the loop: the last
+        raise _broken_off(outcomes[-1], json_path, None)
     if outcomes[-1].stopped is not None:
         how, code = stop_reason(outcomes[-1].stopped)
         raise Interrupted(

@@ -12,7 +12,11 @@ what a single case does not know:
   (unless asked not to, or ``--fail-fast`` already failed), then the property search. A
   Ctrl-C or SIGTERM anywhere ends it with what ran marked ``partial``; an internal error of
   dcpcheck itself ends it with an error record (:data:`INTERNAL_ERROR_CASE`), so a report
-  of a run that broke never reads as a clean one.
+  of a run that broke never reads as a clean one. A device fault (a CUDA error: an illegal
+  address, a device-side assert) ends it too, with a crash record of its own
+  (:data:`DEVICE_FAULT_CASE`): a launch reports its fault only at a later synchronising
+  call, often one of dcpcheck's checks, so the fault is the kernel's to answer for, not a
+  bug of dcpcheck's, and the process's device can run nothing more.
 
 The pytest plugin calls :meth:`Session.case` and :meth:`Session.token_streams` per item;
 the CLI calls :func:`run_session`, then writes the reports (``output.report.write_reports``);
@@ -29,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
@@ -38,6 +44,7 @@ from dcpcheck.ops import session_op
 from dcpcheck.ops.session_cases import SearchAsked, SearchDone, SessionCases
 
 INTERNAL_ERROR_CASE = "dcpcheck-internal-error"
+DEVICE_FAULT_CASE = "dcpcheck-device-fault"
 """The ``scenario`` of the error record a run that stopped on dcpcheck's own error gets:
 status ``error`` (counted as failed), the exception and where it was raised."""
 
@@ -157,25 +164,25 @@ class RunPlan:
 
 @dataclass
 class RunOutcome:
-    """What a run did. ``partial``: it did not finish (``stopped`` or ``internal_error``)."""
+    """What a run did. ``partial``: it did not finish (``stopped`` or ``broken_off``)."""
 
     results: list[CaseResult]  # named cases, then the token-stream case
     searched: SearchDone | None = None
     named_seconds: float = 0.0
     stopped: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM turned into one
-    internal_error: CaseResult | None = None  # dcpcheck's own error, as an error record
-    internal_traceback: str = ""  # its whole traceback: for the bug report, not the reports
+    broken_off: CaseResult | None = None  # dcpcheck's own error or a device fault, as a record
+    internal_traceback: str = ""  # an internal error's whole traceback: for the bug report
 
     @property
     def partial(self) -> bool:
-        return self.stopped is not None or self.internal_error is not None
+        return self.stopped is not None or self.broken_off is not None
 
     @property
     def reported(self) -> list[CaseResult]:
-        """Every case the reports hold: the run's, the shrunk failure's replay, the error
-        record of an internal error."""
+        """Every case the reports hold: the run's, the shrunk failure's replay, the record
+        of what broke it off."""
         replayed = self.searched.replay if self.searched is not None else []
-        error = [self.internal_error] if self.internal_error is not None else []
+        error = [self.broken_off] if self.broken_off is not None else []
         return [*self.results, *replayed, *error]
 
     @property
@@ -189,11 +196,38 @@ class RunOutcome:
         return EXIT_OK if self.passed else EXIT_FAIL
 
 
-def internal_error_record(exc: BaseException) -> CaseResult:
-    """An error of dcpcheck itself as a case: status ``error``, the exception and the
-    innermost frame it came from, so the report says the run broke and where."""
+def device_fault(exc: BaseException) -> str | None:
+    """The CUDA error ``exc`` reports, if it is a device fault (module docstring): torch's
+    ``AcceleratorError``, or a ``RuntimeError`` that says "CUDA error" as older torch
+    raises it; else None."""
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    accelerator = getattr(torch, "AcceleratorError", None)
+    if accelerator is not None and isinstance(exc, accelerator):
+        return said
+    if isinstance(exc, RuntimeError) and said.startswith("CUDA error"):
+        return said
+    return None
+
+
+def broken_off_record(exc: BaseException) -> CaseResult:
+    """What broke a run off, as a case, with the innermost frame it surfaced in: a device
+    fault as a crash (:data:`DEVICE_FAULT_CASE`), any other exception as dcpcheck's own
+    error (:data:`INTERNAL_ERROR_CASE`), so the report says the run broke and where."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    fault = device_fault(exc)
+    if fault is not None:
+        return CaseResult(
+            DEVICE_FAULT_CASE,
+            0,
+            "crash",
+            error=(
+                f"the device faulted ({fault}), seen{where}: a launch of the kernel under "
+                "test faulted, this case's or an earlier one's (the device reports a fault "
+                "at its next synchronising call); the process's device runs nothing more, "
+                "so the run stopped here; --sanitize memcheck names the launch"
+            ),
+        )
     return CaseResult(
         INTERNAL_ERROR_CASE,
         0,
@@ -247,7 +281,8 @@ def run_session(
             outcome.searched = session.search(plan.search, on_example)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM, wherever the run was
         outcome.stopped = stop
-    except Exception as exc:  # dcpcheck's own bug: recorded, never a clean-looking report
-        outcome.internal_error = internal_error_record(exc)
-        outcome.internal_traceback = traceback.format_exc()
+    except Exception as exc:  # a device fault or dcpcheck's own bug: never a clean report
+        outcome.broken_off = broken_off_record(exc)
+        if outcome.broken_off.scenario == INTERNAL_ERROR_CASE:
+            outcome.internal_traceback = traceback.format_exc()
     return outcome
