@@ -74,6 +74,67 @@ def test_a_device_fault_is_the_kernels_crash_not_an_internal_error(tmp_path, mon
     assert "--sanitize memcheck" in record["error"]
 
 
+def _lse_checks_breaking_on_the_second_case(monkeypatch, error: Exception) -> None:
+    """The merge op's checks, raising ``error`` on the second case they judge."""
+    from dcpcheck.ops.lse_combine import checks as lse_checks
+
+    judge, calls = lse_checks.judge, []
+
+    def breaks(case, merged):
+        calls.append(case)
+        if len(calls) == 2:
+            raise error
+        return judge(case, merged)
+
+    monkeypatch.setattr(lse_checks, "judge", breaks)
+
+
+def test_an_op_packages_run_that_breaks_keeps_its_cases_and_says_why(tmp_path, monkeypatch):
+    """``run --op OP`` of an op package: an error of dcpcheck's own mid-run leaves the
+    cases judged before it and an error record in a partial report, its traceback on
+    stderr, exit 1; a device fault, a crash record and one line."""
+    _lse_checks_breaking_on_the_second_case(monkeypatch, RuntimeError("a check that breaks"))
+    json_path = tmp_path / "r.json"
+    result = invoke("run", "--op", "lse-combine", "--dcp", "2", "--json", str(json_path))
+    assert result.exit_code == 1, result.output
+    assert "internal error: RuntimeError: a check that breaks" in result.output
+    assert "Traceback" in result.output
+    doc = json.loads(json_path.read_text())
+    assert doc["partial"] is True
+    first, record = doc["cases"]
+    assert first["status"] == "pass"
+    assert (record["scenario"], record["status"]) == (session.INTERNAL_ERROR_CASE, "error")
+
+    fault = torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+    _lse_checks_breaking_on_the_second_case(monkeypatch, fault)
+    result = invoke("run", "--op", "lse-combine", "--dcp", "2", "--json", str(json_path))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert "the device faulted (CUDA error: an illegal memory access" in result.output
+    record = json.loads(json_path.read_text())["cases"][-1]
+    assert (record["scenario"], record["status"]) == (session.DEVICE_FAULT_CASE, "crash")
+
+
+def test_the_gate_reports_an_op_package_that_broke_off(tmp_path, monkeypatch):
+    """The plain gate judges the op packages after the fused op: one that breaks off
+    ends the gate with its record in the report, which is partial, exit 1."""
+    from dcpcheck.cli import run as run_command
+
+    monkeypatch.setattr(run_command, "run_session", lambda *args, **kwargs: session.RunOutcome([]))
+    monkeypatch.setattr(run_command, "runner_ops", lambda: ("lse-combine", "slot-mapping"))
+    fault = torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+    _lse_checks_breaking_on_the_second_case(monkeypatch, fault)
+    json_path = tmp_path / "r.json"
+    result = invoke("run", "--dcp", "2", "--json", str(json_path))
+    assert result.exit_code == 1, result.output
+    assert "the device faulted" in result.output
+    doc = json.loads(json_path.read_text())
+    assert doc["partial"] is True
+    scenarios = [c["scenario"] for c in doc["cases"]]
+    assert scenarios[-1] == session.DEVICE_FAULT_CASE
+    assert not any(name.startswith("slot-mapping/") for name in scenarios)  # it stopped there
+
+
 def search_reports(tmp_path, *args: str):
     """A smoke-profile property search at DCP2 with both reports: its exit code, the JSON's
     ``"search"`` record and the JUnit ``property-search`` testcase and suite."""

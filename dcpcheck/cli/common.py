@@ -111,6 +111,22 @@ class Interrupted(click.ClickException):
         self.exit_code = exit_code
 
 
+class BrokenOff(click.ClickException):
+    """The run broke off mid-way, on dcpcheck's own error or a device fault
+    (``session.broken_off_record``): the reports written with its record, exit 1 (the run
+    did not pass)."""
+
+    exit_code = EXIT_FAIL
+
+
+def broken_off(record: CaseResult, internal_traceback: str, *paths: Path | None) -> BrokenOff:
+    """The error to raise for a run broken off by ``record``; an internal error's whole
+    traceback printed on stderr first (a bug to report, so it is not cut to one line)."""
+    if internal_traceback:
+        err.print(internal_traceback, markup=False, soft_wrap=True, end="")
+    return BrokenOff(f"{record.error}{kept_reports(*paths)}")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread where Ctrl-C's ``KeyboardInterrupt`` would be, so
     a run that a CI job's timeout stops writes its partial reports the same way."""

@@ -11,11 +11,17 @@ each scenario's cases at the one DCP size given run with a process per rank
 (``OpPackage.run_on_real_ranks``). The others (profiles, token streams, the oracle switch,
 isolation, the sanitizer, the fused op's encodings) belong to the fused op's harness and
 are refused with one line naming each as typed.
+
+A run that breaks off (a device fault, or an error of dcpcheck's own) keeps what it judged:
+the reports hold those cases and the record of what broke it off, marked partial, as the
+fused op's runs do (``workflows.session``), and the command says so in one line (an
+internal error's traceback first), exit 1.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,7 @@ from dcpcheck.cli.common import (
     Interrupted,
     KernelFailed,
     KernelLoadFailure,
+    broken_off,
     device_for_checks,
     kept_reports,
     kernel_errors,
@@ -44,7 +51,7 @@ from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.ops import OpPackage, package
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.workflows.session import kernel_load_record
+from dcpcheck.workflows.session import INTERNAL_ERROR_CASE, broken_off_record, kernel_load_record
 
 SEARCH_EXAMPLES = 100
 """Examples of the op's property search when ``--property-only`` names no count."""
@@ -145,6 +152,18 @@ class OpCases:
     saved: dict[tuple[str, int], Path]
     kernel_files: tuple
     stopped: KeyboardInterrupt | None = None
+    broken_off: CaseResult | None = None  # dcpcheck's own error or a device fault, as a record
+    internal_traceback: str = ""  # an internal error's whole traceback: for the bug report
+
+    @property
+    def reported(self) -> list[CaseResult]:
+        """Every case the reports hold: the results, then the record of what broke them
+        off."""
+        return [*self.results, *([self.broken_off] if self.broken_off is not None else [])]
+
+    @property
+    def partial(self) -> bool:
+        return self.stopped is not None or self.broken_off is not None
 
 
 def judge_cases(
@@ -161,7 +180,8 @@ def judge_cases(
 ) -> OpCases:
     """``scenarios`` of ``op`` on ``kernel_name`` (on ``real_ranks`` when given), then its
     property search if asked; failures saved under ``home``. A Ctrl-C or SIGTERM keeps
-    what ran (``stopped``)."""
+    what ran (``stopped``); so does a device fault or an error of dcpcheck's own, with its
+    record (``broken_off``, as ``session.run_session`` keeps the fused op's)."""
     kernel, kernel_files = _kernel(op, kernel_name)
     cases = OpCases([], {}, kernel_files)
     try:
@@ -191,6 +211,12 @@ def judge_cases(
                 cases.results.append(shrunk)
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: keep what ran
         cases.stopped = stop
+    except (click.ClickException, KernelLoadFailure, KernelFailed):
+        raise  # said in one line by the command, reported as such where it applies
+    except Exception as exc:  # a device fault or dcpcheck's own bug: kept, never lost
+        cases.broken_off = broken_off_record(exc)
+        if cases.broken_off.scenario == INTERNAL_ERROR_CASE:
+            cases.internal_traceback = traceback.format_exc()
     return cases
 
 
@@ -235,12 +261,14 @@ def run_cases(
         report([kernel_load_record(unloaded.status, unloaded.message)], True)
         unloaded.message += f"; no case was judged{kept_reports(*paths)}"
         raise
-    report(cases.results, cases.stopped is not None, cases.kernel_files)
+    report(cases.reported, cases.partial, cases.kernel_files)
     if cases.results:
         print_results(cases.results, cases.saved)
     if cases.stopped is not None:
         how, code = stop_reason(cases.stopped)
         raise Interrupted(f"{how} after {len(cases.results)} case(s)", code)
+    if cases.broken_off is not None:
+        raise broken_off(cases.broken_off, cases.internal_traceback, *paths)
     if any(r.failed for r in cases.results):
         return EXIT_FAIL
     if search is None:  # a property search judged what it drew

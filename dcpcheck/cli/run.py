@@ -22,6 +22,7 @@ from dcpcheck.cli.common import (
     KernelFailed,
     KernelLoadFailure,
     announce_oracle,
+    broken_off,
     device_for_checks,
     given_options,
     kept_reports,
@@ -180,9 +181,9 @@ def run_command(
         others = _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast)
         reported, partial = [*outcome.reported], outcome.partial
         for cases in others.values():
-            reported += cases.results
+            reported += cases.reported
             judged = (*judged, *cases.kernel_files)
-            partial = partial or cases.stopped is not None
+            partial = partial or cases.partial
         ops = ",".join([fused.name, *others])
         _write_reports(reported, config, backend, paths, partial, searched, judged, ops)
     if scenarios:
@@ -195,8 +196,10 @@ def run_command(
         if cases.stopped is not None:
             how, code = stop_reason(cases.stopped)
             raise Interrupted(f"{how} in the {op_name} op's cases{kept_reports(*paths)}", code)
+        if cases.broken_off is not None:
+            raise broken_off(cases.broken_off, cases.internal_traceback, *paths)
     if outcome.broken_off is not None:
-        raise _broken_off(outcome, json_path, junit_path)
+        raise broken_off(outcome.broken_off, outcome.internal_traceback, json_path, junit_path)
     if report_dir is not None and outcome.stopped is None:
         from dcpcheck.output import ownership_map  # here: PIL is for --report-dir alone
 
@@ -234,7 +237,7 @@ def _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast) -> dict:
         if fail_fast and failed:
             break
         others[op_name] = op_run.gate_cases(op_name, dcp_sizes, backend, home, fail_fast)
-        if others[op_name].stopped is not None:
+        if others[op_name].partial:
             break
     return others
 
@@ -273,22 +276,6 @@ def _reported_if_stopped(loading, config, backend, paths) -> Iterator[object]:
     with contextlib.ExitStack() as stack:
         stack.push(loading)
         yield kernel
-
-
-class BrokenOff(click.ClickException):
-    """The run broke off mid-way, on dcpcheck's own error or a device fault: the reports
-    written with its record, exit 1 (the run did not pass)."""
-
-    exit_code = EXIT_FAIL
-
-
-def _broken_off(outcome: RunOutcome, json_path, junit_path) -> BrokenOff:
-    """The error to raise for what broke ``outcome`` off; an internal error's whole
-    traceback printed on stderr first (a bug to report, so it is not cut to one line)."""
-    if outcome.internal_traceback:
-        err.print(outcome.internal_traceback, markup=False, soft_wrap=True, end="")
-    kept = kept_reports(json_path, junit_path)
-    return BrokenOff(f"{outcome.broken_off.error}{kept}")
 
 
 def _launch_ranks(ctx: click.Context, dcp_sizes, rank_timeout: float | None) -> int:
@@ -399,7 +386,7 @@ def repro_command(
         judged = kernel_files(fused.name, kernel_name)
         _write_reports(shown.reported, config, backend, (json_path, None), partial, None, judged)
     if outcomes[-1].broken_off is not None:  # a broken run ends the loop: the last
-        raise _broken_off(outcomes[-1], json_path, None)
+        raise broken_off(outcomes[-1].broken_off, outcomes[-1].internal_traceback, json_path)
     if outcomes[-1].stopped is not None:
         how, code = stop_reason(outcomes[-1].stopped)
         raise Interrupted(
