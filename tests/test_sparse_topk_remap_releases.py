@@ -491,3 +491,16 @@ def test_0_34_0s_picks_in_place_under_dcp_are_the_filters_alone():
     assert CONVERT in release("vllm==0.34.0").asks[0][1].not_applicable(
         build_case(IN_PLACE, 2, BACKEND.device).ranks[0]
     )
+
+
+def test_0_34_0s_read_side_is_checked_end_to_end_each_way():
+    """The end-to-end read check (``read_write``) of a packed scenario under DCP asks
+    0.34.0's converter too: one wrong under DCP fails it, naming the converter."""
+    op = package(SPARSE_TOPK_REMAP)
+    [scenario] = op.load_scenarios(["reads-near-max-packed"], op.scenarios)
+    kernel = _converter_broken_under_dcp("0.34.0", _one_entry_moved_under_dcp)
+    [result] = run_scenario(kernel, "edited", scenario, (2,), BACKEND.device)
+    assert result.status == "fail"
+    [check] = result.failed_checks
+    assert check.check == "read_write"
+    assert all(f.detail.startswith(f"{CONVERT}: ") for f in check.findings)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dcpcheck.cases.verdicts import CheckResult
 from dcpcheck.op_registry import SPARSE_TOPK_REMAP
 from dcpcheck.ops import op_cases
-from dcpcheck.ops.op_cases import judged_each_way
+from dcpcheck.ops.op_cases import judged_each_way, merged, ways
 from dcpcheck.ops.sparse_topk_remap import checks, read_write
 from dcpcheck.ops.sparse_topk_remap.case import ReadWriteBatch, RemapBatch, build_case
 from dcpcheck.ops.sparse_topk_remap.contract import RemapKernel
@@ -22,21 +22,24 @@ from dcpcheck.ops.sparse_topk_remap.scenario import SCENARIOS, scenario_to_toml
 def _judged(
     kernel: RemapKernel, batch: RemapBatch | ReadWriteBatch, size: int, device
 ) -> list[CheckResult]:
-    """Every check of the op on one case, or every check skipped with the reason the
-    kernel cannot be asked it; for a scenario of the end-to-end check, that check, with
-    the project's kernel of the fused op writing. A kernel that raises propagates (the
-    case's error)."""
+    """Every check of the op on one case, each way the kernel is called (``ways``), or
+    skipped with the reason it cannot be asked; for a scenario of the end-to-end check,
+    that check, with the project's kernel of the fused op writing. A kernel that raises
+    propagates (the case's error)."""
     if isinstance(batch, ReadWriteBatch):
         from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
         from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS as FUSED_SCENARIOS
         from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
 
         written = load_scenario(FUSED_SCENARIOS / f"{batch.write_side}.toml")
-        check = read_write.read_agrees_with_write(
-            kernel, load_kernel("default"), written, size, device, batch.topk,
-            batch.seed, batch.compact, batch.count_valid,
-        )  # fmt: skip
-        return [check]
+        writer = load_kernel("default")
+        return merged([
+            (label, [read_write.read_agrees_with_write(
+                way, writer, written, size, device, batch.topk, batch.seed, batch.compact,
+                batch.count_valid,
+            )])
+            for label, way, _ in ways(kernel)
+        ])  # fmt: skip
     case = build_case(batch, size, device)
     return judged_each_way(
         kernel, case.ranks, lambda launch: checks.judge(launch, case), checks.skipped
