@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +24,9 @@ from dcpcheck.e2e import token_streams
 from dcpcheck.harness import isolation, isolation_worker
 from dcpcheck.ops.fused_norm_rope import fused_checks
 from dcpcheck.workflows import session
+from tests.conftest import requires_cuda
 
+REPO = Path(__file__).resolve().parents[1]
 ONE_CASE = ("--scenario", "decode-single-dcp4", "--dcp", "2", "--no-tokens")
 
 
@@ -133,6 +139,27 @@ def test_the_gate_reports_an_op_package_that_broke_off(tmp_path, monkeypatch):
     scenarios = [c["scenario"] for c in doc["cases"]]
     assert scenarios[-1] == session.DEVICE_FAULT_CASE
     assert not any(name.startswith("slot-mapping/") for name in scenarios)  # it stopped there
+
+
+@requires_cuda
+def test_a_real_device_fault_ends_the_run_with_its_record(tmp_path):
+    """A merge that stores far outside any buffer, in a process of its own: exit 1, the
+    report partial and ending with the device fault's crash record, no traceback."""
+    json_path = tmp_path / "r.json"
+    kernel = f"{REPO / 'tests' / 'fixtures' / 'faulty_merge.py'}:illegal_address"
+    done = subprocess.run(
+        [sys.executable, "-m", "dcpcheck", "run", "--op", "lse-combine", "--kernel", kernel,
+         "--dcp", "2", "--json", str(json_path), "--home", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    doc = json.loads(json_path.read_text())
+    assert doc["partial"] is True
+    record = doc["cases"][-1]
+    assert (record["scenario"], record["status"]) == (session.DEVICE_FAULT_CASE, "crash")
+    assert "illegal memory access" in record["error"]
 
 
 def search_reports(tmp_path, *args: str):
