@@ -44,9 +44,12 @@ from dcpcheck.ops import session_op
 from dcpcheck.ops.session_cases import SearchAsked, SearchDone, SessionCases
 
 INTERNAL_ERROR_CASE = "dcpcheck-internal-error"
-DEVICE_FAULT_CASE = "dcpcheck-device-fault"
 """The ``scenario`` of the error record a run that stopped on dcpcheck's own error gets:
 status ``error`` (counted as failed), the exception and where it was raised."""
+
+DEVICE_FAULT_CASE = "dcpcheck-device-fault"
+"""The ``scenario`` of the record a run that stopped on a device fault gets: status
+``crash`` (the kernel's, counted as failed), the CUDA error and where it surfaced."""
 
 KERNEL_LOAD_CASE = "dcpcheck-kernel-load"
 """The ``scenario`` of the one record the reports of a run whose kernel never loaded hold
