@@ -27,9 +27,10 @@ top-k width. From 0.34.0 Kimi K3.1's specialized decode (``models/kimi_k3/.../ds
 under DCP too: on FlashMLA it calls the filter packed with counts (``dcp_stage.py:90``), on
 FlashInfer the converter itself, packed with counts, into buffers of its own (``out``,
 ``valid_counts_out``) that it then reads (``attn_fi.py:241``; ``prepared.py:622``, whenever
-its top-k merge does not take the step). So from 0.34.0 a case under DCP is asked of
-both, and ``vllm==X`` judges each function wherever its callers call it, a way each
-(``VllmRemap.asks``), the converter's into the case's poisoned buffers. The other
+its top-k merge does not take the step). So from 0.34.0 a case under DCP packed with
+counts is asked of both, and ``vllm==X`` judges each function wherever its callers call
+it, a way each (``VllmRemap.asks``), the converter's into the case's poisoned buffers. The
+other
 callers of 0.34.0 run only without DCP: the index group (``index_group.py:122``, ``:142``),
 FlashInfer's SM90 and SM120 paths and XPU's (their impls return no LSE for decode, so the
 start-up check refuses them under DCP), dots3's attention (``FlashAttnMLASparseImpl``
