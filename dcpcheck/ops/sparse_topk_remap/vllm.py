@@ -30,12 +30,11 @@ FlashInfer the converter itself, packed with counts, into buffers of its own (``
 its top-k merge does not take the step). So from 0.34.0 a case under DCP packed with
 counts is asked of both, and ``vllm==X`` judges each function wherever its callers call
 it, a way each (``VllmRemap.asks``), the converter's into the case's poisoned buffers. The
-other
-callers of 0.34.0 run only without DCP: the index group (``index_group.py:122``, ``:142``),
-FlashInfer's SM90 and SM120 paths and XPU's (their impls return no LSE for decode, so the
-start-up check refuses them under DCP), dots3's attention (``FlashAttnMLASparseImpl``
-returns none either). Not judged here: ROCm's own converter (``rocm_aiter_mla_sparse.py``,
-a function of its own that writes 0 for an unused pick and runs only without DCP).
+other callers of 0.34.0 run only without DCP: the index group (``index_group.py:122``,
+``:142``), FlashInfer's SM90 and SM120 paths, XPU's, dots3's attention (their impls return
+no LSE for decode, so the start-up check refuses them under DCP). Not judged here: ROCm's
+own converter (``rocm_aiter_mla_sparse.py``, a function of its own that writes 0 for an
+unused pick and runs only without DCP).
 
 **A prefill chunk over the gathered workspace** (``contract``). With prefill context
 parallelism and DCP together, FlashMLA's sparse backend (``pcp_dcp_kv_gather``,
