@@ -50,6 +50,32 @@ def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedO
         caches.index.copy_(index)
 
 
+def _as_if_contiguous(cache: torch.Tensor) -> torch.Tensor:
+    """``cache`` addressed as a kernel that ignores ``stride(0)`` addresses it: block ``b``
+    at ``b * block_size * entry`` bytes from the start."""
+    _, block_size, entry = cache.shape
+    return cache.as_strided(cache.shape, (block_size * entry, entry, 1))
+
+
+def mla_blocks_as_if_contiguous(inputs, outputs, caches) -> None:
+    oracle_kernel(inputs, outputs, dataclasses.replace(caches, mla=_as_if_contiguous(caches.mla)))
+
+
+def index_blocks_as_if_contiguous(inputs, outputs, caches) -> None:
+    index = None if caches.index is None else _as_if_contiguous(caches.index)
+    oracle_kernel(inputs, outputs, dataclasses.replace(caches, index=index))
+
+
+def writes_between_blocks(inputs, outputs, caches) -> None:
+    """Correct, and where the MLA cache's blocks lie apart, one byte flipped in the gap
+    after its first block."""
+    oracle_kernel(inputs, outputs, caches)
+    blocks, block_size, entry = caches.mla.shape
+    rows = caches.mla.as_strided((blocks, caches.mla.stride(0)), (caches.mla.stride(0), 1))
+    if rows.shape[1] > block_size * entry:
+        rows[0, block_size * entry] ^= 0xFF
+
+
 def _first_foreign(inputs: FusedOpInputs) -> int | None:
     if inputs.slot_mapping is None:
         return None

@@ -27,6 +27,7 @@ cache_layout = "{layout}"
 {scale}
 indexer = "{indexer}"
 block_size = 4
+block_gap = {gap}
 interleave = 1
 dcp = [1, 4]
 seed = 3
@@ -44,13 +45,21 @@ new = 1
 """
 
 
-def make_scenario(tmp_path: Path, *, layout="auto", indexer="sharded", profiling=False):
-    name = f"selftest-{layout}-{indexer}-{'prof' if profiling else 'run'}".replace("_", "-")
+def make_scenario(
+    tmp_path: Path, *, layout="auto", indexer="sharded", profiling=False, block_gap=0
+):
+    name = f"selftest-{layout}-{indexer}-{'prof' if profiling else 'run'}-{block_gap}"
+    name = name.replace("_", "-")
     scale = "mla_scale = 0.3" if layout == "fp8" else ""
     path = tmp_path / f"{name}.toml"
     path.write_text(
         SCENARIO.format(
-            name=name, layout=layout, scale=scale, indexer=indexer, profiling=str(profiling).lower()
+            name=name,
+            layout=layout,
+            scale=scale,
+            indexer=indexer,
+            profiling=str(profiling).lower(),
+            gap=block_gap,
         )
     )
     return load_scenario(path)
@@ -127,6 +136,35 @@ def test_foreign_write_is_caught(tmp_path, oracle):
 def test_guard_block_write_is_caught(tmp_path, oracle):
     found = failing(run_one(k.writes_guard_block, make_scenario(tmp_path), oracle=oracle))
     assert set(found) == {"guard_bands"}, found
+
+
+@pytest.mark.parametrize(
+    ("kernel", "cache"),
+    [
+        (k.mla_blocks_as_if_contiguous, "mla_cache"),
+        (k.index_blocks_as_if_contiguous, "index_cache"),
+    ],
+)
+def test_blocks_addressed_as_if_contiguous_are_caught(tmp_path, oracle, kernel, cache):
+    """A cache whose blocks lie apart (``block_gap``) is addressed by its ``stride(0)``: a
+    kernel that takes ``block_size * entry`` writes its owned entries into the wrong block
+    and into the gaps. Without a gap the same kernel is right, and passes."""
+    found = failing(run_one(kernel, make_scenario(tmp_path, block_gap=48), oracle=oracle))
+    assert found, found
+    assert all(f.startswith(cache) for fields in found.values() for f in fields), found
+    assert failing(run_one(kernel, make_scenario(tmp_path), oracle=oracle)) == {}
+
+
+def test_a_write_between_blocks_is_a_guard_band_write(tmp_path, oracle):
+    found = failing(
+        run_one(k.writes_between_blocks, make_scenario(tmp_path, block_gap=48), oracle=oracle)
+    )
+    assert found == {"guard_bands": {"mla_cache"}}, found
+
+
+def test_a_correct_kernel_passes_with_blocks_apart(tmp_path, oracle):
+    results = run_one(k.oracle_kernel, make_scenario(tmp_path, block_gap=48), (1, 2, 4), oracle)
+    assert [r.status for r in results] == ["pass"] * 3, failing(results)
 
 
 def test_one_rank_differing_is_caught(tmp_path, oracle):

@@ -30,7 +30,7 @@ import triton.language as tl
 import reference
 from dcpcheck.kernels.loading import KernelLoadError
 from dcpcheck.ops.fused_norm_rope.cache_entries import index_entry_parts, mla_entry_parts
-from dcpcheck.ops.fused_norm_rope.case import GUARD_BLOCKS, TOPK_SENTINEL, oracle_for
+from dcpcheck.ops.fused_norm_rope.case import TOPK_SENTINEL, oracle_for
 from dcpcheck.ops.fused_norm_rope.comparison import part_violations, row_violations
 from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_ENTRY_BYTES,
@@ -55,6 +55,7 @@ from dcpcheck.ops.fused_norm_rope.fp8_codes import (
     fp8_e4m3_values,
     ue8m0_scale,
 )
+from dcpcheck.ops.fused_norm_rope.guarded_cache import GUARD_BLOCKS
 from dcpcheck.ops.fused_norm_rope.kernels import KERNELS, load_kernel
 from dcpcheck.ops.fused_norm_rope.launcher import fused_norm_rope
 from dcpcheck.ops.fused_norm_rope.tolerances import OUTPUT_TOLERANCES, UE8M0_SCALE, ulp_distance

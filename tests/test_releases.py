@@ -7,7 +7,10 @@ kernels.py`` (README, "vLLM's released kernels"):
 * 0.25.0 - 0.28.0: the kernel returns before any per-token work on a row whose slot is
   negative, so Q is skipped on every token another rank owns (the PR-50005 bug); K has no
   output. 0.25.0 - 0.26.0 keep it at ``deepseek_v32/nvidia/kernels.py``.
-* 0.29.0: Q fixed; the KV/k_pe outputs still skipped on foreign rows (the PR-54908 bug).
+* 0.29.0: Q fixed; the KV/k_pe outputs still skipped on foreign rows (the PR-54908 bug);
+  the indexer cache addressed by its shape, so a cache whose blocks lie apart, which its
+  callers may pass, is written into the wrong bytes. 0.25.0 - 0.28.0 address both caches
+  so, but their callers never pass such a cache (``block_gaps``).
 * 0.30.0 - 0.33.0: fixed. The file still returns from the indexer program on a negative
   MLA slot before it reads the indexer slot, so with the indexer's own mapping
   *replicated* (every rank stores every token) foreign tokens' indexer entries are never
@@ -47,7 +50,7 @@ from dcpcheck.cli import cli
 from dcpcheck.kernels import release_lock, releases
 from dcpcheck.kernels.loading import KernelLoadError, KernelSpecError
 from dcpcheck.op_registry import OPS, SLOT_MAPPING
-from dcpcheck.ops.fused_norm_rope import indexer_groups
+from dcpcheck.ops.fused_norm_rope import block_gaps, indexer_groups
 from dcpcheck.ops.fused_norm_rope.contract import DsMlaScale
 from dcpcheck.ops.fused_norm_rope.kernels import judged_files, load_kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario
@@ -611,6 +614,46 @@ def test_a_replicated_indexer_is_still_judged_at_dcp1_where_both_mappings_agree(
     assert result.status == "pass", findings(result)
     assert "cache_owned" in {c.check for c in result.checks if c.skipped is None}
     assert not [c for c in result.checks if "[index_cache]" in c.check]  # nothing declared
+
+
+def test_0_29_writes_the_indexer_cache_of_a_block_outermost_layout_into_the_wrong_bytes():
+    """0.29.0's wrapper takes the indexer cache's block stride from its shape (``shape[2]``)
+    while its MLA write reads ``stride(0)``, and its callers may pass caches whose blocks lie
+    apart (``VLLM_KV_CACHE_LAYOUT=BLHNC``, README): at DCP1 every finding is the indexer
+    cache's, the gaps between its blocks written among them."""
+    result = judge("0.29.0", "block-gap", 1)
+    found = findings(result)
+    assert found and {field.split(".")[0] for _, field, _ in found} == {"index_cache"}, found
+    assert ("guard_bands", "index_cache", None) in found
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.34.0"])
+@pytest.mark.parametrize("dcp_size", [1, 4])
+def test_the_releases_that_address_blocks_by_their_stride_pass_with_blocks_apart(
+    version, dcp_size
+):
+    assert findings(judge(version, "block-gap", dcp_size)) == set()
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.27.1", "0.28.0"])
+def test_blocks_apart_are_not_applicable_where_the_callers_never_pass_them(version):
+    """0.25.0 - 0.28.0 would write both caches into the wrong bytes (``block_gaps``), but
+    none of their callers passes such a cache: N/A as ``vllm==X``, with the lines; judged,
+    and failing, as the same file named by its path."""
+    result = run_release(version, "block-gap", 2)
+    assert result.status == "not_applicable" and not result.checks
+    assert result.error == block_gaps.apart_never_passed(version)
+    assert f"kv_cache_utils.py:{block_gaps.declared(block_gaps.UNIFORM_TYPE_GROUP, version)}" in (
+        result.error
+    )
+    [judged_file] = judged_files(f"vllm=={version}")
+    by_path = load_kernel(f"{judged_file.path}:fused_norm_rope")
+    [sc] = load_scenarios(["block-gap"])
+    [judged] = run_scenario(by_path, sc, RunConfig("by-path", (1,)), BACKEND)
+    assert {field.split(".")[0] for _, field, _ in findings(judged)} == {
+        "mla_cache",
+        "index_cache",
+    }
 
 
 @pytest.mark.parametrize("version", ["0.25.0", "0.25.1", "0.26.0"])

@@ -51,6 +51,7 @@ REQUIRED_SHIPPED = {
     "fp16-interleaved-indexer",
     "below-floor-pow2-indexer",
     "below-floor-nvfp4-fp16",
+    "block-gap",
 }
 
 
@@ -124,6 +125,9 @@ def test_shipped_scenarios_have_the_shapes_they_promise() -> None:
         "float16",
     )
     assert below_pow2.has_indexer and below_nvfp4.has_indexer  # the UE8M0 rows too
+    gap = by_name["block-gap"]
+    assert gap.block_gap > 0 and gap.has_indexer  # both caches' blocks apart
+    assert all(s.block_gap == 0 for s in by_name.values() if s is not gap)
 
 
 def test_shuffled_scenario_gets_non_identity_block_tables() -> None:
@@ -345,6 +349,20 @@ BAD_FILES = [
         "block_size = 99999999999999999999999",
         "block_size",
         f"must be <= {limits.BLOCK_SIZE_MAX}, got 99999999999999999999999",
+    ),
+    (
+        "block-gap-unaligned",
+        "block_size = 16",
+        "block_size = 16\nblock_gap = 24",
+        "block_gap",
+        f"must be a multiple of {limits.BLOCK_GAP_ALIGNMENT} and >= 0, got 24",
+    ),
+    (
+        "block-gap-over-limit",
+        "block_size = 16",
+        f"block_size = 16\nblock_gap = {limits.BLOCK_GAP_MAX + 16}",
+        "block_gap",
+        f"must be <= {limits.BLOCK_GAP_MAX}, got {limits.BLOCK_GAP_MAX + 16} (BLOCK_GAP_MAX, ",
     ),
     (
         "dcp-size-over-limit",

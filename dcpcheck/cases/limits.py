@@ -37,6 +37,19 @@ carries two guard blocks on each side plus a partly used block per request, so t
 multiplies into every rank's cache: at 1024 tokens of 1,152 bytes (the widest MLA entry)
 the guard blocks alone are 4.5 MiB a rank, held twice (the pristine copy)."""
 
+BLOCK_GAP_MAX = 65536
+"""Most bytes between one cache block and the next (``block_gap``). In a block-outermost
+layout the gap holds every other layer's pages of the block, megabytes in a deep model,
+but what a kernel can get wrong is using ``block_size * entry`` for the block stride, and
+any gap that is not zero shows that; each gap byte is allocated on every block of every
+rank and held twice (the pristine copy)."""
+
+BLOCK_GAP_ALIGNMENT = 16
+"""``block_gap`` is a multiple of this: every block then starts as aligned as the cache
+does, as the pages an allocator packs into a block do, and viewing a cache as 2- or
+4-byte elements (a release's wrapper reads bf16 entries and fp32 scales that way) keeps
+every stride whole."""
+
 PADDING_MAX = 1024
 """Most CUDA-graph padding rows (``padding``). Padding brings a batch up to the next
 captured graph size, and vLLM captures sizes up to 512 tokens by default, so a step pads

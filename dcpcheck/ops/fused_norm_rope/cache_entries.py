@@ -19,7 +19,7 @@ import torch
 
 import reference
 from dcpcheck.ops.fused_norm_rope import tolerances
-from dcpcheck.ops.fused_norm_rope.case import Case, GuardedCache, RankLaunch
+from dcpcheck.ops.fused_norm_rope.case import Case, RankLaunch
 from dcpcheck.ops.fused_norm_rope.contract import (
     DS_MLA_ENTRY_BYTES,
     DS_MLA_ROPE_OFFSET,
@@ -32,6 +32,7 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     IndexFormat,
     IndexScale,
 )
+from dcpcheck.ops.fused_norm_rope.guarded_cache import GuardedCache
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ The harness owns every buffer a kernel writes (docs/dcp-contract.md):
   unwritten row can never pass by luck; each lives inside a larger storage with
   ``OUTPUT_GUARD_ROWS`` rows of ``OUTPUT_GUARD_BYTE`` before and after it, so a write past
   either end is seen even when it crashes nothing;
-* each cache lives inside a larger byte *storage* with ``GUARD_BLOCKS`` guard blocks
-  before and after the addressable range, all filled with a seeded random byte pattern
-  (drawn on the device: ``_random_storages``), so "unchanged" and "no out-of-bounds
-  write" are both checked bytewise;
+* each cache lives inside a larger byte *storage* with guard blocks before and after the
+  addressable range and the scenario's gap between blocks, all filled with a seeded random
+  byte pattern (``guarded_cache``), so "unchanged" and "no out-of-bounds write" are both
+  checked bytewise;
 * every rank gets its own outputs and caches, but the ranks' storages of one buffer lie
   side by side in one tensor (``[ranks, ...]``), so ``fused_checks`` compares every rank
   in one pass without copying;
@@ -47,6 +47,12 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     index_entry_bytes,
     mla_entry_bytes,
 )
+from dcpcheck.ops.fused_norm_rope.guarded_cache import (
+    GUARD_BLOCKS,
+    GuardedCache,
+    guarded_caches,
+    random_storages,
+)
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 from dcpcheck.ops.fused_norm_rope.value_regimes import (
     BELOW_FLOOR_INDEX_BIAS_GAIN,
@@ -58,9 +64,6 @@ from dcpcheck.ops.fused_norm_rope.value_regimes import (
     tie_weight,
     zero_rows,
 )
-
-GUARD_BLOCKS = 2
-"""Guard blocks on each side of a cache: an off-by-one block index lands inside them."""
 
 TOPK_SENTINEL = 0x5EED
 """Value the top-k buffer starts with: must survive on shared layers, vanish on indexer ones."""
@@ -115,29 +118,6 @@ class Activations:
     prefix_kv: torch.Tensor
     prefix_kpe: torch.Tensor
     prefix_index: torch.Tensor
-
-
-@dataclass
-class GuardedCache:
-    """A cache view inside a storage tensor with guard blocks around it."""
-
-    storage: torch.Tensor  # [GUARD + num_blocks + GUARD, B, entry] uint8
-    initial: torch.Tensor  # copy of storage before the launch
-
-    @property
-    def view(self) -> torch.Tensor:
-        return self.storage[GUARD_BLOCKS : self.storage.shape[0] - GUARD_BLOCKS]
-
-    @property
-    def initial_view(self) -> torch.Tensor:
-        return self.initial[GUARD_BLOCKS : self.initial.shape[0] - GUARD_BLOCKS]
-
-
-def _guarded_caches(storages: torch.Tensor) -> list[GuardedCache]:
-    """Each rank's ``GuardedCache`` over its slice of ``storages`` ``[ranks, ...]``, the
-    initial bytes one copy of all of them (so sliced the same way)."""
-    initial = storages.clone()
-    return [GuardedCache(storages[rank], initial[rank]) for rank in range(storages.shape[0])]
 
 
 @dataclass(frozen=True)
@@ -338,6 +318,7 @@ def scenario_inputs(scenario: Scenario, act: Activations) -> FusedOpInputs:
         index_slot_mapping=None,
         ds_mla_scale=ds_mla_scale_of(scenario),
         index_format=scenario.index_format,
+        block_gap=scenario.block_gap,
     )
 
 
@@ -363,28 +344,6 @@ def oracle_for(inputs: FusedOpInputs) -> reference.FusedReference:
         index_bias=inputs.index_bias,
         index_rope_interleaved=inputs.index_rope_interleaved,
     )
-
-
-def _random_storages(
-    ranks: int, blocks: int, block_size: int, entry: int, gen: torch.Generator
-) -> torch.Tensor:
-    """Every rank's cache storage, side by side: ``[ranks, GUARD + blocks + GUARD,
-    block_size, entry]`` seeded random bytes, drawn where ``gen`` lives (the device: a
-    cache is the largest buffer of a case, and drawing it on the CPU and copying it over
-    cost more than the kernel it surrounds). Unlike the activations, these bytes differ
-    between a CPU and a GPU run of the same seed; no verdict depends on them, only on
-    whether they changed. Drawn as 64-bit words, whose bytes are as uniform as single
-    draws: 6x faster than a draw per byte on the CPU, where a case's caches are megabytes.
-    One tensor for all ranks is one draw, and lets ``fused_checks`` compare every rank's
-    bytes in one pass; each rank still gets its own storage (``rank_storage``)."""
-    shape = (ranks, blocks + 2 * GUARD_BLOCKS, block_size, entry)
-    count = ranks * shape[1] * block_size * entry
-    words = torch.randint(
-        -(2**63), 2**63 - 1, (-(-count // 8),), generator=gen, dtype=torch.int64,
-        device=gen.device,
-    )  # fmt: skip
-    storage = words.view(torch.uint8)[:count].view(shape)
-    return storage if count % 8 == 0 else storage.clone()  # its own memory, nothing past it
 
 
 PREFIX_STREAMS = range(100, 103)
@@ -500,13 +459,14 @@ def build_case(
     prefix_entries = prefix_mla_entries(scenario, act)
     prefix_index_values, prefix_index_scales = reference.encode_index_entries(act.prefix_index)
 
-    mla_storages = _random_storages(
-        dcp_size, mla_blocks, scenario.block_size, mla_bytes, storage_gen
+    gap = scenario.block_gap
+    mla_backing, mla_storages = random_storages(
+        dcp_size, mla_blocks, scenario.block_size, mla_bytes, gap, storage_gen
     )
     index_storages = None
     if index_mappings is not None:
-        index_storages = _random_storages(
-            dcp_size, index_blocks, scenario.block_size, idx_bytes, storage_gen
+        index_backing, index_storages = random_storages(
+            dcp_size, index_blocks, scenario.block_size, idx_bytes, gap, storage_gen
         )
     # Every rank's cached prefix, in one write per cache, before the initial bytes are copied.
     mla_storages.copy_(
@@ -527,8 +487,10 @@ def build_case(
                 scale_format=scenario.index_format.scale.value,
             ).view_as(index_storages)
         )
-    mla_caches = _guarded_caches(mla_storages)
-    index_caches = None if index_storages is None else _guarded_caches(index_storages)
+    mla_caches = guarded_caches(mla_backing, mla_storages)
+    index_caches = None
+    if index_storages is not None:
+        index_caches = guarded_caches(index_backing, index_storages)
     outputs = poisoned_outputs(scenario, device, dcp_size)
 
     # Each mapping crosses to the device once, for all ranks (a rank's is a row of it).

@@ -16,7 +16,10 @@ A kernel under test is any callable ``kernel(inputs, outputs, caches) -> None`` 
 
 Caches are always handed over as ``uint8`` byte tensors, whatever the layout, so that
 "every other byte is unchanged" can be checked bytewise; a kernel views them in the dtype
-it needs (``cache.view(torch.bfloat16)``).
+it needs (``cache.view(torch.bfloat16)``). A block's entries are contiguous, but blocks may
+lie apart (``stride(0) > block_size * entry``, as a block-outermost layout hands a layer its
+cache; ``FusedOpInputs.block_gap`` says by how much), so a kernel addresses block ``b`` at
+``b * cache.stride(0)``.
 """
 
 from __future__ import annotations
@@ -235,6 +238,7 @@ class FusedOpInputs:
     index_slot_mapping: torch.Tensor | None = None  # [T] int64, the indexer's own mapping
     ds_mla_scale: DsMlaScale = DsMlaScale.AMAX  # fp8_ds_mla tile-scale rule the case demands
     index_format: IndexFormat = IndexFormat()  # the indexer cache's tiling and scale bytes
+    block_gap: int = 0  # bytes between one block and the next of each cache (module docstring)
 
     @property
     def num_tokens(self) -> int:
@@ -260,7 +264,7 @@ class FusedOpOutputs:
 class FusedOpCaches:
     """The paged caches of one rank, as bytes (see module docstring)."""
 
-    mla: torch.Tensor  # [num_blocks, block_size, mla_entry_bytes] uint8
+    mla: torch.Tensor  # [num_blocks, block_size, mla_entry_bytes] uint8, blocks maybe apart
     index: torch.Tensor | None = None  # [num_blocks, block_size, index_entry_bytes] uint8
 
 

@@ -45,14 +45,14 @@ from dcpcheck.ops.fused_norm_rope.contract import ModelPreset, index_entry_bytes
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
 
 CACHE_GUARD_BLOCKS = 2
-"""``harness.case.GUARD_BLOCKS``, restated: guard blocks on each side of every cache."""
+"""``guarded_cache.GUARD_BLOCKS``, restated: guard blocks on each side of every cache."""
 
 OUTPUT_GUARD_ROWS = 2
-"""``harness.case.OUTPUT_GUARD_ROWS``, restated: guard rows on each side of every output."""
+"""``case.OUTPUT_GUARD_ROWS``, restated: guard rows on each side of every output."""
 
 CACHE_COPIES = 2
 """Every cache storage is held twice: the one the kernel writes and its pristine copy
-(``harness.case.GuardedCache.initial``), which the checks compare it with."""
+(``guarded_cache.GuardedCache.initial``), which the checks compare it with."""
 
 SLOT_BYTES = 8
 """Slot mappings, positions and owners are int64."""
@@ -127,6 +127,7 @@ class _Shape:
     mla_entry: int  # bytes of one MLA cache entry
     indexer: str
     block_size: int
+    block_gap: int  # bytes between blocks (Scenario.block_gap)
     requests: tuple[Request, ...]
     padding: int
     dcp_sizes: tuple[int, ...]
@@ -142,6 +143,7 @@ class _Shape:
             ),
             indexer=scenario.indexer,
             block_size=scenario.block_size,
+            block_gap=scenario.block_gap,
             requests=scenario.batch.requests,
             padding=scenario.batch.padding,
             dcp_sizes=tuple(dcp_sizes),
@@ -179,14 +181,16 @@ class _Shape:
         return sum(blocks_needed(r, layout) for r in self.requests)
 
     def rank_cache(self, dcp_size: int) -> int:
-        """Bytes of one rank's cache storages at ``dcp_size``, guard blocks included."""
-        mla = (self.blocks(dcp_size) + 2 * CACHE_GUARD_BLOCKS) * self.block_size * self.mla_entry
+        """Bytes of one rank's cache storages at ``dcp_size``, guard blocks and the gaps
+        between blocks included."""
+        mla_block = self.block_size * self.mla_entry + self.block_gap
+        mla = (self.blocks(dcp_size) + 2 * CACHE_GUARD_BLOCKS) * mla_block
         if self.indexer == "none":
             return mla
         # A replicated indexer stores every token on every rank, at its DCP1 slot.
         index_blocks = self.blocks(1 if self.indexer == "replicated" else dcp_size)
-        index_entry = index_entry_bytes(self.model.index_head_dim)
-        return mla + (index_blocks + 2 * CACHE_GUARD_BLOCKS) * self.block_size * index_entry
+        index_block = self.block_size * index_entry_bytes(self.model.index_head_dim)
+        return mla + (index_blocks + 2 * CACHE_GUARD_BLOCKS) * (index_block + self.block_gap)
 
     def case(self, dcp_size: int) -> tuple[int, int, int]:
         """(outputs, caches, mappings) of the case at ``dcp_size``, every rank's."""

@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 
 from dcpcheck.cases.verdicts import CheckResult, Finding
-from dcpcheck.ops.fused_norm_rope.case import GUARD_BLOCKS, OUTPUT_GUARD_ROWS, Case, GuardedCache
+from dcpcheck.ops.fused_norm_rope.case import OUTPUT_GUARD_ROWS, Case
 from dcpcheck.ops.fused_norm_rope.fused_checks import stacked
+from dcpcheck.ops.fused_norm_rope.guarded_cache import GUARD_BLOCKS, GuardedCache
 
 CHECK = "deterministic"
 """The check's name in results and reports."""

@@ -41,7 +41,6 @@ from dcpcheck.ops.fused_norm_rope.cache_entries import (
     mla_entry_parts,
 )
 from dcpcheck.ops.fused_norm_rope.case import (
-    GUARD_BLOCKS,
     OUTPUT_GUARD_BYTE,
     OUTPUT_GUARD_ROWS,
     TOPK_SENTINEL,
@@ -50,6 +49,7 @@ from dcpcheck.ops.fused_norm_rope.case import (
 from dcpcheck.ops.fused_norm_rope.checks import OUTPUT_FIELDS
 from dcpcheck.ops.fused_norm_rope.comparison import part_element_violations
 from dcpcheck.ops.fused_norm_rope.entry_checks import mla_part_slack
+from dcpcheck.ops.fused_norm_rope.guarded_cache import GUARD_BLOCKS
 
 STRAY = "stray_writes"
 """The flag of ``checks.stray_write_checks`` and the output guard rows together: any byte
@@ -200,6 +200,8 @@ class _CacheRows:
         caches = [launch.mla if field == "mla_cache" else launch.index for launch in launches]
         self.storage = stacked([c.storage for c in caches])  # [R, blocks + 2G, B, E]
         self.initial = stacked([c.initial for c in caches])
+        self.gap = stacked([c.gap for c in caches])  # [R, blocks + 2G, gap bytes]
+        self.gap_initial = stacked([c.gap_initial for c in caches])
         ranks, blocks, block_size, _ = self.storage.shape
         self.entries_per_rank = blocks * block_size
         mapping = [
@@ -233,7 +235,8 @@ class _CacheRows:
         return self.read(self.initial.flatten(0, 1), self.entry.flatten(), decode=False)
 
     def stray_flag(self) -> torch.Tensor:
-        """Any changed entry that no slot of the rank's mapping explains."""
+        """Any changed entry that no slot of the rank's mapping explains, or any changed
+        byte between blocks."""
         changed = stray_writes.changed_bytes_per_entry(
             self.storage.flatten(0, 1),
             self.initial.flatten(0, 1),
@@ -243,7 +246,8 @@ class _CacheRows:
         )
         explained = torch.zeros_like(changed, dtype=torch.int32)
         explained.index_add_(0, self.entry.flatten(), self.owned.flatten().to(torch.int32))
-        return ((changed > 0) & (explained == 0)).any()
+        stray = ((changed > 0) & (explained == 0)).any()
+        return stray | (self.gap != self.gap_initial).any() if self.gap.numel() else stray
 
 
 def _caches(case: Case) -> list[_CacheRows]:

@@ -35,6 +35,8 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
                                       #   block_size a multiple of 16 (INDEX_FORMAT_KEYS)
     index_scale = "mx"                # optional, default "fp32"
     block_size = 16
+    block_gap = 0                     # optional: bytes between one block and the next of
+                                      #   each cache (BLOCK_GAP_KEY)
     interleave = 1                    # optional, default 1
     dcp = [1, 2, 4]                   # DCP sizes to run
     seed = 0
@@ -150,6 +152,15 @@ INDEX_LAYOUTS = ("plain", "shuffled")
 optional and only allowed on indexer layers; saved failures spell them out only when they
 are not the default, so files written before they existed read as they did."""
 
+BLOCK_GAP_KEY = "block_gap"
+"""Bytes of other data between the end of one block and the start of the next, in both
+caches: a block-outermost layout (vLLM's ``BLHNC``/``BLNHC``, the layer dimension inside
+the block dimension) hands each layer a view whose block stride is the whole block of every
+layer, so a kernel must address a block by the cache's ``stride(0)``, never by
+``block_size * entry``. Optional, default 0 (blocks back to back); a multiple of
+``limits.BLOCK_GAP_ALIGNMENT`` up to ``limits.BLOCK_GAP_MAX``. The gap's bytes are guard
+bytes: a write into one is a ``guard_bands`` finding."""
+
 BLOCK_TABLE_MODES = ("identity", "shuffled")
 """``identity``: block ids consecutive from 0; ``shuffled``: a permutation seeded by ``seed``."""
 
@@ -176,6 +187,7 @@ class Scenario:
     profiling: bool
     batch: Batch
     values: str = "normal"
+    block_gap: int = 0  # BLOCK_GAP_KEY
     ds_mla_scale: DsMlaScale | None = None  # None: not named here (DS_MLA_SCALE_KEY)
     index_format: IndexFormat = dataclasses.field(default_factory=IndexFormat)  # INDEX_LAYOUTS
     source: Path | None = dataclasses.field(default=None, compare=False)
@@ -248,6 +260,7 @@ class Scenario:
         batch = self.batch
         counts = (  # (key, what the count is, the count, its limit's name in ``limits``)
             ("block_size", "", self.block_size, "BLOCK_SIZE_MAX"),
+            (BLOCK_GAP_KEY, "", self.block_gap, "BLOCK_GAP_MAX"),
             *(("dcp", "DCP size ", size, "DCP_SIZE_MAX") for size in self.dcp_sizes),
             ("seed", "", self.seed, "SEED_MAX"),
             ("padding", "", batch.padding, "PADDING_MAX"),
@@ -266,6 +279,13 @@ class Scenario:
                 self._fail(
                     key, f"{what}must be <= {limit}, got {count} ({name}, dcpcheck/cases/limits.py)"
                 )
+        step = limits.BLOCK_GAP_ALIGNMENT
+        if self.block_gap < 0 or self.block_gap % step:
+            self._fail(
+                BLOCK_GAP_KEY,
+                f"must be a multiple of {step} and >= 0, got {self.block_gap} "
+                "(BLOCK_GAP_ALIGNMENT, dcpcheck/cases/limits.py)",
+            )
 
     def _check_cache(self) -> None:
         if self.cache_layout is CacheLayout.FP8:
@@ -354,6 +374,7 @@ _TOP_LEVEL_KEYS: dict[str, Key] = {
     "index_layout": Key("string", string, "plain"),
     "index_scale": Key("string", string, IndexScale.FP32.value),
     "block_size": Key("integer", integer),
+    BLOCK_GAP_KEY: Key("integer", integer, 0),
     "interleave": Key("integer", integer, 1),
     "dcp": Key("array of integers", integer_array),
     "seed": Key("integer", integer),
@@ -442,6 +463,7 @@ def load_scenario(path: Path) -> Scenario:
         mla_scale=None if mla_scale is None else float(mla_scale),
         indexer=values["indexer"],
         block_size=values["block_size"],
+        block_gap=values[BLOCK_GAP_KEY],
         interleave=values["interleave"],
         dcp_sizes=tuple(values["dcp"]),
         seed=values["seed"],
@@ -496,6 +518,7 @@ def scenario_to_toml(scenario: Scenario) -> str:
         top.append(("index_scale", s.index_format.scale.value))
     top += [
         ("block_size", s.block_size),
+        *([(BLOCK_GAP_KEY, s.block_gap)] if s.block_gap else []),
         ("interleave", s.interleave),
         ("dcp", list(s.dcp_sizes)),
         ("seed", s.seed),

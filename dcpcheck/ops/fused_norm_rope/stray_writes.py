@@ -17,12 +17,18 @@ import torch
 
 import reference
 from dcpcheck.ops.fused_norm_rope.cache_entries import index_rows
-from dcpcheck.ops.fused_norm_rope.case import GUARD_BLOCKS, Case, GuardedCache, RankLaunch
+from dcpcheck.ops.fused_norm_rope.case import Case, RankLaunch
 from dcpcheck.ops.fused_norm_rope.contract import INDEX_SHUFFLE_TILE, IndexFormat
+from dcpcheck.ops.fused_norm_rope.guarded_cache import GUARD_BLOCKS, GuardedCache
 
 ATTRIBUTION_MIN_MATCH = 0.5
 """A stray cache entry is attributed to the token whose oracle encoding shares the most
 bytes with it, if at least this fraction: random initial bytes match by chance ~1/256."""
+
+
+GAP_WHERE = "guard: the gap after this entry's block"
+"""``StrayWrite.where`` of changed bytes between two blocks (``Scenario.block_gap``), filed
+under the last entry of the block they follow."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class StrayWrite:
     cache: str  # "mla_cache" / "index_cache"
     rank: int
     slot: int  # entry index relative to the first addressable entry (negative: guard before)
-    where: str  # "guard before" / "guard after" / "prefix" / "unowned"
+    where: str  # "guard before" / "guard after" / GAP_WHERE / "prefix" / "unowned"
     token: int | None  # token whose oracle encoding it holds, if recognisable
     bytes_changed: int
 
@@ -116,7 +122,26 @@ def _stray_writes(
                 int(changed_per_entry[entry]),
             )
         )
-    return writes
+    return writes + _gap_writes(launch, cache, name)
+
+
+def _gap_writes(launch: RankLaunch, cache: GuardedCache, name: str) -> list[StrayWrite]:
+    """The changed bytes between blocks, one ``StrayWrite`` per gap (the first 64)."""
+    if not cache.gap.numel():
+        return []
+    changed = (cache.gap != cache.gap_initial).sum(dim=1)
+    block_size = cache.storage.shape[1]
+    return [
+        StrayWrite(
+            name,
+            launch.rank,
+            (block - GUARD_BLOCKS + 1) * block_size - 1,
+            GAP_WHERE,
+            None,
+            int(changed[block]),
+        )
+        for block in torch.nonzero(changed).flatten()[:64].tolist()
+    ]
 
 
 def _attribute(entry: torch.Tensor, encodings: torch.Tensor | None) -> int | None:

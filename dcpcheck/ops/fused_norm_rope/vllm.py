@@ -41,8 +41,9 @@ attention.py`` of the same release) passes to each:
 An indexer mapping that stores a token on other ranks than the MLA mapping does (an indexer
 cache kept whole beside a sharded MLA cache) is one no caller of 0.30.0 - 0.34.0 passes
 (``indexer_groups``, with each release's lines): a case that asks it of a kernel loaded as
-``vllm==X`` is not applicable there, with those lines. The same file named by its path has
-no release's callers and is judged on it.
+``vllm==X`` is not applicable there, with those lines. So is a cache whose blocks lie apart
+for 0.25.0 - 0.28.0, whose callers never pass one (``block_gaps``). The same file named by
+its path has no release's callers and is judged on either.
 
 Cache views: for ``auto`` the kernel stores KV and k_pe as elements, so the MLA cache is
 the harness's bytes viewed in the activation dtype ([.., KV + R] elements); for the fp8
@@ -67,7 +68,7 @@ import torch
 
 from dcpcheck.adapters.protocol import AdapterError, Limitation
 from dcpcheck.adapters.shims.vllm.mx_switch import MX_SCALES_WANTED
-from dcpcheck.ops.fused_norm_rope import indexer_groups
+from dcpcheck.ops.fused_norm_rope import block_gaps, indexer_groups
 from dcpcheck.ops.fused_norm_rope.contract import (
     CacheLayout,
     DsMlaScale,
@@ -361,9 +362,14 @@ class VllmFusedNormRope:
         """Why this kernel cannot run a case of ``inputs`` here: an nvfp4_ds_mla cache the
         file has no path for, or whose e2m1 conversion this machine cannot execute; for a
         release, an indexer mapping whose ranks differ from the MLA mapping's, which its
-        callers never pass (``indexer_groups``)."""
+        callers never pass (``indexer_groups``), or caches whose blocks lie apart, which the
+        callers of releases before 0.29.0 never pass (``block_gaps``)."""
         if self.release is not None and self.own_indexer_mapping and _owners_differ(inputs):
             never = indexer_groups.apart_never_passed(self.release)
+            if never is not None:
+                return never
+        if self.release is not None and inputs.block_gap:
+            never = block_gaps.apart_never_passed(self.release)
             if never is not None:
                 return never
         if inputs.cache_layout is not CacheLayout.NVFP4_DS_MLA or self.nvfp4 is Nvfp4Path.OTHER:
