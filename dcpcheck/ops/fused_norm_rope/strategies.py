@@ -2,15 +2,16 @@
 
 A strategy here draws what a scenario file would say (requests with their cached prefix
 and new tokens, padding rows, block size, interleave, DCP size, indexer mode, cache
-layout, dtype, preset, value regime, value seed) and builds a ``Scenario``; the tensors
-follow from it in ``case.py``. So every example Hypothesis finds is a scenario that
-``scenario_to_toml`` can save and ``load_scenario`` replay, bit for bit.
+layout, dtype, preset, value regime, value seed, the gap between cache blocks) and builds a
+``Scenario``; the tensors follow from it in ``case.py``. So every example Hypothesis finds
+is a scenario that ``scenario_to_toml`` can save and ``load_scenario`` replay, bit for bit.
 
 Shrinking is designed in, not left to chance. Hypothesis shrinks integers toward their
 minimum, ``sampled_from`` toward its first element and ``one_of`` toward its first
 branch, but before all that toward *fewer choices*: a ``just(x)`` branch records no
 choice, so it would beat the first branch. So every alternative below draws exactly one
-choice (``integers(1, 1)``, not ``just(1)``), and the first value of every draw is the
+choice (``integers(1, 1)``, not ``just(1)``; ``_one_choice``, not ``sampled_from`` of one
+value), whatever the draws before it allowed, and the first value of every draw is the
 simplest *meaningful* one. The top-level ``scenarios`` tries ``all_negative_ranks``
 first, whose minimum is one request with one decode token at position 1 under DCP2
 (rank 0 owns nothing), block size 16, interleave 1, bf16, auto cache, sharded indexer,
@@ -34,6 +35,7 @@ import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
@@ -54,12 +56,19 @@ from dcpcheck.ops.fused_norm_rope.scenario import (
     Scenario,
 )
 
+T = TypeVar("T")
+
 MAX_DCP_SIZE = 8
 """Largest DCP size drawn when ``--dcp`` does not fix them (docs/dcp-contract.md: n from 1 to 8)."""
 
 BLOCK_SIZES = (16, 1, 2, 4, 8, 32, 64)
 """Block sizes drawn (docs/dcp-contract.md: 1 to 64); 16 first, so shrinking settles on the usual
 one."""
+
+BLOCK_GAPS = (0, 1024)
+"""Bytes between cache blocks drawn (``Scenario.block_gap``): back to back first, so
+shrinking settles there, then a block-outermost layout's 1 KiB (the ``block-gap``
+scenario's)."""
 
 FP8_SCALES = (0.3, 1.0, 0.0625)
 """Per-tensor fp8 scales drawn: the golden vectors' 0.3 first, then a power of two at each
@@ -232,11 +241,22 @@ def cache_layouts() -> SearchStrategy[tuple[CacheLayout, float | None]]:
 def index_formats(indexer: str, block_size: int) -> SearchStrategy[IndexFormat]:
     """The indexer cache's format: plain fp32 first (where shrinking settles), the shuffled
     tiling where the block size allows it (a multiple of ``INDEX_SHUFFLE_TILE``), and
-    MX-packed scales; the plain format alone on a shared layer."""
-    if indexer == "none":
-        return st.just(IndexFormat())
-    tilings = (False, True) if block_size % INDEX_SHUFFLE_TILE == 0 else (False,)
-    return st.builds(IndexFormat, st.sampled_from(tilings), st.sampled_from(tuple(IndexScale)))
+    MX-packed scales; the plain format alone on a shared layer.
+
+    Two choices are drawn whatever the indexer and block size allow (``_one_choice``): a
+    format drawn with fewer choices would be simpler to Hypothesis than the same format
+    drawn with more, so shrinking would settle on a shared layer or a block size that
+    cannot tile rather than on the simplest case (module docstring)."""
+    tiles = indexer != "none" and block_size % INDEX_SHUFFLE_TILE == 0
+    tilings = (False, True) if tiles else (False,)
+    scales = tuple(IndexScale) if indexer != "none" else (IndexScale.FP32,)
+    return st.builds(IndexFormat, _one_choice(tilings), _one_choice(scales))
+
+
+def _one_choice(values: tuple[T, ...]) -> SearchStrategy[T]:
+    """One of ``values``, the first where shrinking settles, drawn as one choice even when
+    there is only one value (``sampled_from`` of one value draws none)."""
+    return st.integers(0, len(values) - 1).map(values.__getitem__)
 
 
 ALL_NEGATIVE, MIXED, PREFIX_CACHED, ANY = "all_negative", "mixed", "prefix_cached", "any"
@@ -300,6 +320,7 @@ def _members(draw: DrawFn, space: SearchSpace, shape: str) -> tuple[Scenario, ..
         profiling=False,
         batch=member_batches[0],
         values=draw(st.sampled_from(VALUE_REGIMES)),
+        block_gap=draw(_one_choice(BLOCK_GAPS)),
     )
     return tuple(dataclasses.replace(first, batch=batch) for batch in member_batches)
 
