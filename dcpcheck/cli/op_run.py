@@ -21,7 +21,6 @@ internal error's traceback first), exit 1.
 from __future__ import annotations
 
 import dataclasses
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.ops import OpPackage, package
 from dcpcheck.output.console import err, out, print_results
 from dcpcheck.output.report import ReportNotWritten, write_reports
-from dcpcheck.workflows.session import INTERNAL_ERROR_CASE, broken_off_record, kernel_load_record
+from dcpcheck.workflows.session import broken_off_by, kernel_load_record
 
 SEARCH_EXAMPLES = 100
 """Examples of the op's property search when ``--property-only`` names no count."""
@@ -214,9 +213,7 @@ def judge_cases(
     except (click.ClickException, KernelLoadFailure, KernelFailed):
         raise  # said in one line by the command, reported as such where it applies
     except Exception as exc:  # a device fault or dcpcheck's own bug: kept, never lost
-        cases.broken_off = broken_off_record(exc)
-        if cases.broken_off.scenario == INTERNAL_ERROR_CASE:
-            cases.internal_traceback = traceback.format_exc()
+        cases.broken_off, cases.internal_traceback = broken_off_by(exc)
     return cases
 
 

@@ -239,6 +239,14 @@ def broken_off_record(exc: BaseException) -> CaseResult:
     )
 
 
+def broken_off_by(exc: BaseException) -> tuple[CaseResult, str]:
+    """``exc``, being handled, as what broke a run off: its record
+    (:func:`broken_off_record`) and, for dcpcheck's own error, its whole traceback (a bug to
+    report; a device fault's record already says where it surfaced), else ``""``."""
+    record = broken_off_record(exc)
+    return record, traceback.format_exc() if record.scenario == INTERNAL_ERROR_CASE else ""
+
+
 def kernel_load_record(status: str, message: str) -> CaseResult:
     """A kernel that never loaded, as a case: status ``error`` when it raised while it
     loaded (exit 125), ``crash`` or ``timeout`` when its import ended or hung the process
@@ -285,7 +293,5 @@ def run_session(
     except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM, wherever the run was
         outcome.stopped = stop
     except Exception as exc:  # a device fault or dcpcheck's own bug: never a clean report
-        outcome.broken_off = broken_off_record(exc)
-        if outcome.broken_off.scenario == INTERNAL_ERROR_CASE:
-            outcome.internal_traceback = traceback.format_exc()
+        outcome.broken_off, outcome.internal_traceback = broken_off_by(exc)
     return outcome

@@ -200,8 +200,10 @@ class _CacheRows:
         caches = [launch.mla if field == "mla_cache" else launch.index for launch in launches]
         self.storage = stacked([c.storage for c in caches])  # [R, blocks + 2G, B, E]
         self.initial = stacked([c.initial for c in caches])
-        self.gap = stacked([c.gap for c in caches])  # [R, blocks + 2G, gap bytes]
-        self.gap_initial = stacked([c.gap_initial for c in caches])
+        self.gap = self.gap_initial = None  # [R, blocks + 2G, gap bytes], where blocks lie apart
+        if caches[0].gap.numel():
+            self.gap = stacked([c.gap for c in caches])
+            self.gap_initial = stacked([c.gap_initial for c in caches])
         ranks, blocks, block_size, _ = self.storage.shape
         self.entries_per_rank = blocks * block_size
         mapping = [
@@ -247,7 +249,7 @@ class _CacheRows:
         explained = torch.zeros_like(changed, dtype=torch.int32)
         explained.index_add_(0, self.entry.flatten(), self.owned.flatten().to(torch.int32))
         stray = ((changed > 0) & (explained == 0)).any()
-        return stray | (self.gap != self.gap_initial).any() if self.gap.numel() else stray
+        return stray if self.gap is None else stray | (self.gap != self.gap_initial).any()
 
 
 def _caches(case: Case) -> list[_CacheRows]:
