@@ -42,6 +42,8 @@ class Backend:
     overflow_checks: str = field(default="", compare=False)
     """Whether the interpreter computes its dropped overflow checks
     (dcpcheck.interpreter.overflow_checks)."""
+    block_types: str = field(default="", compare=False)
+    """Whether the interpreter builds each block type once (dcpcheck.interpreter.block_types)."""
 
     def describe(self) -> str:
         if self.interpreted:
@@ -54,6 +56,7 @@ class Backend:
                 self.scalars,
                 self.bf16_casts,
                 self.overflow_checks,
+                self.block_types,
             )
             notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)

@@ -12,6 +12,7 @@ def install() -> dict[str, str]:
     ``dcpcheck.backend.Backend`` that reports it (the backend line shows them)."""
     from dcpcheck.interpreter import (
         bf16_casts,
+        block_types,
         calls,
         dots,
         dtypes,
@@ -32,4 +33,5 @@ def install() -> dict[str, str]:
         "scalars": scalars.install_scalar_index(),
         "bf16_casts": bf16_casts.install_bf16_casts(),
         "overflow_checks": overflow_checks.install_unread_overflow_checks_off(),
+        "block_types": block_types.install_block_types_once(),
     }

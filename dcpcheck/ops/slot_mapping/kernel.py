@@ -40,7 +40,7 @@ BLOCK_REQUESTS = 128
 """Requests a program of the local sequence lengths handles."""
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["table_group_stride", "num_requests", "max_num_tokens", "dcp_rank"])
 def _slot_mapping_kernel(
     query_start_loc_ptr,
     positions_ptr,
@@ -127,7 +127,7 @@ def compute_slot_mappings(inputs: SlotMappingInputs, slot_mappings: torch.Tensor
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_reqs", "max_num_reqs", "dcp_rank"])
 def _local_seq_lens_kernel(
     seq_lens_ptr,
     out_ptr,
@@ -153,6 +153,10 @@ def compute_local_seq_lens(inputs: LocalSeqLensInputs, local_seq_lens: torch.Ten
     ``inputs.dcp_rank``'s length of every request into ``local_seq_lens``, 0 for padded
     requests."""
     max_num_reqs = local_seq_lens.shape[0]
+    # Both kernels take the rank, the request and token counts and the table's group stride
+    # unspecialized (``do_not_specialize``): Triton would compile a binary for a value of 1, one for
+    # a multiple of 16 and one for any other, which differ in alignment hints only, so a DCP4 case
+    # would compile three where one serves every rank.
     _local_seq_lens_kernel[(triton.cdiv(max_num_reqs, BLOCK_REQUESTS),)](
         inputs.seq_lens,
         local_seq_lens,

@@ -37,7 +37,7 @@ BLOCK_K = 256
 """Picks a program handles per step: DeepSeek's indexer picks 2048, so eight steps."""
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["table_row_stride", "table_width", "rank_stride", "dcp_rank"])
 def _remap_kernel(
     req_id_ptr,
     table_ptr,
@@ -111,6 +111,10 @@ def remap(inputs: RemapInputs, out: torch.Tensor, valid_counts: torch.Tensor | N
         return
     table = inputs.block_table
     workspace = inputs.workspace
+    # The kernel takes the rank, the block table's width and strides unspecialized
+    # (``do_not_specialize``): Triton would compile a binary for a value of 1, one for a multiple of
+    # 16 and one for any other, which differ in alignment hints only, so a DCP4 case would compile
+    # three where one serves every rank.
     _remap_kernel[(rows,)](
         inputs.req_id,
         table,
