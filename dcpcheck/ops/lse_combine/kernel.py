@@ -112,10 +112,10 @@ def combine(inputs: CombineInputs) -> Merged:
     corrected = torch.empty((rows, heads, head_dim), dtype=out.dtype, device=out.device)
     merged_lse = torch.empty((rows, heads), dtype=torch.float32, device=out.device)
     if rows:
-        # The kernel takes the rank and the strides of the gathered partials unspecialized
-        # (``do_not_specialize``): Triton would compile a binary for a value of 1, one for a
-        # multiple of 16 and one for any other, which differ in alignment hints only, so a DCP4 case
-        # would compile three where one serves every rank.
+        # The kernel takes the rank, its partial output's head stride and the gathered LSEs'
+        # rank stride unspecialized (``do_not_specialize``): Triton would compile a binary for
+        # a value of 1, one for a multiple of 16 and one for any other, which differ in
+        # alignment hints only, so a DCP4 case would compile three where one serves every rank.
         _correct_kernel[(rows,)](
             out,
             corrected,
