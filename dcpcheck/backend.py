@@ -43,7 +43,8 @@ class Backend:
     """Whether the interpreter computes its dropped overflow checks
     (dcpcheck.interpreter.overflow_checks)."""
     block_types: str = field(default="", compare=False)
-    """Whether the interpreter builds each block type once (dcpcheck.interpreter.block_types)."""
+    """Whether the interpreter builds each block type and tensor shape once
+    (dcpcheck.interpreter.block_types)."""
 
     def describe(self) -> str:
         if self.interpreted:

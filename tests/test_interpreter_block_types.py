@@ -1,6 +1,7 @@
-"""The interpreter builds each block type once (dcpcheck.interpreter.block_types): the one it
-hands out equals a fresh one, types that differ get different ones, a kernel computes the
-same values either way, and a cache that would disagree is not installed."""
+"""The interpreter builds each block type and tensor shape once
+(dcpcheck.interpreter.block_types): what it hands out equals what Triton builds afresh,
+types that differ get different ones, a kernel computes the same values either way, and a
+cache that would disagree is not installed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import triton
 import triton.language as tl
 
 from dcpcheck.interpreter import block_types
-from dcpcheck.interpreter.block_types import install_block_types_once
+from dcpcheck.interpreter.block_types import INSTALLED, install_block_types_once
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(
@@ -24,10 +25,19 @@ def builder():
     return importlib.import_module("triton.runtime.interpreter").InterpreterBuilder
 
 
+def tritons_own(monkeypatch) -> None:
+    """Put Triton's own builders back for the rest of the test."""
+    get, with_element = builder().get_block_ty, tl.core.block_type.with_element_ty
+    monkeypatch.setattr(builder(), "get_block_ty", get.__wrapped__)
+    monkeypatch.setattr(tl.core.block_type, "with_element_ty", with_element.__wrapped__)
+    monkeypatch.setattr(tl.core.tensor, "__init__", tl.core.tensor.__init__.__wrapped__)
+
+
 def test_the_backend_installed_it_and_says_so():
-    assert BACKEND.block_types == "block types built once"
-    assert "block types built once" in BACKEND.describe()
+    assert BACKEND.block_types == INSTALLED == "block types and tensor shapes built once"
+    assert INSTALLED in BACKEND.describe()
     assert builder().get_block_ty is not builder().get_block_ty.__wrapped__
+    assert tl.core.tensor.__init__ is not tl.core.tensor.__init__.__wrapped__
 
 
 def test_equal_types_share_one_block_type_and_it_is_what_triton_builds():
@@ -54,6 +64,19 @@ def test_types_that_differ_get_block_types_that_differ():
     for index, one in enumerate(seen):
         assert all(one != other for other in seen[index + 1 :]), one
     assert get(None, tl.pointer_type(tl.float16), [16]) is seen[3]  # equal, made again
+
+
+def test_tensors_of_equal_types_share_a_shape_equal_to_the_one_triton_builds():
+    block = builder().get_block_ty(None, tl.int32, [2, 16])
+    first, second = tl.tensor("a", block), tl.tensor("b", tl.block_type(tl.int32, [2, 16]))
+    assert second.shape is first.shape and second.numel is first.numel
+    assert (second.handle, second.dtype) == ("b", tl.int32)
+    fresh = tl.tensor.__new__(tl.tensor)
+    tl.core.tensor.__init__.__wrapped__(fresh, "b", block)
+    assert list(second.shape) == list(fresh.shape) == [2, 16]
+    assert second.numel == fresh.numel == 32
+    assert tl.tensor("c", tl.int64).shape is not first.shape  # another type: its own
+    assert list(tl.tensor("c", tl.int64).shape) == [] and tl.tensor("c", tl.int64).numel == 1
 
 
 def test_a_shape_triton_refuses_is_refused_every_time():
@@ -83,23 +106,44 @@ def test_a_kernel_computes_the_same_bits_with_block_types_built_per_operation(mo
         return out.view(torch.int16)
 
     once = launched()
-    get, with_element = builder().get_block_ty, tl.core.block_type.with_element_ty
-    monkeypatch.setattr(builder(), "get_block_ty", get.__wrapped__)
-    monkeypatch.setattr(tl.core.block_type, "with_element_ty", with_element.__wrapped__)
+    tritons_own(monkeypatch)
     assert torch.equal(launched(), once)
 
 
-def test_a_cache_that_disagrees_with_triton_is_not_installed(monkeypatch):
-    get, with_element = builder().get_block_ty, tl.core.block_type.with_element_ty
-    monkeypatch.setattr(block_types, "_status", None)  # as before installing:
-    monkeypatch.setattr(builder(), "get_block_ty", get.__wrapped__)
-    monkeypatch.setattr(tl.core.block_type, "with_element_ty", with_element.__wrapped__)
+def own_builders() -> tuple:
+    return builder().get_block_ty, tl.core.block_type.with_element_ty, tl.core.tensor.__init__
 
-    def off_by_one(make):
+
+def test_a_block_type_cache_that_disagrees_with_triton_is_not_installed(monkeypatch):
+    monkeypatch.setattr(block_types, "_status", None)  # as before installing
+    tritons_own(monkeypatch)
+    before = own_builders()
+
+    def twice_as_wide(make):
         return lambda element_ty, shape: make(element_ty, [2 * s for s in shape])
 
-    monkeypatch.setattr(block_types, "_cache", off_by_one)
+    monkeypatch.setattr(block_types, "_cache", twice_as_wide)
     status = install_block_types_once()
-    assert status.startswith("block types built per operation") and "differs" in status
-    assert builder().get_block_ty is get.__wrapped__
-    assert tl.core.block_type.with_element_ty is with_element.__wrapped__
+    assert status.startswith("block types built per operation") and "block type" in status
+    assert own_builders() == before
+
+
+def test_shared_shapes_that_disagree_with_triton_are_not_installed(monkeypatch):
+    monkeypatch.setattr(block_types, "_status", None)
+    tritons_own(monkeypatch)
+    before = own_builders()
+    sharing = block_types._shared_shapes
+
+    def one_more(init):
+        shared = sharing(init)
+
+        def tensor_init(self, handle, ty):
+            shared(self, handle, ty)
+            self.numel = tl.constexpr(self.numel.value + 1)
+
+        return tensor_init
+
+    monkeypatch.setattr(block_types, "_shared_shapes", one_more)
+    status = install_block_types_once()
+    assert status.startswith("block types built per operation") and "a tensor of" in status
+    assert own_builders() == before
