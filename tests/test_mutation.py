@@ -190,6 +190,41 @@ def test_a_rerun_takes_every_outcome_from_the_cache_and_launches_nothing(
     assert [o.outcome for o in found.values()] == [runner.SURVIVED] * 3
 
 
+@pytest.mark.parametrize(
+    ("jobs", "outside", "threads"),
+    [(4, None, "1"), (1, None, None), (4, "3", "3")],
+    ids=["several-jobs-one-thread-each", "one-job-torch-default", "a-set-value-kept"],
+)
+def test_workers_run_side_by_side_on_one_torch_thread_each(
+    small, tmp_path, monkeypatch, jobs, outside, threads
+):
+    if outside is None:
+        monkeypatch.delenv(runner.ONE_THREAD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(runner.ONE_THREAD_ENV, outside)
+    environments = []
+
+    class Exited:  # a worker that exits at once with the gate's "passed"
+        pid = os.getpid()
+        returncode = 0
+
+        def __init__(self, command, env, **kwargs):
+            environments.append(env)
+
+        def poll(self):
+            return 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(runner.subprocess, "Popen", Exited)
+    gate = runner.Gate("lse-combine", "default", (4,), scenario_dir=tmp_path)
+    runner.run_mutants(mutants_of(small)[:2], gate, runner.Cache(tmp_path / "c", gate), jobs)
+    assert len(environments) == 2
+    assert all(env.get(runner.ONE_THREAD_ENV) == threads for env in environments)
+    assert all(env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO) for env in environments)
+
+
 def test_the_equivalents_file_is_read_and_a_bad_one_is_one_line(tmp_path):
     path = tmp_path / "kernel.mutants.toml"
     assert equivalents.file_for(tmp_path / "kernel.py") == path
@@ -467,6 +502,90 @@ def test_a_worker_records_what_of_the_stood_in_file_ran_and_launched(small, tmp_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     assert ran.read(tmp_path / "ran") == {str(small.resolve()): {"<module>", "copy", "_copy"}}
+
+
+JIT_HELPERS = textwrap.dedent(
+    """
+    import triton
+
+
+    @triton.jit
+    def by_instruction(x):
+        return x + 1
+
+
+    @triton.jit
+    def by_arithmetic(x):
+        return x - 1
+
+
+    @triton.jit
+    def under_flag(x):
+        return x * 2
+
+
+    codes = by_instruction  # the alias a machine's capability picks
+    """
+)
+
+JIT_KERNEL = textwrap.dedent(
+    """
+    import triton
+    import triton.language as tl
+
+    import jit_helpers
+    from jit_helpers import codes
+
+
+    @triton.jit
+    def kernel(x_ptr, FLAG: tl.constexpr):
+        x = jit_helpers.by_arithmetic(codes(tl.load(x_ptr)))
+        if FLAG:
+            x = jit_helpers.under_flag(x)
+        tl.store(x_ptr, x)
+    """
+)
+
+
+def test_a_gpu_compile_records_the_jitted_functions_of_other_files_it_calls(tmp_path):
+    """Compiled for sm_90 (no device needed), a kernel's calls into another watched file
+    are recorded under the names Triton compiled: the alias as the function it is bound
+    to, an attribute of the module, and not the call a false constexpr leaves out."""
+    (tmp_path / "jit_helpers.py").write_text(JIT_HELPERS)
+    (tmp_path / "jit_kernel.py").write_text(JIT_KERNEL)
+    helpers, kernel = tmp_path / "jit_helpers.py", tmp_path / "jit_kernel.py"
+    code = (
+        "import sys; from pathlib import Path\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from dcpcheck.kernels import ran\n"
+        f"ran.watch(Path({str(kernel)!r}), Path({str(kernel)!r}))\n"
+        "import triton; from triton.backends.compiler import GPUTarget\n"
+        "import jit_kernel\n"
+        "source = triton.compiler.ASTSource(\n"
+        "    jit_kernel.kernel, {'x_ptr': '*fp32', 'FLAG': 'constexpr'}, {'FLAG': False})\n"
+        "triton.compile(source, target=GPUTarget('cuda', 90, 32))\n"
+    )
+    (tmp_path / "ran").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(
+        PYTHONPATH=str(REPO),
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        **{ran.RAN_DIR_ENV: str(tmp_path / "ran"), ran.RAN_FILES_ENV: str(helpers)},
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert ran.read(tmp_path / "ran") == {
+        str(helpers): {"<module>", "by_instruction", "by_arithmetic"},
+        str(kernel): {"<module>"},  # imported and compiled, never launched
+    }
+
+
+def test_this_tritons_code_generator_has_the_call_ran_records():
+    """``ran`` records a GPU's compiled calls where Triton's code generator compiles a call
+    to a jitted function; a Triton without that method would leave them unrecorded."""
+    from triton.compiler.code_generator import CodeGenerator
+
+    assert callable(getattr(CodeGenerator, "call_JitFunction", None))
 
 
 def test_mutate_does_not_run_the_mutants_of_a_kernel_the_gate_never_launches(tmp_path):

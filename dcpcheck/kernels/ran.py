@@ -5,10 +5,18 @@ kernel's gate, and skips the mutants of functions that nothing the gate ran can 
 
 A function ran when Python entered it, or when Triton launched it (``JITFunction.run``
 and the interpreter's ``run`` both hold the launched function as ``self.fn``): on a GPU a
-kernel's body is compiled code that Python never enters. Each process that stands a file
-in (the mutation worker, the fused op's isolation workers) writes its own
-``ran-PID.json``, rewritten whenever a function is added, so a process that leaves
-through ``os._exit`` or is killed keeps what it saw.
+kernel's body is compiled code that Python never enters. So a jitted function that a
+kernel calls ran when Triton's code generator compiled a call to it
+(``CodeGenerator.call_JitFunction``), in whatever file it lives: only the calls of the
+branches a launch's constexprs take are compiled, and a module-level alias is the function
+it is bound to in this process (the fused kernel's ``fp8_e4m3_codes`` is the e4m3
+conversion instruction on an sm_89+ GPU, the integer encoding under the interpreter). A
+binary Triton loads from its cache is not compiled, so the unedited kernel's gate that
+records this runs with a Triton cache of its own (``dcpcheck.mutation.runner``).
+
+Each process that stands a file in (the mutation worker, the fused op's isolation
+workers) writes its own ``ran-PID.json``, rewritten whenever a function is added, so a
+process that leaves through ``os._exit`` or is killed keeps what it saw.
 """
 
 from __future__ import annotations
@@ -47,16 +55,39 @@ def _original(filename: str) -> str | None:
     return _WATCHED.get(filename) or _WATCHED.get(os.path.realpath(filename))
 
 
+def _ran(function: Any) -> None:
+    """Record ``function`` (a Python function, or Triton's wrapper of one) if it lives in
+    a watched file."""
+    code = getattr(getattr(function, "fn", function), "__code__", None)
+    if code is not None and (original := _original(code.co_filename)) is not None:
+        _record(original, code.co_name)
+
+
+def _record_compiled_calls() -> None:
+    """Make Triton's code generator record each jitted function it compiles a call to
+    (module docstring). Under the interpreter nothing is compiled: the trace sees the
+    bodies run."""
+    from triton.compiler.code_generator import CodeGenerator
+
+    compile_call = CodeGenerator.call_JitFunction
+    if getattr(compile_call, "records_calls", False):
+        return
+
+    def recorded(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        _ran(fn)
+        return compile_call(self, fn, *args, **kwargs)
+
+    recorded.records_calls = True  # type: ignore[attr-defined]
+    CodeGenerator.call_JitFunction = recorded
+
+
 def _called(frame: FrameType, event: str, arg: Any) -> None:
     """The trace function: sees each new frame once, and traces nothing inside it."""
     original = _original(frame.f_code.co_filename)
     if original is not None:
         _record(original, frame.f_code.co_name)
     elif frame.f_code.co_name == "run":
-        launched = getattr(frame.f_locals.get("self"), "fn", None)
-        code = getattr(launched, "__code__", None)
-        if code is not None and (original := _original(code.co_filename)) is not None:
-            _record(original, code.co_name)
+        _ran(getattr(frame.f_locals.get("self"), "fn", None))
     return None
 
 
@@ -71,6 +102,7 @@ def watch(replacement: Path, original: Path) -> None:
     _original.cache_clear()
     sys.settrace(_called)
     threading.settrace(_called)
+    _record_compiled_calls()
 
 
 def read(folder: Path) -> dict[str, set[str]]:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -236,8 +236,33 @@ class _Running:
     search: bool
 
 
+ONE_THREAD_ENV = "OMP_NUM_THREADS"
+"""Set to 1 for every worker of a run of several at once, unless already set: torch's
+default is a CPU thread a core in each process, so ``--jobs 14`` on a 16-core GPU box ran
+14 times as many threads as cores: no fused op's 300-example search finished inside 300 s
+there, where on one thread a worker they take about a minute each (BENCHMARKS.md,
+"Mutation testing")."""
+
+
+def worker_environment(jobs: int, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a mutant's worker: ``base`` with this checkout first on
+    ``PYTHONPATH``, and one torch thread where ``jobs`` workers share the CPUs
+    (``ONE_THREAD_ENV``)."""
+    root = str(Path(__file__).parents[2])  # this checkout, installed or not
+    path = os.pathsep.join(p for p in (root, base.get("PYTHONPATH")) if p)
+    env = {**base, "PYTHONPATH": path}
+    if jobs > 1:
+        env.setdefault(ONE_THREAD_ENV, "1")
+    return env
+
+
 def _launch(
-    mutant: Mutant, gate: Gate, scratch: Path, search: bool, files: Sequence[Path] = ()
+    mutant: Mutant,
+    gate: Gate,
+    scratch: Path,
+    search: bool,
+    jobs: int,
+    files: Sequence[Path] = (),
 ) -> _Running:
     folder = Path(tempfile.mkdtemp(prefix="mutant-", dir=scratch))
     mutated = folder / mutant.path.name
@@ -245,10 +270,9 @@ def _launch(
     report = folder / "report.json"
     command = [sys.executable, "-m", "dcpcheck.mutation.worker", str(mutant.path), str(mutated)]
     command += gate.arguments(report, folder / "home", search)
-    root = str(Path(__file__).parents[2])  # this checkout, installed or not
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
+    env = worker_environment(jobs, os.environ)
     if mutant.operator == BASELINE:  # what of the file the gate runs (``campaign``)
+        env["TRITON_CACHE_DIR"] = str(folder / "triton")  # every binary compiled: ``ran``
         (folder / "ran").mkdir()
         env[ran.RAN_DIR_ENV] = str(folder / "ran")
         env[ran.RAN_FILES_ENV] = os.pathsep.join(str(f.resolve()) for f in files)
@@ -311,7 +335,8 @@ def run_mutants(
         try:
             while pending or running:
                 while pending and len(running) < jobs:
-                    running.append(_launch(pending.pop(), gate, Path(scratch), search, watched))
+                    mutant = pending.pop()
+                    running.append(_launch(mutant, gate, Path(scratch), search, jobs, watched))
                 time.sleep(0.05)
                 for job in list(running):
                     late = time.monotonic() - job.started > gate.timeout

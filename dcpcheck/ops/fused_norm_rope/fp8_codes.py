@@ -93,8 +93,10 @@ def conversion_instruction_usable() -> bool:
     """Whether this module's kernels compile for a GPU with the e4m3 conversion: not under
     the interpreter (its cast is wrong, module docstring), and not on a CUDA device older
     than sm_89, where Triton has no ``float8e4nv``. Compiled with no device visible (only
-    ``benchmarks/kernel_registers.py`` does that, for sm_90), it is."""
-    if not isinstance(fp8_e4m3_codes_by_arithmetic, JITFunction):  # the interpreter's
+    ``benchmarks/kernel_registers.py`` does that, for sm_90), it is. It asks of the
+    instruction's function, not the encoding's, so that a mutation run on a GPU counts
+    the encoding unreached (``dcpcheck.mutation.reach`` follows names)."""
+    if not isinstance(fp8_e4m3_codes_by_instruction, JITFunction):  # the interpreter's
         return False
     return not torch.cuda.is_available() or torch.cuda.get_device_capability() >= (8, 9)
 
