@@ -583,9 +583,33 @@ def test_a_gpu_compile_records_the_jitted_functions_of_other_files_it_calls(tmp_
 def test_this_tritons_code_generator_has_the_call_ran_records():
     """``ran`` records a GPU's compiled calls where Triton's code generator compiles a call
     to a jitted function; a Triton without that method would leave them unrecorded."""
+    import inspect
+
     from triton.compiler.code_generator import CodeGenerator
 
-    assert callable(getattr(CodeGenerator, "call_JitFunction", None))
+    method = getattr(CodeGenerator, ran.COMPILED_CALL, None)
+    assert callable(method) and "fn" in inspect.signature(method).parameters
+
+
+def test_the_fused_kernels_unedited_gate_passes_while_its_record_is_taken(tmp_path):
+    """A worker that records what ran (the unedited kernel's gate in ``mutate``) judges as
+    any run does: under the interpreter the fused kernel's fp8 cache passes, and the
+    integer encoding it ran is recorded."""
+    kernel = REPO / "dcpcheck/ops/fused_norm_rope/kernel.py"
+    codes = REPO / "dcpcheck/ops/fused_norm_rope/fp8_codes.py"
+    (tmp_path / "ran").mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        ran.RAN_DIR_ENV: str(tmp_path / "ran"),
+        ran.RAN_FILES_ENV: str(codes),
+    }
+    command = [sys.executable, "-m", "dcpcheck.mutation.worker", str(kernel), str(kernel)]
+    command += ["run", "--op", "fused-norm-rope", "--no-tokens", "--scenario", "fp8-cache"]
+    command += ["--dcp", "1", "--home", str(tmp_path / "home")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "fp8_e4m3_codes_by_arithmetic" in ran.read(tmp_path / "ran")[str(codes)]
 
 
 def test_mutate_does_not_run_the_mutants_of_a_kernel_the_gate_never_launches(tmp_path):

@@ -6,8 +6,8 @@ kernel's gate, and skips the mutants of functions that nothing the gate ran can 
 A function ran when Python entered it, or when Triton launched it (``JITFunction.run``
 and the interpreter's ``run`` both hold the launched function as ``self.fn``): on a GPU a
 kernel's body is compiled code that Python never enters. So a jitted function that a
-kernel calls ran when Triton's code generator compiled a call to it
-(``CodeGenerator.call_JitFunction``), in whatever file it lives: only the calls of the
+kernel calls ran when Triton's code generator compiled a call to it (the trace sees
+``CodeGenerator.call_JitFunction`` begin), in whatever file it lives: only the calls of the
 branches a launch's constexprs take are compiled, and a module-level alias is the function
 it is bound to in this process (the fused kernel's ``fp8_e4m3_codes`` is the e4m3
 conversion instruction on an sm_89+ GPU, the integer encoding under the interpreter). A
@@ -31,6 +31,9 @@ from types import FrameType
 from typing import Any
 
 RAN_DIR_ENV = "DCPCHECK_RAN_DIR"
+COMPILED_CALL = "call_JitFunction"
+"""The method of Triton's code generator that compiles a call to a jitted function, its
+callee as ``fn`` (module docstring)."""
 RAN_FILES_ENV = "DCPCHECK_RAN_FILES"  # more files to watch as they are (os.pathsep between)
 
 _WATCHED: dict[str, str] = {}  # the stand-in's path, as code objects name it -> the original's
@@ -63,24 +66,6 @@ def _ran(function: Any) -> None:
         _record(original, code.co_name)
 
 
-def _record_compiled_calls() -> None:
-    """Make Triton's code generator record each jitted function it compiles a call to
-    (module docstring). Under the interpreter nothing is compiled: the trace sees the
-    bodies run."""
-    from triton.compiler.code_generator import CodeGenerator
-
-    compile_call = CodeGenerator.call_JitFunction
-    if getattr(compile_call, "records_calls", False):
-        return
-
-    def recorded(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        _ran(fn)
-        return compile_call(self, fn, *args, **kwargs)
-
-    recorded.records_calls = True  # type: ignore[attr-defined]
-    CodeGenerator.call_JitFunction = recorded
-
-
 def _called(frame: FrameType, event: str, arg: Any) -> None:
     """The trace function: sees each new frame once, and traces nothing inside it."""
     original = _original(frame.f_code.co_filename)
@@ -88,6 +73,8 @@ def _called(frame: FrameType, event: str, arg: Any) -> None:
         _record(original, frame.f_code.co_name)
     elif frame.f_code.co_name == "run":
         _ran(getattr(frame.f_locals.get("self"), "fn", None))
+    elif frame.f_code.co_name == COMPILED_CALL:
+        _ran(frame.f_locals.get("fn"))
     return None
 
 
@@ -102,7 +89,6 @@ def watch(replacement: Path, original: Path) -> None:
     _original.cache_clear()
     sys.settrace(_called)
     threading.settrace(_called)
-    _record_compiled_calls()
 
 
 def read(folder: Path) -> dict[str, set[str]]:
