@@ -593,19 +593,19 @@ def test_this_tritons_code_generator_has_the_call_ran_records():
 
 def test_the_fused_kernels_unedited_gate_passes_while_its_record_is_taken(tmp_path):
     """A worker that records what ran (the unedited kernel's gate in ``mutate``) judges as
-    any run does: under the interpreter the fused kernel's fp8 cache passes, and the
-    integer encoding it ran is recorded."""
+    any run does: under the interpreter the fused kernel's fp8 and nvfp4 caches pass, and
+    the integer encoding it ran is recorded."""
     kernel = REPO / "dcpcheck/ops/fused_norm_rope/kernel.py"
     codes = REPO / "dcpcheck/ops/fused_norm_rope/fp8_codes.py"
     (tmp_path / "ran").mkdir()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        ran.RAN_DIR_ENV: str(tmp_path / "ran"),
-        ran.RAN_FILES_ENV: str(codes),
-    }
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # as a shell's
+    env.update(
+        PYTHONPATH=str(REPO),
+        **{ran.RAN_DIR_ENV: str(tmp_path / "ran"), ran.RAN_FILES_ENV: str(codes)},
+    )
     command = [sys.executable, "-m", "dcpcheck.mutation.worker", str(kernel), str(kernel)]
     command += ["run", "--op", "fused-norm-rope", "--no-tokens", "--scenario", "fp8-cache"]
+    command += ["--scenario", "below-floor-nvfp4-fp16"]  # the nvfp4 writer's launches too
     command += ["--dcp", "1", "--home", str(tmp_path / "home")]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stdout[-2000:]
