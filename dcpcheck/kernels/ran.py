@@ -31,10 +31,10 @@ from types import FrameType
 from typing import Any
 
 RAN_DIR_ENV = "DCPCHECK_RAN_DIR"
+RAN_FILES_ENV = "DCPCHECK_RAN_FILES"  # more files to watch as they are (os.pathsep between)
 COMPILED_CALL = "call_JitFunction"
 """The method of Triton's code generator that compiles a call to a jitted function, its
 callee as ``fn`` (module docstring)."""
-RAN_FILES_ENV = "DCPCHECK_RAN_FILES"  # more files to watch as they are (os.pathsep between)
 
 _WATCHED: dict[str, str] = {}  # the stand-in's path, as code objects name it -> the original's
 _RAN: dict[str, set[str]] = {}  # the original's path -> the names of its functions that ran
