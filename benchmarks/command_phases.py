@@ -8,11 +8,12 @@ command's own output goes where it always does), then the total. A part is what 
 piece of the command does: ``imports`` (starting up: torch, Triton, dcpcheck, before the
 command runs), ``command`` (parsing, the kernel's load, what no other part holds),
 ``preflight`` (reading scenarios, the memory estimates), ``backend`` (choosing the device:
-the CUDA context), ``fused-norm-rope dry pass`` (``compile_ahead``), each op's cases (the
-fused op's, then each op package's, as the gate runs them), ``token streams`` (the tiny
-MLA model's chain), ``property search``, ``report`` (the JSON and JUnit files, the judged
-files' digests) and ``console`` (the results table). Each part's time is split into the
-phases:
+the CUDA context), ``gate binaries`` (the plain gate's binaries compiled ahead by worker
+processes, ``dcpcheck.gate_binaries``), ``fused-norm-rope dry pass`` (``compile_ahead``),
+each op's cases (the fused op's, then each op package's, as the gate runs them), ``token
+streams`` (the tiny MLA model's chain), ``property search``, ``report`` (the JSON and JUnit
+files, the judged files' digests) and ``console`` (the results table). Each part's time is
+split into the phases:
 
 * ``imports``: modules imported there (late imports; the first use of an op imports it);
 * ``build``: a case's inputs and buffers (``build_case``, ``make_activations``,
@@ -39,6 +40,8 @@ change the run, to measure what a change would buy before making it:
 
 * ``--no-compile-ahead``: skip ``compile_ahead``, so every case loads or compiles its own
   binaries (with Triton's cache warm: what the dry pass costs);
+* ``--no-gate-binaries``: skip ``gate_binaries``, so the gate's binaries compile as its
+  cases (and the dry pass) first launch them;
 * ``--batched-max N``: up to N scenarios per property-search example instead of
   ``search.BATCHED_SCENARIOS_MAX``.
 """
@@ -244,6 +247,7 @@ def patch_triton() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-compile-ahead", action="store_true")
+    parser.add_argument("--no-gate-binaries", action="store_true")
     parser.add_argument("--batched-max", type=int)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="dcpcheck's arguments")
     args = parser.parse_args()
@@ -276,6 +280,10 @@ def main() -> None:
         run=timed(cases.run, "fused-norm-rope"),
         search=timed(cases.search, "property search"),
     )
+    if args.no_gate_binaries:
+        run_module._compile_gate_binaries = lambda *_: None
+    else:
+        patch(run_module, "_compile_gate_binaries", "gate binaries")
     patch(op_run, "judge_cases", part_of=lambda op, *_: op.name)
     patch(session, "token_stream_case", "token streams")
     for name in ("named_scenarios", "check_cost"):

@@ -76,6 +76,10 @@ REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "tests" / "fixtures" / "gpu_launches.json"
 """Every distinct launch config the gate and the test suite make, checked by the suite."""
 
+GATE_LAUNCHES = Path(__file__).with_name("gate_launches.json")
+"""The launches of the plain gate (``dcpcheck run --dcp 4``) alone, which a GPU run of it
+compiles ahead of its cases (``dcpcheck.gate_binaries``); shipped with the package."""
+
 RESULTS = REPO / "tests" / "fixtures" / "gpu_fit_results.json"
 """Shared memory of each compile the manifest needs, by :func:`cache_key` (module
 docstring)."""
@@ -126,7 +130,9 @@ class LaunchConfig:
         return f"{self.kernel}[{', '.join(values)}]({', '.join(types)}; {', '.join(attrs)})"
 
 
-def _json_key(config: LaunchConfig) -> str:
+def json_key(config: LaunchConfig) -> str:
+    """``config`` as one line of JSON, its fields sorted: equal for equal launches whatever
+    order their fields were read in (``LaunchConfig`` compares them in order)."""
     return json.dumps(config.to_json(), sort_keys=True)
 
 
@@ -265,7 +271,7 @@ def record_if_asked() -> None:
 
     def append(config: LaunchConfig) -> None:
         with open(Path(folder) / f"launches-{os.getpid()}.jsonl", "a", encoding="utf-8") as out:
-            out.write(_json_key(config) + "\n")
+            out.write(json_key(config) + "\n")
 
     _install_hook()
     _recorders.append(Recorder(kernel_modules(), append))
@@ -287,7 +293,7 @@ def read_manifest(path: Path = MANIFEST) -> list[LaunchConfig]:
 
 def write_manifest(configs: Iterable[LaunchConfig], path: Path = MANIFEST) -> None:
     """``configs`` as a sorted JSON list: the same set always writes the same file."""
-    rows = sorted({_json_key(c) for c in configs})
+    rows = sorted({json_key(c) for c in configs})
     path.write_text("[\n" + ",\n".join(rows) + "\n]\n", encoding="utf-8")
 
 
@@ -413,7 +419,7 @@ def check_fit(
     compile's key (None: compile all); Triton's on-disk cache (``TRITON_CACHE_DIR``) keeps
     binaries between calls. ``pythonpath`` adds where kernel modules outside the package
     are imported from."""
-    items = [(c, a) for c in sorted(set(configs), key=_json_key) for a in archs]
+    items = [(c, a) for c in sorted(set(configs), key=json_key) for a in archs]
     todo: queue.Queue[int] = queue.Queue()
     for index in range(len(items)):
         todo.put(index)
@@ -467,24 +473,32 @@ def check_fit(
 
 
 def _record(jobs: int) -> int:
-    """Record the gate (``dcpcheck run --dcp 4``) and the test suite into the manifest."""
+    """Record the gate (``dcpcheck run --dcp 4``) into :data:`GATE_LAUNCHES`, and the gate
+    with the test suite into the manifest."""
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="dcpcheck-launches-")
-    env = {**os.environ, RECORD_ENV: folder}
+    gate, suite = (tempfile.mkdtemp(prefix=f"dcpcheck-{part}-") for part in ("gate", "suite"))
     commands = (
-        [sys.executable, "-m", "dcpcheck", "run", "--dcp", "4"],
+        (gate, [sys.executable, "-m", "dcpcheck", "run", "--dcp", "4"]),
         # The suite less the compile check, which reads the manifest and launches nothing.
-        [sys.executable, "-m", "pytest", "-q", "-n", str(jobs), "--deselect", COMPILE_TEST],
+        (
+            suite,
+            [sys.executable, "-m", "pytest", "-q", "-n", str(jobs), "--deselect", COMPILE_TEST],
+        ),
     )
-    for command in commands:
-        done = subprocess.run(command, env=env, cwd=REPO)
+    for folder, command in commands:
+        done = subprocess.run(command, env={**os.environ, RECORD_ENV: folder}, cwd=REPO)
         if done.returncode != 0:
             print(f"{' '.join(command[1:])} exited {done.returncode}: manifest not written")
             return 1
-    configs = recorded(folder)
+    gate_configs = recorded(gate)
+    write_manifest(gate_configs, GATE_LAUNCHES)
+    configs = gate_configs | recorded(suite)
     write_manifest(configs)
-    print(f"{len(configs)} launch configs written to {MANIFEST.relative_to(REPO)}")
+    print(
+        f"{len(configs)} launch configs written to {MANIFEST.relative_to(REPO)}, the gate's "
+        f"{len(gate_configs)} to {GATE_LAUNCHES.relative_to(REPO)}"
+    )
     return 0
 
 

@@ -22,12 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
-    # the device (and whether a launch fits one), every exit code, every file the tool
-    # writes, the names of the ops
+    # the device (whether a launch fits one, the gate's binaries compiled for it), every
+    # exit code, every file the tool writes, the names of the ops
     (
         "dcpcheck",
         "dcpcheck.backend",
         "dcpcheck.gpu_fit",
+        "dcpcheck.gate_binaries",
         "dcpcheck.kernel_modules",
         "dcpcheck.interpreter",
         "dcpcheck.exit_codes",

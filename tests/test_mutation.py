@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from dcpcheck.kernels import ran
 from dcpcheck.mutation import campaign, equivalents, reach, runner, selection
@@ -27,7 +28,7 @@ SMALL = textwrap.dedent(
     import triton
     import triton.language as tl
 
-    LIMIT = 448.0
+    LIMIT = tl.constexpr(448.0)
 
 
     @triton.jit
@@ -593,8 +594,9 @@ def test_this_tritons_code_generator_has_the_call_ran_records():
 
 def test_the_fused_kernels_unedited_gate_passes_while_its_record_is_taken(tmp_path):
     """A worker that records what ran (the unedited kernel's gate in ``mutate``) judges as
-    any run does: under the interpreter the fused kernel's fp8 and nvfp4 caches pass, and
-    the integer encoding it ran is recorded."""
+    any run does: the fused kernel's fp8 and nvfp4 caches pass, and the fp8 encoding this
+    backend compiles is recorded, the other not: the integer arithmetic under the
+    interpreter, the conversion instruction on a GPU (its constexpr branch compiles alone)."""
     kernel = REPO / "dcpcheck/ops/fused_norm_rope/kernel.py"
     codes = REPO / "dcpcheck/ops/fused_norm_rope/fp8_codes.py"
     (tmp_path / "ran").mkdir()
@@ -609,7 +611,10 @@ def test_the_fused_kernels_unedited_gate_passes_while_its_record_is_taken(tmp_pa
     command += ["--dcp", "1", "--home", str(tmp_path / "home")]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stdout[-2000:]
-    assert "fp8_e4m3_codes_by_arithmetic" in ran.read(tmp_path / "ran")[str(codes)]
+    encodings = {"fp8_e4m3_codes_by_arithmetic", "fp8_e4m3_codes_by_instruction"}
+    recorded = ran.read(tmp_path / "ran")[str(codes)] & encodings
+    on_a_gpu = torch.cuda.is_available()
+    assert recorded == {f"fp8_e4m3_codes_by_{'instruction' if on_a_gpu else 'arithmetic'}"}
 
 
 def test_mutate_does_not_run_the_mutants_of_a_kernel_the_gate_never_launches(tmp_path):

@@ -12,14 +12,19 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from dcpcheck import gpu_fit
+from dcpcheck.backend import current_backend
+
 REPO = Path(__file__).parents[1]
 README = (REPO / "README.md").read_text()
+BACKEND = current_backend()
 
 PROMPT = re.compile(r"^\$ (dcpcheck .*?)\s*(?:#.*?exit (\d+))?\s*$", re.MULTILINE)
 COMMANDS = [(command, int(code or 0)) for command, code in PROMPT.findall(README)]
@@ -59,13 +64,21 @@ def test_a_repro_of_a_saved_failure_runs_after_the_command_that_saved_it():
     assert sum(map(len, SESSIONS)) == len(COMMANDS)
 
 
+GATE = "dcpcheck run --dcp 4"
+
+
 @pytest.mark.parametrize("session", SESSIONS, ids=lambda s: s[0][0][:60])
 def test_every_command_runs_as_written(session, tmp_path):
     """In order, in a directory of their own (``_sessions``), which sees the checkout's
-    ``scenarios/`` as a user at the checkout's root does."""
+    ``scenarios/`` as a user at the checkout's root does. The plain gate's launches are
+    the list a GPU run of it compiles ahead (``gpu_fit.GATE_LAUNCHES``)."""
     (tmp_path / "scenarios").symlink_to(REPO / "scenarios")
     env = {k: v for k, v in os.environ.items() if k != "DCPCHECK_HOME"}
     env["PYTHONPATH"] = str(REPO)
+    gate = [command for command, _ in session] == [GATE]
+    if gate and BACKEND.interpreted:  # launches are recorded under the interpreter
+        env[gpu_fit.RECORD_ENV] = str(tmp_path / "launches")
+        (tmp_path / "launches").mkdir()
     for command, code in session:
         argv = [sys.executable, "-m", *shlex.split(command)]
         done = subprocess.run(
@@ -74,3 +87,11 @@ def test_every_command_runs_as_written(session, tmp_path):
         said = f"$ {command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
         assert done.returncode == code, said
         assert "Traceback" not in done.stderr, said
+    if gate and BACKEND.interpreted:
+        launched = gpu_fit.recorded(tmp_path / "launches")
+        listed = gpu_fit.read_manifest(gpu_fit.GATE_LAUNCHES)
+        assert {gpu_fit.json_key(c) for c in launched} == {gpu_fit.json_key(c) for c in listed}, (
+            f"the gate's launches are not {gpu_fit.GATE_LAUNCHES.name}: {gpu_fit.RECORD_COMMAND}"
+        )
+        for record in (tmp_path / "launches").iterdir():  # for the session's unlisted check
+            shutil.copy(record, Path(os.environ[gpu_fit.RECORD_ENV]) / record.name)

@@ -129,7 +129,7 @@ def _plant_bytecode(source_file: Path) -> None:
     header += (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
     header += (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
     pyc = Path(importlib.util.cache_from_source(str(source_file)))
-    pyc.parent.mkdir(exist_ok=True)
+    pyc.parent.mkdir(parents=True, exist_ok=True)  # under PYTHONPYCACHEPREFIX where set
     pyc.write_bytes(header + marshal.dumps(code))
 
 

@@ -173,9 +173,15 @@ def run_command(
     with _reported_if_stopped(loading, config, backend, paths) as kernel:
         session = Session(kernel, config, backend, home, on_warning=warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
-            outcome = run_session(
-                session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
-            )
+            try:
+                if every_op:
+                    _compile_gate_binaries(backend)
+            except KeyboardInterrupt as stop:  # as a stop in the cases: partial reports
+                outcome = RunOutcome([], stopped=stop)
+            else:
+                outcome = run_session(
+                    session, plan, on_result=on_result, on_stage=on_stage, on_example=on_example
+                )
         searched = None if outcome.searched is None else (search_config, outcome.searched)
         judged = kernel_files(fused.name, kernel_name)
         others = _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast)
@@ -240,6 +246,17 @@ def _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast) -> dict:
         if others[op_name].partial:
             break
     return others
+
+
+def _compile_gate_binaries(backend) -> None:
+    """The plain gate's Triton binaries that Triton's cache lacks, compiled by worker
+    processes before its cases (``dcpcheck.gate_binaries``); one line says so when any was,
+    or when a listed launch is left to its case."""
+    from dcpcheck import gate_binaries  # here: only the plain gate on a GPU needs it
+
+    done = gate_binaries.compile_gate_binaries(backend)
+    if done is not None and (done.compiled or done.problems):
+        err.print(f"[bold]compiled:[/] {escape(done.describe())}", soft_wrap=True)
 
 
 def _is_the_gate(ctx: click.Context) -> bool:
