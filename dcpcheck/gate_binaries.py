@@ -71,8 +71,10 @@ _POINTEE = {
 """A pointer argument's Triton element type -> the torch dtype Triton names so."""
 
 _SCALAR = {"i32": 1 << 4, "i64": 1 << 36, "u64": 1 << 63, "fp32": 0.5, "fp64": 0.5, "i1": True}
-"""A scalar argument's Triton type -> a value Triton types so; an integer one is divisible
-by 16, and 3 more where the launch's was not."""
+"""A scalar argument's Triton type -> a value Triton types so; an integer one (``i1`` is a
+bool) is divisible by 16, and 3 more where the launch's was not."""
+
+_INTEGERS = ("i32", "i64", "u64")
 
 
 class _StandInTensor:
@@ -131,8 +133,8 @@ def launch_arguments(config: LaunchConfig, kernel: Any) -> tuple[list[Any], dict
         elif kind.startswith("*") and kind[1:] in _POINTEE:
             args.append(_StandInTensor(_POINTEE[kind[1:]], aligned))
         elif kind in _SCALAR:
-            value = _SCALAR[kind]
-            args.append(value if aligned or not isinstance(value, int) else value + 3)
+            misaligned = kind in _INTEGERS and not aligned
+            args.append(_SCALAR[kind] + 3 if misaligned else _SCALAR[kind])
         else:
             raise ValueError(f"{config.kernel}: no stand-in for argument {name} of type {kind}")
     return args, dict(config.options)

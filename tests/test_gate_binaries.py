@@ -81,6 +81,20 @@ def test_a_misaligned_pointer_and_an_integer_not_divisible_by_16_stand_in_as_suc
     assert _specialized(unaligned) == _keyed([unaligned]) != _keyed([config])
 
 
+def test_a_boolean_scalar_stands_in_as_a_boolean_and_a_float_as_a_float():
+    config = read_manifest(GATE_LAUNCHES)[0]
+    kernel = kernel_of(config)
+    first, second = [n for n, t in config.signature if t == "i32"][:2]
+    retyped = dataclasses.replace(
+        config,
+        signature=tuple((n, {first: "i1", second: "fp32"}.get(n, t)) for n, t in config.signature),
+        attrs=tuple((n, c) for n, c in config.attrs if n not in (first, second)),
+    )
+    args, _ = launch_arguments(retyped, kernel)
+    by_name = dict(zip(kernel.arg_names, args, strict=True))
+    assert by_name[first] is True and by_name[second] == 0.5
+
+
 def test_an_argument_type_without_a_stand_in_is_refused_by_name():
     config = read_manifest(GATE_LAUNCHES)[0]
     name = next(n for n, t in config.signature if t.startswith("*"))
