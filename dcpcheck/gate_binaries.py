@@ -267,29 +267,38 @@ def compile_in_workers(configs: Sequence[LaunchConfig]) -> list[str]:
     env = {**os.environ, "PYTHONPATH": path}  # Triton's key reads the environment
 
     def serve() -> None:
-        with subprocess.Popen(
+        worker = subprocess.Popen(
             [sys.executable, "-m", "dcpcheck.gate_binaries"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # what it could say, its one line per binary says
             text=True,
             env=env,
-        ) as worker:
-            assert worker.stdin is not None and worker.stdout is not None
+        )
+        assert worker.stdin is not None and worker.stdout is not None
+        try:
             while True:
                 try:
                     config = todo.get_nowait()
                 except queue.Empty:
                     break
-                worker.stdin.write(json.dumps(config.to_json()) + "\n")
-                worker.stdin.flush()
-                answer = worker.stdout.readline()
+                try:
+                    worker.stdin.write(json.dumps(config.to_json()) + "\n")
+                    worker.stdin.flush()
+                    answer = worker.stdout.readline()
+                except OSError:  # its pipe closed: the worker is gone
+                    answer = ""
                 if not answer:
                     failed.append(f"compile {config.kernel}: its worker process died")
                     break
                 error = json.loads(answer)["error"]
                 if error:
                     failed.append(f"compile {config.kernel}: {error}")
-            worker.stdin.close()
+        finally:  # its input ends: it leaves after the binary it compiles, if any
+            with contextlib.suppress(OSError):
+                worker.stdin.close()
+            worker.wait()
+            worker.stdout.close()
 
     threads = [threading.Thread(target=serve) for _ in range(jobs)]
     for thread in threads:
@@ -303,16 +312,25 @@ def compile_in_workers(configs: Sequence[LaunchConfig]) -> list[str]:
 
 def _worker() -> None:
     """A compile worker: one launch config a line on stdin, its binary compiled into
-    Triton's cache, one ``{"error": ...}`` line on stdout."""
-    from dcpcheck.backend import select_backend
+    Triton's cache, one ``{"error": ...}`` line on stdout (every line, where no CUDA
+    backend can be had here)."""
+    from dcpcheck.backend import BackendError, select_backend
 
-    select_backend("cuda")
+    def said(exc: Exception) -> str:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+    try:
+        select_backend("cuda")
+        unusable = None
+    except BackendError as exc:
+        unusable = said(exc)
     for line in sys.stdin:
-        try:
-            request_binary(LaunchConfig.from_json(json.loads(line)))
-            error = None
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        error = unusable
+        if error is None:
+            try:
+                request_binary(LaunchConfig.from_json(json.loads(line)))
+            except Exception as exc:
+                error = said(exc)
         print(json.dumps({"error": error}), flush=True)
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dcpcheck.backend import current_backend
-from dcpcheck.gate_binaries import kernel_of, launch_arguments
+from dcpcheck.gate_binaries import compile_in_workers, kernel_of, launch_arguments
 from dcpcheck.gpu_fit import GATE_LAUNCHES, LaunchConfig, Recorder, json_key, read_manifest
 from dcpcheck.kernel_modules import kernel_modules
 
@@ -103,6 +103,20 @@ def test_an_argument_type_without_a_stand_in_is_refused_by_name():
     )
     with pytest.raises(ValueError, match=f"{name} of type \\*u1024"):
         launch_arguments(odd, kernel_of(odd))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the workers start")
+def test_a_worker_without_a_gpu_names_each_binary_failed_never_a_traceback_or_a_hang(capfd):
+    """Off a GPU a worker's backend refuses ``cuda``: every binary handed to it is named
+    failed, with why (the run then compiles it itself), and nothing is printed."""
+    configs = read_manifest(GATE_LAUNCHES)[:3]
+    failed = compile_in_workers(configs)
+    assert sorted(line.split(": ")[0] for line in failed) == sorted(
+        f"compile {c.kernel}" for c in configs
+    )
+    assert all("BackendError: --device cuda asked for" in line for line in failed), failed
+    said = capfd.readouterr()
+    assert "Traceback" not in said.out + said.err
 
 
 COMPILE_AHEAD = (
