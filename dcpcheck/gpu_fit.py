@@ -473,8 +473,9 @@ def check_fit(
 
 
 def _record(jobs: int) -> int:
-    """Record the gate (``dcpcheck run --dcp 4``) into :data:`GATE_LAUNCHES`, and the gate
-    with the test suite into the manifest."""
+    """Record the gate (``dcpcheck run --dcp 4``) into :data:`GATE_LAUNCHES`, then the test
+    suite, and the gate's launches with the suite's into the manifest. The gate's list is
+    written before the suite runs, whose README test holds the gate to it."""
     import tempfile
 
     gate, suite = (tempfile.mkdtemp(prefix=f"dcpcheck-{part}-") for part in ("gate", "suite"))
@@ -491,14 +492,12 @@ def _record(jobs: int) -> int:
         if done.returncode != 0:
             print(f"{' '.join(command[1:])} exited {done.returncode}: manifest not written")
             return 1
-    gate_configs = recorded(gate)
-    write_manifest(gate_configs, GATE_LAUNCHES)
-    configs = gate_configs | recorded(suite)
-    write_manifest(configs)
-    print(
-        f"{len(configs)} launch configs written to {MANIFEST.relative_to(REPO)}, the gate's "
-        f"{len(gate_configs)} to {GATE_LAUNCHES.relative_to(REPO)}"
-    )
+        if folder == gate:
+            write_manifest(recorded(gate), GATE_LAUNCHES)
+            print(f"{len(recorded(gate))} launch configs written to {GATE_LAUNCHES.name}")
+    configs = recorded(gate) | recorded(suite)
+    write_manifest(configs, MANIFEST)
+    print(f"{len(configs)} launch configs written to {MANIFEST.name}")
     return 0
 
 

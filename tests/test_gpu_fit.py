@@ -5,6 +5,8 @@ that does not fit, and the recorder captures launches as Triton keys them."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -186,3 +188,27 @@ def test_the_recorder_captures_a_launch_as_triton_keys_it():
             options=(("num_stages", 3), ("num_warps", 2)),
         ),
     }
+
+
+def test_record_writes_the_gates_list_before_it_runs_the_suite(tmp_path, monkeypatch):
+    """The suite's README test holds the gate to its list, so ``record`` writes the gate's
+    list before the suite runs: a stale list would fail the suite and leave both unwritten."""
+    config = read_manifest(gpu_fit.GATE_LAUNCHES)[0]
+    monkeypatch.setattr(gpu_fit, "GATE_LAUNCHES", tmp_path / "gate.json")
+    monkeypatch.setattr(gpu_fit, "MANIFEST", tmp_path / "manifest.json")
+    listed_when_the_suite_ran = []
+
+    def run(command, env, cwd):
+        if "pytest" in command:
+            listed_when_the_suite_ran.extend(read_manifest(gpu_fit.GATE_LAUNCHES))
+        else:
+            record = Path(env[gpu_fit.RECORD_ENV]) / "launches-1.jsonl"
+            record.write_text(gpu_fit.json_key(config) + "\n")
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(gpu_fit, "subprocess", SimpleNamespace(run=run))
+    assert gpu_fit._record(1) == 0
+    assert [gpu_fit.json_key(c) for c in listed_when_the_suite_ran] == [gpu_fit.json_key(config)]
+    assert [gpu_fit.json_key(c) for c in read_manifest(tmp_path / "manifest.json")] == [
+        gpu_fit.json_key(config)
+    ]
