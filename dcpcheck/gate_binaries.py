@@ -6,8 +6,10 @@ and the token streams compile one after the other as their cases first launch th
 the fused op on threads where Triton's front end holds the GIL (``compile_ahead``). But
 the plain gate judges the project's own kernels on its shipped scenarios, so which
 binaries it launches is known before it starts: :data:`GATE_LAUNCHES`, the launches the
-gate makes, recorded from the gate itself by ``python -m dcpcheck.gpu_fit record`` (the
-README's test of ``dcpcheck run --dcp 4`` fails when the list no longer matches them).
+gate makes, recorded from the gate itself by ``python -m dcpcheck.gpu_fit record``, with
+its token streams' at the model widths a GPU runs them at (the CPU's are smaller; the
+README's test of ``dcpcheck run --dcp 4`` fails when the gate makes a launch the list
+lacks).
 
 :func:`compile_gate_binaries` asks Triton, for each listed launch, for its binary without
 launching anything: it calls the kernel with stand-in arguments that Triton specializes

@@ -92,6 +92,11 @@ COMPILE_TEST = "tests/test_gpu_fit.py::test_every_recorded_launch_compiles_and_f
 RECORD_COMMAND = "python -m dcpcheck.gpu_fit record"
 """Regenerates :data:`MANIFEST`: runs the gate and the test suite, recording."""
 
+GPU_STREAM_PRESET = "deepseek-v3.2"
+"""The model widths the token streams run at on a GPU (``dcpcheck.e2e.token_streams``;
+the CPU's are smaller): ``record`` records the streams at these too, so that the gate's
+list and the manifest hold the launches a GPU's gate makes."""
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -473,14 +478,18 @@ def check_fit(
 
 
 def _record(jobs: int) -> int:
-    """Record the gate (``dcpcheck run --dcp 4``) into :data:`GATE_LAUNCHES`, then the test
-    suite, and the gate's launches with the suite's into the manifest. The gate's list is
-    written before the suite runs, whose README test holds the gate to it."""
+    """Record the gate (``dcpcheck run --dcp 4``, and its token streams at the GPU's widths)
+    into :data:`GATE_LAUNCHES`, then the test suite, and the gate's launches with the
+    suite's into the manifest. The gate's list is written before the suite runs, whose
+    README test holds the gate to it."""
     import tempfile
 
     gate, suite = (tempfile.mkdtemp(prefix=f"dcpcheck-{part}-") for part in ("gate", "suite"))
+    dcpcheck = [sys.executable, "-m", "dcpcheck"]
     commands = (
-        (gate, [sys.executable, "-m", "dcpcheck", "run", "--dcp", "4"]),
+        (gate, [*dcpcheck, "run", "--dcp", "4"]),
+        # The gate's token streams as a GPU runs them: at its model widths, not the CPU's.
+        (gate, [*dcpcheck, "hash", "--dcp", "1,4", "--preset", GPU_STREAM_PRESET]),
         # The suite less the compile check, which reads the manifest and launches nothing.
         (
             suite,
@@ -488,13 +497,13 @@ def _record(jobs: int) -> int:
         ),
     )
     for folder, command in commands:
+        if folder == suite:  # its README test holds the gate to the list: written first
+            write_manifest(recorded(gate), GATE_LAUNCHES)
+            print(f"{len(recorded(gate))} launch configs written to {GATE_LAUNCHES.name}")
         done = subprocess.run(command, env={**os.environ, RECORD_ENV: folder}, cwd=REPO)
         if done.returncode != 0:
             print(f"{' '.join(command[1:])} exited {done.returncode}: manifest not written")
             return 1
-        if folder == gate:
-            write_manifest(recorded(gate), GATE_LAUNCHES)
-            print(f"{len(recorded(gate))} launch configs written to {GATE_LAUNCHES.name}")
     configs = recorded(gate) | recorded(suite)
     write_manifest(configs, MANIFEST)
     print(f"{len(configs)} launch configs written to {MANIFEST.name}")

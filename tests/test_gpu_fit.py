@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from dcpcheck import gpu_fit
+from dcpcheck.e2e.token_streams import GPU_PRESET
 from dcpcheck.gpu_fit import LaunchConfig, Recorder, check_fit, read_manifest, recording
 from dcpcheck.op_registry import OPS
 from tests.conftest import BACKEND
@@ -198,7 +199,10 @@ def test_record_writes_the_gates_list_before_it_runs_the_suite(tmp_path, monkeyp
     monkeypatch.setattr(gpu_fit, "MANIFEST", tmp_path / "manifest.json")
     listed_when_the_suite_ran = []
 
+    ran = []
+
     def run(command, env, cwd):
+        ran.append(command[1:])
         if "pytest" in command:
             listed_when_the_suite_ran.extend(read_manifest(gpu_fit.GATE_LAUNCHES))
         else:
@@ -208,6 +212,10 @@ def test_record_writes_the_gates_list_before_it_runs_the_suite(tmp_path, monkeyp
 
     monkeypatch.setattr(gpu_fit, "subprocess", SimpleNamespace(run=run))
     assert gpu_fit._record(1) == 0
+    # the gate, then its token streams at the widths a GPU runs them at, then the suite
+    assert ran[0] == ["-m", "dcpcheck", "run", "--dcp", "4"]
+    assert ran[1] == ["-m", "dcpcheck", "hash", "--dcp", "1,4", "--preset", GPU_PRESET]
+    assert ran[2][:2] == ["-m", "pytest"]
     assert [gpu_fit.json_key(c) for c in listed_when_the_suite_ran] == [gpu_fit.json_key(config)]
     assert [gpu_fit.json_key(c) for c in read_manifest(tmp_path / "manifest.json")] == [
         gpu_fit.json_key(config)

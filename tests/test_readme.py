@@ -70,8 +70,9 @@ GATE = "dcpcheck run --dcp 4"
 @pytest.mark.parametrize("session", SESSIONS, ids=lambda s: s[0][0][:60])
 def test_every_command_runs_as_written(session, tmp_path):
     """In order, in a directory of their own (``_sessions``), which sees the checkout's
-    ``scenarios/`` as a user at the checkout's root does. The plain gate's launches are
-    the list a GPU run of it compiles ahead (``gpu_fit.GATE_LAUNCHES``)."""
+    ``scenarios/`` as a user at the checkout's root does. Every launch the plain gate makes
+    is in the list a GPU run of it compiles ahead (``gpu_fit.GATE_LAUNCHES``, which holds
+    its token streams' launches at a GPU's widths too)."""
     (tmp_path / "scenarios").symlink_to(REPO / "scenarios")
     env = {k: v for k, v in os.environ.items() if k != "DCPCHECK_HOME"}
     env["PYTHONPATH"] = str(REPO)
@@ -88,10 +89,11 @@ def test_every_command_runs_as_written(session, tmp_path):
         assert done.returncode == code, said
         assert "Traceback" not in done.stderr, said
     if gate and BACKEND.interpreted:
-        launched = gpu_fit.recorded(tmp_path / "launches")
-        listed = gpu_fit.read_manifest(gpu_fit.GATE_LAUNCHES)
-        assert {gpu_fit.json_key(c) for c in launched} == {gpu_fit.json_key(c) for c in listed}, (
-            f"the gate's launches are not {gpu_fit.GATE_LAUNCHES.name}: {gpu_fit.RECORD_COMMAND}"
+        launched = {gpu_fit.json_key(c) for c in gpu_fit.recorded(tmp_path / "launches")}
+        listed = {gpu_fit.json_key(c) for c in gpu_fit.read_manifest(gpu_fit.GATE_LAUNCHES)}
+        assert launched <= listed, (
+            f"{len(launched - listed)} of the gate's launches are not in "
+            f"{gpu_fit.GATE_LAUNCHES.name}: {gpu_fit.RECORD_COMMAND}"
         )
         for record in (tmp_path / "launches").iterdir():  # for the session's unlisted check
             shutil.copy(record, Path(os.environ[gpu_fit.RECORD_ENV]) / record.name)
