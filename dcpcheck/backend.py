@@ -45,6 +45,9 @@ class Backend:
     block_types: str = field(default="", compare=False)
     """Whether the interpreter builds each block type and tensor shape once
     (dcpcheck.interpreter.block_types)."""
+    binary_ops: str = field(default="", compare=False)
+    """Whether the interpreter skips converting the operands of a binary operation that
+    need none (dcpcheck.interpreter.binary_ops)."""
 
     def describe(self) -> str:
         if self.interpreted:
@@ -58,6 +61,7 @@ class Backend:
                 self.bf16_casts,
                 self.overflow_checks,
                 self.block_types,
+                self.binary_ops,
             )
             notes = [n for n in notes if n]
             note = "".join(f"; {n}" for n in notes)

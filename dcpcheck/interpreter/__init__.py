@@ -12,6 +12,7 @@ def install() -> dict[str, str]:
     ``dcpcheck.backend.Backend`` that reports it (the backend line shows them)."""
     from dcpcheck.interpreter import (
         bf16_casts,
+        binary_ops,
         block_types,
         calls,
         dots,
@@ -34,4 +35,5 @@ def install() -> dict[str, str]:
         "bf16_casts": bf16_casts.install_bf16_casts(),
         "overflow_checks": overflow_checks.install_unread_overflow_checks_off(),
         "block_types": block_types.install_block_types_once(),
+        "binary_ops": binary_ops.install_binary_ops_unconverted(),
     }
