@@ -128,3 +128,16 @@ def test_a_replacement_that_disagrees_with_triton_is_not_installed(monkeypatch, 
     status = install_binary_ops_unconverted()
     assert status.startswith("binary operations converted as Triton does") and said in status
     assert not any(name in vars(semantic()) for name in REPLACED)
+
+
+def test_internals_that_moved_leave_tritons_conversions_and_say_why(monkeypatch):
+    tritons_own(monkeypatch)
+    monkeypatch.setattr(binary_ops, "_status", None)
+
+    def moved(*args):
+        raise ValueError("full() takes other arguments")
+
+    monkeypatch.setattr(binary_ops, "_disagreement", moved)
+    status = install_binary_ops_unconverted()
+    assert status == "binary operations converted as Triton does (full() takes other arguments)"
+    assert not any(name in vars(semantic()) for name in REPLACED)
