@@ -67,7 +67,7 @@ def test_operands_that_need_converting_are_converted_as_triton_converts_them():
 
 def test_a_pair_triton_refuses_is_refused_every_time():
     pointers = tl.block_type(tl.pointer_type(tl.float32), [4])
-    ptr = semantic().make_tensor(block(tl.int64, [4]).handle, pointers)
+    ptr = semantic().tensor(block(tl.int64, [4]).handle, pointers)
     for _ in range(2):
         with pytest.raises(Exception, match=r"invalid operands|pointer"):
             semantic().binary_op_type_checking_impl(ptr, ptr)

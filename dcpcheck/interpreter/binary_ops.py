@@ -141,7 +141,7 @@ def _disagreement(semantic: Any, replaced: dict[str, Callable[..., Any]]) -> str
     elements = (tl.int1, tl.uint8, tl.int32, tl.bfloat16, tl.float32)
     operands = [made(e, s) for e in elements for s in ((), (4,), (2, 4))]
     addresses = semantic.full([4], 0, tl.int64).handle
-    pointers = semantic.make_tensor(addresses, tl.block_type(tl.pointer_type(tl.float32), [4]))
+    pointers = semantic.tensor(addresses, tl.block_type(tl.pointer_type(tl.float32), [4]))
     operands += [pointers, 3, 2.5]
     for lhs, rhs in itertools.product(operands, repeat=2):
         for flags in ((False, False, True, False), (True, True, True, True)):
