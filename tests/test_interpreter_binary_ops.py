@@ -49,9 +49,11 @@ def block(element_ty, shape):
 
 def test_operands_of_one_type_come_back_as_they_went_in():
     lhs, rhs = block(tl.int32, [2, 4]), block(tl.int32, [2, 4])
-    assert semantic().binary_op_type_checking_impl(lhs, rhs) == (lhs, rhs)
-    wide, narrow = block(tl.float32, [2, 4]), block(tl.float32, [2, 4])
-    assert semantic().binary_op_type_checking_impl(wide, narrow, div_or_mod=True) == (wide, narrow)
+    left, right = semantic().binary_op_type_checking_impl(lhs, rhs)
+    assert left is lhs and right is rhs
+    top, bottom = block(tl.float32, [2, 4]), block(tl.float32, [2, 4])
+    left, right = semantic().binary_op_type_checking_impl(top, bottom, div_or_mod=True)
+    assert left is top and right is bottom
 
 
 def test_operands_that_need_converting_are_converted_as_triton_converts_them():
