@@ -36,10 +36,8 @@ import hashlib
 import importlib
 import json
 import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -49,6 +47,7 @@ from typing import Any
 
 import torch
 
+from dcpcheck import line_workers
 from dcpcheck.backend import Backend
 from dcpcheck.gpu_fit import GATE_LAUNCHES, LaunchConfig, read_manifest
 
@@ -257,58 +256,21 @@ def compile_in_workers(configs: Sequence[LaunchConfig]) -> list[str]:
     """``configs`` compiled into Triton's on-disk cache by worker processes (one a core, at
     most :data:`WORKERS_MAX`), a binary at a time each, the largest first; what failed, a
     line each (``compile KERNEL: why``)."""
-    if not configs:
-        return []
-    jobs = min(WORKERS_MAX, os.cpu_count() or 1, len(configs))
-    todo: queue.Queue[LaunchConfig] = queue.Queue()
-    for config in sorted(configs, key=lambda c: -len(c.signature)):
-        todo.put(config)
-    failed: list[str] = []
+    ordered = sorted(configs, key=lambda c: -len(c.signature))
     package_root = str(Path(__file__).resolve().parents[1])
-    path = os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path}  # Triton's key reads the environment
-
-    def serve() -> None:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "dcpcheck.gate_binaries"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # what it could say, its one line per binary says
-            text=True,
-            env=env,
-        )
-        assert worker.stdin is not None and worker.stdout is not None
-        try:
-            while True:
-                try:
-                    config = todo.get_nowait()
-                except queue.Empty:
-                    break
-                try:
-                    worker.stdin.write(json.dumps(config.to_json()) + "\n")
-                    worker.stdin.flush()
-                    answer = worker.stdout.readline()
-                except OSError:  # its pipe closed: the worker is gone
-                    answer = ""
-                if not answer:
-                    failed.append(f"compile {config.kernel}: its worker process died")
-                    break
-                error = json.loads(answer)["error"]
-                if error:
-                    failed.append(f"compile {config.kernel}: {error}")
-        finally:  # its input ends: it leaves after the binary it compiles, if any
-            with contextlib.suppress(OSError):
-                worker.stdin.close()
-            worker.wait()
-            worker.stdout.close()
-
-    threads = [threading.Thread(target=serve) for _ in range(jobs)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    while not todo.empty():
-        failed.append(f"compile {todo.get_nowait().kernel}: no worker process was left")
+    path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    answers = line_workers.answered(
+        [sys.executable, "-m", "dcpcheck.gate_binaries"],
+        [config.to_json() for config in ordered],
+        jobs=min(WORKERS_MAX, os.cpu_count() or 1),
+        env={**os.environ, "PYTHONPATH": path},  # Triton's key reads the environment
+        stderr=subprocess.DEVNULL,  # what it could say, its one line per binary says
+    )
+    failed = []
+    for config, answer in zip(ordered, answers, strict=True):
+        error = answer if isinstance(answer, str) else answer["error"]
+        if error:
+            failed.append(f"compile {config.kernel}: {error}")
     return failed
 
 

@@ -44,15 +44,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import subprocess
 import sys
-import threading
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dcpcheck import line_workers
 from dcpcheck.kernel_modules import kernel_modules
 
 RECORD_ENV = "DCPCHECK_RECORD_LAUNCHES"
@@ -425,52 +424,22 @@ def check_fit(
     binaries between calls. ``pythonpath`` adds where kernel modules outside the package
     are imported from."""
     items = [(c, a) for c in sorted(set(configs), key=json_key) for a in archs]
-    todo: queue.Queue[int] = queue.Queue()
-    for index in range(len(items)):
-        todo.put(index)
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", RECORD_ENV)}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *pythonpath, env.get("PYTHONPATH", "")])
-    results: list[FitResult | None] = [None] * len(items)
-
-    def serve() -> None:
-        with subprocess.Popen(
-            [sys.executable, "-m", "dcpcheck.gpu_fit", "compile", *([str(known)] if known else [])],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=REPO,
-        ) as worker:
-            while True:
-                try:
-                    index = todo.get_nowait()
-                except queue.Empty:
-                    break
-                config, arch = items[index]
-                worker.stdin.write(json.dumps({"config": config.to_json(), "arch": arch}) + "\n")
-                worker.stdin.flush()
-                answer = json.loads(worker.stdout.readline())
-                results[index] = FitResult(
-                    config,
-                    arch,
-                    answer["shared"],
-                    answer["error"],
-                    answer["key"],
-                    answer.get("compiled", True),
-                )
-            worker.stdin.close()
-
-    threads = [
-        threading.Thread(target=serve) for _ in range(min(jobs or os.cpu_count() or 1, len(items)))
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    missing = [items[i][0].describe() for i, r in enumerate(results) if r is None]
-    if missing:
-        raise RuntimeError(f"compile worker died before compiling {missing[0]}")
+    answers = line_workers.answered(
+        [sys.executable, "-m", "dcpcheck.gpu_fit", "compile", *([str(known)] if known else [])],
+        [{"config": config.to_json(), "arch": arch} for config, arch in items],
+        jobs=jobs,
+        env=env,
+        cwd=REPO,
+    )
+    results = []
+    for (config, arch), answer in zip(items, answers, strict=True):
+        if isinstance(answer, str):
+            raise RuntimeError(f"compile worker died before compiling {config.describe()}")
+        shared, error, key = answer["shared"], answer["error"], answer["key"]
+        results.append(FitResult(config, arch, shared, error, key, answer.get("compiled", True)))
     return results
 
 
@@ -498,8 +467,9 @@ def _record(jobs: int) -> int:
     )
     for folder, command in commands:
         if folder == suite:  # its README test holds the gate to the list: written first
-            write_manifest(recorded(gate), GATE_LAUNCHES)
-            print(f"{len(recorded(gate))} launch configs written to {GATE_LAUNCHES.name}")
+            listed = recorded(gate)
+            write_manifest(listed, GATE_LAUNCHES)
+            print(f"{len(listed)} launch configs written to {GATE_LAUNCHES.name}")
         done = subprocess.run(command, env={**os.environ, RECORD_ENV: folder}, cwd=REPO)
         if done.returncode != 0:
             print(f"{' '.join(command[1:])} exited {done.returncode}: manifest not written")

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck.backend",
         "dcpcheck.gpu_fit",
         "dcpcheck.gate_binaries",
+        "dcpcheck.line_workers",
         "dcpcheck.kernel_modules",
         "dcpcheck.interpreter",
         "dcpcheck.exit_codes",
