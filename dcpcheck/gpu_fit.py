@@ -92,9 +92,9 @@ RECORD_COMMAND = "python -m dcpcheck.gpu_fit record"
 """Regenerates :data:`MANIFEST`: runs the gate and the test suite, recording."""
 
 GPU_STREAM_PRESET = "deepseek-v3.2"
-"""The model widths the token streams run at on a GPU (``dcpcheck.e2e.token_streams``;
-the CPU's are smaller): ``record`` records the streams at these too, so that the gate's
-list and the manifest hold the launches a GPU's gate makes."""
+"""The model widths the token streams run at on a GPU (``dcpcheck.e2e.token_streams``
+takes them from here; the CPU's are smaller): ``record`` records the streams at these
+too, so that the gate's list and the manifest hold the launches a GPU's gate makes."""
 
 
 @dataclass(frozen=True)

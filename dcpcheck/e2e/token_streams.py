@@ -65,6 +65,7 @@ from dcpcheck.e2e.mla_model import (
     ShardExchange,
     plan_step,
 )
+from dcpcheck.gpu_fit import GPU_STREAM_PRESET
 from dcpcheck.ops import OpKernel
 from dcpcheck.ops.decode_stages import ChainError, SlotStep, Stage, cache_write
 
@@ -129,8 +130,9 @@ leaves a rank of DCP ``N`` without one (4 and 8 here): the empty shard every dec
 attention and merge must get right. A round-robin of single tokens leaves none once the
 prompts are prefilled."""
 
-CPU_PRESET, GPU_PRESET = "small-neox", "deepseek-v3.2"
-"""Model widths by backend: small on the CPU interpreter, real MLA dims on a GPU."""
+CPU_PRESET, GPU_PRESET = "small-neox", GPU_STREAM_PRESET
+"""Model widths by backend: small on the CPU interpreter, real MLA dims on a GPU (the fit
+check records the gate's streams at the GPU's too, so it names them)."""
 
 STREAM_SEED = 1
 """The seed of ``dcpcheck hash`` and ``dcpcheck run``'s streams: with it, every DCP1 step
