@@ -97,6 +97,16 @@ takes them from here; the CPU's are smaller): ``record`` records the streams at 
 too, so that the gate's list and the manifest hold the launches a GPU's gate makes."""
 
 
+GPU_ONLY_GATE_KERNELS = (
+    "dcpcheck.ops.fused_norm_rope.tolerance_kernel:_count_out_of_tolerance",
+    "dcpcheck.cases.seeded_kernel:_normal_values",
+)
+"""Kernels the gate launches on a GPU alone (the outputs check's count, the seeded
+values; the CPU runs their torch forms), which its recording on the CPU never sees. The
+suite's tests run them under the interpreter, so ``record`` adds their launches there to
+the gate's list: the gate's every binary is then loaded before its first case."""
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """One launch as Triton compiles it: a binary per distinct config."""
@@ -450,7 +460,8 @@ def _record(jobs: int) -> int:
     """Record the gate (``dcpcheck run --dcp 4``, and its token streams at the GPU's widths)
     into :data:`GATE_LAUNCHES`, then the test suite, and the gate's launches with the
     suite's into the manifest. The gate's list is written before the suite runs, whose
-    README test holds the gate to it."""
+    README test holds the gate to it, and again after it with the suite's launches of
+    :data:`GPU_ONLY_GATE_KERNELS`."""
     import tempfile
 
     gate, suite = (tempfile.mkdtemp(prefix=f"dcpcheck-{part}-") for part in ("gate", "suite"))
@@ -474,7 +485,10 @@ def _record(jobs: int) -> int:
         if done.returncode != 0:
             print(f"{' '.join(command[1:])} exited {done.returncode}: manifest not written")
             return 1
-    configs = recorded(gate) | recorded(suite)
+    in_suite = recorded(suite)
+    gpu_only = {c for c in in_suite if c.kernel in GPU_ONLY_GATE_KERNELS}
+    write_manifest(listed | gpu_only, GATE_LAUNCHES)
+    configs = listed | in_suite
     write_manifest(configs, MANIFEST)
     print(f"{len(configs)} launch configs written to {MANIFEST.name}")
     return 0

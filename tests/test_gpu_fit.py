@@ -220,3 +220,29 @@ def test_record_writes_the_gates_list_before_it_runs_the_suite(tmp_path, monkeyp
     assert [gpu_fit.json_key(c) for c in read_manifest(tmp_path / "manifest.json")] == [
         gpu_fit.json_key(config)
     ]
+
+
+def test_record_lists_the_suites_launches_of_the_gates_gpu_only_kernels(tmp_path, monkeypatch):
+    """The outputs check's count and the seeded values run on a GPU alone, so the gate's
+    recording on the CPU never makes them; ``record`` adds the suite's launches of those
+    kernels to the gate's list, and none of the suite's others."""
+    manifest = read_manifest(gpu_fit.MANIFEST)
+    gate_config = next(c for c in manifest if c.kernel.endswith(":_fused_norm_rope_kernel"))
+    gpu_only = [c for c in manifest if c.kernel in gpu_fit.GPU_ONLY_GATE_KERNELS]
+    suite_only = next(c for c in manifest if c.kernel.endswith(":_remap_kernel"))
+    assert {c.kernel for c in gpu_only} == set(gpu_fit.GPU_ONLY_GATE_KERNELS)
+    monkeypatch.setattr(gpu_fit, "GATE_LAUNCHES", tmp_path / "gate.json")
+    monkeypatch.setattr(gpu_fit, "MANIFEST", tmp_path / "manifest.json")
+
+    def run(command, env, cwd):
+        made = [*gpu_only, suite_only] if "pytest" in command else [gate_config]
+        record = Path(env[gpu_fit.RECORD_ENV]) / "launches-1.jsonl"
+        record.write_text("".join(gpu_fit.json_key(c) + "\n" for c in made))
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(gpu_fit, "subprocess", SimpleNamespace(run=run))
+    assert gpu_fit._record(1) == 0
+    keys = {gpu_fit.json_key(c) for c in read_manifest(tmp_path / "gate.json")}
+    assert keys == {gpu_fit.json_key(c) for c in [gate_config, *gpu_only]}
+    everything = {gpu_fit.json_key(c) for c in read_manifest(tmp_path / "manifest.json")}
+    assert everything == {gpu_fit.json_key(c) for c in [gate_config, *gpu_only, suite_only]}

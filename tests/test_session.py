@@ -4,6 +4,7 @@ property search."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -272,3 +273,30 @@ def test_an_isolated_kernels_worker_builds_the_model_for_its_token_stream_job(mo
     worker.join(60)
     assert result.scenario == TOKEN_STREAM_CASE and result.status == "pass", result
     assert threads == [worker.name]
+
+
+@pytest.mark.parametrize("compile_ahead", [True, False])
+def test_a_plan_whose_binaries_are_loaded_skips_the_dry_pass(monkeypatch, compile_ahead):
+    """The plain gate on a GPU loads every binary its list holds before its cases
+    (``gate_binaries``); its plan then asks no dry pass, which would compile nothing. Any
+    other plan keeps it."""
+    from dcpcheck.ops.fused_norm_rope import session as fused_session
+    from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
+    from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS, load_scenario
+    from tests.conftest import BACKEND
+
+    dry: list[list[str]] = []
+    cases = fused_session.SESSION_CASES
+    monkeypatch.setattr(
+        fused_session,
+        "SESSION_CASES",
+        dataclasses.replace(
+            cases, compile_ahead=lambda _k, scenarios, *_: dry.append([s.name for s in scenarios])
+        ),
+    )
+    scenario = load_scenario(SCENARIOS / "decode-single-dcp4.toml")
+    run = session.Session(load_kernel("default"), RunConfig("default", (2,)), BACKEND)
+    plan = session.RunPlan([scenario], token_streams=False, compile_ahead=compile_ahead)
+    outcome = session.run_session(run, plan)
+    assert [r.status for r in outcome.results] == ["pass"]
+    assert dry == ([["decode-single-dcp4"]] if compile_ahead else [])

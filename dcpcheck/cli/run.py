@@ -4,6 +4,7 @@ search), write the reports, save failing cases; replay one saved case."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,8 +175,8 @@ def run_command(
         session = Session(kernel, config, backend, home, on_warning=warn)
         with _progress(scenarios, config) as (on_result, on_stage, on_example):
             try:
-                if every_op:
-                    _compile_gate_binaries(backend)
+                if every_op and _compile_gate_binaries(backend):
+                    plan = dataclasses.replace(plan, compile_ahead=False)
             except KeyboardInterrupt as stop:  # as a stop in the cases: partial reports
                 outcome = RunOutcome([], stopped=stop)
             else:
@@ -248,15 +249,17 @@ def _other_ops(every_op, outcome, dcp_sizes, backend, home, fail_fast) -> dict:
     return others
 
 
-def _compile_gate_binaries(backend) -> None:
+def _compile_gate_binaries(backend) -> bool:
     """The plain gate's Triton binaries that Triton's cache lacks, compiled by worker
     processes before its cases (``dcpcheck.gate_binaries``); one line says so when any was,
-    or when a listed launch is left to its case."""
+    or when a listed launch is left to its case. True when every listed binary is loaded:
+    the fused op's dry pass (``compile_ahead``) would then compile nothing."""
     from dcpcheck import gate_binaries  # here: only the plain gate on a GPU needs it
 
     done = gate_binaries.compile_gate_binaries(backend)
     if done is not None and (done.compiled or done.problems):
         err.print(f"[bold]compiled:[/] {escape(done.describe())}", soft_wrap=True)
+    return done is not None and not done.problems
 
 
 def _is_the_gate(ctx: click.Context) -> bool:

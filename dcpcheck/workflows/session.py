@@ -84,16 +84,19 @@ class Session:
         self,
         scenarios: Sequence[Any],
         on_result: Callable[[CaseResult], None] = _ignore,
+        compile_ahead: bool = True,
     ) -> list[CaseResult]:
         """Every case of ``scenarios`` (the op's ``run``), each failing one saved as it
-        lands; their Triton binaries compiled ahead, on threads (``compile_ahead``)."""
+        lands; with ``compile_ahead``, their Triton binaries compiled ahead, on threads
+        (``compile_ahead``)."""
         by_name = {scenario.name: scenario for scenario in scenarios}
 
         def landed(result: CaseResult) -> None:
             self._save_if_failed(by_name[result.scenario], result)
             on_result(result)
 
-        self._op.compile_ahead(self.kernel, scenarios, self.config, self.backend)
+        if compile_ahead:
+            self._op.compile_ahead(self.kernel, scenarios, self.config, self.backend)
         return self._op.run(self.kernel, scenarios, self.config, self.backend, landed)
 
     def case(self, scenario: Any, dcp_size: int) -> CaseResult:
@@ -163,6 +166,7 @@ class RunPlan:
     scenarios: Sequence[Any]  # the op's scenarios
     token_streams: bool = True
     search: SearchAsked | None = None
+    compile_ahead: bool = True  # False: every binary the cases launch is loaded already
 
 
 @dataclass
@@ -282,7 +286,7 @@ def run_session(
 
     streams = bool(plan.scenarios) and plan.token_streams
     try:
-        session.cases(plan.scenarios, on_result=landed)
+        session.cases(plan.scenarios, on_result=landed, compile_ahead=plan.compile_ahead)
         if streams and not (fail_fast and failed()):
             on_stage("token streams")
             landed(session.token_streams())
