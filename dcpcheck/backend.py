@@ -114,6 +114,10 @@ def select_backend(device: str = "auto") -> Backend:
         if _kernel_modules_loaded():
             raise BackendError("kernels were defined under TRITON_INTERPRET=1; cannot use cuda")
         os.environ["TRITON_INTERPRET"] = "0"
+    if not chosen.interpreted:
+        from dcpcheck.triton_key import remember
+
+        remember()
     _selected = chosen
     return chosen
 

@@ -22,14 +22,16 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
-    # the device (whether a launch fits one, the gate's binaries compiled for it), every
-    # exit code, every file the tool writes, the names of the ops
+    # the device (whether a launch fits one, the gate's binaries compiled for it, Triton's
+    # version key kept across processes), every exit code, every file the tool writes, the
+    # names of the ops
     (
         "dcpcheck",
         "dcpcheck.backend",
         "dcpcheck.gpu_fit",
         "dcpcheck.gate_binaries",
         "dcpcheck.line_workers",
+        "dcpcheck.triton_key",
         "dcpcheck.kernel_modules",
         "dcpcheck.interpreter",
         "dcpcheck.exit_codes",
