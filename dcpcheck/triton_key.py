@@ -10,8 +10,9 @@ The files it reads change only when Triton is installed again, upgraded or edite
 :func:`remember` keeps the key in Triton's cache directory under a fingerprint of the
 installed package (Triton's version and the path, size and modification time of every
 file under it, ``__pycache__`` aside), and a process whose fingerprint finds a kept key
-hands Triton that key. Anything that changes one of those files changes the fingerprint,
-and the key is worked out again, by Triton's own function. Nothing else of a cache key
+hands Triton that key. Installing or editing a file sets its modification time, so the
+fingerprint moves and the key is worked out again, by Triton's own function (only a write
+that put back both the size and the time would go unseen). Nothing else of a cache key
 changes: the kernel's source, the target, the options and the environment are keyed by
 Triton as before. Nothing is installed under the interpreter, which asks for no key, nor
 with a Triton older than 3.4, which keeps its key elsewhere and works it out per process.
