@@ -413,7 +413,11 @@ def write_results(results: Iterable[FitResult], path: Path = RESULTS) -> int:
 
 def _worker(known_path: str | None) -> None:
     """Compile the (config, arch) lines on stdin, a result line each on stdout, reading
-    what the results at ``known_path`` hold."""
+    what the results at ``known_path`` hold. Each key begins with Triton's version key,
+    read where another process kept it (``dcpcheck.triton_key``)."""
+    from dcpcheck.triton_key import remember
+
+    remember()
     known = read_results(Path(known_path)) if known_path else {}
     for line in sys.stdin:
         item = json.loads(line)
