@@ -34,6 +34,8 @@ is read for a verdict.
 What it leaves alone besides, and why:
 
 * Under Triton's interpreter (the CPU) there is nothing to compile.
+* The plain gate on a GPU, once ``dcpcheck.gate_binaries`` has loaded every binary its
+  list holds (the checks' kernels among them): the run does not call the dry pass.
 * An autotuned kernel (``triton.autotune``) picks its configuration by timing real
   launches; a dry launch would time nothing and fix a wrong choice, so its dry call is
   stopped at the autotuner and it compiles as its cases launch it.
