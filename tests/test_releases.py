@@ -656,6 +656,34 @@ def test_blocks_apart_are_not_applicable_where_the_callers_never_pass_them(versi
     }
 
 
+@pytest.mark.parametrize("version", ["0.25.0", "0.30.0", "0.34.0"])
+def test_each_api_of_the_file_passes_a_ds_mla_models_profiling_call(version):
+    """Q output only (0.25.0), separate outputs (0.30.0), and 0.34.0's ds_mla tiles."""
+    assert findings(judge(version, "profiling-ds-mla", 1)) == set()
+
+
+def test_a_wrapper_that_divides_by_its_tile_count_default_fails_the_ds_mla_profiling_call(
+    tmp_path,
+):
+    """DeepSeek-V3.2's profiling run passes no cache but still names ``fp8_ds_mla`` (0.34.0's
+    ``attention.py:359-361, 392``), so 0.34.0's wrapper sizes the tiles from
+    ``mla_num_tiles``' default (line 617, divided by at 732). The file with that default 0
+    fails ``profiling-ds-mla`` and passes ``profiling-call``, whose cache is ``auto``."""
+    release_kernel("0.34.0")
+    source = releases.fetch("0.34.0").path.read_text()
+    default = "    mla_num_tiles = 1\n"
+    assert source.count(default) == 1
+    broken = tmp_path / "kernels.py"
+    broken.write_text(source.replace(default, "    mla_num_tiles = 0\n"))
+    kernel = load_kernel(f"{broken}:fused_norm_rope")
+    [ds_mla] = load_scenarios(["profiling-ds-mla"])
+    [auto] = load_scenarios(["profiling-call"])
+    [failed] = run_scenario(kernel, ds_mla, RunConfig("by-path", (1,)), BACKEND)
+    assert failed.status == "error" and "ZeroDivisionError" in failed.error, failed.error
+    [passed] = run_scenario(kernel, auto, RunConfig("by-path", (1,)), BACKEND)
+    assert passed.status == "pass", findings(passed)
+
+
 @pytest.mark.parametrize("version", ["0.25.0", "0.25.1", "0.26.0"])
 def test_the_releases_that_kept_the_kernel_beside_the_nvidia_model_are_judged_there(version):
     """0.25.0 - 0.26.0 keep ``fused_norm_rope`` at ``deepseek_v32/nvidia/kernels.py``, the

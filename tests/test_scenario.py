@@ -45,6 +45,7 @@ REQUIRED_SHIPPED = {
     "indexer-sharded",
     "shared-layer-no-indexer",
     "profiling-call",
+    "profiling-ds-mla",
     "positions-near-max",
     "shuffled-block-table",
     "interleave-block",
