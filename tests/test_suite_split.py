@@ -27,7 +27,7 @@ def test_spins_itself():
 """
 
 
-def test_the_split_puts_a_childs_cpu_a_sleep_and_the_workers_cpu_apart(tmp_path):
+def test_the_split_puts_a_childs_cpu_a_sleep_and_the_workers_cpu_apart(tmp_path, monkeypatch):
     (tmp_path / "test_three.py").write_text(TESTS)
     folder = tmp_path / "split"
     env = {**os.environ, "PYTHONPATH": str(REPO), "DCPCHECK_SUITE_SPLIT": str(folder)}
@@ -38,11 +38,9 @@ def test_the_split_puts_a_childs_cpu_a_sleep_and_the_workers_cpu_apart(tmp_path)
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import suite_split
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import suite_split
+
     text = suite_split.summary(folder, top=3)
     rows = {line.split()[-1].split("::")[-1]: [float(x) for x in line.split()[:3]]
             for line in text.splitlines() if "::test_" in line}
