@@ -356,3 +356,21 @@ def fast_stages():
         attention=Stage("attention", "tests.kernels_under_test:torch_attention", torch_attention),
         merge=Stage("merge", "tests.kernels_under_test:torch_merge", torch_merge),
     )
+
+
+def writes_kv_out_across_its_row_stride(inputs, outputs, caches) -> None:
+    """Correct, then ``kv_out``'s first row stored again ``stride(0)`` elements wide: a
+    kernel that takes an output's row stride for its width. Where the rows are compact the
+    two agree and nothing more is written."""
+    oracle_kernel(inputs, outputs, caches)
+    kv = outputs.kv_out
+    row = kv.as_strided((kv.stride(0),), (1,))
+    row[kv.shape[1] :] = 0
+
+
+def reads_kv_c_as_compact(inputs, outputs, caches) -> None:
+    """``kv_c`` read as if its rows were ``kv_lora_rank`` apart: a kernel that ignores an
+    input's row stride. Right only where the input is compact (or one row)."""
+    kv = inputs.kv_c
+    compact = kv.as_strided(kv.shape, (kv.shape[1], 1))
+    oracle_kernel(dataclasses.replace(inputs, kv_c=compact), outputs, caches)

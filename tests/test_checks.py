@@ -7,6 +7,7 @@ on the CPU); the Triton kernel's own runs are in ``test_run_cli.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ import torch
 
 from dcpcheck.backend import current_backend
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
+from dcpcheck.ops.fused_norm_rope.activation_rows import INDEXER_WEIGHT_COLUMNS
+from dcpcheck.ops.fused_norm_rope.case import build_case
 from dcpcheck.ops.fused_norm_rope.runner import run
-from dcpcheck.ops.fused_norm_rope.scenario import load_scenario
+from dcpcheck.ops.fused_norm_rope.scenario import load_scenario, load_scenarios
 from tests import kernels_under_test as k
 
 SCENARIO = """
@@ -333,3 +336,78 @@ def test_each_modified_input_is_named_and_restored_before_the_next_rank(tmp_path
     assert torch.equal(seen[1], before[1]), "rank 1 ran on rank 0's scribbles"
     for rank, bytes_before in zip(case.ranks, before, strict=True):
         assert torch.equal(snapshot_inputs(rank.inputs).bytes, bytes_before)
+
+
+# -- activation_rows = "fused": inputs and outputs as vLLM's callers lay them out ---------
+
+FUSED_DECODE, FUSED_BATCH = "fused-rows-decode-dcp4", "fused-rows-mixed-batch"
+
+
+def shipped(name: str, rows: str):
+    """Shipped scenario ``name`` with its activation rows ``rows``."""
+    [scenario] = load_scenarios([name])
+    return dataclasses.replace(scenario, activation_rows=rows)
+
+
+def test_an_output_row_stride_taken_for_its_width_is_a_guard_band_write(oracle):
+    """On one token an output made ``empty_like`` of a fused input keeps the fused row's
+    stride; a kernel that writes that many elements writes the columns beside the output."""
+    kernel = k.writes_kv_out_across_its_row_stride
+    results = run_one(kernel, shipped(FUSED_DECODE, "fused"), dcp=(1, 4), oracle=oracle)
+    assert failing(results) == {"guard_bands": {"kv_out"}}, failing(results)
+    finding = next(c for c in results[0].failed_checks).findings[0]
+    assert finding.detail == (
+        f"{(832 - 512) * 2} byte(s) written beside the output's columns in its rows "
+        "(guard columns; first at row 0)"
+    )
+    assert failing(run_one(kernel, shipped(FUSED_DECODE, "separate"), (1, 4), oracle)) == {}
+
+
+def test_an_input_read_as_compact_fails_where_its_rows_are_fused():
+    """Against the oracle only: such a kernel is wrong alike at every DCP size, so its own
+    DCP1 run (``--oracle off``) agrees with it."""
+    kernel = k.reads_kv_c_as_compact
+    found = failing(run_one(kernel, shipped(FUSED_BATCH, "fused"), dcp=(1, 4)))
+    cache_fields = {"mla_cache.nope", "mla_cache.scales"}  # fp8_ds_mla: kv's entry parts
+    assert found == {"outputs": {"kv_out"}, "cache_owned": cache_fields}, found
+    assert failing(run_one(kernel, shipped(FUSED_BATCH, "separate"), dcp=(1, 4))) == {}
+
+
+@pytest.mark.parametrize("name", [FUSED_DECODE, FUSED_BATCH])
+def test_the_fused_rows_are_column_slices_and_the_outputs_empty_like_of_them(name):
+    """The inputs share one row per token as ``split`` makes them; each output has the
+    strides ``torch.empty_like`` gives its input on the host (asked here, not computed)."""
+    scenario = shipped(name, "fused")
+    case = build_case(scenario, 4, current_backend().device)
+    inputs, outputs = case.ranks[0].inputs, case.ranks[0].outputs
+    preset, tokens = scenario.model, scenario.batch.num_tokens
+    a_row = preset.q_lora_rank + preset.kv_lora_rank + preset.rope_dim
+    index_row = preset.index_head_dim + INDEXER_WEIGHT_COLUMNS
+    element = inputs.q_c.element_size()
+    assert [t.stride() for t in (inputs.q_c, inputs.kv_c, inputs.k_pe)] == [(a_row, 1)] * 3
+    assert inputs.index_k.stride() == (index_row, 1)
+    assert inputs.kv_c.data_ptr() - inputs.q_c.data_ptr() == preset.q_lora_rank * element
+    assert inputs.k_pe.data_ptr() - inputs.kv_c.data_ptr() == preset.kv_lora_rank * element
+    for source, output in (
+        (inputs.q_c, outputs.q_out),
+        (inputs.kv_c, outputs.kv_out),
+        (inputs.k_pe, outputs.kpe_out),
+        (inputs.index_k, outputs.index_k_out),
+    ):
+        like = torch.empty_like(source.cpu())
+        assert output.stride() == like.stride(), (tokens, output.stride(), like.stride())
+    assert (outputs.kv_out.stride(0) == a_row) == (tokens == 1)
+
+
+def test_the_kernel_is_handed_a_one_row_slice_with_its_row_stride():
+    """``torch.Tensor.view_as`` of a ``[1, W]`` slice reports the row stride ``W``; the
+    kernel must see the caller's, as vLLM's wrapper reads ``stride(0)``."""
+    seen = []
+
+    def records_strides(inputs, outputs, caches):
+        seen.append((inputs.kv_c.stride(0), outputs.kv_out.stride(0)))
+        k.oracle_kernel(inputs, outputs, caches)
+
+    results = run_one(records_strides, shipped(FUSED_DECODE, "fused"), dcp=(1,))
+    assert [r.status for r in results] == ["pass"]
+    assert set(seen) == {(832, 832)}

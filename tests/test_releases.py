@@ -684,6 +684,36 @@ def test_a_wrapper_that_divides_by_its_tile_count_default_fails_the_ds_mla_profi
     assert passed.status == "pass", findings(passed)
 
 
+@pytest.mark.parametrize("version", ["0.25.0", "0.30.0", "0.34.0"])
+def test_each_api_of_the_file_passes_one_token_in_fused_rows_at_dcp1(version):
+    """Q output only (0.25.0), separate outputs (0.30.0 and 0.34.0), handed inputs and
+    outputs laid out as their caller makes them (``activation_rows``). DCP1: the earlier
+    files' DCP bugs (PR 50005, 54908) fail the DCP4 case, as on ``decode-single-dcp4``."""
+    assert findings(judge(version, "fused-rows-decode-dcp4", 1)) == set()
+
+
+def test_a_wrapper_that_takes_the_output_row_stride_for_its_width_fails_fused_rows(tmp_path):
+    """0.34.0's launch with ``kv_c_out_stride`` and ``kv_dim`` swapped (line 668's call)
+    compiles ``KV_DIM`` from the output's row stride. Compact outputs make the two equal;
+    the one-token output ``empty_like`` makes of a fused row (vLLM's caller,
+    ``attention.py:301-303, 369``) has the fused row's stride, which is no power of two."""
+    release_kernel("0.34.0")
+    source = releases.fetch("0.34.0").path.read_text()
+    launch = "        kv_c_out,\n        kv_c_out_stride,\n        kv_dim,\n"
+    assert source.count(launch) == 1
+    broken = tmp_path / "kernels.py"
+    broken.write_text(
+        source.replace(launch, "        kv_c_out,\n        kv_dim,\n        kv_c_out_stride,\n")
+    )
+    kernel = load_kernel(f"{broken}:fused_norm_rope")
+    [fused] = load_scenarios(["fused-rows-decode-dcp4"])
+    separate = dataclasses.replace(fused, activation_rows="separate")
+    [failed] = run_scenario(kernel, fused, RunConfig("by-path", (1,)), BACKEND)
+    assert failed.status == "error" and "power of 2" in failed.error, failed.error
+    [passed] = run_scenario(kernel, separate, RunConfig("by-path", (1,)), BACKEND)
+    assert passed.status == "pass", findings(passed)
+
+
 @pytest.mark.parametrize("version", ["0.25.0", "0.25.1", "0.26.0"])
 def test_the_releases_that_kept_the_kernel_beside_the_nvidia_model_are_judged_there(version):
     """0.25.0 - 0.26.0 keep ``fused_norm_rope`` at ``deepseek_v32/nvidia/kernels.py``, the

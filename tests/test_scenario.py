@@ -53,6 +53,8 @@ REQUIRED_SHIPPED = {
     "below-floor-pow2-indexer",
     "below-floor-nvfp4-fp16",
     "block-gap",
+    "fused-rows-decode-dcp4",
+    "fused-rows-mixed-batch",
 }
 
 
@@ -220,6 +222,7 @@ def test_the_valid_base_case_loads_with_defaults(tmp_path: Path) -> None:
         batch=Batch((Request(3, 4), Request(9, 1)), padding=0),
     )
     assert scenario.values == "normal"  # the optional value regime's default
+    assert scenario.activation_rows == "separate"
 
 
 # (case id, text replaced in VALID, replacement, key the message must name, words it must hold)
@@ -335,6 +338,13 @@ BAD_FILES = [
         "known: below-floor, exact-ties",
     ),
     ("values-not-string", "seed = 0", "seed = 0\nvalues = 1", "values", "expected string"),
+    (
+        "unknown-activation-rows",
+        "seed = 0",
+        'seed = 0\nactivation_rows = "packed"',
+        "activation_rows",
+        "unknown layout 'packed' (known: fused, separate)",
+    ),
     ("empty-description", "a scenario for the loader's tests", " ", "description", "blank"),
     # Counts past dcpcheck.cases.limits: refused before anything is sized by them.
     (

@@ -38,6 +38,7 @@ import torch
 import reference
 from dcpcheck.cases import seeded
 from dcpcheck.cases.dcp import SlotMappings, num_blocks, slot_mappings
+from dcpcheck.ops.fused_norm_rope.activation_rows import fuse_inputs, output_row_strides
 from dcpcheck.ops.fused_norm_rope.contract import (
     DsMlaScale,
     FusedOpCaches,
@@ -131,22 +132,29 @@ class OutputGuardWrite:
 
 @dataclass
 class GuardedOutput:
-    """An output view inside a storage with ``OUTPUT_GUARD_ROWS`` guard rows around it."""
+    """An output view inside a storage with ``OUTPUT_GUARD_ROWS`` guard rows around it,
+    whose rows may be wider than the output (its row stride, ``activation_rows``): the
+    columns past the output's are guard bytes too."""
 
-    storage: torch.Tensor  # [GUARD + T + GUARD, W], guard rows all OUTPUT_GUARD_BYTE
+    storage: torch.Tensor  # [GUARD + T + GUARD, S], every byte outside the view the guard's
+    width: int  # the output's columns, the first ``width`` of each row
 
     @property
     def view(self) -> torch.Tensor:
-        """What the kernel gets: the ``T`` rows between the guards (contiguous)."""
-        return self.storage[OUTPUT_GUARD_ROWS : self.storage.shape[0] - OUTPUT_GUARD_ROWS]
+        """What the kernel gets: the ``T`` rows between the guards, ``width`` columns each."""
+        rows = slice(OUTPUT_GUARD_ROWS, self.storage.shape[0] - OUTPUT_GUARD_ROWS)
+        return self.storage[rows, : self.width]
 
     def guard_writes(self) -> list[OutputGuardWrite]:
-        """The guard rows on each side that no longer hold ``OUTPUT_GUARD_BYTE`` only."""
+        """The guard rows on each side, and the columns beside the output's, that no longer
+        hold ``OUTPUT_GUARD_BYTE`` only."""
         rows = self.storage.shape[0] - 2 * OUTPUT_GUARD_ROWS
         as_bytes = self.storage.view(torch.uint8)
+        beside = self.width * self.storage.element_size()
         writes = []
         for side, guard, first_row in (
             ("before", as_bytes[:OUTPUT_GUARD_ROWS], -OUTPUT_GUARD_ROWS),
+            ("beside", as_bytes[OUTPUT_GUARD_ROWS : OUTPUT_GUARD_ROWS + rows, beside:], 0),
             ("after", as_bytes[OUTPUT_GUARD_ROWS + rows :], rows),
         ):
             changed = (guard != OUTPUT_GUARD_BYTE).cpu()
@@ -283,9 +291,17 @@ def make_activations(scenario: Scenario, seed: int, device: torch.device) -> Act
             act.index_weight = act.index_weight * BELOW_FLOOR_INDEX_WEIGHT_GAIN
             act.index_bias = act.index_bias * BELOW_FLOOR_INDEX_BIAS_GAIN
 
-    return Activations(
+    act = Activations(
         **{name: None if value is None else value.to(device) for name, value in vars(act).items()}
     )  # the regimes' CPU-drawn values (and the positions) move; the rest is there already
+    if scenario.activation_rows == "fused":
+        fused = fuse_inputs(
+            {name: getattr(act, name) for name in ("q_c", "kv_c", "k_pe", "index_k")},
+            preset,
+            lambda rows, columns: randn(rows, columns),
+        )
+        act = replace(act, **fused)
+    return act
 
 
 def ds_mla_scale_of(scenario: Scenario) -> DsMlaScale:
@@ -524,20 +540,20 @@ def build_case(
 
 
 def _guarded(
-    ranks: int, width: int, dtype: torch.dtype, tokens: int, device
+    ranks: int, width: int, dtype: torch.dtype, tokens: int, device, row_stride: int
 ) -> list[GuardedOutput]:
     """One poisoned output per rank (``POISON_BITS``; top-k: ``TOPK_SENTINEL``) inside
-    guard rows, the ranks' storages side by side in one tensor (filled in one pass, and
-    compared in one by ``fused_checks``)."""
+    guard rows ``row_stride`` wide, the ranks' storages side by side in one tensor (filled
+    in one pass, and compared in one by ``fused_checks``)."""
     rows = tokens + 2 * OUTPUT_GUARD_ROWS
-    storage = torch.empty((ranks, rows, width), dtype=dtype, device=device)
+    storage = torch.empty((ranks, rows, row_stride), dtype=dtype, device=device)
     storage.view(torch.uint8).fill_(OUTPUT_GUARD_BYTE)
-    inner = storage[:, OUTPUT_GUARD_ROWS : rows - OUTPUT_GUARD_ROWS]
+    inner = storage[:, OUTPUT_GUARD_ROWS : rows - OUTPUT_GUARD_ROWS, :width]
     if dtype in POISON_BITS:
         fill_poison(inner)
     else:
         inner.fill_(TOPK_SENTINEL)
-    return [GuardedOutput(storage[rank]) for rank in range(ranks)]
+    return [GuardedOutput(storage[rank], width) for rank in range(ranks)]
 
 
 def poisoned_outputs(
@@ -555,7 +571,9 @@ def poisoned_outputs(
     }
     if scenario.has_indexer:
         widths["index_k_out"] = (p.index_head_dim, dtype)
+    strides = output_row_strides(p, tokens) if scenario.activation_rows == "fused" else {}
     by_field = {
-        name: _guarded(ranks, width, kind, tokens, device) for name, (width, kind) in widths.items()
+        name: _guarded(ranks, width, kind, tokens, device, strides.get(name, width))
+        for name, (width, kind) in widths.items()
     }
     return [{name: by_field[name][rank] for name in widths} for rank in range(ranks)]

@@ -17,18 +17,22 @@ from dcpcheck.ops.fused_norm_rope.case import Case
 
 
 def output_guard_findings(case: Case) -> list[Finding]:
-    """Writes into the guard rows around each output (``case.GuardedOutput``), per rank."""
+    """Writes into the guard rows around each output, and into the columns beside it
+    (``case.GuardedOutput``), per rank."""
     findings = []
     for launch in case.ranks:
         for name, output in launch.output_guards.items():
             for w in output.guard_writes():
-                edge = "start" if w.side == "before" else "end"
+                where = {
+                    "before": "before the output's start (guard rows",
+                    "beside": "beside the output's columns in its rows (guard columns",
+                    "after": "after the output's end (guard rows",
+                }[w.side]
                 findings.append(
                     Finding(
                         name,
                         launch.rank,
-                        f"{w.bytes_changed} byte(s) written {w.side} the output's {edge} "
-                        f"(guard rows; first at row {w.row})",
+                        f"{w.bytes_changed} byte(s) written {where}; first at row {w.row})",
                         max_error=f"{w.bytes_changed} bytes",
                         count=w.bytes_changed,
                     )

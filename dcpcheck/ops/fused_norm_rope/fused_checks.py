@@ -136,8 +136,10 @@ def _field_storages(case: Case, field: str) -> torch.Tensor | None:
     were given no such output."""
     if field not in case.ranks[0].output_guards:
         return None
-    storage = stacked([launch.output_guards[field].storage for launch in case.ranks])
-    return storage[:, OUTPUT_GUARD_ROWS : storage.shape[1] - OUTPUT_GUARD_ROWS]
+    guarded = [launch.output_guards[field] for launch in case.ranks]
+    storage = stacked([output.storage for output in guarded])
+    rows = slice(OUTPUT_GUARD_ROWS, storage.shape[1] - OUTPUT_GUARD_ROWS)
+    return storage[:, rows, : guarded[0].width]
 
 
 def _token_rows(tokens: torch.Tensor) -> slice | torch.Tensor:
@@ -173,15 +175,17 @@ def _ranks_agree_flag(case: Case, baseline: Case, tokens: torch.Tensor) -> torch
 
 
 def _output_guards_flag(case: Case) -> torch.Tensor:
-    """``case_checks.output_guard_findings``: a byte of any guard row no longer the guard byte."""
+    """``case_checks.output_guard_findings``: a byte of any guard row, or of the columns
+    beside an output in its own rows, no longer the guard byte."""
     flags = []
     for name in case.ranks[0].output_guards:
-        storage = _byte_rows(stacked([launch.output_guards[name].storage for launch in case.ranks]))
-        guards = torch.cat(
-            [storage[:, :OUTPUT_GUARD_ROWS], storage[:, storage.shape[1] - OUTPUT_GUARD_ROWS :]],
-            dim=1,
-        )
-        flags.append((guards != OUTPUT_GUARD_BYTE).any())
+        guarded = [launch.output_guards[name] for launch in case.ranks]
+        storage = _byte_rows(stacked([output.storage for output in guarded]))
+        last = storage.shape[1] - OUTPUT_GUARD_ROWS
+        guards = torch.cat([storage[:, :OUTPUT_GUARD_ROWS], storage[:, last:]], dim=1)
+        width = guarded[0].width * guarded[0].storage.element_size()  # in bytes
+        beside = storage[:, OUTPUT_GUARD_ROWS:last, width:]
+        flags.append((guards != OUTPUT_GUARD_BYTE).any() | (beside != OUTPUT_GUARD_BYTE).any())
     return torch.stack(flags).any()
 
 

@@ -134,10 +134,12 @@ def own_handles(buffers: Buffers) -> Buffers:
     The kernel reads and writes through them exactly as through the originals, but
     rebinding a field (``outputs.kv_out = ...``) or changing a tensor's shape in place
     (``resize_``) changes only its copy. The checks read the harness's own tensors, so such
-    a kernel fails them (its outputs unwritten) instead of breaking them.
+    a kernel fails them (its outputs unwritten) instead of breaking them. Each keeps its
+    strides exactly (``view_as`` would make a one-row slice's row stride its width, which
+    a kernel reading ``stride(0)`` would see; ``activation_rows``).
     """
     tensors = {
-        name: value.view_as(value)
+        name: value.as_strided(value.shape, value.stride(), value.storage_offset())
         for name, value in vars(buffers).items()
         if isinstance(value, torch.Tensor)
     }

@@ -46,6 +46,9 @@ File format (``scenario_to_toml`` writes exactly this, keys in this order)::
     block_table = "identity"          # optional, or "shuffled"
     profiling = false                 # optional: a call with no slot mapping
     padding = 0                       # optional: CUDA-graph padding rows
+    activation_rows = "fused"         # optional, default "separate": "fused" lays the
+                                      #   inputs and outputs out as vLLM's callers do
+                                      #   (activation_rows.ACTIVATION_ROWS)
 
     [[requests]]                      # one or more
     prefix = 37                       # optional, default 0: tokens already cached
@@ -96,6 +99,7 @@ from dcpcheck.cases.toml_tables import (
     toml_literal,
 )
 from dcpcheck.op_registry import FUSED_NORM_ROPE
+from dcpcheck.ops.fused_norm_rope.activation_rows import ACTIVATION_ROWS
 from dcpcheck.ops.fused_norm_rope.contract import (
     INDEX_SHUFFLE_TILE,
     PRESETS,
@@ -190,6 +194,7 @@ class Scenario:
     block_gap: int = 0  # BLOCK_GAP_KEY
     ds_mla_scale: DsMlaScale | None = None  # None: not named here (DS_MLA_SCALE_KEY)
     index_format: IndexFormat = dataclasses.field(default_factory=IndexFormat)  # INDEX_LAYOUTS
+    activation_rows: str = "separate"  # activation_rows.ACTIVATION_ROWS
     source: Path | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -248,6 +253,11 @@ class Scenario:
             self._fail("indexer", f"unknown mode {self.indexer!r} (known: {known(INDEXER_MODES)})")
         if self.values not in VALUE_REGIMES:
             self._fail("values", f"unknown regime {self.values!r} (known: {known(VALUE_REGIMES)})")
+        if self.activation_rows not in ACTIVATION_ROWS:
+            self._fail(
+                "activation_rows",
+                f"unknown layout {self.activation_rows!r} (known: {known(ACTIVATION_ROWS)})",
+            )
         if self.block_table not in BLOCK_TABLE_MODES:
             self._fail(
                 "block_table",
@@ -382,6 +392,7 @@ _TOP_LEVEL_KEYS: dict[str, Key] = {
     "block_table": Key("string", string, "identity"),
     "profiling": Key("boolean", boolean, False),
     "padding": Key("integer", integer, 0),
+    "activation_rows": Key("string", string, "separate"),
     "requests": Key("array of tables ([[requests]])", table_array),
 }
 
@@ -473,6 +484,7 @@ def load_scenario(path: Path) -> Scenario:
         values=values["values"],
         ds_mla_scale=None if ds_mla_scale is None else rules[ds_mla_scale],
         index_format=index_format,
+        activation_rows=values["activation_rows"],
         source=path,
     )
 
@@ -526,6 +538,7 @@ def scenario_to_toml(scenario: Scenario) -> str:
         ("block_table", s.block_table),
         ("profiling", s.profiling),
         ("padding", s.batch.padding),
+        *([("activation_rows", s.activation_rows)] if s.activation_rows != "separate" else []),
     ]
     lines = [f"{key} = {toml_literal(value)}" for key, value in top]
     for request in s.batch.requests:

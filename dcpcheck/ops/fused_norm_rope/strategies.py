@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 from hypothesis.strategies import DrawFn, SearchStrategy
 
 from dcpcheck.cases.dcp import Batch, Request
+from dcpcheck.ops.fused_norm_rope.activation_rows import ACTIVATION_ROWS
 from dcpcheck.ops.fused_norm_rope.contract import (
     INDEX_SHUFFLE_TILE,
     PRESETS,
@@ -321,6 +322,7 @@ def _members(draw: DrawFn, space: SearchSpace, shape: str) -> tuple[Scenario, ..
         batch=member_batches[0],
         values=draw(st.sampled_from(VALUE_REGIMES)),
         block_gap=draw(_one_choice(BLOCK_GAPS)),
+        activation_rows=draw(st.sampled_from(ACTIVATION_ROWS)),
     )
     return tuple(dataclasses.replace(first, batch=batch) for batch in member_batches)
 

@@ -312,6 +312,15 @@ def _mla_cache_view(cache: torch.Tensor, inputs: FusedOpInputs) -> torch.Tensor:
     return cache
 
 
+def _copy_with_strides(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of ``tensor`` in fresh memory with its strides (``clone`` would make a column
+    slice of several rows compact)."""
+    copy = torch.empty_strided(
+        tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device
+    )
+    return copy.copy_(tensor)
+
+
 def _owners_differ(inputs: FusedOpInputs) -> bool:
     """Whether the indexer's mapping stores some token on this rank where the MLA mapping
     does not, or the other way round (a replicated indexer beside a sharded MLA cache)."""
@@ -475,8 +484,9 @@ class VllmFusedNormRope:
             self.function(**arguments, kv_c=inputs.kv_c, k_pe=inputs.k_pe)
         elif self.shape is ApiShape.IN_PLACE:
             # The kernel overwrites kv_c and k_pe: hand it copies, never the harness's
-            # inputs, and read the results back into the harness's outputs.
-            kv_c, k_pe = inputs.kv_c.clone(), inputs.k_pe.clone()
+            # inputs, laid out as the inputs are (the caller's are column slices of one
+            # row, ``activation_rows``), and read the results back into the outputs.
+            kv_c, k_pe = _copy_with_strides(inputs.kv_c), _copy_with_strides(inputs.k_pe)
             self.function(**arguments, kv_c=kv_c, k_pe=k_pe, write_kv_output=True)
             outputs.kv_out.copy_(kv_c)
             outputs.kpe_out.copy_(k_pe)
