@@ -376,7 +376,7 @@ def test_an_input_read_as_compact_fails_where_its_rows_are_fused():
 @pytest.mark.parametrize("name", [FUSED_DECODE, FUSED_BATCH])
 def test_the_fused_rows_are_column_slices_and_the_outputs_empty_like_of_them(name):
     """The inputs share one row per token as ``split`` makes them; each output has the
-    strides ``torch.empty_like`` gives its input on the host (asked here, not computed)."""
+    strides ``torch.empty_like`` gives its input (asked here of torch, on the case's device)."""
     scenario = shipped(name, "fused")
     case = build_case(scenario, 4, current_backend().device)
     inputs, outputs = case.ranks[0].inputs, case.ranks[0].outputs
@@ -394,7 +394,7 @@ def test_the_fused_rows_are_column_slices_and_the_outputs_empty_like_of_them(nam
         (inputs.k_pe, outputs.kpe_out),
         (inputs.index_k, outputs.index_k_out),
     ):
-        like = torch.empty_like(source.cpu())
+        like = torch.empty_like(source)
         assert output.stride() == like.stride(), (tokens, output.stride(), like.stride())
     assert (outputs.kv_out.stride(0) == a_row) == (tokens == 1)
 

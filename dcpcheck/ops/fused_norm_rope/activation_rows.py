@@ -83,12 +83,13 @@ def fuse_inputs(
 def output_row_strides(preset: ModelPreset, tokens: int) -> dict[str, int]:
     """The row stride of each output (by ``FusedOpOutputs`` field) that ``torch.empty_like``
     of its fused input gives at ``tokens`` tokens: torch is asked, on a host tensor of the
-    fused row's shape (the meta device keeps no slice's strides, so it would answer
-    differently)."""
+    fused row's width (the meta device keeps no slice's strides, so it would answer
+    differently) and of at most two rows, since whether a slice keeps its strides depends on
+    whether it is dense, the same for every count of rows above one."""
     strides = {}
     for members, spare in fused_groups(preset):
         total = sum(width for _, _, width in members) + spare
-        row = torch.empty((tokens, total), dtype=torch.uint8)
+        row = torch.empty((min(tokens, 2), total), dtype=torch.uint8)
         start = 0
         for _, output, width in members:
             strides[output] = torch.empty_like(row[:, start : start + width]).stride(0)
