@@ -656,6 +656,22 @@ def test_blocks_apart_are_not_applicable_where_the_callers_never_pass_them(versi
     }
 
 
+def edited_release_file(tmp_path: Path, old: str, new: str) -> VllmFusedNormRope:
+    """0.34.0's kernel file with its one ``old`` replaced by ``new``, loaded by its path."""
+    release_kernel("0.34.0")
+    source = releases.fetch("0.34.0").path.read_text()
+    assert source.count(old) == 1
+    edited = tmp_path / "kernels.py"
+    edited.write_text(source.replace(old, new))
+    return load_kernel(f"{edited}:fused_norm_rope")
+
+
+def by_path_at_dcp1(kernel: VllmFusedNormRope, scenario) -> CaseResult:
+    """``scenario``'s DCP1 case, judged as a file named by its path is."""
+    [result] = run_scenario(kernel, scenario, RunConfig("by-path", (1,)), BACKEND)
+    return result
+
+
 @pytest.mark.parametrize("version", ["0.25.0", "0.30.0", "0.34.0"])
 def test_each_api_of_the_file_passes_a_ds_mla_models_profiling_call(version):
     """Q output only (0.25.0), separate outputs (0.30.0), and 0.34.0's ds_mla tiles."""
@@ -669,18 +685,12 @@ def test_a_wrapper_that_divides_by_its_tile_count_default_fails_the_ds_mla_profi
     ``attention.py:359-361, 392``), so 0.34.0's wrapper sizes the tiles from
     ``mla_num_tiles``' default (line 617, divided by at 732). The file with that default 0
     fails ``profiling-ds-mla`` and passes ``profiling-call``, whose cache is ``auto``."""
-    release_kernel("0.34.0")
-    source = releases.fetch("0.34.0").path.read_text()
-    default = "    mla_num_tiles = 1\n"
-    assert source.count(default) == 1
-    broken = tmp_path / "kernels.py"
-    broken.write_text(source.replace(default, "    mla_num_tiles = 0\n"))
-    kernel = load_kernel(f"{broken}:fused_norm_rope")
+    kernel = edited_release_file(tmp_path, "    mla_num_tiles = 1\n", "    mla_num_tiles = 0\n")
     [ds_mla] = load_scenarios(["profiling-ds-mla"])
     [auto] = load_scenarios(["profiling-call"])
-    [failed] = run_scenario(kernel, ds_mla, RunConfig("by-path", (1,)), BACKEND)
+    failed = by_path_at_dcp1(kernel, ds_mla)
     assert failed.status == "error" and "ZeroDivisionError" in failed.error, failed.error
-    [passed] = run_scenario(kernel, auto, RunConfig("by-path", (1,)), BACKEND)
+    passed = by_path_at_dcp1(kernel, auto)
     assert passed.status == "pass", findings(passed)
 
 
@@ -697,20 +707,15 @@ def test_a_wrapper_that_takes_the_output_row_stride_for_its_width_fails_fused_ro
     compiles ``KV_DIM`` from the output's row stride. Compact outputs make the two equal;
     the one-token output ``empty_like`` makes of a fused row (vLLM's caller,
     ``attention.py:301-303, 369``) has the fused row's stride, which is no power of two."""
-    release_kernel("0.34.0")
-    source = releases.fetch("0.34.0").path.read_text()
-    launch = "        kv_c_out,\n        kv_c_out_stride,\n        kv_dim,\n"
-    assert source.count(launch) == 1
-    broken = tmp_path / "kernels.py"
-    broken.write_text(
-        source.replace(launch, "        kv_c_out,\n        kv_dim,\n        kv_c_out_stride,\n")
+    kernel = edited_release_file(
+        tmp_path,
+        "        kv_c_out,\n        kv_c_out_stride,\n        kv_dim,\n",
+        "        kv_c_out,\n        kv_dim,\n        kv_c_out_stride,\n",
     )
-    kernel = load_kernel(f"{broken}:fused_norm_rope")
     [fused] = load_scenarios(["fused-rows-decode-dcp4"])
-    separate = dataclasses.replace(fused, activation_rows="separate")
-    [failed] = run_scenario(kernel, fused, RunConfig("by-path", (1,)), BACKEND)
+    failed = by_path_at_dcp1(kernel, fused)
     assert failed.status == "error" and "power of 2" in failed.error, failed.error
-    [passed] = run_scenario(kernel, separate, RunConfig("by-path", (1,)), BACKEND)
+    passed = by_path_at_dcp1(kernel, dataclasses.replace(fused, activation_rows="separate"))
     assert passed.status == "pass", findings(passed)
 
 
