@@ -5,6 +5,7 @@ that does not fit, and the recorder captures launches as Triton keys them."""
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +32,15 @@ def test_every_recorded_launch_compiles_and_fits_each_target(capsys):
     assert len(results) == len(configs) * len(gpu_fit.TARGETS)
     largest = max(results, key=lambda r: r.shared)
     compiled = sum(r.compiled for r in results)
+    if compiled:
+        # Not a failure: the compiles were checked. But each costs a clean clone's suite
+        # about 0.4 s of CPU, and under xdist this warning is what reaches the summary.
+        warnings.warn(
+            f"{compiled} of {len(results)} compiles are not in {gpu_fit.RESULTS.name} for "
+            f"this Triton and were compiled ({took:.0f} s): `{gpu_fit.RESULTS_COMMAND}` "
+            "keeps them",
+            stacklevel=1,
+        )
     with capsys.disabled():
         print(
             f"\n{len(configs)} launch configs x {len(gpu_fit.TARGETS)} targets in {took:.1f} s "
