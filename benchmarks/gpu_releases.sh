@@ -63,6 +63,7 @@ for job in $JOBS; do
           tests/test_sparse_topk_remap.py tests/test_sparse_topk_remap_releases.py \
           tests/test_reshape_and_cache_flash.py tests/test_reshape_and_cache_flash_releases.py \
           tests/test_op_contract.py tests/test_options.py \
+          tests/test_fp8_codes.py tests/test_gate_binaries.py \
           > "$OUT/tests.log" 2>&1 ) & ;;
     sanitizer)
       ( python3 -m pytest -q -p no:cacheprovider -rs tests/test_sanitizer.py tests/test_faults.py \
