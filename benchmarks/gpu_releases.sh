@@ -48,7 +48,7 @@ MONITOR=$!
 for job in $JOBS; do
   case $job in
     tests)  # every test file but the two the sanitizer job runs, one test at a time
-      ( timed python3 -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --durations=30 tests \
+      ( timed python3 -m pytest -q -p no:cacheprovider -n "$TEST_WORKERS" --durations=30 -rs tests \
           --ignore=tests/test_sanitizer.py --ignore=tests/test_faults.py \
           > "$OUT/tests.log" 2>&1 ) & ;;
     sanitizer)

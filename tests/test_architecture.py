@@ -23,11 +23,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
     # the device (whether a launch fits one, the gate's binaries compiled for it, Triton's
-    # version key kept across processes), every exit code, every file the tool writes, the
-    # names of the ops
+    # version key kept across processes, what a fault of it is), every exit code, every file
+    # the tool writes, the names of the ops
     (
         "dcpcheck",
         "dcpcheck.backend",
+        "dcpcheck.device_faults",
         "dcpcheck.gpu_fit",
         "dcpcheck.gate_binaries",
         "dcpcheck.line_workers",

@@ -19,9 +19,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import torch
 
+from dcpcheck.backend import Backend, BackendError
 from dcpcheck.cases.verdicts import RunConfig
-from dcpcheck.distributed import launcher
+from dcpcheck.distributed import group, launcher
 from dcpcheck.distributed.group import COLLECTIVE_TIMEOUT_MARGIN_S, DistributedUsageError
 from dcpcheck.distributed.ranks import distributed_sizes
 from dcpcheck.e2e.stream_case import token_stream_case
@@ -251,6 +253,23 @@ def test_a_group_checks_its_own_size_and_dcp1(requested, world_size, expected):
 def test_other_dcp_sizes_are_a_usage_error(requested, world_size):
     with pytest.raises(DistributedUsageError, match="the DCP size is the number"):
         distributed_sizes(requested, world_size)
+
+
+def test_a_rank_without_a_cuda_device_of_its_own_is_refused_in_one_line(monkeypatch):
+    """Rank 1 of 2 on a box whose torch sees one CUDA device: refused before it joins, in
+    a line that names the way out (gloo ranks on the CPU)."""
+    cuda = Backend(torch.device("cuda"), interpreted=False)
+    monkeypatch.setattr(group, "select_backend", lambda device: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    rank_1_of_2 = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    for name, value in {**rank_1_of_2, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(BackendError) as refused, group.rank_group():
+        pass
+    assert str(refused.value) == (
+        "LOCAL_RANK 1, but torch sees 1 CUDA device(s): each rank needs a device of its own "
+        "(--device cpu runs the ranks on the CPU over gloo)"
+    )
 
 
 @requires_cuda

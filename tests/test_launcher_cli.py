@@ -1,5 +1,6 @@
 """The two ways a user starts real ranks: `dcpcheck run --launcher torchrun` and plain
-`torchrun -m dcpcheck run` (gloo on this CPU machine)."""
+`torchrun -m dcpcheck run`, over gloo on the CPU (`--device cpu`) on every machine: a GPU
+box may have fewer CUDA devices than ranks, and each rank on CUDA needs its own."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).parents[1]
-SCENARIO = ["--scenario", "decode-single-dcp4", "--no-tokens"]
+SCENARIO = ["--scenario", "decode-single-dcp4", "--no-tokens", "--device", "cpu"]
 
 
 def dcpcheck(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:

@@ -603,6 +603,9 @@ def test_the_fused_kernels_unedited_gate_passes_while_its_record_is_taken(tmp_pa
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # as a shell's
     env.update(
         PYTHONPATH=str(REPO),
+        # A binary loaded from Triton's cache is not compiled, so its callees would go
+        # unrecorded on a GPU: the worker gets a cache of its own, as ``mutate``'s does.
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
         **{ran.RAN_DIR_ENV: str(tmp_path / "ran"), ran.RAN_FILES_ENV: str(codes)},
     )
     command = [sys.executable, "-m", "dcpcheck.mutation.worker", str(kernel), str(kernel)]

@@ -23,7 +23,9 @@ from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, RunConfig
 from dcpcheck.cli import cli
 from dcpcheck.e2e import token_streams
 from dcpcheck.harness import isolation, isolation_worker
+from dcpcheck.ops import op_cases
 from dcpcheck.ops.fused_norm_rope import fused_checks
+from dcpcheck.ops.fused_norm_rope import search as fused_search
 from dcpcheck.workflows import session
 from tests.conftest import requires_cuda
 
@@ -161,6 +163,51 @@ def test_a_real_device_fault_ends_the_run_with_its_record(tmp_path):
     record = doc["cases"][-1]
     assert (record["scenario"], record["status"]) == (session.DEVICE_FAULT_CASE, "crash")
     assert "illegal memory access" in record["error"]
+
+
+def _dead_after_the_first_example(monkeypatch, module) -> list[object]:
+    """``module.run_scenario`` as on a device that faults in the search's second example
+    and runs nothing after it: every later call raises the fault again, from one of two
+    places in turn, as a dead device's error surfaces at whichever call synchronises next."""
+    real, calls = module.run_scenario, []
+
+    def surfaced_elsewhere() -> None:
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    def run_scenario(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            return real(*args, **kwargs)
+        if len(calls) % 2:
+            raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+        surfaced_elsewhere()
+
+    monkeypatch.setattr(module, "run_scenario", run_scenario)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("op_args", "module"),
+    [(("--op", "lse-combine"), op_cases), (("--no-isolate", "--no-tokens"), fused_search)],
+    ids=["op-package", "fused-op"],
+)
+def test_a_device_fault_ends_the_property_search_unshrunk(tmp_path, monkeypatch, op_args, module):
+    """Hypothesis would replay and shrink a failing example, on a device that can run
+    nothing more, and call the differing places its fault surfaced flaky: the search
+    stops at the fault instead, and the run ends with the fault's crash record."""
+    calls = _dead_after_the_first_example(monkeypatch, module)
+    json_path = tmp_path / "r.json"
+    result = invoke(
+        "run", *op_args, "--property-only", "--examples", "5", "--dcp", "2",
+        "--home", str(tmp_path / "home"), "--json", str(json_path),
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert "the device faulted (CUDA error: an illegal memory access" in result.output
+    record = json.loads(json_path.read_text())["cases"][-1]
+    assert (record["scenario"], record["status"]) == (session.DEVICE_FAULT_CASE, "crash")
+    assert f"{Path(__file__).name}:" in record["error"]  # where it surfaced, not Hypothesis
+    assert len(calls) == 2  # neither replayed nor shrunk
 
 
 def search_reports(tmp_path, *args: str):

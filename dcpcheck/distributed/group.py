@@ -176,7 +176,9 @@ def _rank_backend(device: str, local_rank: int) -> Backend:
         return chosen
     if local_rank >= torch.cuda.device_count():
         raise BackendError(
-            f"LOCAL_RANK {local_rank}, but torch sees {torch.cuda.device_count()} CUDA device(s)"
+            f"LOCAL_RANK {local_rank}, but torch sees {torch.cuda.device_count()} CUDA "
+            "device(s): each rank needs a device of its own (--device cpu runs the ranks on "
+            "the CPU over gloo)"
         )
     torch.cuda.set_device(local_rank)  # NCCL's object collectives use the current device
     return replace(chosen, device=torch.device("cuda", local_rank))

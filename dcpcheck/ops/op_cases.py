@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dcpcheck import device_faults
 from dcpcheck.backend import Backend
 from dcpcheck.cases.scenario_files import NamedBatch
 from dcpcheck.cases.seeded_draws import seed_alone
@@ -280,6 +281,7 @@ def search(
         suppress_health_check=list(HealthCheck),
     )
     @given(drawn)
+    @device_faults.unshrunk
     def property_holds(pair: tuple[Any, int]) -> None:
         nonlocal ran, skipped
         ran += 1
@@ -292,7 +294,7 @@ def search(
             raise AssertionError(result.status)
 
     try:
-        with seed_alone():
+        with seed_alone(), device_faults.raised_as_itself():
             hypothesis_seed(DEFAULT_SEED if seed is None else seed)(property_holds)()
     except AssertionError:
         _, scenario, result = failing[-1]  # Hypothesis replays the shrunk failure last

@@ -33,11 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.verdicts import CaseResult, RunConfig
+from dcpcheck.device_faults import device_fault
 from dcpcheck.e2e.stream_case import token_stream_case
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_OK
 from dcpcheck.ops import session_op
@@ -201,19 +200,6 @@ class RunOutcome:
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.passed else EXIT_FAIL
-
-
-def device_fault(exc: BaseException) -> str | None:
-    """The CUDA error ``exc`` reports, if it is a device fault (module docstring): torch's
-    ``AcceleratorError``, or a ``RuntimeError`` that says "CUDA error" as older torch
-    raises it; else None."""
-    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    accelerator = getattr(torch, "AcceleratorError", None)
-    if accelerator is not None and isinstance(exc, accelerator):
-        return said
-    if isinstance(exc, RuntimeError) and said.startswith("CUDA error"):
-        return said
-    return None
 
 
 def broken_off_record(exc: BaseException) -> CaseResult:

@@ -49,6 +49,7 @@ from dcpcheck import files
 from dcpcheck.backend import Backend
 from dcpcheck.cases.seeded_draws import seed_alone
 from dcpcheck.cases.verdicts import CaseResult, RunConfig, ownership_totals
+from dcpcheck.device_faults import raised_as_itself, unshrunk
 from dcpcheck.ops.fused_norm_rope.contract import PRESETS, SMALL_PRESETS, Kernel
 from dcpcheck.ops.fused_norm_rope.runner import run_scenario, with_effective_ds_mla_scale
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario, load_scenario, scenario_to_toml
@@ -317,12 +318,12 @@ def search(
     hypothesis_seed = DEFAULT_SEED if config.seed is None else config.seed
     # seed() clears the database; the settings applied after it put it back (docstring).
     test = hypothesis_settings(
-        seed(hypothesis_seed)(given(strategies.examples(space))(contract_holds))
+        seed(hypothesis_seed)(given(strategies.examples(space))(unshrunk(contract_holds)))
     )
 
     start = time.perf_counter()
     try:
-        with hypothesis_storage(config.hypothesis_dir), seed_alone():
+        with hypothesis_storage(config.hypothesis_dir), seed_alone(), raised_as_itself():
             test()
     except ScenarioFailed as failure:
         shrunk, failing, flaky = failure.scenario, failure.results, False
