@@ -19,6 +19,7 @@ import torch
 from dcpcheck.kernels import ran
 from dcpcheck.mutation import campaign, equivalents, reach, runner, selection
 from dcpcheck.mutation.operators import OPERATORS, fp32_ulp, mutants_of
+from dcpcheck.workflows.session import INTERNAL_ERROR_CASE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -124,6 +125,8 @@ def _case(status: str, checks=(), error: str | None = None) -> dict:
 
 
 FAILED = {"check": "merged_out", "status": "fail", "findings": [{"detail": "row 0 off"}]}
+BROKE_OFF = {**_case("error", error="dcpcheck stopped on an internal error: KeyError: 'x'"),
+             "scenario": INTERNAL_ERROR_CASE}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -132,6 +135,7 @@ FAILED = {"check": "merged_out", "status": "fail", "findings": [{"detail": "row 
         (0, _report(_case("pass")), runner.SURVIVED, None),
         (1, _report(_case("pass"), _case("fail", [FAILED])), runner.KILLED, "merged_out"),
         (1, _report(_case("error", error="IndexError: out of range")), runner.KILLED, "error"),
+        (1, _report(_case("fail", [FAILED]), BROKE_OFF), runner.KILLED, "merged_out"),
         (1, _report(search={"status": "fail", "failed_checks": ["chain"]}), runner.KILLED, "chain"),
         (None, None, runner.TIMED_OUT, None),
         (-11, None, runner.CRASHED, None),
@@ -151,6 +155,13 @@ def test_each_outcome_is_read_from_the_workers_exit_and_report(code, report, out
     assert found.check == check
     if outcome == runner.KILLED:
         assert found.scenario in ("s[dcp4]", "property search")
+
+
+def test_a_run_that_broke_on_dcpchecks_own_error_is_a_crash_that_says_so():
+    """No check saw the mutant: the harness broke on it, which the gate notices (exit 1)
+    but which must not read as a kill by a check."""
+    found = runner.classify("m", 1, _report(_case("pass"), BROKE_OFF), "")
+    assert (found.outcome, found.detail, found.check) == (runner.CRASHED, BROKE_OFF["error"], None)
 
 
 def test_the_cache_keeps_a_kill_while_its_scenario_stands_and_reruns_survivors(small, tmp_path):

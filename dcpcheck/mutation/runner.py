@@ -6,9 +6,10 @@ An outcome (``OUTCOMES``) is read from the worker's exit code and its JSON repor
 
 * ``killed``: the gate failed (exit 1); the first failing case names the scenario and the
   check that killed it (``error`` when the kernel raised while running a case);
-* ``timed_out`` and ``crashed`` (the worker died, or exited with a code the gate never
-  uses): the mutant hung or broke the process, which a gate notices too, so both count
-  as killed, said apart;
+* ``timed_out`` and ``crashed`` (the worker died, exited with a code the gate never uses,
+  or its run broke off on an internal error of dcpcheck's before any case failed): the
+  mutant hung or broke the process, which a gate notices too, so both count as killed,
+  said apart, so that a bug of the harness never reads as a check that saw the mutant;
 * ``survived``: every check of every case passed (exit 0);
 * ``not_compiled``: the mutated file does not load (exit 125), or every failing case is
   an error Triton or Python raises for code that does not compile; not counted.
@@ -39,6 +40,7 @@ from dcpcheck.files import write_atomic
 from dcpcheck.kernels import ran
 from dcpcheck.mutation.operators import Mutant
 from dcpcheck.op_registry import OPS
+from dcpcheck.workflows.session import INTERNAL_ERROR_CASE
 
 KILLED, TIMED_OUT, CRASHED, SURVIVED, NOT_COMPILED = (
     "killed",
@@ -156,8 +158,12 @@ def classify(name: str, code: int | None, report: dict | None, stderr: str) -> O
     failing: list[tuple[str, str]] = []
     errors: list[str] = []
     first: tuple[str, str, str] | None = None
+    broke = ""  # the run's internal error, if it broke off on one
     for case in report["cases"]:
         if case["status"] in ("pass", "not_applicable"):
+            continue
+        if case["scenario"] == INTERNAL_ERROR_CASE:
+            broke = case.get("error") or INTERNAL_ERROR_CASE
             continue
         scenario = f"{case['scenario']}[dcp{case['dcp']}]"
         if case["status"] in ("error", "crash", "timeout"):
@@ -177,7 +183,7 @@ def classify(name: str, code: int | None, report: dict | None, stderr: str) -> O
         first = ("property search", check, searched.get("saved") or "")
         failing.append(("property search", check))
     if first is None:
-        return Outcome(name, CRASHED, detail="exit 1 with no failing case in its report")
+        return Outcome(name, CRASHED, detail=broke or "exit 1 with no failing case in its report")
     if len(errors) == len(failing) and all(e.startswith(NOT_COMPILING) for e in errors):
         return Outcome(name, NOT_COMPILED, detail=errors[0])
     return Outcome(name, KILLED, first[0], first[1], first[2], failing=failing)
