@@ -170,16 +170,17 @@ def _dead_after_the_first_example(monkeypatch, module) -> list[object]:
     and runs nothing after it: every later call raises the fault again, from one of two
     places in turn, as a dead device's error surfaces at whichever call synchronises next."""
     real, calls = module.run_scenario, []
+    said = "CUDA error: an illegal memory access was encountered"
 
     def surfaced_elsewhere() -> None:
-        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+        raise torch.AcceleratorError(said)
 
     def run_scenario(*args, **kwargs):
         calls.append(args)
         if len(calls) == 1:
             return real(*args, **kwargs)
         if len(calls) % 2:
-            raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+            raise torch.AcceleratorError(said)
         surfaced_elsewhere()
 
     monkeypatch.setattr(module, "run_scenario", run_scenario)
