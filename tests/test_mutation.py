@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -357,7 +358,8 @@ def test_mutate_runs_a_handful_of_the_fused_kernels_mutants(tmp_path):
 
 def test_the_search_pass_kills_what_the_named_scenario_lets_through(tmp_path):
     """extreme-lse does not ask for the merged LSE, so removing its store survives the
-    named scenario; the property search draws return_lse and kills it."""
+    named scenario; the property search draws return_lse and kills it. Each pass counts
+    its own progress: the gate's over the mutants, the search's over the survivors."""
     done, report = _mutate(
         tmp_path,
         "--op",
@@ -374,6 +376,8 @@ def test_the_search_pass_kills_what_the_named_scenario_lets_through(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     [mutant] = report["mutants"]
     assert (mutant["status"], mutant["by"], mutant["check"]) == ("killed", "search", "merged_lse")
+    progress = re.findall(r"^\[(.+?)\] (\w+)", done.stderr, re.MULTILINE)
+    assert progress == [("1/1", "survived"), ("search 1/1", "killed")], done.stderr
 
 
 def test_a_gate_that_refuses_its_arguments_stops_the_run_never_a_kill():

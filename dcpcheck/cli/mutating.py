@@ -23,7 +23,7 @@ from dcpcheck.mutation import campaign as campaigns
 from dcpcheck.mutation import equivalents, report, selection
 from dcpcheck.mutation.equivalents import EquivalentsError
 from dcpcheck.mutation.operators import OPERATORS
-from dcpcheck.mutation.runner import Gate, GateError
+from dcpcheck.mutation.runner import SURVIVED, Gate, GateError
 from dcpcheck.op_registry import DEFAULT_OP, OPS
 from dcpcheck.ops import package
 from dcpcheck.output.console import err, out
@@ -182,15 +182,19 @@ def mutate_command(
         raise SystemExit(EXIT_OK)
     if jobs is None:
         jobs = 4 if torch.cuda.is_available() else max(1, os.cpu_count() or 1)
-    done = [0]
+    done = {False: 0, True: 0}  # outcomes landed, by the gate's pass and the search's
+    survived = [0]
 
-    def progress(mutant, outcome) -> None:
-        done[0] += 1
-        err.print(
-            f"[{done[0]}/{len(mutants)}] {outcome.outcome:<12} {mutant.name}",
-            markup=False,
-            highlight=False,
-        )
+    def progress(mutant, outcome, searched: bool) -> None:
+        """One line per outcome: ``[k/N]`` in the gate's pass over the N mutants, then
+        ``[search k/S]`` in the search's pass over its S survivors."""
+        done[searched] += 1
+        if searched:
+            where = f"search {done[True]}/{survived[0]}"
+        else:
+            where = f"{done[False]}/{len(mutants)}"
+            survived[0] += outcome.outcome == SURVIVED
+        err.print(f"[{where}] {outcome.outcome:<12} {mutant.name}", markup=False, highlight=False)
 
     try:
         found = campaigns.mutate(gate, kernel_files, mutants, home, jobs, progress)

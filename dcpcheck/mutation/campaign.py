@@ -156,12 +156,13 @@ def mutate(
     mutants: Sequence[Mutant],
     home: Path,
     jobs: int,
-    on_outcome: Callable[[Mutant, Outcome], None] = lambda m, o: None,
+    on_outcome: Callable[[Mutant, Outcome, bool], None] = lambda m, o, searched: None,
 ) -> Campaign:
     """Run ``mutants`` of ``files`` through ``gate`` (module docstring);
     ``equivalents.EquivalentsError`` for a mutants file that is not one, before anything
     runs; ``MutationError`` when the kernel fails its own gate. A Ctrl-C or SIGTERM
-    returns what finished, marked with it (``stopped``)."""
+    returns what finished, marked with it (``stopped``). ``on_outcome`` hears each
+    outcome as it lands, with whether it came from the search pass over the survivors."""
     judgements = {path: equivalents.load(equivalents.file_for(path)) for path in files}
     cache = Cache(home / "mutants", gate)
     unedited = baseline(files[0])
@@ -187,17 +188,20 @@ def mutate(
             to_run.append(mutant)
     by_name = {e.mutant.name: e for e in campaign.entries}
 
-    def landed(mutant: Mutant, outcome: Outcome) -> None:
-        entry = by_name[mutant.name]
-        if entry.outcome is None or outcome.outcome != SURVIVED:  # the search's kill counts
-            entry.outcome = outcome
-        on_outcome(mutant, outcome)
+    def landed_in(searched: bool) -> Callable[[Mutant, Outcome], None]:
+        def landed(mutant: Mutant, outcome: Outcome) -> None:
+            entry = by_name[mutant.name]
+            if entry.outcome is None or outcome.outcome != SURVIVED:  # the search's kill counts
+                entry.outcome = outcome
+            on_outcome(mutant, outcome, searched)
+
+        return landed
 
     try:
-        runner.run_mutants(to_run, gate, cache, jobs, landed)
+        runner.run_mutants(to_run, gate, cache, jobs, landed_in(False))
         if gate.search:
             survivors = [e.mutant for e in campaign.survivors]
-            runner.run_mutants(survivors, gate, cache, jobs, landed, search=True)
+            runner.run_mutants(survivors, gate, cache, jobs, landed_in(True), search=True)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (``cli.common.Terminated``)
         campaign.stopped = stop
         campaign.entries = [e for e in campaign.entries if e.outcome or e.judged]
