@@ -17,11 +17,16 @@ exactly as the recorded launch (a pointer's dtype and 16-byte alignment, an inte
 divisibility by 16, the constexprs and options; ``launch_arguments``), under an
 ``AsyncCompileMode`` whose executor holds every compile back. Triton keys each request by
 its own cache key, so the binaries its on-disk cache lacks are known without
-reimplementing that key; those are compiled into the cache by worker processes
-(``python -m dcpcheck.gate_binaries``, one a core, no GIL shared). Then every held
-request runs, now a load, and the binaries sit in the kernels' in-memory caches, where the
-cases' launches find them. With a warm cache no worker starts and the requests load only
-what the cases would have loaded.
+reimplementing that key; those are compiled into the cache by worker processes (one a
+core, no GIL shared), forked from a template that imported torch and Triton once
+(``dcpcheck.line_workers``; this module's ``prepare`` and ``answer``). A worker makes
+the same call as the request, but with Triton told the device's target rather than asking
+a CUDA context for it (:class:`_CompileOnlyDriver`), and builds each launcher Triton will
+need once, so the cases' first launches build nothing. Then every held request runs, now
+a load, and the binaries sit in the kernels' in-memory caches, where the cases' launches
+find them. With a warm cache no worker forks, and the template, started before the
+requests so that its imports overlap them, is stopped; the requests load only what the
+cases would have loaded.
 
 Nothing here decides a verdict: a listed launch the kernels no longer make (an edited
 launcher) is compiled for nothing, a launch the list lacks compiles when its case launches
@@ -32,12 +37,11 @@ itself. Under the interpreter nothing is compiled.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
-import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -52,8 +56,9 @@ from dcpcheck.backend import Backend
 from dcpcheck.gpu_fit import GATE_LAUNCHES, LaunchConfig, read_manifest
 
 WORKERS_MAX = 16
-"""Compile processes at most (and at most one per core and per binary to compile): each
-holds a CUDA context, about half a GiB of device memory."""
+"""Compile processes at most (and at most one per core and per binary to compile), each a
+Triton compiler in host memory of its own: on a 16-core H100 box sixteen compile the
+gate's seventy binaries in about 3 s (BENCHMARKS.md, "gate binaries")."""
 
 _POINTEE = {
     "bf16": torch.bfloat16,
@@ -94,7 +99,8 @@ class _StandInTensor:
 class GateBinaries:
     """What :func:`compile_gate_binaries` did: the launches listed, how many binaries the
     worker processes compiled (the rest were in Triton's cache), and the launches it could
-    not ask Triton for, or whose compile failed, each with why."""
+    not ask Triton for, whose compile failed or whose launcher was not built, each with
+    why."""
 
     listed: int
     compiled: int
@@ -114,7 +120,12 @@ class GateBinaries:
 
 def kernel_of(config: LaunchConfig) -> Any:
     """The ``@triton.jit`` function ``config`` launches."""
-    module, qualname = config.kernel.split(":")
+    return _kernel_named(config.kernel)
+
+
+def _kernel_named(name: str) -> Any:
+    """The ``@triton.jit`` function named ``module:qualname``."""
+    module, qualname = name.split(":")
     found: Any = importlib.import_module(module)
     for part in qualname.split("."):
         found = getattr(found, part)
@@ -141,12 +152,13 @@ def launch_arguments(config: LaunchConfig, kernel: Any) -> tuple[list[Any], dict
     return args, dict(config.options)
 
 
-def request_binary(config: LaunchConfig) -> None:
+def request_binary(config: LaunchConfig) -> Any:
     """Ask Triton for ``config``'s binary: compiled (or loaded from its cache), never
-    launched."""
+    launched; what Triton hands back (the compiled kernel, or under an
+    ``AsyncCompileMode`` a stand-in for it)."""
     kernel = kernel_of(config)
     args, options = launch_arguments(config, kernel)
-    kernel.run(*args, grid=(1,), warmup=True, **options)
+    return kernel.run(*args, grid=(1,), warmup=True, **options)
 
 
 @dataclass
@@ -228,75 +240,170 @@ def compile_gate_binaries(backend: Backend, launches: Path = GATE_LAUNCHES) -> G
     """Every binary ``launches`` lists, compiled by worker processes where Triton's cache
     lacks it, and loaded into the kernels (module docstring); None under the interpreter or
     with no list. Never raises for a launch: one that cannot be asked for or compiled is
-    left to its case and named in ``problems``."""
+    left to its case and named in ``problems``. The workers' template starts first, so
+    that its imports overlap the requests here; a warm cache stops it unasked."""
     if backend.interpreted or not launches.is_file():
         return None
     started = time.perf_counter()
     configs = read_manifest(launches)
     problems: list[str] = []
-    with _compiles_held_back() as (request, held):
+    with _compile_workers(len(configs)) as workers, _compiles_held_back() as (request, held):
         for config in configs:
             try:
                 request(config)
             except Exception as error:
                 problems.append(f"{config.kernel}: {type(error).__name__}: {error}".splitlines()[0])
         missing = [h.config for h in held if h.config is not None and not h.in_cache()]
-        failed = compile_in_workers(missing)
+        failed, unbuilt = compile_in_workers(missing, _device_target(), workers)
         for compile_request in held:
             compile_request.run()  # a load, or (its worker failed) a compile here
     return GateBinaries(
         len(configs),
         len(missing) - len(failed),
-        (*problems, *failed),
+        (*problems, *failed, *unbuilt),
         time.perf_counter() - started,
     )
 
 
-def compile_in_workers(configs: Sequence[LaunchConfig]) -> list[str]:
-    """``configs`` compiled into Triton's on-disk cache by worker processes (one a core, at
-    most :data:`WORKERS_MAX`), a binary at a time each, the largest first; what failed, a
-    line each (``compile KERNEL: why``)."""
-    ordered = sorted(configs, key=lambda c: -len(c.signature))
+def _device_target() -> Any:
+    """The target Triton compiles for on this process's device."""
+    from triton.runtime.driver import driver
+
+    return driver.active.get_current_target()
+
+
+def _compile_workers(most: int) -> line_workers.Workers:
+    """The template of at most ``most`` compile workers (one a core, at most
+    :data:`WORKERS_MAX`), in this environment with this checkout importable (Triton's key
+    reads the environment); what they could say, their one answer per binary says."""
     package_root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
-    answers = line_workers.answered(
-        [sys.executable, "-m", "dcpcheck.gate_binaries"],
-        [config.to_json() for config in ordered],
-        jobs=min(WORKERS_MAX, os.cpu_count() or 1),
-        env={**os.environ, "PYTHONPATH": path},  # Triton's key reads the environment
-        stderr=subprocess.DEVNULL,  # what it could say, its one line per binary says
+    return line_workers.Workers(
+        "dcpcheck.gate_binaries",
+        jobs=min(WORKERS_MAX, os.cpu_count() or 1, most),
+        env={**os.environ, "PYTHONPATH": path},
+        stderr=subprocess.DEVNULL,
     )
-    failed = []
-    for config, answer in zip(ordered, answers, strict=True):
-        error = answer if isinstance(answer, str) else answer["error"]
-        if error:
-            failed.append(f"compile {config.kernel}: {error}")
-    return failed
 
 
-def _worker() -> None:
-    """A compile worker: one launch config a line on stdin, its binary compiled into
-    Triton's cache, one ``{"error": ...}`` line on stdout (every line, where no CUDA
-    backend can be had here)."""
-    from dcpcheck.backend import BackendError, select_backend
+def _launcher_shape(config: LaunchConfig) -> tuple[str, ...]:
+    """What a binary's launcher is built from, as far as this module tells launchers
+    apart: each argument's kind (a pointer of any type, a scalar's type, a constexpr).
+    Binaries of one shape share a launcher, which one worker builds and the others find in
+    Triton's cache (where two shapes share one, it is built twice; where one shape needs
+    two, the run builds the other at its first launch)."""
+    return tuple("*" if kind.startswith("*") else kind for _, kind in config.signature)
+
+
+def compile_in_workers(
+    configs: Sequence[LaunchConfig], target: Any, workers: line_workers.Workers | None = None
+) -> tuple[list[str], list[str]]:
+    """``configs`` compiled for ``target`` (a Triton ``GPUTarget``) into Triton's on-disk
+    cache by ``workers`` (by default, a template started here), a binary at a time each,
+    the largest first, with one launcher built for each launcher shape; the compiles that
+    failed (``compile KERNEL: why``) and the launchers not built (``launcher of KERNEL:
+    why``), a line each."""
+    ordered = sorted(configs, key=lambda c: -len(c.signature))
+    requests, shapes = [], set()
+    for config in ordered:
+        shape = _launcher_shape(config)
+        requests.append(
+            {
+                "config": config.to_json(),
+                "launcher": shape not in shapes,
+                "target": [target.backend, target.arch, target.warp_size],
+            }
+        )
+        shapes.add(shape)
+    with workers or _compile_workers(len(configs)) as working:
+        answers = working.answer(requests)
+    failed, unbuilt = [], []
+    for config, answered in zip(ordered, answers, strict=True):
+        if isinstance(answered, str) or answered["error"]:
+            why = answered if isinstance(answered, str) else answered["error"]
+            failed.append(f"compile {config.kernel}: {why}")
+        elif answered["launcher"]:
+            unbuilt.append(f"launcher of {config.kernel}: {answered['launcher']}")
+    return failed, unbuilt
+
+
+# --- A compile worker (``dcpcheck.line_workers``) ----------------------------------------
+
+
+class _CompileOnlyDriver:
+    """Triton's active driver in a compile worker: the gate's device's target, device 0
+    and its stream 0, and nothing that touches a device. A kernel called with
+    ``warmup=True`` asks its driver for just these and compiles for the target, so the
+    binary and its cache key are those of the gate's own launch. A worker that made a CUDA
+    context for them instead spent about 2 s on it before its first compile, sixteen
+    workers at once on one GPU (BENCHMARKS.md, "gate binaries")."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+
+def _target(request: dict[str, Any]) -> Any:
+    from triton.backends.compiler import GPUTarget
+
+    backend, arch, warp_size = request["target"]
+    return GPUTarget(backend, arch, warp_size)
+
+
+@functools.cache
+def _device_driver(target: Any) -> Any:
+    """The driver of the Triton backend that compiles for ``target``: its launcher class
+    builds a binary's launcher with the host's C compiler, touching no device."""
+    from triton.backends import backends
+
+    for backend in backends.values():
+        if backend.compiler.supports_target(target):
+            return backend.driver()
+    raise RuntimeError(f"no Triton backend compiles for {target}")
+
+
+def prepare(requests: Sequence[dict[str, Any]]) -> None:
+    """In the template, before its workers fork, what each compile would do first: read
+    Triton's version key (``dcpcheck.triton_key``), import the compiler's front end, hash
+    each listed kernel's source with what it calls (``JITFunction.cache_key``), and make
+    the requests' target Triton's (:class:`_CompileOnlyDriver`)."""
+    import triton.compiler.code_generator  # noqa: F401 (what a first compile imports)
+    from triton.runtime.driver import driver
+
+    from dcpcheck.triton_key import remember
+
+    remember()
+    for name in sorted({request["config"]["kernel"] for request in requests}):
+        _kernel_named(name).cache_key  # noqa: B018 (worked out once, kept on the kernel)
+    driver.set_active(_CompileOnlyDriver(_target(requests[0])))
+
+
+def answer(request: dict[str, Any]) -> dict[str, str | None]:
+    """A ``{"config", "launcher", "target"}`` request's binary compiled into Triton's
+    cache and, where ``launcher`` is set, its launcher built into the same cache (on
+    Triton 3.6 a C module, which Triton builds with the host's C compiler at a binary's
+    first launch), so that the gate's first launch of it builds nothing: ``{"error": why
+    the compile failed, "launcher": why the launcher was not built}``, None for each that
+    did not fail."""
 
     def said(exc: Exception) -> str:
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
     try:
-        select_backend("cuda")
-        unusable = None
-    except BackendError as exc:
-        unusable = said(exc)
-    for line in sys.stdin:
-        error = unusable
-        if error is None:
-            try:
-                request_binary(LaunchConfig.from_json(json.loads(line)))
-            except Exception as exc:
-                error = said(exc)
-        print(json.dumps({"error": error}), flush=True)
-
-
-if __name__ == "__main__":
-    _worker()
+        compiled = request_binary(LaunchConfig.from_json(request["config"]))
+    except Exception as exc:
+        return {"error": said(exc), "launcher": None}
+    if request["launcher"]:
+        try:
+            _device_driver(_target(request)).launcher_cls(compiled.src, compiled.metadata)
+        except Exception as exc:
+            return {"error": None, "launcher": said(exc)}
+    return {"error": None, "launcher": None}

@@ -42,11 +42,12 @@ launch passes only below :data:`SHARED_MEMORY_LIMIT` / :data:`OLDEST_TRITON_MARG
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -411,18 +412,25 @@ def write_results(results: Iterable[FitResult], path: Path = RESULTS) -> int:
     return len(known)
 
 
-def _worker(known_path: str | None) -> None:
-    """Compile the (config, arch) lines on stdin, a result line each on stdout, reading
-    what the results at ``known_path`` hold. Each key begins with Triton's version key,
-    read where another process kept it (``dcpcheck.triton_key``)."""
+def prepare(requests: Sequence[dict[str, Any]]) -> None:
+    """A compile worker's template (``dcpcheck.line_workers``), before its workers fork:
+    Triton's version key, which each compile's key begins with, read where another process
+    kept it or worked out once for all of them (``dcpcheck.triton_key``)."""
     from dcpcheck.triton_key import remember
 
     remember()
-    known = read_results(Path(known_path)) if known_path else {}
-    for line in sys.stdin:
-        item = json.loads(line)
-        result = _compile(LaunchConfig.from_json(item["config"]), item["arch"], known)
-        print(json.dumps(result), flush=True)
+
+
+@functools.cache
+def _known(path: str) -> dict[str, int]:
+    return read_results(Path(path))
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """A compile worker's answer to one ``{"config", "arch", "known"}`` request: the
+    config compiled for the arch, or read from the results file ``known`` (None: none)."""
+    known = _known(request["known"]) if request["known"] else {}
+    return _compile(LaunchConfig.from_json(request["config"]), request["arch"], known)
 
 
 def check_fit(
@@ -442,8 +450,11 @@ def check_fit(
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *pythonpath, env.get("PYTHONPATH", "")])
     answers = line_workers.answered(
-        [sys.executable, "-m", "dcpcheck.gpu_fit", "compile", *([str(known)] if known else [])],
-        [{"config": config.to_json(), "arch": arch} for config, arch in items],
+        "dcpcheck.gpu_fit",
+        [
+            {"config": config.to_json(), "arch": arch, "known": str(known) if known else None}
+            for config, arch in items
+        ],
         jobs=jobs,
         env=env,
         cwd=REPO,
@@ -517,11 +528,8 @@ def _check(jobs: int, write: bool) -> int:
 
 def main(argv: list[str]) -> int:
     """``record`` (regenerate the manifest), ``check`` (compile it afresh), ``results``
-    (compile it afresh and keep the results), ``compile`` (a worker)."""
+    (compile it afresh and keep the results)."""
     usage = "usage: python -m dcpcheck.gpu_fit {record|check|results} [jobs]"
-    if argv[:1] == ["compile"]:
-        _worker(argv[1] if len(argv) > 1 else None)
-        return 0
     if not argv or argv[0] not in ("record", "check", "results") or len(argv) > 2:
         print(usage)
         return 2
