@@ -16,11 +16,11 @@ device's capability, which chooses the code it compiles), which starts the drive
 thread in the template, but no worker calls CUDA after the fork.
 
 The template hands the next request to whichever worker answered, and writes each answer
-to its stdout, with the request's index, as it lands. It runs no thread, so a fork copies
-one; a worker's stdout is its stderr, so nothing a worker prints reaches the answers. A
-worker that dies loses the request it held (:data:`DIED`); the rest go to the workers
-left, and requests no worker was left to take are :data:`NOT_TAKEN`. The caller says what
-that means.
+to its stdout, with the request's index, as it lands. It starts no thread of its own. Its
+answers go out on a copy of its stdout, and its stdout and its workers' is its stderr, so
+nothing a module or a worker prints reaches the answers. A worker that dies loses the
+request it held (:data:`DIED`); the rest go to the workers left, and requests no worker
+was left to take are :data:`NOT_TAKEN`. The caller says what that means.
 
 The template may be started before the requests are known (:class:`Workers`), so that
 its imports overlap the caller's own work; a caller with nothing to ask stops it.
@@ -69,26 +69,28 @@ class Workers:
         stderr: int | None = None,
     ) -> None:
         count = jobs or os.cpu_count() or 1
-        self._template = subprocess.Popen(
-            [sys.executable, "-m", "dcpcheck.line_workers", module, str(count)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**(os.environ if env is None else env), ONE_THREAD_ENV: "1"},
-            cwd=cwd,
-        )
+        self._template: subprocess.Popen | None = None
+        with contextlib.suppress(OSError):  # no process: no worker takes any request
+            self._template = subprocess.Popen(
+                [sys.executable, "-m", "dcpcheck.line_workers", module, str(count)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env={**(os.environ if env is None else env), ONE_THREAD_ENV: "1"},
+                cwd=cwd,
+            )
 
     def answer(self, requests: Sequence[Any]) -> list[dict[str, Any] | str]:
         """Each of ``requests``' answer, the JSON object a worker wrote back, at the
         request's index, or why there is none (:data:`DIED`, :data:`NOT_TAKEN`); no
         requests stop the template at once."""
-        template = self._template
-        assert template.stdin is not None and template.stdout is not None
-        if not requests:
-            self.close()
-            return []
         answers: list[dict[str, Any] | str] = [NOT_TAKEN] * len(requests)
+        template = self._template
+        if template is None or not requests:
+            self.close()
+            return answers
+        assert template.stdin is not None and template.stdout is not None
         try:
             template.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
             template.stdin.close()
@@ -104,6 +106,8 @@ class Workers:
     def close(self) -> None:
         """Stop the template and its workers if they still run, and reap it."""
         template = self._template
+        if template is None:
+            return
         if template.poll() is None and not (template.stdin and template.stdin.closed):
             template.kill()  # asked nothing: its imports were for nothing
         for stream in (template.stdin, template.stdout):
@@ -138,7 +142,6 @@ def answered(
 def _serve(module: ModuleType, requests: Connection) -> None:
     """A worker: one answer sent back for each request received, until the template
     closes its end."""
-    os.dup2(2, 1)  # what the worker prints is not an answer
     while True:
         try:
             request = requests.recv()
@@ -150,6 +153,8 @@ def _serve(module: ModuleType, requests: Connection) -> None:
 def _template(module_name: str, jobs: int) -> None:
     """The template (module docstring): every request read from stdin, answered by at most
     ``jobs`` forked workers, each answer a ``[index, answer]`` line on stdout."""
+    said = os.fdopen(os.dup(1), "w")  # the answers; what else is printed goes to stderr
+    os.dup2(2, 1)
     module = importlib.import_module(module_name)
     requests = [json.loads(line) for line in sys.stdin]
     if requests:
@@ -162,6 +167,7 @@ def _template(module_name: str, jobs: int) -> None:
     for _ in range(min(jobs, len(requests))):
         mine, theirs = Pipe()
         if os.fork() == 0:
+            said.close()
             mine.close()
             for other in held:
                 other.close()
@@ -203,7 +209,7 @@ def _template(module_name: str, jobs: int) -> None:
                 del held[worker]
             else:
                 hand(worker)
-            print(json.dumps([index, answer]), flush=True)
+            print(json.dumps([index, answer]), file=said, flush=True)
     with contextlib.suppress(ChildProcessError):
         while True:
             os.wait()

@@ -102,3 +102,20 @@ def test_the_template_forks_with_one_thread_after_importing_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     env.pop("OMP_NUM_THREADS", None)
     assert line_workers.answered("torch_worker", [1], env=env) == [{"threads": [1]}]
+
+
+def test_what_a_module_prints_as_it_is_imported_never_reaches_the_answers(tmp_path, capfd):
+    (tmp_path / "chatty_worker.py").write_text(
+        "print('imported')\ndef answer(request):\n    return {'got': request}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    assert line_workers.answered("chatty_worker", [1, 2], jobs=2, env=env) == [
+        {"got": 1},
+        {"got": 2},
+    ]
+    assert "imported" in capfd.readouterr().err
+
+
+def test_a_template_that_cannot_start_leaves_every_request_not_taken(monkeypatch):
+    monkeypatch.setattr(line_workers.sys, "executable", "/nonexistent/python")
+    assert line_workers.answered("doubling_worker", [1, 2]) == [line_workers.NOT_TAKEN] * 2
