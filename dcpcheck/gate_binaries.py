@@ -58,7 +58,7 @@ from dcpcheck.gpu_fit import GATE_LAUNCHES, LaunchConfig, read_manifest
 WORKERS_MAX = 16
 """Compile processes at most (and at most one per core and per binary to compile), each a
 Triton compiler in host memory of its own: on a 16-core H100 box sixteen compile the
-gate's seventy binaries in about 3 s (BENCHMARKS.md, "gate binaries")."""
+gate's seventy binaries in about 3 s (BENCHMARKS.md, "The gate, cold")."""
 
 _POINTEE = {
     "bf16": torch.bfloat16,
@@ -334,9 +334,9 @@ class _CompileOnlyDriver:
     """Triton's active driver in a compile worker: the gate's device's target, device 0
     and its stream 0, and nothing that touches a device. A kernel called with
     ``warmup=True`` asks its driver for just these and compiles for the target, so the
-    binary and its cache key are those of the gate's own launch. A worker that made a CUDA
-    context for them instead spent about 2 s on it before its first compile, sixteen
-    workers at once on one GPU (BENCHMARKS.md, "gate binaries")."""
+    binary and its cache key are those of the gate's own launch. A worker that asked CUDA
+    for them instead took about 2 s longer over its first binary, sixteen workers at once
+    on one H100 (BENCHMARKS.md, "The gate, cold")."""
 
     def __init__(self, target: Any) -> None:
         self.target = target

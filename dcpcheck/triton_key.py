@@ -3,7 +3,7 @@
 Every binary's cache key starts with ``triton_key()``: a sha256 of Triton's compiler,
 backend and language sources and of ``libtriton.so`` (415 MB in Triton 3.6). Triton works
 it out once per process, before the first binary it compiles or loads from its on-disk
-cache: 0.57 s of an H100 box's warm gate (BENCHMARKS.md, "gate binaries"), and as much in
+cache: 0.37 - 0.41 s on an H200 (BENCHMARKS.md, the gate's section), and as much in
 each mutant's worker process and in the template the compile workers fork from.
 
 The files it reads change only when Triton is installed again, upgraded or edited. So
