@@ -22,6 +22,11 @@ OUT=${OUT:-out}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the scripts import dcpcheck from the checkout
 export MATRIX_SLOTS=${MATRIX_SLOTS:-8}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Python writes bytecode, as after a pip install: on an image that sets
+# PYTHONDONTWRITEBYTECODE and ships torch without it (the lent GPU machines'), every process
+# would compile torch's source as it imports it, about 2 s each (BENCHMARKS.md).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-${TMPDIR:-/tmp}/dcpcheck-pycache}
 TEST_WORKERS=${TEST_WORKERS:-6}
 MONITOR_S=${MONITOR_S:-5}
 mkdir -p "$OUT"

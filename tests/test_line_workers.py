@@ -11,7 +11,7 @@ import time
 from dcpcheck import line_workers
 
 WORKER = """
-import os, sys, time
+import os
 
 prepared = []
 
@@ -24,8 +24,6 @@ def answer(request):
     print("a worker's own output", flush=True)
     if request == "die":
         os._exit(3)
-    if request == "slow":
-        time.sleep(1)
     return {"twice": 2 * request if isinstance(request, int) else request,
             "pid": os.getpid(), "prepared": prepared}
 """
@@ -75,8 +73,12 @@ def test_a_module_that_does_not_import_leaves_every_request_not_taken(tmp_path, 
     assert "No module named 'no_such_worker_module'" in capfd.readouterr().err
 
 
-def test_no_requests_start_no_template():
-    assert line_workers.answered("no_such_worker_module", []) == []
+def test_no_requests_start_no_template(monkeypatch):
+    def started(*args, **kwargs):
+        raise AssertionError("a template was started")
+
+    monkeypatch.setattr(line_workers.subprocess, "Popen", started)
+    assert line_workers.answered("doubling_worker", []) == []
 
 
 def test_a_template_asked_nothing_is_stopped_without_waiting_for_its_imports(tmp_path):
