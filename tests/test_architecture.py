@@ -23,11 +23,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the oracle: pure torch, knows nothing of the harness
     ("reference",),
     # the device (whether a launch fits one, the gate's binaries compiled for it, Triton's
-    # version key kept across processes, what a fault of it is), every exit code, every file
-    # the tool writes, the names of the ops
+    # version key kept across processes, what a fault of it is), the processes forked from
+    # one that imported torch, every exit code, every file the tool writes, the names of
+    # the ops
     (
         "dcpcheck",
         "dcpcheck.backend",
+        "dcpcheck.fork_server",
         "dcpcheck.device_faults",
         "dcpcheck.gpu_fit",
         "dcpcheck.gate_binaries",

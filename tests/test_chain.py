@@ -19,7 +19,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +42,7 @@ from dcpcheck.ops.decode_stages import (
 )
 from dcpcheck.ops.fused_norm_rope.kernels import load_kernel
 from tests.conftest import BACKEND, registry_problem
+from tests.forked_commands import run_dcpcheck
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = stream_config_for(BACKEND, steps=3)
@@ -179,11 +179,8 @@ def hash_streams(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedPro
     """``dcpcheck hash --dcp 1,4 --steps 3 OPTIONS --json ...`` run as a user runs it: the
     process and its report."""
     report = tmp_path / "streams.json"
-    command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", "1,4", "--steps", "3"]
-    done = subprocess.run(
-        [*command, *options, "--json", str(report)],
-        capture_output=True,
-        text=True,
+    done = run_dcpcheck(
+        ["hash", "--dcp", "1,4", "--steps", "3", *options, "--json", str(report)],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=900,
@@ -251,10 +248,8 @@ def test_hash_judges_every_merge_path_of_a_release_and_fails_on_the_all_to_all_o
 
 
 def test_hash_refuses_an_unknown_stage_with_exit_2(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "dcpcheck", "hash", "--stage", "norm=default"],
-        capture_output=True,
-        text=True,
+    done = run_dcpcheck(
+        ["hash", "--stage", "norm=default"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=600,
@@ -266,11 +261,8 @@ def test_hash_refuses_an_unknown_stage_with_exit_2(tmp_path):
 
 def test_hash_refuses_a_chain_a_release_cannot_run_with_exit_2(tmp_path):
     release_stages("0.10.2")  # fetched (or skipped) as the other tests fetch it
-    command = [sys.executable, "-m", "dcpcheck", "hash", "--dcp", "1,2", "--steps", "1"]
-    done = subprocess.run(
-        [*command, "--kernel", "vllm==0.10.2"],
-        capture_output=True,
-        text=True,
+    done = run_dcpcheck(
+        ["hash", "--dcp", "1,2", "--steps", "1", "--kernel", "vllm==0.10.2"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         timeout=600,

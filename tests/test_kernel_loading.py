@@ -28,6 +28,7 @@ from dcpcheck.ops.fused_norm_rope.runner import run_scenario
 from dcpcheck.ops.fused_norm_rope.scenario import load_scenarios
 from dcpcheck.ops.fused_norm_rope.vllm import ApiShape, VllmFusedNormRope
 from tests.conftest import BACKEND
+from tests.forked_commands import run_dcpcheck
 from tests.kernels_under_test import oracle_kernel
 
 REPO = Path(__file__).parents[1]
@@ -324,12 +325,10 @@ def test_the_stand_in_warning_is_said_once_though_an_isolated_worker_loads_the_f
         "def fused(inputs, outputs, caches):\n"
         "    oracle_kernel(inputs, outputs, caches)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "dcpcheck", "run", "--kernel", f"{kernel}:fused", "--dcp", "1",
-         "--no-tokens", "--scenario", "decode-single-dcp4"],
+    done = run_dcpcheck(
+        ["run", "--kernel", f"{kernel}:fused", "--dcp", "1", "--no-tokens", "--scenario",
+         "decode-single-dcp4"],
         cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -221,16 +221,17 @@ def test_workers_run_side_by_side_on_one_torch_thread_each(
         pid = os.getpid()
         returncode = 0
 
-        def __init__(self, command, env, **kwargs):
-            environments.append(env)
-
         def poll(self):
             return 0
 
         def wait(self):
             return 0
 
-    monkeypatch.setattr(runner.subprocess, "Popen", Exited)
+    def start(module, arguments, *, env, **popen):
+        environments.append(env)
+        return Exited()
+
+    monkeypatch.setattr(runner.fork_server, "start", start)
     gate = runner.Gate("lse-combine", "default", (4,), scenario_dir=tmp_path)
     runner.run_mutants(mutants_of(small)[:2], gate, runner.Cache(tmp_path / "c", gate), jobs)
     assert len(environments) == 2

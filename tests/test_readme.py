@@ -13,14 +13,13 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dcpcheck import gpu_fit
 from dcpcheck.backend import current_backend
+from tests.forked_commands import run_module
 
 REPO = Path(__file__).parents[1]
 README = (REPO / "README.md").read_text()
@@ -70,7 +69,8 @@ GATE = "dcpcheck run --dcp 4"
 @pytest.mark.parametrize("session", SESSIONS, ids=lambda s: s[0][0][:60])
 def test_every_command_runs_as_written(session, tmp_path):
     """In order, in a directory of their own (``_sessions``), which sees the checkout's
-    ``scenarios/`` as a user at the checkout's root does. Every launch the plain gate makes
+    ``scenarios/`` as a user at the checkout's root does; each ``python -m dcpcheck ...``
+    (forked: ``tests.forked_commands``). Every launch the plain gate makes
     is in the list a GPU run of it compiles ahead (``gpu_fit.GATE_LAUNCHES``, which holds
     its token streams' launches at a GPU's widths too)."""
     (tmp_path / "scenarios").symlink_to(REPO / "scenarios")
@@ -81,10 +81,8 @@ def test_every_command_runs_as_written(session, tmp_path):
         env[gpu_fit.RECORD_ENV] = str(tmp_path / "launches")
         (tmp_path / "launches").mkdir()
     for command, code in session:
-        argv = [sys.executable, "-m", *shlex.split(command)]
-        done = subprocess.run(
-            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-        )
+        module, *args = shlex.split(command)
+        done = run_module(module, args, cwd=tmp_path, env=env, timeout=600)
         said = f"$ {command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
         assert done.returncode == code, said
         assert "Traceback" not in done.stderr, said

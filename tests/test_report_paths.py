@@ -13,26 +13,21 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from dcpcheck import files
+from tests import forked_commands
 from tests.test_bad_input import REPO
 
 DEV_NULL = Path("/dev/null")
 
 
 def run_dcpcheck(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "dcpcheck", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    return forked_commands.run_dcpcheck(
+        args, cwd=cwd, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)}
     )
 
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import BACKEND
+from tests.forked_commands import run_dcpcheck
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "reports"
@@ -58,18 +57,13 @@ def _stable_junit(text: str) -> str:
 def test_the_fused_ops_reports_are_byte_for_byte_todays(tmp_path, kernel, code, oracle):
     stem = f"{kernel.replace('/', '-')}-{oracle}"
     json_path, junit_path = tmp_path / f"{stem}.json", tmp_path / f"{stem}.xml"
-    command = [sys.executable, "-m", "dcpcheck", "run", "--dcp", "4", "--kernel", kernel]
+    command = ["run", "--dcp", "4", "--kernel", kernel]
     command += ["--oracle", oracle, "--json", str(json_path), "--junit", str(junit_path)]
     command += ["--home", str(tmp_path / "home")]
     for scenario in SCENARIOS:
         command += ["--scenario", scenario]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=600,
+    done = run_dcpcheck(
+        command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600
     )
     assert done.returncode == code, done.stdout + done.stderr
     for path, stable in ((json_path, _stable_json), (junit_path, _stable_junit)):

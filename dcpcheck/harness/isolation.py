@@ -15,7 +15,10 @@ cross the process boundary, only ``CaseResult`` verdicts do, and the parent only
 
 After any of the last three, the cases of that scenario not yet reported get the same
 status, marked "not run", and the next job starts a fresh worker. A healthy worker is kept
-for the whole run: starting one costs an import of torch and Triton (about 2 s).
+for the whole run. Workers are forked from this process's fork server
+(``dcpcheck.fork_server``), which imports torch and Triton once for all of them (about 2 s
+each where every worker was a fresh interpreter); under compute-sanitizer, which must start
+the interpreter itself, each is a fresh one.
 
 The worker, not the parent, imports the kernel: the parent of an isolated run never runs
 the kernel's module, whose import may end or hang the process running it as surely as a
@@ -28,8 +31,8 @@ itself); a worker that dies or outlives ``case_timeout`` while it loads is
 hang, exit 1). Either way no case can run, and :meth:`IsolatedKernel.start` raises the
 same error again when asked again rather than start another worker.
 
-Processes: the worker is ``python -m dcpcheck.harness.isolation_worker`` (its side of what
-follows lives there) in a new session (its own process group), so the terminal's Ctrl-C
+Processes: the worker runs ``python -m dcpcheck.harness.isolation_worker`` (its side of
+what follows lives there; forked, its parent is the fork server) in a new session (its own process group), so the terminal's Ctrl-C
 reaches only the parent, which then kills the group with SIGKILL (a hung kernel may
 ignore anything gentler). On Linux the worker also asks the kernel to SIGKILL it when the
 thread that started it exits (``PR_SET_PDEATHSIG``), so a worker never outlives its run,
@@ -76,6 +79,7 @@ from typing import Any
 
 import torch
 
+from dcpcheck import fork_server
 from dcpcheck.backend import Backend
 from dcpcheck.cases.limits import TIMEOUT_MAX_S
 from dcpcheck.cases.verdicts import TOKEN_STREAM_CASE, CaseResult, RunConfig
@@ -238,23 +242,21 @@ class _Worker:
         self.log = sanitizing.new_log() if prefix is not None else None
         parent_reads, worker_writes = os.pipe()
         worker_reads, parent_writes = os.pipe()
-        argv = [
-            sys.executable,
-            "-m",
-            "dcpcheck.harness.isolation_worker",
-            str(worker_reads),
-            str(worker_writes),
-            str(os.getpid()),
-        ]
+        module = "dcpcheck.harness.isolation_worker"
+        arguments = [str(worker_reads), str(worker_writes), str(os.getpid())]
+        popen = {
+            "pass_fds": (worker_reads, worker_writes),
+            "start_new_session": True,
+            "stdin": subprocess.DEVNULL,
+            "stdout": STDERR_FD if self.log is None else self.log.fileno(),
+            "env": _worker_environment(sanitized=prefix is not None),
+        }
         try:
-            self.process = subprocess.Popen(
-                argv if prefix is None else sanitizing.launched_under(prefix, argv),
-                pass_fds=(worker_reads, worker_writes),
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=STDERR_FD if self.log is None else self.log.fileno(),
-                env=_worker_environment(sanitized=prefix is not None),
-            )
+            if prefix is None:  # forked from a process that imported torch already
+                self.process = fork_server.start(module, arguments, **popen)
+            else:  # compute-sanitizer must start the worker's interpreter itself
+                argv = [sys.executable, "-m", module, *arguments]
+                self.process = subprocess.Popen(sanitizing.launched_under(prefix, argv), **popen)
         finally:
             os.close(worker_reads)
             os.close(worker_writes)

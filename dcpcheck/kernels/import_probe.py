@@ -23,7 +23,8 @@ is observed by another that can still report it:
   needs isolation), so a module whose import hangs hangs it, as its launches would.
 
 Library callers (the test suite, the isolation worker itself) import directly: a probe
-costs a process start and the module's own imports (torch and Triton, about 2 s).
+costs a process, forked from the command's fork server (``dcpcheck.fork_server``: the
+first one of a command imports torch and Triton, about 2 s), and the module's own imports.
 ``dcpcheck.exit_codes`` says why a lost import is exit 1 where a raising one is 125.
 """
 
@@ -36,6 +37,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
+
+from dcpcheck import fork_server
 
 STDERR_FD = 2
 """A child's stdout goes to this process's stderr file descriptor (this process's stdout
@@ -98,12 +101,14 @@ def probe(where: str) -> None:
     :class:`KernelImportLost` if the child ends before the import returns or raises."""
     reads, writes = os.pipe()
     try:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "dcpcheck.kernels.import_probe_child", where, str(writes)],
+        child = fork_server.start(
+            "dcpcheck.kernels.import_probe_child",
+            [where, str(writes)],
             pass_fds=(writes,),
             stdin=subprocess.DEVNULL,
             stdout=STDERR_FD,
             env=child_environment(),
+            threads=1,  # it only imports
         )
     except BaseException:
         os.close(reads)

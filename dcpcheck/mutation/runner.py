@@ -1,6 +1,8 @@
 """Running mutants through the gate: each in a worker process of its own
 (``python -m dcpcheck.mutation.worker``, which is ``dcpcheck run`` with the mutant loaded
-where the kernel file would be), with a time limit, several at once.
+where the kernel file would be), with a time limit, several at once. The workers are forked
+from the run's fork server (``dcpcheck.fork_server``), which imported torch and Triton once
+for all of them.
 
 An outcome (``OUTCOMES``) is read from the worker's exit code and its JSON report:
 
@@ -28,15 +30,16 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dcpcheck import fork_server
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.files import write_atomic
+from dcpcheck.fork_server import ForkedProcess
 from dcpcheck.kernels import ran
 from dcpcheck.mutation.operators import Mutant
 from dcpcheck.op_registry import OPS
@@ -236,7 +239,7 @@ class Cache:
 @dataclass
 class _Running:
     mutant: Mutant
-    process: subprocess.Popen
+    process: ForkedProcess
     report: Path
     started: float
     search: bool
@@ -274,8 +277,7 @@ def _launch(
     mutated = folder / mutant.path.name
     mutated.write_text(mutant.source, encoding="utf-8")
     report = folder / "report.json"
-    command = [sys.executable, "-m", "dcpcheck.mutation.worker", str(mutant.path), str(mutated)]
-    command += gate.arguments(report, folder / "home", search)
+    arguments = [str(mutant.path), str(mutated), *gate.arguments(report, folder / "home", search)]
     env = worker_environment(jobs, os.environ)
     if mutant.operator == BASELINE:  # what of the file the gate runs (``campaign``)
         env["TRITON_CACHE_DIR"] = str(folder / "triton")  # every binary compiled: ``ran``
@@ -283,10 +285,12 @@ def _launch(
         env[ran.RAN_DIR_ENV] = str(folder / "ran")
         env[ran.RAN_FILES_ENV] = os.pathsep.join(str(f.resolve()) for f in files)
     with (folder / "stderr.txt").open("w") as stderr:  # a file: a pipe could fill and stall
-        process = subprocess.Popen(
-            command,
+        process = fork_server.start(
+            "dcpcheck.mutation.worker",
+            arguments,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=stderr,
+            stderr=stderr.fileno(),
             env=env,
             start_new_session=True,  # a timeout kills the worker and whatever it started
         )

@@ -1,0 +1,482 @@
+"""Python processes forked from one that has imported torch and Triton already.
+
+Each process dcpcheck starts to run code (an isolated kernel's worker, a mutant's worker,
+an import probe) is ``python -m MODULE ARGS`` whose first work is importing torch and
+Triton: about 1.2 s on an H100 box, 2.5 s of CPU on a 2-core CI machine, for every
+process. A fork server imports them once; each process asked of it is then a fork of the
+server that runs ``MODULE`` as ``python -m`` would, with the caller's environment, working
+directory, import path and file descriptors. A run that starts several processes pays the
+imports once (``start``).
+
+Why a fork is sound here:
+
+* CUDA: the server never initializes CUDA (importing torch and Triton does not), and
+  PyTorch refuses CUDA only in a child of a process that had. A child may use the GPU.
+* Threads: a fork copies only the thread that forks, so the server has one. Importing
+  torch starts a CPU pool's thread unless ``OMP_NUM_THREADS`` is set, so the server runs
+  with it at 1, and torch's thread count is fixed as it loads: each request says how many
+  intra-op threads its child's torch uses (``threads``), as a fresh interpreter would take
+  them from its environment or the machine.
+* dcpcheck itself: the child drops the ``dcpcheck`` modules the server imported, so that
+  the module it runs and everything that imports come from the child's own import path (a
+  mutant's checkout, a test's tree), as in a fresh interpreter.
+
+What a child shares with its server where a fresh interpreter would not: torch, Triton and
+what they import, imported under the server's environment (no choice of dcpcheck's is made
+there: the backend, ``TRITON_INTERPRET`` included, is chosen as dcpcheck's own modules are
+imported, in the child); the interpreter's start-up options (``-X``, ``-W``,
+``PYTHONWARNINGS``, the hash seed). Read from the child's environment as a fresh
+interpreter would: ``PYTHONPATH``, ``PYTHONDONTWRITEBYTECODE``, ``PYTHONPYCACHEPREFIX``,
+``PYTHONUNBUFFERED`` and ``PYTHONFAULTHANDLER``; ``sys.stdin``, ``stdout`` and ``stderr``
+are opened afresh on its descriptors.
+
+Processes: the server is ``python -m dcpcheck.fork_server FD``, the caller's child in its
+process group, speaking over one ``SOCK_SEQPACKET`` socket pair (a request carries its
+descriptors with it). It ignores SIGINT, which the terminal sends the whole group: Ctrl-C
+is for the caller, and for the children that did not ask a session of their own, as for
+``subprocess.Popen``'s. It exits when the caller's end of the socket closes, as it does
+when the caller exits however it ends. A child is the server's, which reaps it and tells
+the caller its exit status: ``ForkedProcess`` stands in for ``subprocess.Popen`` (``pid``,
+``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import faulthandler
+import fcntl
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+
+ONE_THREAD_ENV = "OMP_NUM_THREADS"
+"""Set to 1 in the server's environment, so that importing torch starts no thread."""
+
+START_TIMEOUT_S = 120.0
+"""Seconds the server may take to import torch and Triton and fork the first child (about
+2.5 s on a warm machine, more on a cold file cache)."""
+
+MESSAGE_BYTES = 1 << 20
+"""Largest request (its environment, mostly) or answer: a ``SOCK_SEQPACKET`` message
+longer than this would arrive cut."""
+
+MAX_FDS = 16
+"""Most descriptors one request may hand its child: stdin, stdout, stderr and ``pass_fds``."""
+
+
+class ForkServerError(OSError):
+    """The server could not start, or stopped answering: no child can be started (an
+    ``OSError``, as ``subprocess.Popen`` raises when it cannot start a process)."""
+
+
+def _send(sock: socket.socket, message: object, fds: Sequence[int] = ()) -> None:
+    socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+
+
+def _receive(sock: socket.socket) -> tuple[object, list[int]] | None:
+    """The next message and the descriptors it carried, or None once the peer has closed."""
+    data, fds, flags, _ = socket.recv_fds(sock, MESSAGE_BYTES, MAX_FDS)
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        for fd in fds:
+            os.close(fd)
+        raise ForkServerError("a fork server message arrived cut")
+    if not data:
+        return None
+    return json.loads(data), fds
+
+
+# --- The caller's side ---------------------------------------------------------------------
+
+
+class ForkedProcess:
+    """A child of the fork server, in the terms of ``subprocess.Popen``: ``returncode`` is
+    None while it runs, then its exit status (negative: the signal that killed it)."""
+
+    def __init__(self, server: ForkServer, pid: int, args: Sequence[str]) -> None:
+        self._server = server
+        self.pid = pid
+        self.args = list(args)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.exit_status(self.pid, timeout=0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server.exit_status(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the child if it has not exited. Its pid is freed once the server reaps
+        it, so its exit is read first: between the two, the pid is still the child's
+        unless its exit and a reuse both fall inside this call."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def threads_for(env: Mapping[str, str]) -> int:
+    """Torch's intra-op threads in a fresh interpreter with environment ``env``: its
+    ``OMP_NUM_THREADS``, else this process's own count (torch's default for the machine,
+    where nothing in this process changed it)."""
+    given = env.get(ONE_THREAD_ENV, "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    import torch
+
+    return torch.get_num_threads()
+
+
+class ForkServer:
+    """One server process and the socket to it; ``start`` forks a child. Safe to share
+    between threads."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, ONE_THREAD_ENV: "1"}
+        env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "dcpcheck.fork_server", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._socket = ours
+        self._lock = threading.Lock()
+        self._exits: dict[int, int] = {}
+        self._lost: str | None = None
+
+    def start(
+        self,
+        module: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        threads: int | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+        pass_fds: Sequence[int] = (),
+        start_new_session: bool = False,
+    ) -> ForkedProcess:
+        """A child running ``python -m module *args`` as ``subprocess.Popen`` would start
+        it with these arguments: ``stdin``, ``stdout`` and ``stderr`` are descriptors,
+        ``subprocess.DEVNULL``, or None for this process's own; ``pass_fds`` keep their
+        numbers in the child; every other descriptor is closed there. ``threads``: torch's
+        intra-op threads in the child (None: ``threads_for(env)``). ``ForkServerError`` if
+        the server cannot fork it."""
+        sources: list[int] = []
+        with contextlib.ExitStack() as opened:
+            for target, given in ((0, stdin), (1, stdout), (2, stderr)):
+                if given == subprocess.DEVNULL:
+                    given = os.open(os.devnull, os.O_RDWR)
+                    opened.callback(os.close, given)
+                sources.append(target if given is None else given)
+            sources += pass_fds
+            request = {
+                "module": module,
+                "args": list(args),
+                "env": dict(env),
+                "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+                "threads": threads_for(env) if threads is None else threads,
+                "session": start_new_session,
+                "fds": [0, 1, 2, *pass_fds],
+            }
+            with self._lock:
+                self._check()
+                try:
+                    _send(self._socket, request, sources)
+                    answer = self._answer(START_TIMEOUT_S)
+                except OSError as exc:
+                    raise self._lose(f"the fork server stopped answering ({exc})") from None
+        match answer:
+            case ["started", int(pid)]:
+                return ForkedProcess(self, pid, [sys.executable, "-m", module, *args])
+            case ["failed", str(reason)]:
+                raise ForkServerError(f"the fork server could not start {module}: {reason}")
+        raise self._lose(f"the fork server answered {answer!r}")
+
+    def exit_status(self, pid: int, timeout: float | None) -> int | None:
+        """``pid``'s exit status once it has exited, waiting up to ``timeout`` seconds
+        (None: for ever); None if it still runs then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while pid not in self._exits:
+                self._check()
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not select.select([self._socket], [], [], left)[0]:
+                    return None
+                self._read_one()
+            return self._exits.pop(pid)
+
+    def close(self) -> None:
+        """Close the socket, which ends the server (its children run on)."""
+        self._socket.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5.0)
+
+    def _answer(self, timeout: float) -> object:
+        """The server's answer to a request, its children's exits read on the way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._socket], [], [], left)[0]:
+                self._process.kill()
+                raise self._lose(f"the fork server did not answer within {timeout:g} s")
+            answer = self._read_one()
+            if answer is not None:
+                return answer
+
+    def _read_one(self) -> object:
+        """Read one message: an exit is recorded (None returned); another is returned."""
+        received = _receive(self._socket)
+        if received is None:
+            raise self._lose(f"the fork server exited ({self._server_exit()})")
+        message, _ = received
+        match message:
+            case ["exited", int(pid), int(code)]:
+                self._exits[pid] = code
+                return None
+        return message
+
+    def _server_exit(self) -> str:
+        try:
+            code = self._process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            return "it closed its socket"
+        return f"status {code}" if code >= 0 else f"signal {-code}"
+
+    @property
+    def lost(self) -> bool:
+        """Whether the server died or stopped answering: it starts no more children."""
+        return self._lost is not None
+
+    def _lose(self, reason: str) -> ForkServerError:
+        self._lost = reason
+        return ForkServerError(reason)
+
+    def _check(self) -> None:
+        if self._lost is not None:
+            raise ForkServerError(self._lost)
+
+
+_server: ForkServer | None = None
+_server_pid: int | None = None
+_server_lock = threading.Lock()
+
+
+def start(module: str, args: Sequence[str], **popen: object) -> ForkedProcess:
+    """``ForkServer.start`` on this process's server, started with the first child (and
+    again after one was lost) and closed at exit; a process forked from this one starts its
+    own."""
+    global _server, _server_pid
+    with _server_lock:
+        if _server is None or _server_pid != os.getpid() or _server.lost:
+            _server, _server_pid = ForkServer(), os.getpid()
+            atexit.register(_server.close)
+        server = _server
+    return server.start(module, args, **popen)  # type: ignore[arg-type]
+
+
+# --- The server's side ---------------------------------------------------------------------
+
+
+def serve(sock: socket.socket) -> None:
+    """Import torch and Triton, then fork a child per request and report each child's exit,
+    until the caller closes its end."""
+    base_path = _base_path()
+    import torch  # noqa: F401  (what every child is spared)
+    import triton  # noqa: F401
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd says a child exited
+    watched = select.poll()
+    watched.register(sock, select.POLLIN)
+    watched.register(wake_read, select.POLLIN)
+    while True:
+        for fd, _ in watched.poll():
+            if fd == wake_read:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_read, 512):
+                        pass
+                _report_exits(sock)
+                continue
+            received = _receive(sock)
+            if received is None:
+                return
+            request, fds = received
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                _send(sock, ["failed", str(exc)])
+            else:
+                if pid == 0:
+                    _become_child(request, fds, sock, (wake_read, wake_write), base_path)
+                _send(sock, ["started", pid])
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
+def _report_exits(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, ["exited", pid, os.waitstatus_to_exitcode(status)])
+
+
+def _base_path() -> list[str]:
+    """A fresh interpreter's ``sys.path`` after its working directory and ``PYTHONPATH``
+    (the standard library, site-packages and what their ``.pth`` files add): asked of this
+    interpreter under ``-E``, which reads no ``PYTHONPATH``."""
+    shown = subprocess.run(
+        [sys.executable, "-E", "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(shown.stdout)
+
+
+def _become_child(
+    request: dict,
+    fds: list[int],
+    sock: socket.socket,
+    wake: tuple[int, int],
+    base_path: list[str],
+) -> None:
+    """Turn this fork into ``python -m MODULE ARGS`` as the request describes; never
+    returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if request["session"]:
+            os.setsid()
+        os.close(sock.detach())
+        for fd in wake:
+            os.close(fd)
+        _install_fds(fds, request["fds"])
+        os.chdir(request["cwd"])
+        env = request["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        _reopen_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
+        if env.get("PYTHONFAULTHANDLER"):
+            faulthandler.enable()
+        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
+        extra = [os.path.abspath(e) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+        sys.path[:] = list(dict.fromkeys([os.getcwd(), *extra, *base_path]))
+        for name in [n for n in sys.modules if n == "dcpcheck" or n.startswith("dcpcheck.")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
+        import torch
+
+        torch.set_num_threads(request["threads"])
+        sys.argv = ["-m", *request["args"]]
+        code = _run_module(request["module"])
+    except BaseException:  # a child must never return into the server
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()  # type: ignore[attr-defined]  (as the interpreter's exit)
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                code = code or 120  # the interpreter's status for a failed final flush
+        os._exit(code)
+
+
+def _run_module(module: str) -> int:
+    """Run ``module`` as ``__main__``; its exit status as the interpreter would give it."""
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code & 0xFF
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # the interpreter ends by the signal itself
+        traceback.print_exc()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _install_fds(received: list[int], targets: list[int]) -> None:
+    """Put each received descriptor at its target number and close every other one."""
+    floor = max([*received, *targets]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in received]
+    for fd, target in zip(moved, targets, strict=True):
+        os.dup2(fd, target)
+    keep = set(targets)
+    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError as exc:  # the listing's own descriptor, closed already
+                if exc.errno != errno.EBADF:
+                    raise
+
+
+def _reopen_stdio(unbuffered: bool) -> None:
+    """``sys.stdin``, ``stdout`` and ``stderr`` on descriptors 0, 1 and 2, buffered as a
+    fresh interpreter buffers them (a terminal by line, stderr always by line)."""
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    sys.stdin = sys.__stdin__ = open(0, encoding=encoding, closefd=False)  # noqa: SIM115
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding=encoding, errors=errors, closefd=False)  # noqa: SIM115
+    sys.stdout.reconfigure(line_buffering=os.isatty(1), write_through=unbuffered)
+    sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
+        2, "w", encoding=encoding, errors="backslashreplace", closefd=False
+    )
+    sys.stderr.reconfigure(line_buffering=True, write_through=unbuffered)
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])))
+    os._exit(0)  # nothing to write: the interpreter's teardown of torch would only cost time
