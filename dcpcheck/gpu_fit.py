@@ -479,7 +479,16 @@ def _record(jobs: int) -> int:
     :data:`GPU_ONLY_GATE_KERNELS`."""
     import tempfile
 
-    gate, suite = (tempfile.mkdtemp(prefix=f"dcpcheck-{part}-") for part in ("gate", "suite"))
+    with tempfile.TemporaryDirectory(prefix="dcpcheck-record-") as folder:
+        gate, suite = (os.path.join(folder, part) for part in ("gate", "suite"))
+        os.mkdir(gate)
+        os.mkdir(suite)
+        return _record_into(gate, suite, jobs)
+
+
+def _record_into(gate: str, suite: str, jobs: int) -> int:
+    """:func:`_record` with the gate's launches recorded into ``gate``, the suite's into
+    ``suite``."""
     dcpcheck = [sys.executable, "-m", "dcpcheck"]
     commands = (
         (gate, [*dcpcheck, "run", "--dcp", "4"]),

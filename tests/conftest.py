@@ -3,6 +3,7 @@ dcpcheck.backend): CUDA when present, else Triton's interpreter on the CPU."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -35,8 +36,11 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 BACKEND = current_backend()
 
 # Commands run by the tests save failing cases under DCPCHECK_HOME (default ./.dcpcheck):
-# keep them out of the checkout. Subprocesses inherit it.
-os.environ.setdefault("DCPCHECK_HOME", tempfile.mkdtemp(prefix="dcpcheck-tests-"))
+# keep them out of the checkout. Subprocesses (pytest-xdist's workers too) inherit it; the
+# process that made it removes it as it exits.
+if "DCPCHECK_HOME" not in os.environ:
+    os.environ["DCPCHECK_HOME"] = tempfile.mkdtemp(prefix="dcpcheck-tests-")
+    atexit.register(shutil.rmtree, os.environ["DCPCHECK_HOME"], True)
 
 # The suite runs many tiny tensor ops; on a 2-core CI machine torch's intra-op threads
 # cost more in hand-offs than they win (measured: 5 s single-threaded vs 47-79 s busy).

@@ -41,9 +41,9 @@ facts = {
     "parent": os.getppid(),
     "pid": os.getpid(),
 }
+print("to stdout", flush=True)  # before the facts: a test may stop reading stdout then
 os.write(out, json.dumps(facts).encode())
 os.close(out)
-print("to stdout", flush=True)
 if sys.argv[2:3] == ["hang"]:
     import time
     time.sleep(600)
