@@ -311,11 +311,11 @@ def start(module: str, args: Sequence[str], **popen: object) -> ForkedProcess:
 def serve(sock: socket.socket) -> None:
     """Import torch and Triton, then fork a child per request and report each child's exit,
     until the caller closes its end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C is the caller's
     base_path = _base_path()
     import torch  # noqa: F401  (what every child is spared)
     import triton  # noqa: F401
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd says a child exited

@@ -36,10 +36,10 @@ follows lives there; forked, its parent is the fork server) in a new session (it
 process group), so the terminal's Ctrl-C reaches only the parent, which then kills the group
 with SIGKILL (a hung kernel may ignore anything gentler). On Linux the worker also asks the
 kernel to SIGKILL it when the thread that started it exits (``PR_SET_PDEATHSIG``): the fork
-server's, which leaves as the run does, however the run ends; so a worker never outlives
-its run, even one whose parent was itself killed. The worker's stdout
-goes to the parent's stderr (the parent's stdout carries the results); its stderr is
-inherited, so a kernel's own messages and a harness traceback stay visible.
+server's, which leaves as the run does, however the run ends; so a worker never outlives its
+run, even one whose parent was itself killed. The worker's stdout goes to the parent's
+stderr (the parent's stdout carries the results); its stderr is inherited, so a kernel's own
+messages and a harness traceback stay visible.
 
 Messages are pickles over two pipes (``multiprocessing.connection``), between two
 processes running this same package::

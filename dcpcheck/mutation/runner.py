@@ -39,7 +39,6 @@ from pathlib import Path
 from dcpcheck import fork_server
 from dcpcheck.cases.scenario_files import SCENARIO_DIR
 from dcpcheck.files import write_atomic
-from dcpcheck.fork_server import ForkedProcess
 from dcpcheck.kernels import ran
 from dcpcheck.mutation.operators import Mutant
 from dcpcheck.op_registry import OPS
@@ -239,7 +238,7 @@ class Cache:
 @dataclass
 class _Running:
     mutant: Mutant
-    process: ForkedProcess
+    process: fork_server.ForkedProcess
     report: Path
     started: float
     search: bool
