@@ -176,8 +176,8 @@ def test_vllm_0_33_0s_chain_gives_the_dcp1_streams_through_either_merge():
 
 
 def hash_streams(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """``dcpcheck hash --dcp 1,4 --steps 3 OPTIONS --json ...`` run as a user runs it: the
-    process and its report."""
+    """``dcpcheck hash --dcp 1,4 --steps 3 OPTIONS --json ...`` in a process of its own
+    (forked: ``tests.forked_commands``): the process and its report."""
     report = tmp_path / "streams.json"
     done = run_dcpcheck(
         ["hash", "--dcp", "1,4", "--steps", "3", *options, "--json", str(report)],
