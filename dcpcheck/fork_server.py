@@ -61,8 +61,7 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 
-ONE_THREAD_ENV = "OMP_NUM_THREADS"
-"""Set to 1 in the server's environment, so that importing torch starts no thread."""
+from dcpcheck.line_workers import ONE_THREAD_ENV  # 1 in the server's environment: no thread
 
 START_TIMEOUT_S = 120.0
 """Seconds the server may take to import torch and Triton and fork the first child (about
