@@ -22,15 +22,16 @@ NO_SLOT = -1
 
 
 def _rows_of_requests(query_start_loc: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """The request of every batch row (``-1`` for rows past the last request)."""
+    """The request of every batch row (``-1`` for rows past the last request): the first
+    request whose end lies past the row, where that request starts at or before it.
+    ``query_start_loc`` never decreases, so no other request can hold the row."""
     starts = query_start_loc[:-1].to(torch.int64)
     ends = query_start_loc[1:].to(torch.int64)
     rows = torch.arange(num_rows, dtype=torch.int64)
-    inside = (rows[:, None] >= starts[None, :]) & (rows[:, None] < ends[None, :])
-    request = torch.full((num_rows,), -1, dtype=torch.int64)
-    has = inside.any(dim=1)
-    request[has] = inside[has].to(torch.int64).argmax(dim=1)
-    return request
+    request = torch.searchsorted(ends, rows, right=True)
+    past_last = request >= len(ends)
+    start = torch.cat([starts, rows.new_tensor([num_rows])])[request]  # past the last: none
+    return torch.where(past_last | (start > rows), -1, request)
 
 
 def owner_of(positions: torch.Tensor, dcp_size: int, interleave: int) -> torch.Tensor:

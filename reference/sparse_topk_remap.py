@@ -56,23 +56,20 @@ def rank_slots(
     size) the rows between consecutive blocks of the flat view the slots index."""
     picks = token_indices.cpu().to(torch.int64)
     rows, k = picks.shape
-    table = block_table.cpu()
-    out = torch.full((rows, k), NO_SLOT, dtype=torch.int64)
-    starts = torch.tensor([0, k], dtype=torch.int32)
-    for row in range(rows):
-        written = slot_mappings(
-            starts,
-            picks[row].clamp(min=0),
-            req_id[row : row + 1].cpu().to(torch.int32),
-            table[None],
-            [block_size],
-            [True],
-            dcp_size,
-            dcp_rank,
-            interleave,
-            k,
-        )[0]
-        out[row] = torch.where(picks[row] >= 0, written, NO_SLOT)
+    # One write-side batch: row t is request t, its k picks its positions.
+    written = slot_mappings(
+        torch.arange(rows + 1, dtype=torch.int32) * k,
+        picks.clamp(min=0).flatten(),
+        req_id.cpu().to(torch.int32),
+        block_table.cpu()[None],
+        [block_size],
+        [True],
+        dcp_size,
+        dcp_rank,
+        interleave,
+        rows * k,
+    )[0].view(rows, k)
+    out = torch.where(picks >= 0, written, NO_SLOT)
     if block_stride_rows is None:
         return out
     flat = out // block_size * block_stride_rows + out % block_size

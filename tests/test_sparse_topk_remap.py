@@ -245,7 +245,7 @@ def test_partition_reads_a_row_between_two_blocks_as_no_pick():
     stride = inputs.stride_rows
     assert stride == STRIDED.block_size + 32
     inside, between = first * stride + 3, first * stride + STRIDED.block_size + 3
-    assert checks.positions_of_slots(inputs, 0, [inside, between]) == [5, None]
+    assert checks.ReadBack.of(inputs).slots(0, [inside, between]) == [5, None]
 
 
 def _write_past_the_end(inputs: RemapInputs, out: torch.Tensor, counts) -> None:

@@ -37,7 +37,7 @@ A finding names the field (``out``, ``valid_counts``), the rank and the first ba
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -91,8 +91,8 @@ def expected_slots(inputs: RemapInputs) -> torch.Tensor:
     )
 
 
-def _slots_of(row: torch.Tensor) -> set[int]:
-    return {int(s) for s in row.tolist() if s != NO_SLOT}
+def _slots_of(row: list[int]) -> set[int]:
+    return {s for s in row if s != NO_SLOT}
 
 
 def _against_oracle(
@@ -106,10 +106,12 @@ def _against_oracle(
         got, want = case.out(rank).to(torch.int64), expected_slots(inputs)
         rows = judged(inputs).nonzero().flatten().tolist()
         if case.batch.compact:
-            bad = [t for t in rows if _slots_of(got[t]) != _slots_of(want[t])]
+            got_rows, want_rows = got.tolist(), want.tolist()
+            bad = [t for t in rows if _slots_of(got_rows[t]) != _slots_of(want_rows[t])]
             detail = f"{{count}} row(s) hold other {what} than the oracle's"
         else:
-            bad = [t for t in rows if bool((got[t] != want[t]).any())]
+            differs = (got != want).any(dim=1).tolist()
+            bad = [t for t in rows if differs[t]]
             detail = f"{{count}} row(s) differ from the oracle's {what}, column by column"
         if bad:
             unwritten = bool((got[bad[0]] == POISON).any())
@@ -133,51 +135,72 @@ def check_workspace(case: RemapCase) -> CheckResult:
     return _against_oracle(case, "workspace", prefill_rows, "workspace rows")
 
 
-def positions_of_slots(inputs: RemapInputs, row: int, slots: list[int]) -> list[int | None]:
-    """The position each slot of row ``row`` holds on the rank of ``inputs``, read back
-    through the rank's block table: a slot is a row of the flat view, its block the one
-    ``stride_rows`` rows apart from the next, its offset what lies past the block's first
-    row; the column of the slot's block is the virtual block (``block_size * dcp_size``
-    positions), its offset the rank's local index there, whose runs of ``interleave`` are
-    the rank's among every rank's (None: a slot in no block of the row's request, or in the
-    rows between two blocks)."""
-    table = inputs.block_table[int(inputs.req_id[row])].cpu().tolist()
-    column_of = {block: column for column, block in enumerate(table)}
-    size, ranks, interleave = inputs.block_size, inputs.dcp_size, inputs.interleave
-    positions: list[int | None] = []
-    for slot in slots:
-        block, offset = divmod(slot, inputs.stride_rows)
-        column = column_of.get(block)
-        if column is None or offset >= size:
-            positions.append(None)
-            continue
-        local = column * size + offset  # the rank's local index of the token
-        runs, within = divmod(local, interleave)
-        positions.append((runs * ranks + inputs.dcp_rank) * interleave + within)
-    return positions
+@dataclass(frozen=True)
+class ReadBack:
+    """One rank's entries read back into the positions they hold, from the rank's block
+    table and (for a prefill chunk) its workspace's layout, copied to the host once: a
+    read of one element of a device tensor is a copy and a wait of its own."""
 
+    inputs: RemapInputs
+    columns: list[dict[int, int]]
+    """Per row, the column of each block of the row's request's block table."""
+    starts: list[int] | None
+    """Per row, where its request's tokens start in each rank's part of the gathered
+    workspace (None without a workspace; a decode row's entry is unused)."""
 
-def positions_of_workspace_rows(
-    inputs: RemapInputs, row: int, entries: list[int]
-) -> list[int | None]:
-    """The position each gathered-workspace row of row ``row``'s entries holds, read back
-    through the workspace's layout: the rank whose part holds it, the local index past the
-    request's start there, whose runs of ``interleave`` are that rank's among every rank's
-    (None: a row outside every rank's part, or before the request's start)."""
-    workspace = inputs.workspace
-    assert workspace is not None
-    start = int(workspace.starts[int(workspace.request_ids[row])])
-    ranks, interleave, stride = inputs.dcp_size, inputs.interleave, workspace.rank_stride
-    positions: list[int | None] = []
-    for entry in entries:
-        rank, local = divmod(entry, stride) if stride else (0, entry)
-        local -= start
-        if rank >= ranks or local < 0:
-            positions.append(None)
-            continue
-        runs, within = divmod(local, interleave)
-        positions.append((runs * ranks + rank) * interleave + within)
-    return positions
+    @classmethod
+    def of(cls, inputs: RemapInputs) -> ReadBack:
+        tables = inputs.block_table.cpu().tolist()
+        by_request = [{block: column for column, block in enumerate(t)} for t in tables]
+        columns = [by_request[request] for request in inputs.req_id.cpu().tolist()]
+        workspace, starts = inputs.workspace, None
+        if workspace is not None:
+            request_starts = workspace.starts.cpu().tolist()
+            starts = [request_starts[r] for r in workspace.request_ids.cpu().tolist()]
+        return cls(inputs, columns, starts)
+
+    def slots(self, row: int, slots: list[int]) -> list[int | None]:
+        """The position each slot of row ``row`` holds on this rank: a slot is a row of the
+        flat view, its block the one ``stride_rows`` rows apart from the next, its offset
+        what lies past the block's first row; the column of the slot's block is the virtual
+        block (``block_size * dcp_size`` positions), its offset the rank's local index
+        there, whose runs of ``interleave`` are the rank's among every rank's (None: a slot
+        in no block of the row's request, or in the rows between two blocks)."""
+        inputs, column_of = self.inputs, self.columns[row]
+        size, ranks, interleave = inputs.block_size, inputs.dcp_size, inputs.interleave
+        positions: list[int | None] = []
+        for slot in slots:
+            block, offset = divmod(slot, inputs.stride_rows)
+            column = column_of.get(block)
+            if column is None or offset >= size:
+                positions.append(None)
+                continue
+            local = column * size + offset  # the rank's local index of the token
+            runs, within = divmod(local, interleave)
+            positions.append((runs * ranks + inputs.dcp_rank) * interleave + within)
+        return positions
+
+    def workspace_rows(self, row: int, entries: list[int]) -> list[int | None]:
+        """The position each gathered-workspace row of row ``row``'s entries holds, read
+        back through the workspace's layout: the rank whose part holds it, the local index
+        past the request's start there, whose runs of ``interleave`` are that rank's among
+        every rank's (None: a row outside every rank's part, or before the request's
+        start)."""
+        workspace = self.inputs.workspace
+        assert workspace is not None and self.starts is not None
+        start = self.starts[row]
+        ranks, interleave = self.inputs.dcp_size, self.inputs.interleave
+        stride = workspace.rank_stride
+        positions: list[int | None] = []
+        for entry in entries:
+            rank, local = divmod(entry, stride) if stride else (0, entry)
+            local -= start
+            if rank >= ranks or local < 0:
+                positions.append(None)
+                continue
+            runs, within = divmod(local, interleave)
+            positions.append((runs * ranks + rank) * interleave + within)
+        return positions
 
 
 def check_partition(case: RemapCase) -> CheckResult:
@@ -188,17 +211,17 @@ def check_partition(case: RemapCase) -> CheckResult:
     prefill = prefill_rows(first).tolist()
     capacity = first.block_table.shape[1] * first.block_size * first.dcp_size
     picks = torch.where(picks < capacity, picks, NO_SLOT)  # past it only a prefill row's
-    picked_rows = [{int(p) for p in row.tolist() if p >= 0} for row in picks]
+    picked_rows = [{p for p in row if p >= 0} for row in picks.tolist()]
     findings = []
     read: list[set[int]] = [set() for _ in range(case.num_rows)]
     for rank, inputs in enumerate(case.ranks):
-        out = case.out(rank)
+        out, back = case.out(rank).tolist(), ReadBack.of(inputs)
         foreign, unread = [], []
         for row in range(case.num_rows):
-            slots = [int(s) for s in out[row].tolist() if s >= 0]
-            read_back = positions_of_workspace_rows if prefill[row] else positions_of_slots
+            slots = [s for s in out[row] if s >= 0]
+            read_back = back.workspace_rows if prefill[row] else back.slots
             mine: set[int] = set()
-            for position in read_back(inputs, row, slots):
+            for position in read_back(row, slots):
                 if position is None or position not in picked_rows[row]:
                     foreign.append(row)
                     break

@@ -39,7 +39,7 @@ from dcpcheck.ops.fused_norm_rope.case import Case, build_case, prefix_mla_entri
 from dcpcheck.ops.fused_norm_rope.comparison import part_violations
 from dcpcheck.ops.fused_norm_rope.entry_checks import mla_part_slack
 from dcpcheck.ops.fused_norm_rope.scenario import Scenario
-from dcpcheck.ops.sparse_topk_remap.checks import positions_of_slots
+from dcpcheck.ops.sparse_topk_remap.checks import ReadBack
 from dcpcheck.ops.sparse_topk_remap.contract import NO_SLOT, RemapInputs, RemapKernel
 
 CHECK = "read_write"
@@ -140,7 +140,7 @@ class _Picked:
 
     @functools.cached_property
     def sets(self) -> list[set[int]]:
-        return [{int(p) for p in row.tolist() if p >= 0} for row in self.picks]
+        return [{p for p in row if p >= 0} for row in self.picks.tolist()]
 
 
 def _rank_findings(
@@ -161,16 +161,17 @@ def _rank_findings(
             _finding(rank, holes.nonzero().flatten().tolist(), "read a -1 inside their count")
         )
     stray, keys, at = [], [], []
+    back, picks, requests = ReadBack.of(inputs), picked.picks.tolist(), picked.requests.tolist()
     reads = zip(rows.tolist(), columns.tolist(), slots.tolist(), strict=True)
     for index, (row, column, slot) in enumerate(reads):
-        [position] = positions_of_slots(inputs, row, [slot])
+        [position] = back.slots(row, [slot])
         # in place, a column's slot is its own pick's
-        allowed = sets[row] if inputs.compact else {int(picked.picks[row, column])}
+        allowed = sets[row] if inputs.compact else {picks[row][column]}
         if position is None or position not in allowed or slot >= entries.shape[0]:
             stray.append(row)
             continue
         read[row][position] = read[row].get(position, 0) + 1
-        keys.append(picked.row_of[(int(picked.requests[row]), position)])
+        keys.append(picked.row_of[(requests[row], position)])
         at.append(index)
     if stray:
         findings.append(_finding(rank, stray, "read a slot that holds no pick of theirs"))
