@@ -1,43 +1,46 @@
-"""Python processes forked from one that has imported torch and Triton already.
+"""Python processes forked from one that has imported torch already.
 
 Each process dcpcheck starts to run code (an isolated kernel's worker, a mutant's worker,
-an import probe) is ``python -m MODULE ARGS`` whose first work is importing torch and
-Triton: about 1.2 s on an H100 box, 2.5 s of CPU on a 2-core CI machine, for every
-process. A fork server imports them once; each process asked of it is then a fork of the
-server that runs ``MODULE`` as ``python -m`` would, with the caller's environment, working
-directory, import path and file descriptors. A run that starts several processes pays the
-imports once (``start``).
+an import probe) is ``python -m MODULE ARGS`` whose first work is importing torch: about
+1.1 s on an H100 box, 2.3 s of CPU on a 2-core CI machine, for every process. A fork
+server imports it once; each process asked of it is then a fork of the server that runs
+``MODULE`` as ``python -m`` would, with the caller's environment, working directory,
+import path and file descriptors. A run that starts several processes pays the import
+once (``start``).
 
 Why a fork is sound here:
 
-* CUDA: the server never initializes CUDA (importing torch and Triton does not), and
-  PyTorch refuses CUDA only in a child of a process that had. A child may use the GPU.
+* CUDA: the server never initializes CUDA (importing torch does not), and PyTorch refuses
+  CUDA only in a child of a process that had. A child may use the GPU.
 * Threads: a fork copies only the thread that forks, so the server has one. Importing
   torch starts a CPU pool's thread unless ``OMP_NUM_THREADS`` is set, so the server runs
   with it at 1, and torch's thread count is fixed as it loads: each request says how many
   intra-op threads its child's torch uses (``threads``), as a fresh interpreter would take
   them from its environment or the machine.
+* Triton: the server does not import it. Triton's own library (``tl.max``, ``tl.cdiv``)
+  is interpreted or compiled as Triton is imported, by ``TRITON_INTERPRET``, which each
+  process sets as it chooses its backend (``dcpcheck.backend``): in the child, after the
+  fork.
 * dcpcheck itself: the child drops the ``dcpcheck`` modules the server imported, so that
   the module it runs and everything that imports come from the child's own import path (a
   mutant's checkout, a test's tree), as in a fresh interpreter.
 
-What a child shares with its server where a fresh interpreter would not: torch, Triton and
-what they import, imported under the server's environment (no choice of dcpcheck's is made
-there: the backend, ``TRITON_INTERPRET`` included, is chosen as dcpcheck's own modules are
-imported, in the child); the interpreter's start-up options (``-X``, ``-W``,
-``PYTHONWARNINGS``, the hash seed). Read from the child's environment as a fresh
-interpreter would: ``PYTHONPATH``, ``PYTHONDONTWRITEBYTECODE``, ``PYTHONPYCACHEPREFIX``,
-``PYTHONUNBUFFERED`` and ``PYTHONFAULTHANDLER``; ``sys.stdin``, ``stdout`` and ``stderr``
-are opened afresh on its descriptors.
+What a child shares with its server where a fresh interpreter would not: torch and what it
+imports, imported under the server's environment (no choice of dcpcheck's is made there);
+the interpreter's start-up options (``-X``, ``-W``, ``PYTHONWARNINGS``, the hash seed).
+Read from the child's environment as a fresh interpreter would: ``PYTHONPATH``,
+``PYTHONDONTWRITEBYTECODE``, ``PYTHONPYCACHEPREFIX``, ``PYTHONUNBUFFERED`` and
+``PYTHONFAULTHANDLER``; ``sys.stdin``, ``stdout`` and ``stderr`` are opened afresh on its
+descriptors.
 
-Processes: the server is ``python -m dcpcheck.fork_server FD``, the caller's child in its
-process group, speaking over one ``SOCK_SEQPACKET`` socket pair (a request carries its
-descriptors with it). It ignores SIGINT, which the terminal sends the whole group: Ctrl-C
-is for the caller, and for the children that did not ask a session of their own, as for
-``subprocess.Popen``'s. It exits when the caller's end of the socket closes, as it does
-when the caller exits however it ends. A child is the server's, which reaps it and tells
-the caller its exit status: ``ForkedProcess`` stands in for ``subprocess.Popen`` (``pid``,
-``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``).
+Processes: the server is ``python -m dcpcheck.fork_server FD``, the caller's child in
+its process group, speaking over one ``SOCK_SEQPACKET`` socket pair (a request carries
+its descriptors with it). It ignores SIGINT, which the terminal sends the whole group:
+Ctrl-C is for the caller, and for the children that did not ask a session of their own,
+as for ``subprocess.Popen``'s. It exits when the caller's end of the socket closes, as it
+does when the caller exits however it ends. A child is the server's, which reaps it and
+tells the caller its exit status: ``ForkedProcess`` stands in for ``subprocess.Popen``
+(``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import contextlib
 import errno
 import faulthandler
 import fcntl
+import gc
 import importlib
 import json
 import os
@@ -308,12 +312,15 @@ def start(module: str, args: Sequence[str], **popen: object) -> ForkedProcess:
 
 
 def serve(sock: socket.socket) -> None:
-    """Import torch and Triton, then fork a child per request and report each child's exit,
+    """Import torch, then fork a child per request and report each child's exit,
     until the caller closes its end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C is the caller's
     base_path = _base_path()
+    gc.disable()  # as dcpcheck's entry point imports torch (dcpcheck.__main__.uncollected)
     import torch  # noqa: F401  (what every child is spared)
-    import triton  # noqa: F401
+
+    gc.freeze()
+    gc.enable()
 
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)

@@ -152,6 +152,40 @@ def test_a_running_child_can_be_waited_on_polled_and_killed(child_module):
     assert process.poll() == -signal.SIGKILL
 
 
+TRITON_CHILD = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"  # as dcpcheck.backend chooses the interpreter
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def largest(x_ptr, out_ptr, N: tl.constexpr):
+    tl.store(out_ptr, tl.max(tl.load(x_ptr + tl.arange(0, N)), axis=0))
+
+
+x, out = torch.arange(8, dtype=torch.float32), torch.zeros(1)
+largest[(1,)](x, out, N=8)
+raise SystemExit(0 if out.item() == 7.0 else 3)
+"""
+
+
+def test_a_child_chooses_tritons_interpreter_after_the_fork(tmp_path, monkeypatch):
+    """Triton's own library (``tl.max``) is interpreted or compiled as Triton is imported:
+    the server must leave that import to a child that chose its backend, whatever the
+    server's environment said (``dcpcheck mutate`` starts its server before choosing)."""
+    (tmp_path / "triton_child.py").write_text(TRITON_CHILD)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the server's environment
+    server = fork_server.ForkServer()
+    try:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        process = server.start("triton_child", [], env=env, threads=1)
+        assert process.wait(timeout=120) == 0
+    finally:
+        server.close()
+
+
 def test_a_module_that_does_not_exist_exits_1(child_module):
     process = fork_server.start("no_such_module_here", [], env=child_module)
     assert process.wait(timeout=60) == 1

@@ -16,8 +16,8 @@ cross the process boundary, only ``CaseResult`` verdicts do, and the parent only
 After any of the last three, the cases of that scenario not yet reported get the same
 status, marked "not run", and the next job starts a fresh worker. A healthy worker is kept
 for the whole run. Workers are forked from this process's fork server
-(``dcpcheck.fork_server``), which imports torch and Triton once for all of them (about 2 s
-a fresh interpreter); under compute-sanitizer, which must start the interpreter itself, each
+(``dcpcheck.fork_server``), which imports torch once for all of them (about 2 s a fresh
+interpreter); under compute-sanitizer, which must start the interpreter itself, each
 is a fresh one.
 
 The worker, not the parent, imports the kernel: the parent of an isolated run never runs

@@ -24,7 +24,7 @@ is observed by another that can still report it:
 
 Library callers (the test suite, the isolation worker itself) import directly: a probe
 costs a process, forked from the command's fork server (``dcpcheck.fork_server``: the
-first one of a command imports torch and Triton, about 2 s), and the module's own imports.
+first one of a command imports torch, about 2 s), and the module's own imports.
 ``dcpcheck.exit_codes`` says why a lost import is exit 1 where a raising one is 125.
 """
 

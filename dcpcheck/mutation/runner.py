@@ -1,8 +1,8 @@
 """Running mutants through the gate: each in a worker process of its own
 (``python -m dcpcheck.mutation.worker``, which is ``dcpcheck run`` with the mutant loaded
 where the kernel file would be), with a time limit, several at once. The workers are forked
-from the run's fork server (``dcpcheck.fork_server``), which imported torch and Triton once
-for all of them.
+from the run's fork server (``dcpcheck.fork_server``), which imported torch once for all of
+them.
 
 An outcome (``OUTCOMES``) is read from the worker's exit code and its JSON report:
 
