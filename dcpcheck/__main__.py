@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -33,7 +34,12 @@ def uncollected() -> Iterator[None]:
 
 
 def main() -> NoReturn:
-    """``dcpcheck ARGS``: the command line, loaded :func:`uncollected`."""
+    """``dcpcheck ARGS``: the command line, loaded :func:`uncollected`; in a resident
+    server's fork where the environment asks for one (``dcpcheck.resident``)."""
+    from dcpcheck import resident  # no torch: it decides whether this process needs it
+
+    if resident.wanted():
+        resident.run_command(sys.argv[1:])
     with uncollected():
         from dcpcheck.cli import command_line  # here: inside ``uncollected``
 

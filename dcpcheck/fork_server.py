@@ -6,7 +6,8 @@ an import probe) is ``python -m MODULE ARGS`` whose first work is importing torc
 server imports it once; each process asked of it is then a fork of the server that runs
 ``MODULE`` as ``python -m`` would, with the caller's environment, working directory,
 import path and file descriptors. A run that starts several processes pays the import
-once (``start``).
+once (``start``); a resident server (``dcpcheck.resident``) pays it once for many
+commands.
 
 Why a fork is sound here:
 
@@ -33,14 +34,16 @@ Read from the child's environment as a fresh interpreter would: ``PYTHONPATH``,
 ``PYTHONFAULTHANDLER``; ``sys.stdin``, ``stdout`` and ``stderr`` are opened afresh on its
 descriptors.
 
-Processes: the server is ``python -m dcpcheck.fork_server FD``, the caller's child in
-its process group, speaking over one ``SOCK_SEQPACKET`` socket pair (a request carries
+Processes: a caller's server is ``python -m dcpcheck.fork_server FD``, the caller's child
+in its process group, speaking over one ``SOCK_SEQPACKET`` socket pair (a request carries
 its descriptors with it). It ignores SIGINT, which the terminal sends the whole group:
 Ctrl-C is for the caller, and for the children that did not ask a session of their own,
 as for ``subprocess.Popen``'s. It exits when the caller's end of the socket closes, as it
 does when the caller exits however it ends. A child is the server's, which reaps it and
 tells the caller its exit status: ``ForkedProcess`` stands in for ``subprocess.Popen``
-(``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``).
+(``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``). A resident server
+is ``python -m dcpcheck.fork_server --listening FD IDLE_S PATH``, in a session of its own,
+serving every connection to the socket it listens on (``serve``).
 """
 
 from __future__ import annotations
@@ -77,6 +80,11 @@ longer than this would arrive cut."""
 
 MAX_FDS = 16
 """Most descriptors one request may hand its child: stdin, stdout, stderr and ``pass_fds``."""
+
+
+MACHINE_THREADS = 0
+"""A request's torch thread count that a resident server replaces with the machine's
+default (``_ask_machine_threads``)."""
 
 
 class ForkServerError(OSError):
@@ -137,6 +145,15 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def server_env(path: Sequence[str] | None = None) -> dict[str, str]:
+    """A server's environment: this process's, with one torch thread (no thread of torch's
+    in the process that forks) and ``path`` (None: this process's import path), where it
+    finds dcpcheck and torch, as its ``PYTHONPATH``."""
+    env = {**os.environ, ONE_THREAD_ENV: "1"}
+    env["PYTHONPATH"] = os.pathsep.join(entry for entry in (path or sys.path) if entry)
+    return env
+
+
 def threads_for(env: Mapping[str, str]) -> int:
     """Torch's intra-op threads in a fresh interpreter with environment ``env``: its
     ``OMP_NUM_THREADS``, else this process's own count (torch's default for the machine,
@@ -150,27 +167,29 @@ def threads_for(env: Mapping[str, str]) -> int:
 
 
 class ForkServer:
-    """One server process and the socket to it; ``start`` forks a child. Safe to share
-    between threads."""
+    """One server and the socket to it; ``start`` forks a child. Safe to share between
+    threads."""
 
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {**os.environ, ONE_THREAD_ENV: "1"}
-        env["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "dcpcheck.fork_server", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                env=env,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self._socket = ours
+    def __init__(self, connected: socket.socket | None = None) -> None:
+        """A server process of this process's own, or (``connected``) the resident server
+        at the other end of a socket connected to it (``dcpcheck.resident``)."""
+        self._process: subprocess.Popen | None = None
+        if connected is None:
+            connected, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "dcpcheck.fork_server", str(theirs.fileno())],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    env=server_env(),
+                )
+            except BaseException:
+                connected.close()
+                raise
+            finally:
+                theirs.close()
+        self._socket = connected
         self._lock = threading.Lock()
         self._exits: dict[int, int] = {}
         self._lost: str | None = None
@@ -188,13 +207,16 @@ class ForkServer:
         stderr: int | None = None,
         pass_fds: Sequence[int] = (),
         start_new_session: bool = False,
+        tied: bool = False,
     ) -> ForkedProcess:
         """A child running ``python -m module *args`` as ``subprocess.Popen`` would start
         it with these arguments: ``stdin``, ``stdout`` and ``stderr`` are descriptors,
         ``subprocess.DEVNULL``, or None for this process's own; ``pass_fds`` keep their
         numbers in the child; every other descriptor is closed there. ``threads``: torch's
-        intra-op threads in the child (None: ``threads_for(env)``). ``ForkServerError`` if
-        the server cannot fork it."""
+        intra-op threads in the child (None: ``threads_for(env)``). ``tied``: the child is
+        killed (its session, if it has one) should this connection close before it exits
+        (a resident server's child; a server of this process's own ends with it and leaves
+        its children). ``ForkServerError`` if the server cannot fork it."""
         sources: list[int] = []
         with contextlib.ExitStack() as opened:
             for target, given in ((0, stdin), (1, stdout), (2, stderr)):
@@ -210,6 +232,7 @@ class ForkServer:
                 "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
                 "threads": threads_for(env) if threads is None else threads,
                 "session": start_new_session,
+                "tied": tied,
                 "fds": [0, 1, 2, *pass_fds],
             }
             with self._lock:
@@ -240,10 +263,12 @@ class ForkServer:
             return self._exits.pop(pid)
 
     def close(self) -> None:
-        """Close the socket, which ends the server (its children run on)."""
+        """Close the socket, which ends a server of this process's own (its children run
+        on) or this connection to a resident one."""
         self._socket.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=5.0)
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=5.0)
 
     def _answer(self, timeout: float) -> object:
         """The server's answer to a request, its children's exits read on the way."""
@@ -251,7 +276,8 @@ class ForkServer:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._socket], [], [], left)[0]:
-                self._process.kill()
+                if self._process is not None:
+                    self._process.kill()
                 raise self._lose(f"the fork server did not answer within {timeout:g} s")
             answer = self._read_one()
             if answer is not None:
@@ -270,6 +296,8 @@ class ForkServer:
         return message
 
     def _server_exit(self) -> str:
+        if self._process is None:
+            return "it closed the connection"
         try:
             code = self._process.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
@@ -311,10 +339,16 @@ def start(module: str, args: Sequence[str], **popen: object) -> ForkedProcess:
 # --- The server's side ---------------------------------------------------------------------
 
 
-def serve(sock: socket.socket) -> None:
-    """Import torch, then fork a child per request and report each child's exit,
-    until the caller closes its end."""
+def serve(caller: socket.socket | None, listener: socket.socket | None = None,
+          idle_s: float | None = None) -> None:  # fmt: skip
+    """Import torch, then fork a child per request and report each child's exit to the
+    connection that asked for it. With ``caller``: until the caller closes its end.
+    With ``listener`` (a resident server, ``dcpcheck.resident``): for every connection it
+    accepts, until none is open and no child runs for ``idle_s`` seconds; a child whose
+    request said ``tied`` is killed (its session, if it has one) when its connection closes
+    before it exits, as its caller's death would end a process of the caller's own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # from the start: Ctrl-C is the caller's
+    asking = _ask_machine_threads() if listener is not None else None
     base_path = _base_path()
     gc.disable()  # as dcpcheck's entry point imports torch (dcpcheck.__main__.uncollected)
     import torch  # noqa: F401  (what every child is spared)
@@ -322,38 +356,70 @@ def serve(sock: socket.socket) -> None:
     gc.freeze()
     gc.enable()
 
+    machine_threads = None if asking is None else int(asking.communicate()[0])
+
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd says a child exited
     watched = select.poll()
-    watched.register(sock, select.POLLIN)
     watched.register(wake_read, select.POLLIN)
+    connections: dict[int, socket.socket] = {}
+    children: dict[int, tuple[socket.socket, bool, bool]] = {}  # pid: (asker, tied, session)
+    for sock in (caller, listener):
+        if sock is not None:
+            watched.register(sock, select.POLLIN)
+    if caller is not None:
+        connections[caller.fileno()] = caller
     while True:
-        for fd, _ in watched.poll():
+        idle = listener is not None and not connections and not children
+        events = watched.poll(idle_s * 1000 if idle and idle_s is not None else None)
+        if not events:
+            return
+        for fd, _ in events:
             if fd == wake_read:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_read, 512):
                         pass
-                _report_exits(sock)
+                _report_exits(children)
                 continue
-            received = _receive(sock)
+            if listener is not None and fd == listener.fileno():
+                accepted, _ = listener.accept()
+                connections[accepted.fileno()] = accepted
+                watched.register(accepted, select.POLLIN)
+                continue
+            sock = connections[fd]
+            try:
+                received = _receive(sock)
+            except OSError:
+                received = None
             if received is None:
-                return
+                if listener is None:
+                    return
+                watched.unregister(fd)
+                del connections[fd]
+                _end_tied(sock, children)
+                sock.close()
+                continue
             request, fds = received
+            if request["threads"] == MACHINE_THREADS and machine_threads is not None:
+                request["threads"] = machine_threads
             try:
                 pid = os.fork()
             except OSError as exc:
                 _send(sock, ["failed", str(exc)])
             else:
                 if pid == 0:
-                    _become_child(request, fds, sock, (wake_read, wake_write), base_path)
+                    ours = [*connections.values(), *([listener] if listener else [])]
+                    _become_child(request, fds, ours, (wake_read, wake_write), base_path)
+                children[pid] = (sock, bool(request.get("tied")), bool(request["session"]))
                 _send(sock, ["started", pid])
             finally:
                 for fd in fds:
                     os.close(fd)
 
 
-def _report_exits(sock: socket.socket) -> None:
+def _report_exits(children: dict[int, tuple[socket.socket, bool, bool]]) -> None:
+    """Reap every exited child and tell its connection, where that is still open."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -361,7 +427,31 @@ def _report_exits(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
-        _send(sock, ["exited", pid, os.waitstatus_to_exitcode(status)])
+        asker, _, _ = children.pop(pid, (None, False, False))
+        if asker is not None and asker.fileno() >= 0:
+            with contextlib.suppress(OSError):  # it closed meanwhile
+                _send(asker, ["exited", pid, os.waitstatus_to_exitcode(status)])
+
+
+def _end_tied(closed: socket.socket, children: dict[int, tuple[socket.socket, bool, bool]]) -> None:
+    """Kill the tied children of a connection that closed (``serve``); they are reaped and
+    forgotten as they exit."""
+    for pid, (asker, tied, session) in children.items():
+        if asker is closed and tied:
+            with contextlib.suppress(ProcessLookupError):
+                (os.killpg if session else os.kill)(pid, signal.SIGKILL)
+
+
+def _ask_machine_threads() -> subprocess.Popen:
+    """Ask a fresh interpreter with no ``OMP_NUM_THREADS`` (this server's is 1) how many
+    intra-op threads torch takes on this machine: what a resident server's request that
+    names no count gets, since its caller has not imported torch to ask. Started beside
+    the server's own imports; its answer is read with ``int(communicate()[0])``."""
+    env = {k: v for k, v in os.environ.items() if k != ONE_THREAD_ENV}
+    return subprocess.Popen(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env,
+    )  # fmt: skip
 
 
 def _base_path() -> list[str]:
@@ -380,7 +470,7 @@ def _base_path() -> list[str]:
 def _become_child(
     request: dict,
     fds: list[int],
-    sock: socket.socket,
+    sockets: list[socket.socket],
     wake: tuple[int, int],
     base_path: list[str],
 ) -> None:
@@ -393,7 +483,8 @@ def _become_child(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if request["session"]:
             os.setsid()
-        os.close(sock.detach())
+        for sock in sockets:
+            os.close(sock.detach())
         for fd in wake:
             os.close(fd)
         _install_fds(fds, request["fds"])
@@ -483,6 +574,25 @@ def _reopen_stdio(unbuffered: bool) -> None:
     sys.stderr.reconfigure(line_buffering=True, write_through=unbuffered)
 
 
+def _serve_listening(fd: int, idle_s: float, path: str) -> None:
+    """A resident server on the listening socket ``fd`` bound at ``path``; on its way out,
+    ``path`` is removed unless another server answers there now (``dcpcheck.resident``)."""
+    listener = socket.socket(fileno=fd)
+    serve(None, listener, idle_s)
+    listener.close()
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.connect(path)
+    except OSError:  # nobody answers there: the path is this server's
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    finally:
+        probe.close()
+
+
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    if sys.argv[1] == "--listening":
+        _serve_listening(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4])
+    else:
+        serve(socket.socket(fileno=int(sys.argv[1])))
     os._exit(0)  # nothing to write: the interpreter's teardown of torch would only cost time

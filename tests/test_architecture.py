@@ -24,12 +24,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reference",),
     # the device (whether a launch fits one, the gate's binaries compiled for it, Triton's
     # version key kept across processes, what a fault of it is), the processes forked from
-    # one that imported torch, every exit code, every file the tool writes, the names of
-    # the ops
+    # one that imported torch, who else watches a process, every exit code, every file the
+    # tool writes, the names of the ops
     (
         "dcpcheck",
         "dcpcheck.backend",
         "dcpcheck.fork_server",
+        "dcpcheck.observers",
         "dcpcheck.device_faults",
         "dcpcheck.gpu_fit",
         "dcpcheck.gate_binaries",
@@ -67,6 +68,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "dcpcheck.cli",
         "dcpcheck.pytest_plugin",
+        "dcpcheck.resident",
         "dcpcheck.__main__",
     ),
 )

@@ -11,14 +11,14 @@ import os
 import subprocess
 import sys
 
-from dcpcheck.cli import INJECTION_VARIABLES
 from dcpcheck.exit_codes import EXIT_OK, EXIT_USAGE
+from dcpcheck.observers import INJECTION_VARIABLES, TORCHRUN_VARIABLES
 from dcpcheck.ops.fused_norm_rope.scenario import SCENARIOS
 
 TEARDOWN = "TEARDOWN"
 
 
-OBSERVERS = (*INJECTION_VARIABLES, "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+OBSERVERS = (*INJECTION_VARIABLES, *TORCHRUN_VARIABLES)
 """What makes a process exit the ordinary way, left out of each test's environment (a
 machine may preload a library for every process) unless the test sets it."""
 

@@ -15,8 +15,8 @@ from typing import NoReturn
 import click
 
 from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
-from dcpcheck.distributed.group import in_torchrun_environment
 from dcpcheck.kernels import import_probe
+from dcpcheck.observers import in_torchrun_environment, watched
 from dcpcheck.output.console import err
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -103,7 +103,7 @@ def command_line() -> NoReturn:
         code: object = 0
     except SystemExit as exc:
         code = exc.code
-    if in_torchrun_environment() or _watched():
+    if in_torchrun_environment() or watched():
         sys.exit(code)
     if code is None:
         code = 0
@@ -115,21 +115,3 @@ def command_line() -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
-
-
-def _watched() -> bool:
-    """Whether a profiler, a tracer or an injected library (a CUDA tool's) watches this
-    process."""
-    monitoring = getattr(sys, "monitoring", None)  # Python 3.12+: coverage's sysmon core
-    tools = () if monitoring is None else range(6)  # the ids sys.monitoring hands out
-    return (
-        sys.getprofile() is not None
-        or sys.gettrace() is not None
-        or any(monitoring.get_tool(tool) is not None for tool in tools)
-        or any(os.environ.get(name) for name in INJECTION_VARIABLES)
-    )
-
-
-INJECTION_VARIABLES = ("CUDA_INJECTION64_PATH", "LD_PRELOAD")
-"""How a CUDA tool puts its library into the process it watches: the driver loads the
-first at ``cuInit``, the dynamic linker the second at start."""

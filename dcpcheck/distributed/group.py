@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from dcpcheck import observers
 from dcpcheck.backend import Backend, BackendError, select_backend
 
 ROOT = 0
@@ -104,11 +105,6 @@ def read_heartbeat(path: Path) -> Heartbeat | None:
 
 
 # -- the group of ranks -------------------------------------------------------------------
-
-
-def in_torchrun_environment() -> bool:
-    """Whether this process was started as one rank of a group (by torchrun or :func:`launch`)."""
-    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 @dataclass
@@ -199,7 +195,7 @@ def rank_group(
     may still need it. Raises ``DistributedUsageError`` outside a group's environment and
     ``BackendError`` if ``device`` cannot be used.
     """
-    if not in_torchrun_environment():
+    if not observers.in_torchrun_environment():
         raise DistributedUsageError(
             "not started as a rank: run under `torchrun --nproc-per-node N -m "
             "dcpcheck.distributed ...`, or through `dcpcheck run --launcher torchrun`"

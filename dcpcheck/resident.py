@@ -1,0 +1,244 @@
+"""dcpcheck's commands run in a fork of a resident server that has imported torch.
+
+With ``DCPCHECK_RESIDENT=1`` in the environment, ``dcpcheck ARGS`` (and ``python -m
+dcpcheck ARGS``) does not import torch itself: it hands its arguments, environment,
+working directory and terminal to a resident fork server (``dcpcheck.fork_server``), which
+forks a child that runs ``python -m dcpcheck ARGS`` as a fresh interpreter would, and
+exits as that child exits. Importing torch and Triton is most of a warm gate's floor (1.2
+s of an H100 box's 3.4 - 4.4 s, 2.2 s on a 2-core CPU), paid here once per server instead
+of once per command. The first command starts the server and pays the imports; the server
+leaves after ``IDLE_S`` seconds with no command running.
+
+What a command can share with an earlier one, and why it is never stale:
+
+* dcpcheck itself is never shared: each child drops the ``dcpcheck`` modules the server
+  holds and imports them from its own path, so an edit to dcpcheck (a kernel under
+  development, a checkout switched by ``git bisect``) is seen by the next command.
+* torch, Triton and what they import are the server's. The server is chosen by a key
+  (``server_key``) of everything they were imported from: the interpreter, the files
+  ``torch`` and ``triton`` resolve to on this process's path with their sizes and
+  modification times, and every environment variable that names a path or option read at
+  their import (``PYTHON*``, ``TORCH*``, ``PYTORCH*``, ``TRITON*``, ``CUDA*``, ``LD_*``).
+  A reinstall of either, or another environment, reaches another server; the old one is
+  left to leave when idle.
+* Nothing of CUDA: the server never initializes it, so each command makes its own
+  context, as a fresh process does.
+
+The terminal: the child gets this process's standard input, output and error, so it prints
+as the command would (colours and widths where they are a terminal). It runs in a session
+of its own, outside the terminal's process group, so this process forwards the signals a
+terminal or a job runner sends (SIGINT, SIGTERM, SIGHUP, SIGQUIT) to the child's whole
+session, as the terminal would have sent them to the command and its workers; should this
+process die without forwarding (SIGKILL), the server kills that session. This process
+exits with the child's status, or by the signal that ended it.
+
+Servers listen at ``$XDG_RUNTIME_DIR/dcpcheck/KEY.sock`` (else under the system's temporary
+directory, ``dcpcheck-UID/``), a directory only its user may enter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from dcpcheck import fork_server, observers
+from dcpcheck.exit_codes import EXIT_FAIL
+
+ENV = "DCPCHECK_RESIDENT"
+"""``1`` in the environment: commands run in a resident server's fork."""
+
+IDLE_S = 900.0
+"""Seconds a resident server waits with no command running before it leaves."""
+
+KEYED_ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "TRITON", "CUDA", "LD_")
+"""Environment variables that are part of a server's key (module docstring)."""
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""Signals this process passes on to the command's session."""
+
+CONNECT_TIMEOUT_S = 10.0
+"""Seconds a server just started may take to listen (it binds before importing torch)."""
+
+
+def wanted() -> bool:
+    """Whether this process's command runs in a resident server's fork: ``ENV`` is ``1``,
+    and the process is neither a torchrun rank nor watched by a profiler, a tracer or a
+    CUDA tool, which must see the command itself (``dcpcheck.observers``)."""
+    return (
+        os.environ.get(ENV) == "1"
+        and not observers.in_torchrun_environment()
+        and not observers.watched()
+    )
+
+
+def server_key(env: Mapping[str, str]) -> str:
+    """The key of the server whose torch and Triton are the ones this process would import
+    with ``env`` (module docstring), without importing them."""
+    facts: list[object] = [os.path.realpath(sys.executable), sys.version, _server_path()]
+    for name, origin in (
+        ("torch", _origin("torch")),
+        ("triton", _origin("triton")),
+        ("the server's code", fork_server.__file__),
+    ):
+        stat = None if origin is None else os.stat(origin)
+        facts.append([name, origin, None if stat is None else [stat.st_size, stat.st_mtime_ns]])
+    facts.append(sorted((k, v) for k, v in env.items() if k.startswith(KEYED_ENV_PREFIXES)))
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:24]
+
+
+def _origin(module: str) -> str | None:
+    spec = importlib.util.find_spec(module)
+    return None if spec is None else spec.origin
+
+
+def _server_path() -> list[str]:
+    """A server's import path: where this dcpcheck lives, then this process's path past
+    its first entry (the working directory or the script's, which differ from command to
+    command and must not change what the server imports)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(fork_server.__file__)))
+    return list(dict.fromkeys([package, *(entry for entry in sys.path[1:] if entry)]))
+
+
+def socket_dir(env: Mapping[str, str]) -> Path:
+    """Where this user's servers listen, made if missing; only its owner may enter it."""
+    runtime = env.get("XDG_RUNTIME_DIR")
+    where = Path(runtime, "dcpcheck") if runtime else Path(
+        tempfile.gettempdir(), f"dcpcheck-{os.getuid()}"
+    )  # fmt: skip
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = where.stat()
+    if found.st_uid != os.getuid() or found.st_mode & 0o077:
+        raise OSError(f"{where} is not this user's alone: no resident server listens there")
+    return where
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """``path`` locked against every other process of this user's that starts a server."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    return sock
+
+
+def _start_server(path: Path) -> None:
+    """Bind ``path`` and start a server that listens there, its own session's leader, so
+    that no signal meant for this command's terminal reaches it."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        listener.bind(str(path))
+        listener.listen()
+        fd = listener.fileno()
+        subprocess.Popen(
+            [sys.executable, "-m", "dcpcheck.fork_server", "--listening", str(fd),
+             str(IDLE_S), str(path)],
+            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=fork_server.server_env(_server_path()),
+            start_new_session=True,
+        )  # fmt: skip
+    finally:
+        listener.close()
+
+
+def connect(env: Mapping[str, str]) -> tuple[fork_server.ForkServer, bool]:
+    """A connection to the resident server of ``server_key(env)``, and whether it was
+    started for it."""
+    where = socket_dir(env)
+    path = where / f"{server_key(env)}.sock"
+    sock = _connect(path)
+    if sock is not None:
+        return fork_server.ForkServer(sock), False
+    with _locked(where / f"{path.stem}.lock"):
+        sock = _connect(path)  # another command may have started it meanwhile
+        started = sock is None
+        if started:
+            _start_server(path)
+            sock = _connect(path)
+    if sock is None:
+        raise fork_server.ForkServerError(f"the resident server at {path} does not listen")
+    return fork_server.ForkServer(sock), started
+
+
+def _threads(env: Mapping[str, str]) -> int:
+    """The child's torch threads: its ``OMP_NUM_THREADS``, else the machine's default."""
+    given = env.get(fork_server.ONE_THREAD_ENV, "")
+    return int(given) if given.isdigit() and int(given) > 0 else fork_server.MACHINE_THREADS
+
+
+def _started(args: list[str], env: dict[str, str]) -> fork_server.ForkedProcess:
+    """``dcpcheck ARGS`` started in the resident server's fork. A server that closed
+    between this process's connect and its request (it left, idle) is started again,
+    once."""
+    retried = False
+    while True:
+        server, started = connect(os.environ)
+        if started:
+            print(
+                f"dcpcheck: started a resident server ({ENV}=1); it leaves after {IDLE_S:g} s"
+                " with no command running",
+                file=sys.stderr,
+            )
+        try:
+            return server.start(
+                "dcpcheck", args, env=env, threads=_threads(env), start_new_session=True,
+                tied=True,
+            )  # fmt: skip
+        except fork_server.ForkServerError:
+            server.close()
+            if retried or started:
+                raise
+            retried = True
+
+
+def run_command(args: list[str]) -> None:
+    """Run ``dcpcheck ARGS`` in a resident server's fork and leave as it ends (module
+    docstring); return, after one line that says why, only where no server could take
+    it: the caller then runs the command itself."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}  # the child is the command
+    try:
+        child = _started(args, env)
+    except OSError as exc:  # ForkServerError too: the command runs in this process
+        print(f"dcpcheck: warning: no resident server ({exc}); running here", file=sys.stderr)
+        return
+    for sig in FORWARDED:
+        signal.signal(sig, lambda sig, _: _forward(child.pid, sig))
+    try:
+        code = child.wait()
+    except fork_server.ForkServerError as exc:
+        _forward(child.pid, signal.SIGKILL)
+        print(f"dcpcheck: error: the resident server was lost mid-command ({exc})",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(EXIT_FAIL) from None
+    if code < 0:  # leave by the same signal, as the command did
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(1.0)
+    raise SystemExit(code)
+
+
+def _forward(session: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(session, sig)
