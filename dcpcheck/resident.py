@@ -3,24 +3,26 @@
 With ``DCPCHECK_RESIDENT=1`` in the environment, ``dcpcheck ARGS`` (and ``python -m
 dcpcheck ARGS``) does not import torch itself: it hands its arguments, environment,
 working directory and terminal to a resident fork server (``dcpcheck.fork_server``), which
-forks a child that runs ``python -m dcpcheck ARGS`` as a fresh interpreter would, and
-exits as that child exits. Importing torch and Triton is most of a warm gate's floor (1.2
-s of an H100 box's 3.4 - 4.4 s, 2.2 s on a 2-core CPU), paid here once per server instead
-of once per command. The first command starts the server and pays the imports; the server
-leaves after ``IDLE_S`` seconds with no command running.
+forks a child that runs ``python -m dcpcheck ARGS`` as a fresh interpreter would (the
+working directory first on its import path, as ``-m`` puts it), and exits as that child
+exits. Importing torch is most of a warm gate's floor (about 1.1 s of an H100 box's 3.4 -
+4.4 s, 2.2 s on a 2-core CPU), paid here once per server instead of once per command. The
+first command starts the server and pays the import; the server leaves after ``IDLE_S``
+seconds with no command running.
 
 What a command can share with an earlier one, and why it is never stale:
 
 * dcpcheck itself is never shared: each child drops the ``dcpcheck`` modules the server
   holds and imports them from its own path, so an edit to dcpcheck (a kernel under
   development, a checkout switched by ``git bisect``) is seen by the next command.
-* torch, Triton and what they import are the server's. The server is chosen by a key
-  (``server_key``) of everything they were imported from: the interpreter, the files
-  ``torch`` and ``triton`` resolve to on this process's path with their sizes and
-  modification times, and every environment variable that names a path or option read at
-  their import (``PYTHON*``, ``TORCH*``, ``PYTORCH*``, ``TRITON*``, ``CUDA*``, ``LD_*``).
-  A reinstall of either, or another environment, reaches another server; the old one is
-  left to leave when idle.
+* torch and what it imports are the server's (Triton is not: each command imports it as
+  its backend chooses, ``dcpcheck.fork_server``). The server is chosen by a key
+  (``server_key``) of everything torch was imported from and the server's own code: the
+  interpreter, the files ``torch`` and ``dcpcheck.fork_server`` resolve to with their sizes
+  and modification times, the import path, and every environment variable that names a
+  path or option read as torch loads (``PYTHON*``, ``TORCH*``, ``PYTORCH*``, ``CUDA*``,
+  ``LD_*``). A reinstall, another environment or an edit to the server's code reaches
+  another server; the old one is left to leave when idle.
 * Nothing of CUDA: the server never initializes it, so each command makes its own
   context, as a fresh process does.
 
@@ -62,15 +64,11 @@ ENV = "DCPCHECK_RESIDENT"
 IDLE_S = 900.0
 """Seconds a resident server waits with no command running before it leaves."""
 
-KEYED_ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "TRITON", "CUDA", "LD_")
+KEYED_ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "CUDA", "LD_")
 """Environment variables that are part of a server's key (module docstring)."""
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """Signals this process passes on to the command's session."""
-
-CONNECT_TIMEOUT_S = 10.0
-"""Seconds a server just started may take to listen (it binds before importing torch)."""
-
 
 def wanted() -> bool:
     """Whether this process's command runs in a resident server's fork: ``ENV`` is ``1``,
@@ -84,14 +82,10 @@ def wanted() -> bool:
 
 
 def server_key(env: Mapping[str, str]) -> str:
-    """The key of the server whose torch and Triton are the ones this process would import
-    with ``env`` (module docstring), without importing them."""
+    """The key of the server whose torch is the one this process would import with ``env``
+    (module docstring), without importing it."""
     facts: list[object] = [os.path.realpath(sys.executable), sys.version, _server_path()]
-    for name, origin in (
-        ("torch", _origin("torch")),
-        ("triton", _origin("triton")),
-        ("the server's code", fork_server.__file__),
-    ):
+    for name, origin in (("torch", _origin("torch")), ("the server", fork_server.__file__)):
         stat = None if origin is None else os.stat(origin)
         facts.append([name, origin, None if stat is None else [stat.st_size, stat.st_mtime_ns]])
     facts.append(sorted((k, v) for k, v in env.items() if k.startswith(KEYED_ENV_PREFIXES)))

@@ -167,15 +167,16 @@ def _wait_gone(pids: list[int]) -> None:
 
 
 def test_the_server_is_chosen_by_what_torch_is_imported_from(monkeypatch, tmp_path):
-    """Another torch or Triton (another file, or the same file rewritten), another
-    interpreter option read at their import, another server; the working directory and
-    unrelated variables do not matter."""
+    """Another torch (another file, or the same file rewritten), another option read as it
+    loads, another server; the working directory, Triton's mode (each command imports
+    Triton itself) and unrelated variables do not matter."""
     env = dict(os.environ)
     key = resident.server_key(env)
-    assert resident.server_key({**env, "HOME": "/elsewhere"}) == key
+    for name in ("HOME", "TRITON_INTERPRET"):
+        assert resident.server_key({**env, name: "set by the test"}) == key, name
     monkeypatch.chdir(tmp_path)
     assert resident.server_key(env) == key
-    for name in ("TRITON_INTERPRET", "PYTHONPATH", "TORCH_LOGS", "LD_LIBRARY_PATH"):
+    for name in ("PYTHONPATH", "TORCH_LOGS", "LD_LIBRARY_PATH", "CUDA_HOME"):
         assert resident.server_key({**env, name: "set by the test"}) != key, name
     fake = tmp_path / "torch" / "__init__.py"
     fake.parent.mkdir()
