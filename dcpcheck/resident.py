@@ -138,7 +138,8 @@ def _connect(path: Path) -> socket.socket | None:
 
 def _start_server(path: Path) -> None:
     """Bind ``path`` and start a server that listens there, its own session's leader, so
-    that no signal meant for this command's terminal reaches it."""
+    that no signal meant for this command's terminal reaches it, in ``/`` (a directory it
+    held would stay busy as long as it lives; each child moves to its command's)."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -151,7 +152,7 @@ def _start_server(path: Path) -> None:
              str(IDLE_S), str(path)],
             pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env=fork_server.server_env(_server_path()),
-            start_new_session=True,
+            start_new_session=True, cwd="/",
         )  # fmt: skip
     finally:
         listener.close()
