@@ -5,10 +5,10 @@ dcpcheck ARGS``) does not import torch itself: it hands its arguments, environme
 working directory and terminal to a resident fork server (``dcpcheck.fork_server``), which
 forks a child that runs ``python -m dcpcheck ARGS`` as a fresh interpreter would (the
 working directory first on its import path, as ``-m`` puts it), and exits as that child
-exits. Importing torch is most of a warm gate's floor (about 1.1 s of an H100 box's 3.4 -
-4.4 s, 2.2 s on a 2-core CPU), paid here once per server instead of once per command. The
-first command starts the server and pays the import; the server leaves after ``IDLE_S``
-seconds with no command running.
+exits. Importing torch is most of a warm gate's floor (1.4 - 1.6 s of the 5.9 - 6.2 s it
+took on one lent H100; 2.2 s of CPU on a 2-core machine), paid here once per server
+instead of once per command. The first command starts the server and pays the import; the
+server leaves after ``IDLE_S`` seconds with no command running.
 
 What a command can share with an earlier one, and why it is never stale:
 
