@@ -406,13 +406,15 @@ def serve(caller: socket.socket | None, listener: socket.socket | None = None,
             try:
                 pid = os.fork()
             except OSError as exc:
-                _send(sock, ["failed", str(exc)])
+                with contextlib.suppress(OSError):
+                    _send(sock, ["failed", str(exc)])
             else:
                 if pid == 0:
                     ours = [*connections.values(), *([listener] if listener else [])]
                     _become_child(request, fds, ours, (wake_read, wake_write), base_path)
                 children[pid] = (sock, bool(request.get("tied")), bool(request["session"]))
-                _send(sock, ["started", pid])
+                with contextlib.suppress(OSError):  # a caller gone: its end is read next
+                    _send(sock, ["started", pid])
             finally:
                 for fd in fds:
                     os.close(fd)

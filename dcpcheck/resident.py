@@ -56,7 +56,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from dcpcheck import fork_server, observers
-from dcpcheck.exit_codes import EXIT_FAIL
+from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED
 
 ENV = "DCPCHECK_RESIDENT"
 """``1`` in the environment: commands run in a resident server's fork."""
@@ -218,6 +218,9 @@ def run_command(args: list[str]) -> None:
     except OSError as exc:  # ForkServerError too: the command runs in this process
         print(f"dcpcheck: warning: no resident server ({exc}); running here", file=sys.stderr)
         return
+    except KeyboardInterrupt:  # before the command started (its server importing torch)
+        print("dcpcheck: interrupted before the command started", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     for sig in FORWARDED:
         signal.signal(sig, lambda sig, _: _forward(child.pid, sig))
     try:

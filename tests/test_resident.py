@@ -147,6 +147,20 @@ def test_ctrl_c_reaches_the_command_and_keeps_its_partial_report(runtime, tmp_pa
     _wait_gone(session)
 
 
+def test_ctrl_c_before_the_command_starts_is_one_line(runtime):
+    """Ctrl-C while a new server still imports torch: no command to pass it on to, so the
+    client stops there, exit 130, one line and no traceback; the server, finding its caller
+    gone, starts nothing for it, and serves the next command."""
+    proc = _dcpcheck("list", "ops", env=_env(runtime))
+    assert proc.stderr.readline().startswith(STARTED)  # the server imports torch now
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert (stdout, stderr) == ("", "dcpcheck: interrupted before the command started\n")
+    after = _ran("list", "ops", env=_env(runtime))
+    assert (after.returncode, after.stderr) == (0, "")
+
+
 def test_a_killed_client_ends_its_command(runtime, tmp_path):
     """A client that dies without passing anything on (SIGKILL) closes its connection;
     the server then kills the command's session, as a direct run dies with its process."""
