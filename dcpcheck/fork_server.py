@@ -145,6 +145,17 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def kill_session(process: ForkedProcess | subprocess.Popen, sig: int) -> None:
+    """Signal the session of a process started with ``start_new_session``, once: the
+    process alone where it has none yet (a child just forked: ``os.setsid`` is its first
+    step, and it has started nothing before), through ``send_signal``, which leaves a
+    process that has exited alone. Nothing if it is gone."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        process.send_signal(sig)
+
+
 def server_env(path: Sequence[str] | None = None) -> dict[str, str]:
     """A server's environment: this process's, with one torch thread (no thread of torch's
     in the process that forks) and ``path`` (None: this process's import path), where it
@@ -436,12 +447,17 @@ def _report_exits(children: dict[int, tuple[socket.socket, bool, bool]]) -> None
 
 
 def _end_tied(closed: socket.socket, children: dict[int, tuple[socket.socket, bool, bool]]) -> None:
-    """Kill the tied children of a connection that closed (``serve``); they are reaped and
-    forgotten as they exit."""
+    """Kill the tied children of a connection that closed (``serve``), with their sessions;
+    they are reaped and forgotten as they exit."""
     for pid, (asker, tied, session) in children.items():
         if asker is closed and tied:
+            # A child just forked may not have made its session yet (``os.setsid`` is its
+            # first step): it is then alone. Unreaped, its pid is no one else's.
             with contextlib.suppress(ProcessLookupError):
-                (os.killpg if session else os.kill)(pid, signal.SIGKILL)
+                if session:
+                    os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _ask_machine_threads() -> subprocess.Popen:

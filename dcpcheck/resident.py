@@ -70,6 +70,7 @@ KEYED_ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "CUDA", "LD_")
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """Signals this process passes on to the command's session."""
 
+
 def wanted() -> bool:
     """Whether this process's command runs in a resident server's fork: ``ENV`` is ``1``,
     and the process is neither a torchrun rank nor watched by a profiler, a tracer or a
@@ -222,11 +223,11 @@ def run_command(args: list[str]) -> None:
         print("dcpcheck: interrupted before the command started", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     for sig in FORWARDED:
-        signal.signal(sig, lambda sig, _: _forward(child.pid, sig))
+        signal.signal(sig, lambda sig, _: fork_server.kill_session(child, sig))
     try:
         code = child.wait()
     except fork_server.ForkServerError as exc:
-        _forward(child.pid, signal.SIGKILL)
+        fork_server.kill_session(child, signal.SIGKILL)
         print(f"dcpcheck: error: the resident server was lost mid-command ({exc})",
               file=sys.stderr)  # fmt: skip
         raise SystemExit(EXIT_FAIL) from None
@@ -235,8 +236,3 @@ def run_command(args: list[str]) -> None:
         os.kill(os.getpid(), -code)
         time.sleep(1.0)
     raise SystemExit(code)
-
-
-def _forward(session: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(session, sig)

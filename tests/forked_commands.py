@@ -45,7 +45,7 @@ def run_module(
         try:
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            fork_server.kill_session(process, signal.SIGKILL)
             process.wait()
             raise subprocess.TimeoutExpired(argv, timeout or 0.0) from None
         output = [_read(stream) for stream in (stdout, stderr)]

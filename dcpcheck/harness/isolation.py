@@ -299,8 +299,7 @@ class _Worker:
         if self._killed:
             return
         self._killed = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        fork_server.kill_session(self.process, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(KILL_WAIT_S)
         self.requests.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -299,7 +300,7 @@ def _launch(
 def _finish(running: _Running, timed_out: bool) -> Outcome:
     process = running.process
     if timed_out:
-        os.killpg(process.pid, 9)
+        fork_server.kill_session(process, signal.SIGKILL)
     process.wait()
     stderr = (running.report.parent / "stderr.txt").read_text(errors="replace")
     code = None if timed_out else process.returncode
@@ -361,6 +362,6 @@ def run_mutants(
         finally:
             for job in running:  # interrupted: no worker outlives the run
                 if job.process.poll() is None:
-                    os.killpg(job.process.pid, 9)
+                    fork_server.kill_session(job.process, signal.SIGKILL)
                 job.process.wait()
     return outcomes
