@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "dcpcheck",
         "dcpcheck.backend",
         "dcpcheck.fork_server",
+        "dcpcheck.forked_child",
         "dcpcheck.observers",
         "dcpcheck.device_faults",
         "dcpcheck.gpu_fit",
