@@ -18,11 +18,12 @@ What a command can share with an earlier one, and why it is never stale:
 * torch and what it imports are the server's (Triton is not: each command imports it as
   its backend chooses, ``dcpcheck.fork_server``). The server is chosen by a key
   (``server_key``) of everything torch was imported from and the server's own code: the
-  interpreter, the files ``torch`` and ``dcpcheck.fork_server`` resolve to with their sizes
-  and modification times, the import path, and every environment variable that names a
-  path or option read as torch loads (``PYTHON*``, ``TORCH*``, ``PYTORCH*``, ``CUDA*``,
-  ``LD_*``). A reinstall, another environment or an edit to the server's code reaches
-  another server; the old one is left to leave when idle.
+  interpreter, the files ``torch``, ``dcpcheck.fork_server`` and ``dcpcheck.forked_child``
+  resolve to with their sizes and modification times, the import path, and every
+  environment variable that names a path or option read as torch loads (``PYTHON*``,
+  ``TORCH*``, ``PYTORCH*``, ``CUDA*``, ``LD_*``). A reinstall, another environment or an
+  edit to the server's code reaches another server; the old one is left to leave when
+  idle.
 * Nothing of CUDA: the server never initializes it, so each command makes its own
   context, as a fresh process does.
 
@@ -55,7 +56,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from dcpcheck import fork_server, observers
+from dcpcheck import fork_server, forked_child, observers
 from dcpcheck.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED
 
 ENV = "DCPCHECK_RESIDENT"
@@ -86,7 +87,8 @@ def server_key(env: Mapping[str, str]) -> str:
     """The key of the server whose torch is the one this process would import with ``env``
     (module docstring), without importing it."""
     facts: list[object] = [os.path.realpath(sys.executable), sys.version, _server_path()]
-    for name, origin in (("torch", _origin("torch")), ("the server", fork_server.__file__)):
+    server_code = (("the server", fork_server.__file__), ("its child", forked_child.__file__))
+    for name, origin in (("torch", _origin("torch")), *server_code):
         stat = None if origin is None else os.stat(origin)
         facts.append([name, origin, None if stat is None else [stat.st_size, stat.st_mtime_ns]])
     facts.append(sorted((k, v) for k, v in env.items() if k.startswith(KEYED_ENV_PREFIXES)))
