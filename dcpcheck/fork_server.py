@@ -160,13 +160,20 @@ def server_env(path: Sequence[str] | None = None) -> dict[str, str]:
     return env
 
 
+def asked_threads(env: Mapping[str, str]) -> int | None:
+    """The torch threads ``env`` asks for (its ``OMP_NUM_THREADS``, a positive count), or
+    None where it asks for none."""
+    given = env.get(ONE_THREAD_ENV, "")
+    return int(given) if given.isdigit() and int(given) > 0 else None
+
+
 def threads_for(env: Mapping[str, str]) -> int:
     """Torch's intra-op threads in a fresh interpreter with environment ``env``: its
     ``OMP_NUM_THREADS``, else this process's own count (torch's default for the machine,
     where nothing in this process changed it)."""
-    given = env.get(ONE_THREAD_ENV, "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
+    asked = asked_threads(env)
+    if asked is not None:
+        return asked
     import torch
 
     return torch.get_num_threads()

@@ -182,8 +182,8 @@ def connect(env: Mapping[str, str]) -> tuple[fork_server.ForkServer, bool]:
 
 def _threads(env: Mapping[str, str]) -> int:
     """The child's torch threads: its ``OMP_NUM_THREADS``, else the machine's default."""
-    given = env.get(fork_server.ONE_THREAD_ENV, "")
-    return int(given) if given.isdigit() and int(given) > 0 else fork_server.MACHINE_THREADS
+    asked = fork_server.asked_threads(env)
+    return fork_server.MACHINE_THREADS if asked is None else asked
 
 
 def _started(args: list[str], env: dict[str, str]) -> fork_server.ForkedProcess:

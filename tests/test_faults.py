@@ -245,6 +245,16 @@ def test_a_write_outside_an_output_fails_guard_bands_naming_the_output(
 # The command line: reports, saved failures, Ctrl-C
 
 
+def wait_for_hang(proc: subprocess.Popen, marker: Path, timeout: float = 60.0) -> None:
+    """Until a ``slow_then_hangs_on_profiling_call`` kernel has written ``marker`` (it
+    hangs from then on), while its command still runs."""
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the kernel never reached its hang"
+        time.sleep(0.05)
+
+
 def _interruptible() -> None:
     """Ctrl-C as a terminal delivers it: a suite started in the background by a shell
     without job control inherits SIGINT ignored, and so would the command it tests."""
@@ -316,11 +326,7 @@ def test_ctrl_c_writes_the_partial_report_and_leaves_no_worker(
         "--no-tokens", "--json", str(json_path), "--home", str(tmp_path / "home"),
         env={**os.environ, faulty_kernels.HANG_MARKER_ENV: str(marker)},
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the kernel never reached its hang"
-        time.sleep(0.05)
+    wait_for_hang(proc, marker)
     # The command's child is its fork server (an --isolate run's worker, a --no-isolate
     # run's import probe, which has exited by now); the server's children run the kernel.
     running = descendants_of(proc.pid)

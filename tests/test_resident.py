@@ -20,7 +20,14 @@ import pytest
 
 from dcpcheck import resident
 from tests.fixtures import faulty_kernels
-from tests.test_faults import FAULT_SPARES, FILE, children_of, parents, process_gone
+from tests.test_faults import (
+    FAULT_SPARES,
+    FILE,
+    children_of,
+    parents,
+    process_gone,
+    wait_for_hang,
+)
 
 REPO = Path(__file__).parents[1]
 STARTED = "dcpcheck: started a resident server"
@@ -119,11 +126,7 @@ def _hanging(runtime: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Pope
         "--home", str(tmp_path / "home"),
         env=_env(runtime, **{faulty_kernels.HANG_MARKER_ENV: str(marker)}),
     )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the kernel never reached its hang"
-        time.sleep(0.05)
+    wait_for_hang(proc, marker, timeout=90.0)  # the server's start too
     [server] = _servers(runtime)
     [command] = children_of(server)
     return proc, [command, *children_of(command)]
