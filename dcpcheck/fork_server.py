@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import gc
 import json
 import os
@@ -476,7 +477,9 @@ def _ask_machine_threads() -> subprocess.Popen:
 
 def _serve_listening(fd: int, idle_s: float, path: str) -> None:
     """A resident server on the listening socket ``fd`` bound at ``path``; on its way out,
-    ``path`` is removed unless another server answers there now (``dcpcheck.resident``)."""
+    ``path`` is removed unless another server answers there now (``dcpcheck.resident``).
+    A fatal signal prints the server's Python stack to its log (its stderr)."""
+    faulthandler.enable()
     listener = socket.socket(fileno=fd)
     serve(None, listener, idle_s)
     listener.close()

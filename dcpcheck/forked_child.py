@@ -70,6 +70,8 @@ def become(
         _reopen_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
         if env.get("PYTHONFAULTHANDLER"):
             faulthandler.enable()
+        else:  # a resident server's is on (fork_server._serve_listening)
+            faulthandler.disable()
         sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
         sys.pycache_prefix = env.get("PYTHONPYCACHEPREFIX") or None
         extra = [os.path.abspath(e) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]

@@ -32,8 +32,13 @@ as the command would (colours and widths where they are a terminal). It runs in 
 of its own, outside the terminal's process group, so this process forwards the signals a
 terminal or a job runner sends (SIGINT, SIGTERM, SIGHUP, SIGQUIT) to the child's whole
 session, as the terminal would have sent them to the command and its workers; should this
-process die without forwarding (SIGKILL), the server kills that session. This process
-exits with the child's status, or by the signal that ended it.
+process die without forwarding (SIGKILL), the server kills that session. Ctrl-Z (SIGTSTP)
+stops the command's session and then this process, and the ``fg`` or ``bg`` that resumes
+this process resumes the command (``_suspend``). This process exits with the child's
+status, or by the signal that ended it.
+
+What the server prints itself (a traceback, should it die) goes to ``KEY.log`` beside its
+socket, written afresh by each server of that key; the commands print to their callers.
 
 Servers listen at ``$XDG_RUNTIME_DIR/dcpcheck/KEY.sock`` (else under the system's temporary
 directory, ``dcpcheck-UID/``), a directory only its user may enter.
@@ -139,13 +144,20 @@ def _connect(path: Path) -> socket.socket | None:
     return sock
 
 
+def server_log(env: Mapping[str, str]) -> Path:
+    """Where the server of ``server_key(env)`` writes what it prints itself."""
+    return socket_dir(env) / f"{server_key(env)}.log"
+
+
 def _start_server(path: Path) -> None:
     """Bind ``path`` and start a server that listens there, its own session's leader, so
     that no signal meant for this command's terminal reaches it, in ``/`` (a directory it
-    held would stay busy as long as it lives; each child moves to its command's)."""
+    held would stay busy as long as it lives; each child moves to its command's), printing
+    to ``KEY.log`` beside ``path``."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    log = os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         listener.bind(str(path))
         listener.listen()
@@ -153,12 +165,12 @@ def _start_server(path: Path) -> None:
         subprocess.Popen(
             [sys.executable, "-m", "dcpcheck.fork_server", "--listening", str(fd),
              str(IDLE_S), str(path)],
-            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env=fork_server.server_env(_server_path()),
-            start_new_session=True, cwd="/",
+            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            env=fork_server.server_env(_server_path()), start_new_session=True, cwd="/",
         )  # fmt: skip
     finally:
         listener.close()
+        os.close(log)
 
 
 def connect(env: Mapping[str, str]) -> tuple[fork_server.ForkServer, bool]:
@@ -211,6 +223,19 @@ def _started(args: list[str], env: dict[str, str]) -> fork_server.ForkedProcess:
             retried = True
 
 
+def _suspend(child: fork_server.ForkedProcess) -> None:
+    """Ctrl-Z: stop the command's session, then this process as the terminal asked; once
+    this process is resumed, resume the session. The session gets SIGSTOP: a session of
+    its own is an orphaned process group, where the kernel drops SIGTSTP. This process
+    re-raises SIGTSTP itself, so where its own group is orphaned (no shell to resume it)
+    nothing stays stopped."""
+    fork_server.kill_session(child, signal.SIGSTOP)
+    signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTSTP)  # returns once a SIGCONT resumes this process
+    signal.signal(signal.SIGTSTP, lambda *_: _suspend(child))
+    fork_server.kill_session(child, signal.SIGCONT)
+
+
 def run_command(args: list[str]) -> None:
     """Run ``dcpcheck ARGS`` in a resident server's fork and leave as it ends (module
     docstring); return, after one line that says why, only where no server could take
@@ -226,12 +251,13 @@ def run_command(args: list[str]) -> None:
         raise SystemExit(EXIT_INTERRUPTED) from None
     for sig in FORWARDED:
         signal.signal(sig, lambda sig, _: fork_server.kill_session(child, sig))
+    signal.signal(signal.SIGTSTP, lambda *_: _suspend(child))
     try:
         code = child.wait()
     except fork_server.ForkServerError as exc:
         fork_server.kill_session(child, signal.SIGKILL)
-        print(f"dcpcheck: error: the resident server was lost mid-command ({exc})",
-              file=sys.stderr)  # fmt: skip
+        print(f"dcpcheck: error: the resident server was lost mid-command ({exc}); what it "
+              f"printed: {server_log(os.environ)}", file=sys.stderr)  # fmt: skip
         raise SystemExit(EXIT_FAIL) from None
     if code < 0:  # leave by the same signal, as the command did
         signal.signal(-code, signal.SIG_DFL)

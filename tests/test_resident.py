@@ -115,7 +115,9 @@ def test_an_edit_to_dcpcheck_is_seen_by_the_next_command(runtime, tmp_path):
     assert len(_servers(runtime)) == 1
 
 
-def _hanging(runtime: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Popen, list[int]]:
+def _hanging(
+    runtime: Path, tmp_path: Path, *args: str, **popen
+) -> tuple[subprocess.Popen, list[int]]:
     """A resident run whose isolated kernel hangs on ``profiling-call`` (after the cases of
     ``args``' scenarios), once it hangs; and the command's processes then: the server's
     child and its children."""
@@ -124,7 +126,7 @@ def _hanging(runtime: Path, tmp_path: Path, *args: str) -> tuple[subprocess.Pope
         "run", "--kernel", f"{FILE}:slow_then_hangs_on_profiling_call", "--isolate",
         "--dcp", "2", *args, "--scenario", "profiling-call", "--no-tokens",
         "--home", str(tmp_path / "home"),
-        env=_env(runtime, **{faulty_kernels.HANG_MARKER_ENV: str(marker)}),
+        env=_env(runtime, **{faulty_kernels.HANG_MARKER_ENV: str(marker)}), **popen,
     )  # fmt: skip
     wait_for_hang(proc, marker, timeout=90.0)  # the server's start too
     [server] = _servers(runtime)
@@ -162,6 +164,68 @@ def test_ctrl_c_before_the_command_starts_is_one_line(runtime):
     assert (stdout, stderr) == ("", "dcpcheck: interrupted before the command started\n")
     after = _ran("list", "ops", env=_env(runtime))
     assert (after.returncode, after.stderr) == (0, "")
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pids: list[int], stopped: bool) -> None:
+    deadline = time.monotonic() + 10
+    while any((_state(pid) == "T") != stopped for pid in pids):
+        assert time.monotonic() < deadline, {pid: _state(pid) for pid in pids}
+        time.sleep(0.05)
+
+
+def test_ctrl_z_stops_the_command_and_its_resumption_resumes_it(runtime, tmp_path):
+    """Ctrl-Z stops the client and the command's session with it (which the terminal's
+    SIGTSTP never reaches); the SIGCONT of ``fg`` or ``bg`` resumes both, and the command
+    still answers Ctrl-C. The client has a process group of its own under this test's
+    process, as a shell's job has: one whose stop a shell could undo."""
+    proc, session = _hanging(runtime, tmp_path, process_group=0)
+    command = session[0]
+    proc.send_signal(signal.SIGTSTP)
+    _wait_state([proc.pid, command], stopped=True)
+    proc.send_signal(signal.SIGCONT)
+    _wait_state([proc.pid, command], stopped=False)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    _wait_gone(session)
+
+
+def test_a_server_that_dies_leaves_why_in_its_log(runtime, tmp_path):
+    """A server killed by a fatal signal mid-command: the client kills the command's
+    session, exits 1 and names the server's log, which holds the server's stack."""
+    proc, session = _hanging(runtime, tmp_path)
+    [server] = _servers(runtime)
+    os.kill(server, signal.SIGSEGV)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("dcpcheck: error: the resident server was lost mid-command")
+    log = Path(line.rsplit("what it printed: ", 1)[1])
+    assert log == resident.server_log(_env(runtime))
+    assert "Fatal Python error: Segmentation fault" in log.read_text()
+    _wait_gone(session)
+
+
+def test_a_commands_fault_handler_is_what_its_environment_asks(runtime, tmp_path):
+    """The server's own fault handler (on, for its log) is not its children's: each has
+    the one ``PYTHONFAULTHANDLER`` gives a fresh interpreter."""
+    (tmp_path / "fault_probe.py").write_text(
+        "import faulthandler\nprint(faulthandler.is_enabled())\n"
+    )
+    server, _ = resident.connect(_env(runtime))
+    for asked, shown in (("", "False"), ("1", "True")):
+        env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONFAULTHANDLER": asked}
+        printed = tmp_path / f"printed{asked}"
+        with printed.open("w") as out:
+            child = server.start("fault_probe", [], env=env, threads=1, stdout=out.fileno())
+            assert child.wait(timeout=60) == 0
+        assert printed.read_text() == f"{shown}\n"
+    server.close()
 
 
 def test_a_killed_client_ends_its_command(runtime, tmp_path):
