@@ -73,6 +73,10 @@ IDLE_S = 900.0
 KEYED_ENV_PREFIXES = ("PYTHON", "TORCH", "PYTORCH", "CUDA", "LD_")
 """Environment variables that are part of a server's key (module docstring)."""
 
+PROGRAM_ENV = "DCPCHECK_PROGRAM"
+"""In a command's environment: the program name its usage and help show, its client's
+(``dcpcheck``, or ``python -m dcpcheck``); the fork, run as ``-m``, would show the latter."""
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 """Signals this process passes on to the command's session."""
 
@@ -236,11 +240,19 @@ def _suspend(child: fork_server.ForkedProcess) -> None:
     fork_server.kill_session(child, signal.SIGCONT)
 
 
+def program_name() -> str:
+    """This process's program name as click tells it: ``python -m PACKAGE`` when run with
+    ``-m``, else its script's name."""
+    package = getattr(sys.modules["__main__"], "__package__", None)
+    return f"python -m {package}" if package else os.path.basename(sys.argv[0])
+
+
 def run_command(args: list[str]) -> None:
     """Run ``dcpcheck ARGS`` in a resident server's fork and leave as it ends (module
     docstring); return, after one line that says why, only where no server could take
     it: the caller then runs the command itself."""
     env = {k: v for k, v in os.environ.items() if k != ENV}  # the child is the command
+    env[PROGRAM_ENV] = program_name()
     try:
         child = _started(args, env)
     except OSError as exc:  # ForkServerError too: the command runs in this process

@@ -97,6 +97,24 @@ def test_a_command_prints_and_exits_as_a_direct_run(runtime):
     assert (listed.returncode, listed.stdout) == (0, _ran("list", "ops", env=os.environ).stdout)
 
 
+def test_help_names_the_program_the_user_ran(runtime, tmp_path):
+    """A fork runs the command as ``python -m dcpcheck``; its usage line still names what
+    the user typed: the ``dcpcheck`` script, or ``python -m dcpcheck``."""
+    script = tmp_path / "dcpcheck"
+    script.write_text(f"#!{sys.executable}\nfrom dcpcheck.__main__ import main\nmain()\n")
+    script.chmod(0o755)
+    as_module = [sys.executable, "-m", "dcpcheck"]
+    for command, program in (([str(script)], "dcpcheck"), (as_module, "python -m dcpcheck")):
+        shown = [
+            subprocess.run(
+                [*command, "--help"], env=env, cwd=REPO, capture_output=True, text=True,
+                timeout=120,
+            ).stdout.splitlines()[0]
+            for env in (_env(runtime), {**os.environ, resident.ENV: "0"})
+        ]  # fmt: skip
+        assert shown == [f"Usage: {program} [OPTIONS] COMMAND [ARGS]..."] * 2
+
+
 def test_an_edit_to_dcpcheck_is_seen_by_the_next_command(runtime, tmp_path):
     """The server holds torch, never dcpcheck: each command imports dcpcheck afresh from
     its own tree, so an edit lands in the next command, through the same server."""

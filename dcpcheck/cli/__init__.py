@@ -18,6 +18,7 @@ from dcpcheck.cli.common import HELP, Interrupted, raise_terminated, stop_reason
 from dcpcheck.kernels import import_probe
 from dcpcheck.observers import in_torchrun_environment, watched
 from dcpcheck.output.console import err
+from dcpcheck.resident import PROGRAM_ENV
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("dcpcheck.cli.run", "run_command"),
@@ -67,8 +68,9 @@ def main(args: list[str] | None = None) -> None:
 
         ranks.main(args)
     signal.signal(signal.SIGTERM, raise_terminated)
+    program = os.environ.pop(PROGRAM_ENV, None)  # a resident command's: its client's name
     try:
-        cli.main(args, standalone_mode=False)
+        cli.main(args, prog_name=program, standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Interrupted as exc:
