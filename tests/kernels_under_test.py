@@ -24,7 +24,8 @@ from dcpcheck.ops.fused_norm_rope.contract import (
     FusedOpOutputs,
 )
 from dcpcheck.ops.lse_combine.contract import AttentionInputs, CombineInputs, Merged
-from reference import lse_combine
+from dcpcheck.ops.slot_mapping.contract import LocalSeqLensInputs, Routines, SlotMappingInputs
+from reference import lse_combine, slot_mapping
 
 
 def oracle_kernel(inputs: FusedOpInputs, outputs: FusedOpOutputs, caches: FusedOpCaches) -> None:
@@ -344,18 +345,45 @@ def torch_merge(inputs: CombineInputs) -> Merged:
     return Merged(merged[:, heads].to(inputs.partial_out.dtype))
 
 
+def torch_slot_mappings(inputs: SlotMappingInputs, slot_mappings: torch.Tensor) -> None:
+    """The slot-mapping protocol (``contract.SlotMappingInputs``) by its definition,
+    ``reference.slot_mapping``, on the host: every row of every group at once."""
+    if inputs.kernel_block_sizes:
+        raise ValueError("torch_slot_mappings takes no kernel block sizes")
+    slot_mappings.copy_(
+        slot_mapping.slot_mappings(
+            inputs.query_start_loc, inputs.positions, inputs.idx_mapping, inputs.block_tables,
+            list(inputs.block_sizes), list(inputs.sharded), inputs.dcp_size, inputs.dcp_rank,
+            inputs.interleave, slot_mappings.shape[1],
+        )
+    )  # fmt: skip
+
+
+def torch_local_seq_lens(inputs: LocalSeqLensInputs, local_seq_lens: torch.Tensor) -> None:
+    """The local lengths protocol by ``reference.slot_mapping.local_seq_lens``."""
+    local_seq_lens.copy_(
+        slot_mapping.local_seq_lens(
+            inputs.seq_lens, inputs.dcp_size, inputs.dcp_rank, inputs.interleave
+        )
+    )
+
+
 def fast_stages():
-    """The project's slot mappings with ``torch_attention`` and ``torch_merge``: the decode
-    chain at the speed of torch, for tests whose subject is another stage."""
-    from dcpcheck.e2e.chain import default_stages
+    """``torch_slot_mappings``, ``torch_attention`` and ``torch_merge``: the decode chain
+    at the speed of torch (the interpreter runs the project's Triton stages a hundred
+    times slower), for tests whose subject is the cache write's stage."""
+    from dcpcheck.e2e.chain import Stages
     from dcpcheck.ops.decode_stages import Stage
 
-    project = default_stages()
-    return dataclasses.replace(
-        project,
-        attention=Stage("attention", "tests.kernels_under_test:torch_attention", torch_attention),
-        merge=Stage("merge", "tests.kernels_under_test:torch_merge", torch_merge),
-    )
+    here = "tests.kernels_under_test"
+    return Stages(
+        slot_mapping=Stage(
+            "slot-mapping", f"{here}:torch_slot_mappings",
+            Routines(torch_slot_mappings, torch_local_seq_lens),
+        ),
+        attention=Stage("attention", f"{here}:torch_attention", torch_attention),
+        merge=Stage("merge", f"{here}:torch_merge", torch_merge),
+    )  # fmt: skip
 
 
 def writes_kv_out_across_its_row_stride(inputs, outputs, caches) -> None:
