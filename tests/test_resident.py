@@ -203,10 +203,15 @@ def test_ctrl_z_stops_the_command_and_its_resumption_resumes_it(runtime, tmp_pat
     process, as a shell's job has: one whose stop a shell could undo."""
     proc, session = _hanging(runtime, tmp_path, process_group=0)
     command = session[0]
-    proc.send_signal(signal.SIGTSTP)
-    _wait_state([proc.pid, command], stopped=True)
-    proc.send_signal(signal.SIGCONT)
-    _wait_state([proc.pid, command], stopped=False)
+    try:
+        proc.send_signal(signal.SIGTSTP)
+        _wait_state([proc.pid, command], stopped=True)
+        proc.send_signal(signal.SIGCONT)
+        _wait_state([proc.pid, command], stopped=False)
+    except BaseException:  # nothing left stopped: the runtime fixture kills servers alone
+        for pid in (proc.pid, *session):
+            os.kill(pid, signal.SIGKILL)
+        raise
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
