@@ -5,6 +5,7 @@ server is chosen by what torch is imported from, and leaves when idle."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -210,7 +211,8 @@ def test_ctrl_z_stops_the_command_and_its_resumption_resumes_it(runtime, tmp_pat
         _wait_state([proc.pid, command], stopped=False)
     except BaseException:  # nothing left stopped: the runtime fixture kills servers alone
         for pid in (proc.pid, *session):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         raise
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
