@@ -148,9 +148,19 @@ def _connect(path: Path) -> socket.socket | None:
     return sock
 
 
+def _socket_path(env: Mapping[str, str]) -> Path:
+    """Where the server of ``server_key(env)`` listens."""
+    return socket_dir(env) / f"{server_key(env)}.sock"
+
+
+def _log_of(path: Path) -> Path:
+    """The log of the server listening at ``path``: what it prints itself."""
+    return path.with_suffix(".log")
+
+
 def server_log(env: Mapping[str, str]) -> Path:
     """Where the server of ``server_key(env)`` writes what it prints itself."""
-    return socket_dir(env) / f"{server_key(env)}.log"
+    return _log_of(_socket_path(env))
 
 
 def _start_server(path: Path) -> None:
@@ -161,7 +171,7 @@ def _start_server(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    log = os.open(path.with_suffix(".log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    log = os.open(_log_of(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         listener.bind(str(path))
         listener.listen()
@@ -180,12 +190,11 @@ def _start_server(path: Path) -> None:
 def connect(env: Mapping[str, str]) -> tuple[fork_server.ForkServer, bool]:
     """A connection to the resident server of ``server_key(env)``, and whether it was
     started for it."""
-    where = socket_dir(env)
-    path = where / f"{server_key(env)}.sock"
+    path = _socket_path(env)
     sock = _connect(path)
     if sock is not None:
         return fork_server.ForkServer(sock), False
-    with _locked(where / f"{path.stem}.lock"):
+    with _locked(path.with_suffix(".lock")):
         sock = _connect(path)  # another command may have started it meanwhile
         started = sock is None
         if started:
@@ -234,9 +243,9 @@ def _suspend(child: fork_server.ForkedProcess) -> None:
     re-raises SIGTSTP itself, so where its own group is orphaned (no shell to resume it)
     nothing stays stopped."""
     fork_server.kill_session(child, signal.SIGSTOP)
-    signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    this_handler = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTSTP)  # returns once a SIGCONT resumes this process
-    signal.signal(signal.SIGTSTP, lambda *_: _suspend(child))
+    signal.signal(signal.SIGTSTP, this_handler)
     fork_server.kill_session(child, signal.SIGCONT)
 
 
