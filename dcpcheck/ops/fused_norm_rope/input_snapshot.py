@@ -4,6 +4,12 @@ One buffer holds them all: taking the snapshot is one device copy and checking i
 comparison. A tensor at a time (a clone, a comparison and a reduction per input), the
 launches of a DCP4 case and its baseline cost about 250 small device operations, a sixth
 of the case's (``benchmarks/harness_overhead.py``).
+
+Each input starts at a multiple of 8 bytes in the buffer (zero bytes fill the gaps), so
+that the buffer reads as 64-bit words: the comparison walks an eighth as many elements as
+bytes would, about six times faster on a CPU, where the real presets' 42-52 MB RoPE
+tables make it a tenth of a gate's fused cases; and any input's bytes view as its own
+dtype in place.
 """
 
 from __future__ import annotations
@@ -14,16 +20,20 @@ import torch
 
 from dcpcheck.ops.fused_norm_rope.contract import FusedOpInputs
 
+_WORD = 8  # bytes of the words the buffer is compared in (int64)
+
 
 def _input_bytes(inputs: FusedOpInputs) -> tuple[torch.Tensor, dict[str, slice]]:
-    """Every input tensor's bytes in one buffer (one copy on the device), and where each
-    one lies in it."""
+    """Every input tensor's bytes in one buffer (one copy on the device), each starting at
+    a multiple of :data:`_WORD` bytes, and where each one lies in it."""
     parts, spans, at = [], {}, 0
     for name, value in vars(inputs).items():
         if isinstance(value, torch.Tensor):
-            parts.append(value.reshape(-1).view(torch.uint8))
-            spans[name] = slice(at, at + parts[-1].numel())
-            at += parts[-1].numel()
+            raw = value.reshape(-1).view(torch.uint8)
+            spans[name] = slice(at, at + raw.numel())
+            gap = -raw.numel() % _WORD
+            parts += [raw, torch.zeros(gap, dtype=torch.uint8, device=raw.device)] if gap else [raw]
+            at += raw.numel() + gap
     if not parts:
         return torch.empty(0, dtype=torch.uint8), spans
     return torch.cat(parts), spans
@@ -39,15 +49,16 @@ class InputSnapshot:
     inputs: FusedOpInputs
 
     def original(self, name: str) -> torch.Tensor:
-        """Input ``name`` as it was, with its dtype and shape: a copy of its bytes, which
-        then start where any dtype may view them (read only once an input changed)."""
+        """Input ``name`` as it was, with its dtype and shape: a view of the snapshot's
+        bytes (read only once an input changed)."""
         like = getattr(self.inputs, name)
-        return self.bytes[self.spans[name]].clone().view(like.dtype).view(like.shape)
+        return self.bytes[self.spans[name]].view(like.dtype).view(like.shape)
 
     def unchanged(self) -> bool:
         """Whether every input still holds the bytes it had (one comparison)."""
         now, spans = _input_bytes(self.inputs)
-        return spans == self.spans and torch.equal(now, self.bytes)
+        words = torch.int64
+        return spans == self.spans and torch.equal(now.view(words), self.bytes.view(words))
 
 
 def snapshot_inputs(inputs: FusedOpInputs) -> InputSnapshot:
