@@ -338,6 +338,30 @@ def test_each_modified_input_is_named_and_restored_before_the_next_rank(tmp_path
         assert torch.equal(snapshot_inputs(rank.inputs).bytes, bytes_before)
 
 
+def test_a_snapshot_reads_back_each_input_bitwise_whatever_byte_counts_precede_it():
+    """Inputs of odd byte counts before wider dtypes: each reads back as it was, in its own
+    dtype (its bytes start where that dtype may view them), and a change of one bit, a
+    zero's sign, is a change."""
+    from types import SimpleNamespace
+
+    from dcpcheck.ops.fused_norm_rope.input_snapshot import snapshot_inputs
+
+    inputs = SimpleNamespace(
+        flags=torch.tensor([1, 0, 1], dtype=torch.uint8),
+        scales=torch.tensor([0.0, float("nan"), -2.5], dtype=torch.float32),
+        halves=torch.tensor([[1.5, float("-inf"), 3.0]], dtype=torch.bfloat16),
+        slots=torch.tensor([7, -1, 3], dtype=torch.int64),
+    )
+    before = snapshot_inputs(inputs)
+    for name, value in vars(inputs).items():
+        original = before.original(name)
+        assert (original.dtype, original.shape) == (value.dtype, value.shape)
+        assert torch.equal(original.view(torch.uint8), value.view(torch.uint8))
+    assert before.unchanged()
+    inputs.scales[0] = -0.0
+    assert not before.unchanged()
+
+
 # -- activation_rows = "fused": inputs and outputs as vLLM's callers lay them out ---------
 
 FUSED_DECODE, FUSED_BATCH = "fused-rows-decode-dcp4", "fused-rows-mixed-batch"
