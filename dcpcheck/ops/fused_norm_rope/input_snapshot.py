@@ -6,10 +6,10 @@ launches of a DCP4 case and its baseline cost about 250 small device operations,
 of the case's (``benchmarks/harness_overhead.py``).
 
 Each input starts at a multiple of 8 bytes in the buffer (zero bytes fill the gaps), so
-that the buffer reads as 64-bit words: the comparison walks an eighth as many elements as
-bytes would, about six times faster on a CPU, where the real presets' 42-52 MB RoPE
-tables make it a tenth of a gate's fused cases; and any input's bytes view as its own
-dtype in place.
+that the buffer reads as 64-bit words and any input's bytes view as its own dtype in place.
+Compared as words, it is compared in an eighth as many elements as bytes: on a CPU, where
+the real presets' RoPE tables are 42-52 MB, one comparison of such a table takes 11 ms
+instead of 70 ms (BENCHMARKS.md, "The CPU figures of this tree").
 """
 
 from __future__ import annotations
