@@ -100,6 +100,7 @@ def main() -> None:
             code = exc.code
     print("\n".join(table(ops, args.top)), file=sys.stderr)
     print(f"the command's exit code: {code}", file=sys.stderr)
+    raise SystemExit(code)  # this script's own: a command that failed is no figure
 
 
 if __name__ == "__main__":
