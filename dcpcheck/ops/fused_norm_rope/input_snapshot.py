@@ -7,9 +7,10 @@ of the case's (``benchmarks/harness_overhead.py``).
 
 Each input starts at a multiple of 8 bytes in the buffer (zero bytes fill the gaps), so
 that the buffer reads as 64-bit words and any input's bytes view as its own dtype in place.
-Compared as words, it is compared in an eighth as many elements as bytes: on a CPU, where
-the real presets' RoPE tables are 42-52 MB, one comparison of such a table takes 11 ms
-instead of 70 ms (BENCHMARKS.md, "The CPU figures of this tree").
+Compared as words, it is compared in an eighth as many elements as bytes, which matters on
+a CPU, where the real presets' RoPE tables are 42-52 MB: the checks of the gate's fused
+cases take 2.1 - 2.3 s there instead of 3.0 - 3.1 s (BENCHMARKS.md, "The CPU figures of
+this tree").
 """
 
 from __future__ import annotations
